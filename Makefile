@@ -1,0 +1,48 @@
+# llamon-web: `make run` runs the whole product on embedded defaults, `make test` runs every test.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: install run test test-engine lint fmt bench lock clean
+
+install: $(STAMP)
+
+# The venv is rebuilt from the lock file whenever the lock or pyproject.toml changes.
+$(STAMP): requirements.lock pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.lock
+	$(PY) -m pip install --quiet --no-deps -e .
+	touch $(STAMP)
+
+run: install
+	LLAMON_ENV=dev $(PY) manage.py devrun
+
+test: install
+	$(VENV)/bin/pytest
+
+test-engine: install
+	$(VENV)/bin/pytest -p no:django tests/engine
+	cd examples/seed_project && ../../$(VENV)/bin/pytest -q
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+fmt: install
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+bench: install
+	$(PY) benchmarks/bench_prestep.py
+	$(PY) benchmarks/bench_mcp.py
+
+# Re-resolve the dependencies from pyproject.toml into requirements.lock.
+lock:
+	rm -rf /tmp/llamon-lock && $(PYTHON) -m venv /tmp/llamon-lock
+	/tmp/llamon-lock/bin/pip install --quiet -e '.[test]'
+	/tmp/llamon-lock/bin/pip freeze --exclude-editable | grep -v '^llamon' > requirements.lock
+
+clean:
+	rm -rf $(VENV) var

@@ -1,0 +1,138 @@
+"""Turn an MCP ``CallToolResult`` into the plain value callers get: a dict, a list or a string.
+
+Rules, in order:
+
+1. ``isError`` -> :class:`McpToolError` carrying the error's text.
+2. ``structuredContent`` present -> that dict. FastMCP wraps a non-object return value as
+   ``{"result": value}`` and says so in the tool's output schema (one required property,
+   ``result``); when that output schema is passed in, the wrapper is removed.
+3. Only text blocks -> their text joined with newlines; if that text is a JSON object or
+   array, the parsed value (a JSON scalar stays the string it came as).
+4. Any non-text block -> a list with one dict per block. Binary payloads are never
+   returned: an image/audio block becomes ``{"type", "mimeType", "bytes"}`` (decoded size),
+   a resource link ``{"type", "uri", "name", "mimeType"}``, an embedded resource its
+   text or, for a blob, its size. Text blocks in that list are ``{"type": "text", "text"}``.
+   Binary content is for a model's eyes, not for a pre-step result stored in the run log.
+5. No content at all -> ``""``.
+
+A malformed result (not a ``CallToolResult``, a block of unknown type, base64 that does
+not decode) raises :class:`McpProtocolError`.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from typing import Any
+
+from mcp import types
+
+from llamon_agent.mcp.errors import McpProtocolError, McpToolError
+
+Normalized = dict[str, Any] | list[Any] | str
+
+_MAX_ERROR_CHARS = 2000
+
+
+def normalize_result(
+    result: types.CallToolResult,
+    *,
+    mcp_id: str | None = None,
+    tool_name: str | None = None,
+    output_schema: dict[str, Any] | None = None,
+) -> Normalized:
+    """The plain value of a tool result (see the module docstring); raises McpToolError / McpProtocolError."""
+    if not isinstance(result, types.CallToolResult):
+        raise McpProtocolError.about(
+            f"expected a CallToolResult, got {type(result).__name__}", mcp_id=mcp_id, tool_name=tool_name
+        )
+    if result.isError:
+        raise McpToolError.about(_error_text(result), mcp_id=mcp_id, tool_name=tool_name)
+    if result.structuredContent is not None:
+        return _unwrap(result.structuredContent, output_schema)
+    blocks = list(result.content)
+    if all(isinstance(block, types.TextContent) for block in blocks):
+        return _text_value("\n".join(block.text for block in blocks))
+    return [_summarize(block, mcp_id=mcp_id, tool_name=tool_name) for block in blocks]
+
+
+def is_wrapped_output_schema(schema: dict[str, Any] | None) -> bool:
+    """True for FastMCP's ``{"result": value}`` wrapper schema (a non-object return value)."""
+    if not isinstance(schema, dict):
+        return False
+    properties = schema.get("properties")
+    return (
+        isinstance(properties, dict) and list(properties) == ["result"] and schema.get("required") == ["result"]
+    )
+
+
+def _unwrap(structured: dict[str, Any], output_schema: dict[str, Any] | None) -> Normalized:
+    if is_wrapped_output_schema(output_schema) and list(structured) == ["result"]:
+        value = structured["result"]
+        if isinstance(value, dict | list | str):
+            return value
+        # A wrapped number/bool/None: keep the caller's contract (dict | list | str).
+        return json.dumps(value)
+    return structured
+
+
+def _text_value(text: str) -> Normalized:
+    stripped = text.strip()
+    if stripped[:1] in ("{", "["):
+        try:
+            parsed = json.loads(stripped)
+        except ValueError:
+            return text
+        if isinstance(parsed, dict | list):
+            return parsed
+    return text
+
+
+def _error_text(result: types.CallToolResult) -> str:
+    texts = [block.text for block in result.content if isinstance(block, types.TextContent)]
+    text = "\n".join(texts).strip()
+    if not text:
+        others = len(result.content) - len(texts)
+        text = f"the tool reported an error ({others} non-text block(s), no text)" if others else ""
+    text = text or "the tool reported an error without any message"
+    if len(text) > _MAX_ERROR_CHARS:
+        text = text[:_MAX_ERROR_CHARS] + "... (truncated)"
+    return text
+
+
+def _summarize(block: Any, *, mcp_id: str | None, tool_name: str | None) -> dict[str, Any]:
+    if isinstance(block, types.TextContent):
+        return {"type": "text", "text": block.text}
+    if isinstance(block, types.ImageContent | types.AudioContent):
+        size = _decoded_size(block.data, what=f"{block.type} block", mcp_id=mcp_id, tool_name=tool_name)
+        return {"type": block.type, "mimeType": block.mimeType, "bytes": size}
+    if isinstance(block, types.ResourceLink):
+        return {"type": "resource_link", "uri": str(block.uri), "name": block.name, "mimeType": block.mimeType}
+    if isinstance(block, types.EmbeddedResource):
+        return _summarize_resource(block.resource, mcp_id=mcp_id, tool_name=tool_name)
+    raise McpProtocolError.about(
+        f"unsupported content block of type {type(block).__name__}", mcp_id=mcp_id, tool_name=tool_name
+    )
+
+
+def _summarize_resource(resource: Any, *, mcp_id: str | None, tool_name: str | None) -> dict[str, Any]:
+    out: dict[str, Any] = {"type": "resource", "uri": str(resource.uri), "mimeType": resource.mimeType}
+    if isinstance(resource, types.TextResourceContents):
+        out["text"] = resource.text
+    elif isinstance(resource, types.BlobResourceContents):
+        out["bytes"] = _decoded_size(resource.blob, what="resource blob", mcp_id=mcp_id, tool_name=tool_name)
+    else:
+        raise McpProtocolError.about(
+            f"unsupported embedded resource {type(resource).__name__}", mcp_id=mcp_id, tool_name=tool_name
+        )
+    return out
+
+
+def _decoded_size(data: str, *, what: str, mcp_id: str | None, tool_name: str | None) -> int:
+    try:
+        return len(base64.b64decode(data, validate=True))
+    except (binascii.Error, ValueError) as exc:
+        raise McpProtocolError.about(
+            f"the {what} is not valid base64 ({exc})", mcp_id=mcp_id, tool_name=tool_name
+        ) from None

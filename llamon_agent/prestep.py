@@ -1,0 +1,748 @@
+"""The deterministic pre-step: run routing rules before the LLM sees a request.
+
+Semantics (DESIGN.md, "Seed semantics the engine must keep exactly"):
+
+1. Before any rule runs, every rule's ``mcp_id`` must be bound, else the pre-step fails
+   with :data:`MCP_NOT_LOADED` for the first unbound id in rule order.
+2. Rules run in registration order. A dict means "call that tool now and keep the result",
+   ``None`` means skip; a ``stop`` rule that fires ends the evaluation.
+3. Several rules may fire; calls are sequential, in rule order, results accumulate.
+4. Each result is ``{"rule", "mcp_id", "tool_name", "params", "result", "duration_ms"}``.
+5. Any error (the rule raises, returns a malformed value or an unknown tool, the MCP call
+   fails or times out) fails the pre-step with ``f"{PRESTEP_FAILED}: {rule}: {reason}"``
+   and the LLM must not be called.
+
+Decisions beyond the seed (documented here because callers rely on them):
+
+- A returned call must be exactly ``{"tool_name": <non-empty str>, "params": <dict>}``:
+  a missing ``params`` or an extra key is an error (say ``"params": {}`` for a tool
+  without arguments). A typo such as ``"param"`` would otherwise call the tool without
+  its arguments, silently.
+- On failure the error is logged at ERROR on ``llamon_agent`` and the
+  ``Deterministic pre-step 완료: N건`` line is *not* logged: the seed checks integration by
+  that line, so it must mean "the pre-step completed". Calls made before the failure stay
+  in ``outcome.results`` (audit) but are never injected (the LLM is not called).
+- ``dry_run=True`` (the live tester) calls nothing and continues past errors, recording
+  each on its rule; ``outcome.error`` is the first one, i.e. the error a live run would
+  have stopped at (a live run could also fail later, in a call). Dry runs log neither the
+  완료 line nor errors at ERROR (they are previews, not requests): one DEBUG line.
+- ``outcome.records`` (one per rule) is built on first access: at 10,000 rules, making
+  10,000 records would cost more than the whole indexed pre-step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Protocol
+
+import ahocorasick
+
+from llamon_agent.tools import AgentRequest, DeterministicContext, RuleInfo, ToolInfo, rule_info
+from llamon_agent.trace import (
+    STATUS_OK,
+    Span,
+    TraceSink,
+    jsonable,
+    start_span,
+)
+
+logger = logging.getLogger("llamon_agent")
+
+# The seed's strings, byte for byte (seed/000_9a17dbcadfbf3490.txt).
+MCP_NOT_LOADED = "MCP '{mcp_id}'의 tool이 로드되지 않음"
+PRESTEP_FAILED = "확정 호출된 MCP 단계에서 오류가 발생했습니다"
+RESULTS_HEADER = "확정 호출 결과"
+LOG_DONE = "Deterministic pre-step 완료: %d건"
+# The seed's recommended system-prompt lines ("ReAct 혼합 패턴"), offered as a default.
+DEFAULT_PRESTEP_INSTRUCTION = '제공된 "확정 호출 결과"가 있으면 그 내용을 우선 사용하여 답변하고,\n추가 도구 호출은 필요한 경우에만 하세요.'
+
+RESULT_CHAR_LIMIT = 4000  # per rendered result / params in the system block
+REASON_CHAR_LIMIT = 500  # an exception message can be a whole traceback; the UI wants one line
+SKIPPED_NAMES_LIMIT = 100  # skipped rule names listed in the prestep trace span
+_CALL_KEYS = frozenset({"tool_name", "params"})
+
+
+class RuleStatus(StrEnum):
+    """What happened to one rule in one pre-step."""
+
+    FIRED = "fired"  # returned a call (live: the call succeeded; dry run: it would be made)
+    SKIPPED = "skipped"  # returned None, or the keyword index proved it could not fire
+    ERROR = "error"  # raised, returned something malformed, named an unknown tool, call failed
+    NOT_REACHED = "not_reached"  # after a firing stop rule or the error that ended the pre-step
+
+
+class ToolBackend(Protocol):
+    """Where the pre-step finds a server's tools and calls them (sync; may block)."""
+
+    def tools_for(self, mcp_id: str) -> Sequence[Any] | None:
+        """The tools of ``mcp_id``; ``None`` when that server is not bound."""
+        ...
+
+    def call_tool(self, mcp_id: str, tool_name: str, params: dict[str, Any]) -> Any:
+        """Call one tool and return its result; raises on failure or timeout."""
+        ...
+
+
+class StaticToolBackend:
+    """A backend over fixed tool lists, for dry runs and tests; ``call`` answers live calls."""
+
+    def __init__(
+        self,
+        tools: Mapping[str, Sequence[Any]],
+        call: Callable[[str, str, dict[str, Any]], Any] | None = None,
+    ) -> None:
+        # Plain strings are accepted as tool names so that tests stay short.
+        self._tools = {
+            mcp_id: [ToolInfo(name=t) if isinstance(t, str) else t for t in server_tools]
+            for mcp_id, server_tools in tools.items()
+        }
+        self._call = call
+        self.calls: list[tuple[str, str, dict[str, Any]]] = []
+
+    def tools_for(self, mcp_id: str) -> Sequence[Any] | None:
+        return self._tools.get(mcp_id)
+
+    def call_tool(self, mcp_id: str, tool_name: str, params: dict[str, Any]) -> Any:
+        self.calls.append((mcp_id, tool_name, params))
+        if self._call is None:
+            raise RuntimeError("StaticToolBackend has no call function (use dry_run=True or pass call=)")
+        return self._call(mcp_id, tool_name, params)
+
+
+# --------------------------------------------------------------------------- compiled rule sets
+
+
+class CompiledRules:
+    """A validated, ordered rule set with its keyword index (build once, reuse per request)."""
+
+    __slots__ = ("rules", "infos", "fast", "mcp_ids", "has_index", "_automaton", "_always", "_all")
+
+    def __init__(self, rules: Sequence[Any], *, use_index: bool = True) -> None:
+        self.rules: tuple[Any, ...] = tuple(rules)
+        self.infos: tuple[RuleInfo, ...] = tuple(_checked_info(r) for r in self.rules)
+        # Expression rules evaluate against a namespace built once per server and request.
+        self.fast: tuple[Callable[[dict[str, Any]], Any] | None, ...] = tuple(
+            _fast_path(r) for r in self.rules
+        )
+        self.mcp_ids: tuple[str, ...] = tuple(dict.fromkeys(info.mcp_id for info in self.infos))
+        self._all: tuple[int, ...] = tuple(range(len(self.rules)))
+        self.has_index = use_index
+        self._automaton: Any = None
+        self._always: tuple[int, ...] = self._all
+        if use_index:
+            self._automaton, self._always = _build_index(self.infos)
+
+    def __len__(self) -> int:
+        return len(self.rules)
+
+    def candidates(self, query: str) -> list[int]:
+        """Indexes of the rules that may fire on ``query``, in registration order."""
+        automaton = self._automaton
+        if automaton is None:
+            return list(self._always)
+        hits: set[int] = set()
+        lowered = query.lower()
+        # One automaton holds raw and lowered literals; each value says which rules want the
+        # literal in the raw query and which in query.lower(). Korean text is its own
+        # lowercase, so the common case is a single scan.
+        if lowered == query:
+            for _, (raw, low) in automaton.iter(query):
+                hits.update(raw)
+                hits.update(low)
+        else:
+            for _, (raw, _low) in automaton.iter(query):
+                hits.update(raw)
+            for _, (_raw, low) in automaton.iter(lowered):
+                hits.update(low)
+        if not hits:
+            return list(self._always)
+        hits.update(self._always)
+        return sorted(hits)
+
+
+def compile_rules(rules: Sequence[Any], *, use_index: bool = True) -> CompiledRules:
+    """Validate ``rules`` (each needs ``__llamon_rule__``) and build their keyword index."""
+    if isinstance(rules, CompiledRules):
+        return rules
+    return CompiledRules(rules, use_index=use_index)
+
+
+def _checked_info(rule: Any) -> RuleInfo:
+    info = rule_info(rule)
+    if not callable(rule):
+        raise TypeError(f"routing rule {info.name!r} is not callable")
+    return info
+
+
+def _fast_path(rule: Any) -> Callable[[dict[str, Any]], Any] | None:
+    fast = getattr(rule, "evaluate_ns", None)
+    return fast if callable(fast) else None
+
+
+def _build_index(infos: Sequence[RuleInfo]) -> tuple[Any, tuple[int, ...]]:
+    """One Aho-Corasick automaton over every required literal, and the always-evaluated rules."""
+    always: list[int] = []
+    wanted: dict[str, tuple[list[int], list[int]]] = {}
+    for i, info in enumerate(infos):
+        keywords = info.keywords
+        # No hint, an empty hint or an empty literal ("" is in every string): always evaluate.
+        # Being conservative here can only cost time, never change a result.
+        if not keywords or any(not literal for literal, _ in keywords):
+            always.append(i)
+            continue
+        for literal, lowered in keywords:
+            raw_ids, low_ids = wanted.setdefault(literal, ([], []))
+            (low_ids if lowered else raw_ids).append(i)
+    if not wanted:
+        return None, tuple(always)
+    automaton = ahocorasick.Automaton()
+    for literal, (raw_ids, low_ids) in wanted.items():
+        automaton.add_word(literal, (tuple(raw_ids), tuple(low_ids)))
+    automaton.make_automaton()
+    return automaton, tuple(always)
+
+
+# --------------------------------------------------------------------------- outcome
+
+
+@dataclass(slots=True)
+class RuleRecord:
+    """What one rule did in one pre-step (the tester's and the audit's row)."""
+
+    rule: str
+    mcp_id: str
+    status: RuleStatus
+    tool_name: str | None = None
+    params: dict[str, Any] | None = None
+    result: Any = None
+    duration_ms: float | None = None
+    error: str | None = None  # the short reason; PrestepOutcome.error holds the full message
+    tool_exists: bool | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as a JSON-ready dict."""
+        return {
+            "rule": self.rule,
+            "mcp_id": self.mcp_id,
+            "status": str(self.status),
+            "tool_name": self.tool_name,
+            "params": jsonable(self.params),
+            "result": jsonable(self.result),
+            "duration_ms": self.duration_ms,
+            "error": self.error,
+            "tool_exists": self.tool_exists,
+        }
+
+
+@dataclass
+class PrestepOutcome:
+    """The result of one pre-step: ok or the contract error, the calls made, one record per rule."""
+
+    ok: bool
+    error: str | None
+    results: list[dict[str, Any]]
+    calls: int
+    duration_ms: float
+    dry_run: bool = False
+    _infos: Sequence[RuleInfo] = field(default=(), repr=False, compare=False)
+    _evaluated: dict[int, RuleRecord] = field(default_factory=dict, repr=False, compare=False)
+    _reached: int = field(default=-1, repr=False, compare=False)
+    _records: list[RuleRecord] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def records(self) -> list[RuleRecord]:
+        """One record per rule, in registration order (built on first access)."""
+        if self._records is None:
+            self._records = [self._record(i, info) for i, info in enumerate(self._infos)]
+        return self._records
+
+    @property
+    def fired(self) -> list[RuleRecord]:
+        """The records of the rules that fired (dry run: that would call a tool)."""
+        return [rec for _, rec in sorted(self._evaluated.items()) if rec.status is RuleStatus.FIRED]
+
+    def system_block(self) -> str:
+        """The ``확정 호출 결과`` block for the LLM's system message ("" when nothing ran)."""
+        return render_results_block(self.results)
+
+    def to_json(self) -> dict[str, Any]:
+        """The outcome as a JSON-ready dict (records included)."""
+        return {
+            "ok": self.ok,
+            "error": self.error,
+            "dry_run": self.dry_run,
+            "calls": self.calls,
+            "duration_ms": self.duration_ms,
+            "results": jsonable(self.results),
+            "records": [rec.to_json() for rec in self.records],
+        }
+
+    def _record(self, i: int, info: RuleInfo) -> RuleRecord:
+        rec = self._evaluated.get(i)
+        if rec is not None:
+            return rec
+        status = RuleStatus.SKIPPED if i <= self._reached else RuleStatus.NOT_REACHED
+        return RuleRecord(rule=info.name, mcp_id=info.mcp_id, status=status)
+
+
+# --------------------------------------------------------------------------- running
+
+
+class _InvalidCall(Exception):
+    """A rule's return value broke the contract; the message is the short reason."""
+
+
+def run_prestep(
+    rules_or_compiled: CompiledRules | Sequence[Any],
+    request: AgentRequest | DeterministicContext,
+    *,
+    backend: ToolBackend,
+    dry_run: bool = False,
+    sink: TraceSink | None = None,
+    use_index: bool = True,
+    trace_parent: str | None = None,
+) -> PrestepOutcome:
+    """Run the rules on ``request``: bind check, evaluate in order, call tools (unless dry run)."""
+    started = time.perf_counter()
+    compiled = compile_rules(rules_or_compiled, use_index=use_index)
+    run = _PrestepRun(compiled, _as_request(request), backend, dry_run, sink, trace_parent)
+    run.execute(use_index=use_index)
+    return run.outcome(round((time.perf_counter() - started) * 1000.0, 3))
+
+
+async def arun_prestep(
+    rules_or_compiled: CompiledRules | Sequence[Any],
+    request: AgentRequest | DeterministicContext,
+    *,
+    backend: ToolBackend,
+    dry_run: bool = False,
+    sink: TraceSink | None = None,
+    use_index: bool = True,
+    trace_parent: str | None = None,
+) -> PrestepOutcome:
+    """:func:`run_prestep` on a worker thread: the backend's calls block, the event loop must not."""
+    return await asyncio.to_thread(
+        run_prestep,
+        rules_or_compiled,
+        request,
+        backend=backend,
+        dry_run=dry_run,
+        sink=sink,
+        use_index=use_index,
+        trace_parent=trace_parent,
+    )
+
+
+def _as_request(request: AgentRequest | DeterministicContext) -> AgentRequest:
+    if isinstance(request, AgentRequest):
+        return request
+    if isinstance(request, DeterministicContext):
+        return AgentRequest(
+            query=request.query,
+            context=request.context,
+            a2a_data=request.a2a_data,
+            a2a_files=request.a2a_files,
+        )
+    raise TypeError(
+        f"run_prestep needs an AgentRequest or a DeterministicContext, not {type(request).__name__}"
+    )
+
+
+class _PrestepRun:
+    """The state of one pre-step; per-server views are built lazily, once each."""
+
+    def __init__(
+        self,
+        compiled: CompiledRules,
+        request: AgentRequest,
+        backend: ToolBackend,
+        dry_run: bool,
+        sink: TraceSink | None,
+        trace_parent: str | None,
+    ) -> None:
+        self.compiled = compiled
+        self.request = request
+        self.backend = backend
+        self.dry_run = dry_run
+        self.sink = sink
+        self.trace_parent = trace_parent
+        self.tools: dict[str, Sequence[Any]] = {}
+        self.unbound: dict[str, str] = {}  # mcp_id -> MCP_NOT_LOADED message
+        self.contexts: dict[str, DeterministicContext] = {}
+        self.namespaces: dict[str, dict[str, Any]] = {}
+        self.tool_names: dict[str, frozenset[str]] = {}
+        self.evaluated: dict[int, RuleRecord] = {}
+        self.results: list[dict[str, Any]] = []
+        self.calls = 0
+        self.error: str | None = None
+        self.reached = -1
+        self.span: Span | None = None
+
+    # -- phases
+
+    def execute(self, *, use_index: bool) -> None:
+        """Bind check, then the rules; the trace span wraps both."""
+        if self.sink is not None:
+            self.span = start_span(
+                self.sink,
+                "prestep",
+                "deterministic pre-step",
+                input={
+                    "query": self.request.query,
+                    "rules": len(self.compiled),
+                    "dry_run": self.dry_run,
+                },
+                parent=self.trace_parent,
+            )
+        try:
+            self._bind()
+            if self.error is None or self.dry_run:
+                # A dry run with unbound servers walks every rule so that each one on an
+                # unbound server gets its error record, whatever the index says.
+                indexed = use_index and self.compiled.has_index and not self.unbound
+                order = self.compiled.candidates(self.request.query) if indexed else self.compiled._all
+                self._evaluate_all(order)
+        finally:
+            self._finish_span()
+        # Not in `finally`: an exception escaping here (a bug, KeyboardInterrupt) must not
+        # be logged as a completed pre-step.
+        self._log()
+
+    def _bind(self) -> None:
+        for mcp_id in self.compiled.mcp_ids:
+            try:
+                tools = self.backend.tools_for(mcp_id)
+            except Exception as exc:  # a backend that cannot list tools has not loaded them
+                logger.warning("tools_for(%r) failed: %s", mcp_id, _reason(exc))
+                tools = None
+            if tools is None:
+                self.unbound[mcp_id] = MCP_NOT_LOADED.format(mcp_id=mcp_id)
+                if self.error is None:
+                    self.error = self.unbound[mcp_id]
+                if not self.dry_run:
+                    return
+            else:
+                self.tools[mcp_id] = tools
+
+    def _evaluate_all(self, order: Sequence[int]) -> None:
+        self.reached = len(self.compiled) - 1
+        for i in order:
+            fired, failed = self._run_rule(i)
+            if failed and not self.dry_run:
+                self.reached = i
+                return
+            if fired and self.compiled.infos[i].stop:
+                self.reached = i
+                return
+
+    def _run_rule(self, i: int) -> tuple[bool, bool]:
+        """Evaluate rule ``i`` and, live, make its call; returns (fired, failed)."""
+        info = self.compiled.infos[i]
+        if info.mcp_id in self.unbound:
+            self._fail(i, info, self.unbound[info.mcp_id], full=self.unbound[info.mcp_id])
+            return False, True
+        try:
+            call = self._evaluate(i, info)
+        except _InvalidCall as exc:
+            self._fail(i, info, str(exc), traced=True)
+            return False, True
+        except Exception as exc:
+            self._fail(i, info, _reason(exc), traced=True)
+            return False, True
+        if call is None:
+            self.evaluated[i] = RuleRecord(rule=info.name, mcp_id=info.mcp_id, status=RuleStatus.SKIPPED)
+            return False, False
+        tool_name, params = call
+        if tool_name not in self._tool_names(info.mcp_id):
+            reason = f"MCP '{info.mcp_id}' has no tool '{tool_name}'"
+            self._fail(i, info, reason, tool_name=tool_name, params=params, tool_exists=False, traced=True)
+            return False, True
+        if self.dry_run:
+            self._fire_dry(i, info, tool_name, params)
+            return True, False
+        return self._fire_live(i, info, tool_name, params)
+
+    def _evaluate(self, i: int, info: RuleInfo) -> tuple[str, dict[str, Any]] | None:
+        fast = self.compiled.fast[i]
+        if fast is not None:
+            value = fast(self._namespace(info.mcp_id))
+        else:
+            value = self.compiled.rules[i](self._context(info.mcp_id))
+        return _checked_call(value)
+
+    def _fire_dry(self, i: int, info: RuleInfo, tool_name: str, params: dict[str, Any]) -> None:
+        self.evaluated[i] = RuleRecord(
+            rule=info.name,
+            mcp_id=info.mcp_id,
+            status=RuleStatus.FIRED,
+            tool_name=tool_name,
+            params=params,
+            tool_exists=True,
+        )
+        if self.sink is not None:
+            s = self._rule_span(i, info, tool_name, params)
+            s.meta["dry_run"] = True
+            s.finish()
+
+    def _fire_live(self, i: int, info: RuleInfo, tool_name: str, params: dict[str, Any]) -> tuple[bool, bool]:
+        # The start event goes out before the call: a sink persists the step first, so a
+        # worker that dies mid-call leaves a "running" step behind.
+        s = self._rule_span(i, info, tool_name, params) if self.sink is not None else None
+        t0 = time.perf_counter()
+        try:
+            result = self.backend.call_tool(info.mcp_id, tool_name, params)
+        except Exception as exc:
+            duration = _ms_since(t0)
+            reason = _reason(exc)
+            self._fail(
+                i, info, reason, tool_name=tool_name, params=params, tool_exists=True, duration=duration
+            )
+            if s is not None:
+                s.fail(reason)
+                s.finish()
+            return False, True
+        duration = _ms_since(t0)
+        self.calls += 1
+        self.results.append(
+            {
+                "rule": info.name,
+                "mcp_id": info.mcp_id,
+                "tool_name": tool_name,
+                "params": params,
+                "result": result,
+                "duration_ms": duration,
+            }
+        )
+        self.evaluated[i] = RuleRecord(
+            rule=info.name,
+            mcp_id=info.mcp_id,
+            status=RuleStatus.FIRED,
+            tool_name=tool_name,
+            params=params,
+            result=result,
+            duration_ms=duration,
+            tool_exists=True,
+        )
+        if s is not None:
+            s.output = result
+            s.finish()
+        return True, False
+
+    def _fail(
+        self,
+        i: int,
+        info: RuleInfo,
+        reason: str,
+        *,
+        full: str | None = None,
+        tool_name: str | None = None,
+        params: dict[str, Any] | None = None,
+        tool_exists: bool | None = None,
+        duration: float | None = None,
+        traced: bool = False,
+    ) -> None:
+        """Record rule ``i``'s error; the first error of the pre-step becomes the outcome's."""
+        self.evaluated[i] = RuleRecord(
+            rule=info.name,
+            mcp_id=info.mcp_id,
+            status=RuleStatus.ERROR,
+            tool_name=tool_name,
+            params=params,
+            duration_ms=duration,
+            error=reason,
+            tool_exists=tool_exists,
+        )
+        if self.error is None:
+            self.error = full if full is not None else f"{PRESTEP_FAILED}: {info.name}: {reason}"
+        if traced and self.sink is not None:
+            s = self._rule_span(i, info, tool_name, params)
+            s.fail(reason)
+            s.finish()
+
+    # -- per-server views, built once per server per request
+
+    def _context(self, mcp_id: str) -> DeterministicContext:
+        ctx = self.contexts.get(mcp_id)
+        if ctx is None:
+            ctx = self.contexts[mcp_id] = self.request.to_context(list(self.tools[mcp_id]))
+        return ctx
+
+    def _namespace(self, mcp_id: str) -> dict[str, Any]:
+        ns = self.namespaces.get(mcp_id)
+        if ns is None:
+            from llamon_agent.expr import build_namespace  # lazy: plain-function rule sets never need it
+
+            ns = self.namespaces[mcp_id] = build_namespace(self._context(mcp_id))
+        return ns
+
+    def _tool_names(self, mcp_id: str) -> frozenset[str]:
+        names = self.tool_names.get(mcp_id)
+        if names is None:
+            names = self.tool_names[mcp_id] = frozenset(_tool_name(t) for t in self.tools[mcp_id])
+        return names
+
+    # -- reporting
+
+    def _rule_span(
+        self, i: int, info: RuleInfo, tool_name: str | None, params: dict[str, Any] | None
+    ) -> Span:
+        return start_span(
+            self.sink,
+            "rule",
+            info.name,
+            input={"mcp_id": info.mcp_id, "tool_name": tool_name, "params": params},
+            parent=self.span.id if self.span is not None else self.trace_parent,
+            meta={"index": i, "mcp_id": info.mcp_id, "stop": info.stop},
+        )
+
+    def _finish_span(self) -> None:
+        if self.span is None:
+            return
+        self.span.output = self._summary()
+        if self.error is not None:
+            self.span.fail(self.error)
+        else:
+            self.span.status = STATUS_OK
+        self.span.finish()
+
+    def _summary(self) -> dict[str, Any]:
+        """Compact per-status rule names for the prestep span (skipped ones capped)."""
+        fired, errors, skipped = [], [], []
+        infos = self.compiled.infos
+        for i in range(self.reached + 1):
+            rec = self.evaluated.get(i)
+            if rec is None or rec.status is RuleStatus.SKIPPED:
+                if len(skipped) < SKIPPED_NAMES_LIMIT:
+                    skipped.append(infos[i].name)
+            elif rec.status is RuleStatus.FIRED:
+                fired.append(rec.rule)
+            else:
+                errors.append(rec.rule)
+        skipped_count = self.reached + 1 - len(fired) - len(errors)
+        return {
+            "calls": self.calls,
+            "fired": fired,
+            "errors": errors,
+            "skipped": skipped,
+            "skipped_count": skipped_count,
+            "not_reached_count": len(infos) - self.reached - 1,
+        }
+
+    def _log(self) -> None:
+        if self.dry_run:
+            logger.debug(
+                "Deterministic pre-step dry run: %d rule(s) would call a tool, error=%s",
+                sum(1 for r in self.evaluated.values() if r.status is RuleStatus.FIRED),
+                self.error,
+            )
+        elif self.error is not None:
+            logger.error("%s", self.error)
+        else:
+            logger.info(LOG_DONE, self.calls)
+
+    def outcome(self, duration_ms: float) -> PrestepOutcome:
+        """Freeze the run into a :class:`PrestepOutcome`."""
+        return PrestepOutcome(
+            ok=self.error is None,
+            error=self.error,
+            results=self.results,
+            calls=self.calls,
+            duration_ms=duration_ms,
+            dry_run=self.dry_run,
+            _infos=self.compiled.infos,
+            _evaluated=self.evaluated,
+            _reached=self.reached,
+        )
+
+
+def _checked_call(value: Any) -> tuple[str, dict[str, Any]] | None:
+    """``None`` or ``(tool_name, params)`` from a rule's return value; :class:`_InvalidCall` otherwise."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise _InvalidCall(
+            f"returned {type(value).__name__}, expected None or {{'tool_name': str, 'params': dict}}"
+        )
+    if "tool_name" not in value:
+        raise _InvalidCall("returned dict has no 'tool_name'")
+    tool_name = value["tool_name"]
+    if not isinstance(tool_name, str) or not tool_name:
+        raise _InvalidCall(f"'tool_name' must be a non-empty string, got {tool_name!r}")
+    if "params" not in value:
+        raise _InvalidCall("returned dict has no 'params' (use {} for a tool without arguments)")
+    params = value["params"]
+    if not isinstance(params, dict):
+        raise _InvalidCall(f"'params' must be a dict, got {type(params).__name__}")
+    if len(value) != 2:
+        extra = ", ".join(sorted(repr(k) for k in value if k not in _CALL_KEYS))
+        raise _InvalidCall(f"returned dict has unexpected keys {extra} (only 'tool_name' and 'params')")
+    return tool_name, params
+
+
+def _tool_name(tool: Any) -> str:
+    if isinstance(tool, Mapping):
+        return str(tool.get("name", ""))
+    return str(getattr(tool, "name", ""))
+
+
+def _reason(exc: BaseException) -> str:
+    """A short readable reason: the message, the type name when it is empty."""
+    message = str(exc).strip()
+    # A KeyError's message is only the repr of the key: "'userId'" alone reads as nothing.
+    if isinstance(exc, KeyError) and message:
+        message = f"KeyError: {message}"
+    if not message:
+        message = type(exc).__name__
+    if len(message) > REASON_CHAR_LIMIT:
+        message = message[: REASON_CHAR_LIMIT - 1] + "…"
+    return message
+
+
+def _ms_since(t0: float) -> float:
+    return round((time.perf_counter() - t0) * 1000.0, 3)
+
+
+# --------------------------------------------------------------------------- the system block
+
+
+def render_results_block(results: Sequence[Mapping[str, Any]], *, max_chars: int = RESULT_CHAR_LIMIT) -> str:
+    """The ``확정 호출 결과`` block listing each call ("" when there are none)."""
+    if not results:
+        return ""
+    lines = [RESULTS_HEADER]
+    for n, item in enumerate(results, start=1):
+        lines.append(f"{n}. {item.get('rule')} ({item.get('mcp_id')} / {item.get('tool_name')})")
+        lines.append(f"   params: {_indent(_render_value(item.get('params'), max_chars))}")
+        lines.append(f"   result: {_indent(_render_value(item.get('result'), max_chars))}")
+    return "\n".join(lines)
+
+
+def inject_results(system_prompt: str, results: Sequence[Mapping[str, Any]]) -> str:
+    """``system_prompt`` with the results block appended; unchanged when there are no results."""
+    block = render_results_block(results)
+    if not block:
+        return system_prompt
+    if not system_prompt.strip():
+        return block
+    return f"{system_prompt.rstrip()}\n\n{block}"
+
+
+def _render_value(value: Any, max_chars: int) -> str:
+    # Strings are shown as they are (an MCP text result is often already JSON or prose);
+    # everything else as compact JSON, Korean kept readable.
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    if len(text) > max_chars:
+        omitted = len(text) - max_chars
+        text = f"{text[:max_chars]}… [truncated: {omitted} more characters]"
+    return text
+
+
+def _indent(text: str) -> str:
+    # Continuation lines of a multi-line result stay inside their item.
+    return text.replace("\n", "\n     ")

@@ -1,0 +1,105 @@
+"""Settings of the SDK (registry, LLM, trace) from ``LLAMON_*`` variables and `.env`.
+
+Secrets never live in settings by value except the two tokens (kept as ``SecretStr``): the
+LLM key is read from the environment variable *named* by ``llm_api_key_env``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+ENV_PREFIX = "LLAMON_"
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Never echo these fields' input in an error message: they are, or may be, secrets.
+_SECRET_FIELDS = frozenset({"registry_token", "trace_token", "llm_api_key_env"})
+
+
+class SettingsError(ValueError):
+    """Settings that do not validate; the message names each ``LLAMON_*`` variable and what is wrong."""
+
+
+def _check_http_url(value: str | None) -> str | None:
+    if value is None:
+        return None
+    value = value.strip()
+    if not value:
+        return None  # LLAMON_X= in a .env means "not set"
+    if not re.match(r"^https?://[^\s/]+", value):
+        raise ValueError(f"must be an http:// or https:// URL, like http://127.0.0.1:8000 (got {value!r})")
+    return value
+
+
+class Settings(BaseSettings):
+    """Registry, LLM and trace settings from ``LLAMON_*`` variables, `.env`, or keyword arguments."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_file=".env",
+        env_file_encoding="utf-8",
+        # A shared .env also holds DATABASE_URL, OPENAI_API_KEY, ...: not ours, not an error.
+        extra="ignore",
+        validate_default=True,
+    )
+
+    registry_url: str | None = None
+    registry_token: SecretStr | None = None
+    registry_file: Path | None = None
+    llm_provider: Literal["offline", "scripted", "openai-compatible"] = "offline"
+    llm_base_url: str | None = None
+    llm_model: str = "gpt-4o-mini"
+    llm_api_key_env: str = "OPENAI_API_KEY"
+    llm_timeout_s: float = Field(default=60, gt=0, le=3600)
+    trace_url: str | None = None
+    trace_token: SecretStr | None = None
+
+    def __init__(self, **values: Any) -> None:
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:
+            # pydantic's text names fields, not the variables people actually set; say both.
+            raise SettingsError(_readable(exc)) from exc
+
+    @field_validator("registry_url", "llm_base_url", "trace_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        return _check_http_url(value)
+
+    @field_validator("registry_file", mode="before")
+    @classmethod
+    def _empty_file_is_unset(cls, value: Any) -> Any:
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("llm_api_key_env")
+    @classmethod
+    def _is_a_variable_name(cls, value: str) -> str:
+        if not ENV_NAME_RE.match(value):
+            # The usual mistake is pasting the key itself here; the value is not repeated back.
+            raise ValueError(
+                "is the NAME of the environment variable that holds the API key (like OPENAI_API_KEY), "
+                "not the key itself"
+            )
+        return value
+
+    def llm_api_key(self) -> SecretStr | None:
+        """The LLM API key read from the variable named by ``llm_api_key_env`` (environment, then `.env`)."""
+        from llamon_agent.env import resolve_env_override
+
+        value = resolve_env_override(self.llm_api_key_env, "", source_file=os.getcwd())
+        return SecretStr(value) if value else None
+
+
+def _readable(exc: ValidationError) -> str:
+    lines = ["Invalid llamon settings:"]
+    for error in exc.errors(include_url=False):
+        field = str(error["loc"][0]) if error["loc"] else "?"
+        message = error["msg"].removeprefix("Value error, ")
+        if field not in _SECRET_FIELDS and error["type"] != "value_error" and "input" in error:
+            message += f" (got {error['input']!r})"
+        lines.append(f"  {ENV_PREFIX}{field.upper()} ({field}): {message}")
+    return "\n".join(lines)

@@ -1,0 +1,26 @@
+"""The Celery app: tasks ack late, no result backend (the database holds runs)."""
+
+from __future__ import annotations
+
+import os
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "llamon_web.settings")
+
+app = Celery("llamon_web")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.conf.update(
+    task_acks_late=True,
+    # A worker killed mid-task gives its message back; the run's conditional claim makes
+    # the redelivery a no-op for work that already started.
+    task_reject_on_worker_lost=True,
+    task_ignore_result=True,
+    result_backend=None,
+    worker_prefetch_multiplier=1,
+    broker_connection_retry_on_startup=True,
+    worker_hijack_root_logger=False,
+    task_serializer="json",
+    accept_content=["json"],
+)
+app.autodiscover_tasks()

@@ -1,0 +1,148 @@
+"""`make run`: set up the development database and run every service until Ctrl-C.
+
+The web server, one Celery worker, Celery beat and the HTTP demo MCP server run in ONE process
+group of their own; Ctrl-C (or SIGTERM) stops that whole group, grandchildren included (the
+runserver reloader's child, the worker's pool processes, stdio MCP children), and waits for it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError
+
+from llamon_web.health import check_broker, check_database
+from llamon_web.services import admin_ensure
+from rules.demo import DEMO_HTTP_PORT, demo_load
+
+STOP_GRACE_S = 10.0
+
+
+class Command(BaseCommand):
+    help = "Migrate, create the admin user, load the demo and run web + worker + beat + demo MCP server."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--host", default=os.environ.get("LLAMON_HOST", "127.0.0.1"))
+        parser.add_argument("--port", type=int, default=int(os.environ.get("LLAMON_PORT", "8000")))
+        parser.add_argument("--mcp-port", type=int, default=int(os.environ.get("LLAMON_DEMO_MCP_PORT", DEMO_HTTP_PORT)))
+        parser.add_argument("--no-reload", action="store_true", help="run the web server without autoreload")
+
+    def handle(self, *args, **options):
+        self._stop = False
+        for check in (check_database(), check_broker()):
+            if not check.ok:
+                raise CommandError(check.detail)
+        call_command("migrate", interactive=False, verbosity=0)
+        password_env = os.environ.get("LLAMON_ADMIN_PASSWORD") or None
+        user, password = admin_ensure(password=password_env)
+        demo_load(http_port=options["mcp_port"])
+
+        procs = self._start_services(options)
+        pgid = procs[0].pid
+        url = f"http://{options['host']}:{options['port']}/"
+        self.stdout.write("")
+        self.stdout.write(self.style.SUCCESS(f"llamon-web is running at {url}"))
+        if password and not password_env:
+            self.stdout.write(f"  login: {user.get_username()} / {password}   (generated now and shown once)")
+        elif password_env:
+            self.stdout.write(f"  login: {user.get_username()} / the password in LLAMON_ADMIN_PASSWORD")
+        else:
+            self.stdout.write(
+                f"  login: {user.get_username()} (password shown on the first run; "
+                "set LLAMON_ADMIN_PASSWORD to choose one)"
+            )
+        self.stdout.write(f"  broker: {'Redis ' + settings.REDIS_URL if settings.REDIS_URL else 'embedded (filesystem)'}")
+        self.stdout.write(f"  services: process group {pgid}; press Ctrl-C to stop them all")
+        self.stdout.flush()
+
+        signal.signal(signal.SIGINT, self._request_stop)
+        signal.signal(signal.SIGTERM, self._request_stop)
+        exit_code = 0
+        try:
+            while not self._stop:
+                for name, proc in zip(self._names, procs, strict=True):
+                    if proc.poll() is not None:
+                        self.stderr.write(f"{name} exited with status {proc.returncode}; stopping everything")
+                        self._stop = True
+                        exit_code = 1
+                time.sleep(0.2)
+        finally:
+            self._stop_group(pgid, procs)
+        if exit_code:
+            sys.exit(exit_code)
+
+    def _request_stop(self, signum: int, frame: object) -> None:
+        self._stop = True
+
+    def _start_services(self, options: dict) -> list[subprocess.Popen]:
+        python = sys.executable
+        base = Path(settings.BASE_DIR)
+        web = [python, str(base / "manage.py"), "runserver", f"{options['host']}:{options['port']}"]
+        if options["no_reload"]:
+            web.append("--noreload")
+        commands = {
+            "web": web,
+            "worker": [python, "-m", "celery", "-A", "llamon_web", "worker", "-l", "info", "--concurrency", "2"],
+            "beat": [
+                python, "-m", "celery", "-A", "llamon_web", "beat", "-l", "info",
+                "--schedule", settings.CELERY_BEAT_SCHEDULE_FILENAME,
+            ],
+            "demo-mcp": [
+                python, str(base / "examples" / "mcp_servers" / "order_service.py"),
+                "--http", "--host", "127.0.0.1", "--port", str(options["mcp_port"]),
+            ],
+        }  # fmt: skip
+        self._names = list(commands)
+        procs: list[subprocess.Popen] = []
+        for command in commands.values():
+            # The first service founds the group; the others join it.
+            group = 0 if not procs else procs[0].pid
+            procs.append(subprocess.Popen(command, cwd=base, process_group=group))
+        return procs
+
+    def _stop_group(self, pgid: int, procs: list[subprocess.Popen]) -> None:
+        self.stdout.write("stopping web, worker, beat and the demo MCP server ...")
+        _signal_group(pgid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_S
+        while time.monotonic() < deadline and _group_alive(pgid):
+            for proc in procs:
+                proc.poll()  # reap direct children so they don't linger as zombies
+            time.sleep(0.1)
+        if _group_alive(pgid):
+            self.stderr.write("some services did not stop in time; killing them")
+            _signal_group(pgid, signal.SIGKILL)
+        for proc in procs:
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        self.stdout.write("stopped.")
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _group_alive(pgid: int) -> bool:
+    """True while any process (zombies aside) is still in the group."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        # fields[0] is the state, fields[2] the process group id
+        if fields[2] == str(pgid) and fields[0] != "Z":
+            return True
+    return False

@@ -1,0 +1,78 @@
+"""Roles: viewer < editor < admin, as Django groups; superusers hold every role.
+
+Every page declares the role it needs with :func:`require_role`; the authorization-matrix
+test reads that declaration (``view.required_role``) and checks the real responses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import wraps
+from typing import Any, Literal
+
+from django.contrib.auth.models import AnonymousUser, Group
+from django.contrib.auth.views import redirect_to_login
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+
+Role = Literal["viewer", "editor", "admin"]
+ROLES: tuple[Role, ...] = ("viewer", "editor", "admin")
+PUBLIC = "public"
+
+
+def user_roles(user: Any) -> set[str]:
+    """The roles a user holds, higher roles implying the lower ones."""
+    if user is None or isinstance(user, AnonymousUser) or not user.is_authenticated or not user.is_active:
+        return set()
+    if user.is_superuser:
+        return set(ROLES)
+    cached = getattr(user, "_llamon_roles", None)
+    if cached is None:
+        names = set(user.groups.filter(name__in=ROLES).values_list("name", flat=True))
+        top = max((ROLES.index(n) for n in names), default=-1)
+        cached = set(ROLES[: top + 1])
+        user._llamon_roles = cached
+    return cached
+
+
+def has_role(user: Any, role: Role) -> bool:
+    """Whether the user holds ``role`` (or a higher one)."""
+    return role in user_roles(user)
+
+
+def role_set(*, user: Any, role: Role | None) -> None:
+    """Give a user exactly one role (None removes all); superuser status is left alone."""
+    groups = Group.objects.filter(name__in=ROLES)
+    user.groups.remove(*groups)
+    if role is not None:
+        group, _ = Group.objects.get_or_create(name=role)
+        user.groups.add(group)
+    if hasattr(user, "_llamon_roles"):
+        del user._llamon_roles
+
+
+def require_role(role: Role | Literal["public"]) -> Callable[[Callable[..., HttpResponse]], Callable[..., HttpResponse]]:
+    """View decorator: anonymous -> login page, authenticated without the role -> 403."""
+
+    def decorate(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+        if role == PUBLIC:
+            view.required_role = PUBLIC  # type: ignore[attr-defined]
+            return view
+
+        @wraps(view)
+        def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            if not request.user.is_authenticated:
+                return redirect_to_login(request.get_full_path())
+            if not has_role(request.user, role):
+                raise PermissionDenied(f"This page needs the {role} role.")
+            return view(request, *args, **kwargs)
+
+        wrapped.required_role = role  # type: ignore[attr-defined]
+        return wrapped
+
+    return decorate
+
+
+def roles_context(request: HttpRequest) -> dict[str, Any]:
+    """Template context: ``roles`` (a set) so templates show only what the user may use."""
+    return {"roles": user_roles(getattr(request, "user", None))}

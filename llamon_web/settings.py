@@ -1,0 +1,191 @@
+"""llamon-web settings: one file, every value from the environment (listed in .env.example).
+
+Environments differ only in their variables. ``LLAMON_ENV=dev`` (what ``make run`` uses) turns
+on DEBUG, generates a secret once into ``var/`` and allows loopback MCP servers; ``prod`` (the
+default, so nothing insecure happens by accident) requires ``SECRET_KEY``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from dotenv import load_dotenv
+
+from llamon_web.config import (
+    ConfigError,
+    database_config,
+    dev_secret_key,
+    env_bool,
+    env_choice,
+    env_int,
+    env_list,
+    env_str,
+    redis_url,
+)
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+# A local .env is a convenience for development; real environment variables win.
+load_dotenv(BASE_DIR / ".env", override=False)
+
+LLAMON_ENV = env_choice("LLAMON_ENV", "prod", ("dev", "prod"))
+DEV = LLAMON_ENV == "dev"
+VAR_DIR = Path(env_str("LLAMON_VAR_DIR") or BASE_DIR / "var").resolve()
+
+if DEV:
+    SECRET_KEY = env_str("SECRET_KEY") or dev_secret_key(VAR_DIR / "secret_key")
+else:
+    SECRET_KEY = env_str("SECRET_KEY")
+    if not SECRET_KEY:
+        raise ConfigError(
+            "SECRET_KEY is required when LLAMON_ENV=prod (set it, or use LLAMON_ENV=dev for development)"
+        )
+    if len(SECRET_KEY) < 50:
+        raise ConfigError("SECRET_KEY must be at least 50 characters in production")
+
+DEBUG = env_bool("DEBUG", DEV)
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"] if DEV else [])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+# MCP servers on loopback or private addresses: allowed in development only, unless set.
+LLAMON_ALLOW_PRIVATE_MCP = env_bool("LLAMON_ALLOW_PRIVATE_MCP", DEV)
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "django_htmx",
+    "template_partials",
+    "llamon_web",
+    "rules",
+    "agents",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "llamon_web.urls"
+WSGI_APPLICATION = "llamon_web.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "llamon_web.roles.roles_context",
+            ],
+        },
+    }
+]
+
+DATABASES = {"default": database_config(env_str("DATABASE_URL"), sqlite_default=VAR_DIR / "llamon.sqlite3")}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "home"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = env_str("TIME_ZONE", "UTC")
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = VAR_DIR / "staticfiles"
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # whitenoise warns about a missing folder
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"
+        if DEBUG
+        else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+    },
+}
+
+# --- Celery: Redis when REDIS_URL is set, else kombu's embedded filesystem broker under var/.
+REDIS_URL = redis_url("REDIS_URL")
+BROKER_DIR = VAR_DIR / "broker"
+if REDIS_URL:
+    CELERY_BROKER_URL = REDIS_URL
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT", 3600)}
+else:
+    for _folder in ("queue", "processed"):
+        (BROKER_DIR / _folder).mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_URL = "filesystem://"
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        # in and out must be the same folder; 0.1 s polling: ~46 ms enqueue->start (STACK-NOTES).
+        "data_folder_in": str(BROKER_DIR / "queue"),
+        "data_folder_out": str(BROKER_DIR / "queue"),
+        "processed_folder": str(BROKER_DIR / "processed"),
+        "store_processed": False,
+        "polling_interval": 0.1,
+    }
+CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+CELERY_WORKER_HEARTBEAT_S = env_int("LLAMON_WORKER_HEARTBEAT_S", 15, minimum=1)
+
+# --- Cache: per-process memory is enough (sessions live in the database).
+CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+
+# --- Security headers; `manage.py check --deploy` is clean with prod settings behind TLS.
+SESSION_COOKIE_HTTPONLY = True
+CSRF_COOKIE_HTTPONLY = False  # htmx reads the token from the page, not the cookie
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+if not DEV:
+    SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31536000, minimum=0)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    "loggers": {
+        "llamon_agent": {"level": "INFO"},
+        "httpx": {"level": "WARNING"},
+        "mcp": {"level": "WARNING"},
+    },
+}
+
+# --- LLM (used by agents; see llamon_agent.settings.Settings for the engine's own reading).
+LLAMON_LLM_PROVIDER = env_choice("LLAMON_LLM_PROVIDER", "offline", ("offline", "scripted", "openai-compatible"))
+LLAMON_LLM_BASE_URL = env_str("LLAMON_LLM_BASE_URL")
+LLAMON_LLM_MODEL = env_str("LLAMON_LLM_MODEL", "gpt-4o-mini")
+LLAMON_LLM_API_KEY_ENV = env_str("LLAMON_LLM_API_KEY_ENV", "OPENAI_API_KEY")
+
+# --- MCP: which stdio executables may be spawned (None = any; tests restrict it).
+LLAMON_STDIO_ALLOWED_DIRS: list[Path] | None = None
+
+CELERY_BEAT_SCHEDULE = {
+    "worker-ping": {"task": "agents.tasks.worker_ping", "schedule": float(CELERY_WORKER_HEARTBEAT_S)},
+}

@@ -1,0 +1,32 @@
+"""Test settings: the normal settings plus a shared SQLite file, short periods and a stdio allow-list.
+
+The test database is a *file* (``LLAMON_TEST_DB``) so that Celery worker processes started by
+the tests see the same rows. Worker processes get the same variables from the fixtures.
+"""
+
+import os
+import tempfile
+from pathlib import Path
+
+os.environ.setdefault("LLAMON_ENV", "dev")
+# The outer environment's Redis is never used by tests: workers and tests that need Redis get
+# the private redis-server of the test run through LLAMON_TEST_REDIS_URL.
+os.environ.pop("REDIS_URL", None)
+if os.environ.get("LLAMON_TEST_REDIS_URL"):
+    os.environ["REDIS_URL"] = os.environ["LLAMON_TEST_REDIS_URL"]
+_RUN_DIR = Path(os.environ.setdefault("LLAMON_VAR_DIR", tempfile.mkdtemp(prefix="llamon-test-")))
+os.environ.setdefault("LLAMON_TEST_DB", str(_RUN_DIR / "test.sqlite3"))
+
+from llamon_web.settings import *  # noqa: E402,F403
+from llamon_web.settings import BASE_DIR, DATABASES  # noqa: E402
+from llamon_web.config import sqlite_config  # noqa: E402
+
+_TEST_DB = Path(os.environ["LLAMON_TEST_DB"])
+DATABASES["default"] = sqlite_config(_TEST_DB)
+DATABASES["default"]["TEST"] = {"NAME": str(_TEST_DB)}
+
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast logins in tests
+LLAMON_ALLOW_PRIVATE_MCP = True
+# Under test, stdio servers may only run executables from examples/ and tests/servers/.
+LLAMON_STDIO_ALLOWED_DIRS = [BASE_DIR / "examples", BASE_DIR / "tests" / "servers"]
+CELERY_WORKER_HEARTBEAT_S = 1

@@ -1,0 +1,38 @@
+"""Site-wide pages: home and the health check."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import render
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET
+
+from agents.selectors import worker_live_list
+from llamon_web.health import check_broker, check_database
+from llamon_web.roles import require_role
+from rules.selectors import mcp_server_list
+
+
+@require_GET
+@require_role("viewer")
+def home(request: HttpRequest) -> HttpResponse:
+    """Dashboard: the servers, the services and where to go next."""
+    checks = [check_database(), check_broker()]
+    workers = worker_live_list(within_s=settings.CELERY_WORKER_HEARTBEAT_S * 3)
+    return render(
+        request,
+        "home.html",
+        {"checks": checks, "servers": mcp_server_list(), "workers": workers},
+    )
+
+
+@require_GET
+@never_cache
+@require_role("public")
+def healthz(request: HttpRequest) -> JsonResponse:
+    """Machine-readable health: 200 when the database and the broker work, else 503."""
+    checks = [check_database(), check_broker()]
+    ok = all(c.ok for c in checks)
+    body = {"status": "ok" if ok else "error", **{c.name: {"ok": c.ok, "detail": c.detail} for c in checks}}
+    return JsonResponse(body, status=200 if ok else 503)

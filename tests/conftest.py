@@ -1,0 +1,225 @@
+"""Shared fixtures: a real redis-server, real Celery workers and a real Chromium, all on 127.0.0.1.
+
+Nothing here skips: a missing redis-server or chromium fails the tests that need it with a
+message naming the apt package to install.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from hypothesis import settings as hypothesis_settings
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = "/usr/bin/chromium"
+
+# Bounded so that `make test` fits its budget; individual tests may ask for fewer or more.
+hypothesis_settings.register_profile("llamon", max_examples=100, deadline=None, print_blob=True)
+hypothesis_settings.load_profile("llamon")
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for_port(port: int, timeout_s: float = 20.0, proc: subprocess.Popen | None = None) -> None:
+    """Block until something accepts connections on 127.0.0.1:port."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"process exited with status {proc.returncode} before listening on {port}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"nothing listened on 127.0.0.1:{port} within {timeout_s} s")
+
+
+def require_executable(name: str, apt_package: str) -> str:
+    """The executable's path, or a test failure naming the apt package to install."""
+    path = shutil.which(name)
+    if path is None:
+        pytest.fail(f"{name} is not installed: run `apt-get install {apt_package}` (see .ci/run)", pytrace=False)
+    return path
+
+
+class OutputCollector:
+    """Drains a child's merged stdout/stderr so it never blocks, and lets tests wait for a line."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.lines: list[str] = []
+        self._cond = threading.Condition()
+        self._thread = threading.Thread(target=self._drain, args=(proc,), daemon=True)
+        self._thread.start()
+
+    def _drain(self, proc: subprocess.Popen) -> None:
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            with self._cond:
+                self.lines.append(raw.rstrip("\n"))
+                self._cond.notify_all()
+
+    def wait_for(self, needle: str, timeout_s: float = 60.0) -> str:
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while True:
+                for line in self.lines:
+                    if needle in line:
+                        return line
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    tail = "\n".join(self.lines[-40:])
+                    raise TimeoutError(f"{needle!r} did not appear within {timeout_s} s; last output:\n{tail}")
+                self._cond.wait(remaining)
+
+    def text(self) -> str:
+        with self._cond:
+            return "\n".join(self.lines)
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """A private redis-server on a free loopback port, without persistence; stopped at the end."""
+    exe = require_executable("redis-server", "redis-server")
+    port = free_port()
+    workdir = tempfile.mkdtemp(prefix="llamon-redis-")
+    proc = subprocess.Popen(
+        [exe, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no", "--dir", workdir],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for_port(port, proc=proc)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def worker_env(redis: str | None) -> dict[str, str]:
+    """The environment of a worker that shares this test run's database file and var folder."""
+    env = dict(os.environ)
+    env["DJANGO_SETTINGS_MODULE"] = "llamon_web.settings_test"
+    env.pop("REDIS_URL", None)
+    if redis:
+        env["LLAMON_TEST_REDIS_URL"] = redis
+    else:
+        env.pop("LLAMON_TEST_REDIS_URL", None)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+@contextmanager
+def celery_worker(redis: str | None, *, concurrency: int = 1) -> Iterator[tuple[subprocess.Popen, OutputCollector]]:
+    """A real prefork Celery worker process on Redis (``redis`` URL) or on the embedded broker."""
+    name = f"test-{uuid.uuid4().hex[:8]}@%h"
+    proc = subprocess.Popen(
+        [
+            sys.executable, "-m", "celery", "-A", "llamon_web", "worker", "-P", "prefork",
+            "-c", str(concurrency), "-l", "info", "-n", name,
+            "--without-gossip", "--without-mingle", "--without-heartbeat",
+        ],
+        cwd=ROOT,
+        env=worker_env(redis),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    output = OutputCollector(proc)
+    try:
+        output.wait_for("ready.", timeout_s=60)
+        yield proc, output
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, 9)
+                proc.wait(timeout=5)
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[object]:
+    """Debian's Chromium driven by Playwright (never a downloaded browser)."""
+    if not Path(CHROMIUM).exists():
+        pytest.fail("chromium is not installed: run `apt-get install chromium fonts-nanum` (see .ci/run)", pytrace=False)
+    # Playwright's sync API runs an event loop in this thread; Django's ORM calls from the
+    # test body are still synchronous and safe.
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        chromium = pw.chromium.launch(
+            executable_path=CHROMIUM,
+            args=[
+                "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+            ],
+        )  # fmt: skip
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+@pytest.fixture
+def page(browser, live_server) -> Iterator[object]:
+    """A fresh browser page; ``page.base_url`` is the live server's address."""
+    context = browser.new_context(base_url=live_server.url, viewport={"width": 1280, "height": 800}, locale="ko-KR")
+    context.set_default_timeout(15_000)
+    pg = context.new_page()
+    try:
+        yield pg
+    finally:
+        context.close()
+
+
+@pytest.fixture
+def make_user(django_user_model):
+    """``make_user("editor")`` -> a user holding exactly that role (None: no role), password 'pw'."""
+
+    def make(role: str | None, username: str | None = None):
+        from llamon_web.roles import role_set
+
+        user = django_user_model.objects.create_user(username=username or f"{role or 'norole'}-{uuid.uuid4().hex[:6]}", password="pw")
+        role_set(user=user, role=role)
+        return user
+
+    return make
+
+
+@pytest.fixture
+def admin_client(client, make_user):
+    client.force_login(make_user("admin"))
+    return client
+
+
+@pytest.fixture
+def editor_client(client, make_user):
+    client.force_login(make_user("editor"))
+    return client
+
+
+@pytest.fixture
+def viewer_client(client, make_user):
+    client.force_login(make_user("viewer"))
+    return client

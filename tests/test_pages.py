@@ -1,0 +1,56 @@
+from __future__ import annotations
+
+import pytest
+from django.core.management import call_command
+from django.urls import reverse
+
+pytestmark = pytest.mark.django_db
+
+
+def test_home_shows_services_and_demo_servers(viewer_client) -> None:
+    call_command("load_demo", verbosity=0)
+    response = viewer_client.get(reverse("home"))
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert "order-service" in html and "knowledge-base" in html
+    assert "database" in html and "broker" in html
+    assert 'hx-headers=\'{"x-csrftoken"' in html
+    assert "htmx" in html  # the script tag from django-htmx
+
+
+def test_healthz_reports_database_and_broker(client) -> None:
+    response = client.get(reverse("healthz"))
+    body = response.json()
+    assert response.status_code == 200
+    assert body["status"] == "ok"
+    assert body["database"]["ok"] and body["broker"]["ok"]
+    assert body["broker"]["detail"] == "embedded (filesystem)"
+
+
+def test_healthz_is_503_when_the_broker_is_unreachable(client, settings) -> None:
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"
+    response = client.get(reverse("healthz"))
+    assert response.status_code == 503
+    assert response.json()["broker"]["detail"].startswith("REDIS_URL: cannot reach Redis at 127.0.0.1:1")
+
+
+def test_login_with_a_wrong_password_says_so_and_stays_on_the_page(client, make_user) -> None:
+    user = make_user("viewer")
+    response = client.post(reverse("login"), {"username": user.username, "password": "wrong"})
+    assert response.status_code == 200
+    assert "didn't match" in response.content.decode()
+
+
+def test_logout_ends_the_session(viewer_client) -> None:
+    response = viewer_client.post(reverse("logout"))
+    assert response.status_code == 302
+    assert viewer_client.get(reverse("home")).status_code == 302
+
+
+def test_server_list_escapes_untrusted_text(viewer_client) -> None:
+    from rules.models import McpServer
+
+    McpServer.objects.create(mcp_id="evil", transport="http", url="http://127.0.0.1:1/<script>alert(1)</script>")
+    html = viewer_client.get(reverse("servers:list")).content.decode()
+    assert "<script>alert(1)</script>" not in html
+    assert "&lt;script&gt;" in html
