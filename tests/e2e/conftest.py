@@ -1,0 +1,31 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+
+
+@pytest.fixture
+def logged_in(page, make_user):
+    """Log a fresh user with the given role in through the real login form; returns the page."""
+
+    def login(role: str = "admin"):
+        user = make_user(role)
+        page.goto("/accounts/login/")
+        page.fill("#id_username", user.username)
+        page.fill("#id_password", "pw")
+        page.click("button[type=submit]")
+        page.wait_for_url(lambda url: "/accounts/login" not in url)
+        return page
+
+    return login
+
+
+def screenshot(page, name: str) -> Path:
+    """Keep a screenshot under docs/screenshots/ (the docs link to them)."""
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = SCREENSHOTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    return path

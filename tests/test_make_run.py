@@ -1,0 +1,80 @@
+"""`make run` (the README's first command) serves the product, and Ctrl-C stops every process of it."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import ROOT, OutputCollector, free_port, wait_for_port
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def _processes_in_group(pgid: int) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if fields[2] == str(pgid) and fields[0] != "Z":
+                pids.append(int(entry.name))
+    return pids
+
+
+def test_make_run_serves_the_logged_in_home_page_and_ctrl_c_stops_everything(tmp_path) -> None:
+    port, mcp_port = free_port(), free_port()
+    env = {k: v for k, v in os.environ.items() if k not in {"DJANGO_SETTINGS_MODULE", "REDIS_URL", "DATABASE_URL"}}
+    env.update(
+        LLAMON_VAR_DIR=str(tmp_path),
+        LLAMON_PORT=str(port),
+        LLAMON_DEMO_MCP_PORT=str(mcp_port),
+        LLAMON_ADMIN_PASSWORD="correct-horse-battery",
+        PYTHONUNBUFFERED="1",
+    )
+    # Its own session: make and devrun form the "terminal's" foreground group we send Ctrl-C to.
+    proc = subprocess.Popen(
+        ["make", "--no-print-directory", "run"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )  # fmt: skip
+    output = OutputCollector(proc)
+    services_pgid = None
+    try:
+        output.wait_for("llamon-web is running at", timeout_s=120)
+        services_pgid = int(re.search(r"process group (\d+)", output.wait_for("process group")).group(1))
+        assert "login: admin / the password in LLAMON_ADMIN_PASSWORD" in output.text()
+        wait_for_port(port, timeout_s=60)
+        wait_for_port(mcp_port, timeout_s=60)
+
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", follow_redirects=True, timeout=20) as web:
+            login = web.get("/accounts/login/")
+            token = web.cookies["csrftoken"]
+            assert login.status_code == 200
+            home = web.post(
+                "/accounts/login/",
+                data={"username": "admin", "password": "correct-horse-battery", "csrfmiddlewaretoken": token},
+            )
+            assert home.status_code == 200
+            assert str(home.url).rstrip("/") == f"http://127.0.0.1:{port}"
+            assert "Workbench" in home.text and "admin" in home.text
+            assert "order-service" in home.text
+            assert web.get("/healthz").json()["status"] == "ok"
+        assert len(_processes_in_group(services_pgid)) >= 4  # web, worker (+pool), beat, demo MCP
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in the terminal does
+        proc.wait(timeout=60)
+    deadline = time.monotonic() + 10
+    while services_pgid and _processes_in_group(services_pgid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert services_pgid is not None
+    assert _processes_in_group(services_pgid) == [], output.text()[-3000:]
+    assert _processes_in_group(proc.pid) == []
+    assert "stopped." in output.text()
