@@ -79,3 +79,97 @@ class AuditEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.actor_name or 'system'} {self.action} {self.object_type} {self.object_repr}"
+
+
+class RuleSet(models.Model):
+    """An ordered list of routing rules: the editable draft of what versions freeze."""
+
+    name = models.CharField(max_length=100, unique=True)
+    description = models.TextField(blank=True)
+    # Bumped by every change to the draft (rules added, edited, moved, removed) so that a
+    # stale editor cannot silently overwrite someone else's change.
+    revision = models.PositiveIntegerField(default=1)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Rule(models.Model):
+    """A routing rule stored as data: `when` and `params` are expressions (docs/expressions.md)."""
+
+    rule_set = models.ForeignKey(RuleSet, on_delete=models.CASCADE, related_name="rules")
+    name = models.CharField(max_length=100)
+    description = models.TextField(blank=True)
+    # The server's mcp_id, not a foreign key: a rule on a server that was removed or renamed
+    # must stay visible (and flagged) rather than vanish with it.
+    mcp_id = models.CharField(max_length=64, validators=[mcp_id_validator])
+    tool_name = models.CharField(max_length=200)
+    when = models.TextField()
+    params = models.TextField(default="{}")
+    stop = models.BooleanField(default=False)
+    enabled = models.BooleanField(default=True)
+    position = models.PositiveIntegerField(default=0)
+    revision = models.PositiveIntegerField(default=1)
+    updated_at = models.DateTimeField(auto_now=True)
+    updated_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+
+    class Meta:
+        ordering = ["position", "id"]
+        constraints = [models.UniqueConstraint(fields=["rule_set", "name"], name="rule_name_unique_in_set")]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class RuleSetVersion(models.Model):
+    """An immutable snapshot of a rule set made by *publish*."""
+
+    rule_set = models.ForeignKey(RuleSet, on_delete=models.CASCADE, related_name="versions")
+    number = models.PositiveIntegerField()
+    content = models.JSONField()
+    content_hash = models.CharField(max_length=64)
+    tool_schema_hash = models.CharField(max_length=64)
+    author = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    message = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-number"]
+        constraints = [models.UniqueConstraint(fields=["rule_set", "number"], name="version_number_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.rule_set.name} v{self.number}"
+
+    def save(self, *args, **kwargs) -> None:
+        if self.pk is not None:
+            raise ValueError("a published version is immutable")
+        super().save(*args, **kwargs)
+
+
+class TestCase(models.Model):
+    """A regression case: an input and what the pre-step must (not) do with it."""
+
+    __test__ = False  # not a pytest class
+
+    rule_set = models.ForeignKey(RuleSet, on_delete=models.CASCADE, related_name="cases")
+    name = models.CharField(max_length=200)
+    input = models.JSONField(help_text="{query, context, a2a_data, a2a_files}")
+    expected = models.JSONField(help_text="{must_fire: [...], must_not_fire: [...], error: str | null}")
+    last_outcome = models.JSONField(null=True, blank=True)
+    last_passed = models.BooleanField(null=True)
+    last_run_at = models.DateTimeField(null=True, blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name", "id"]
+        constraints = [models.UniqueConstraint(fields=["rule_set", "name"], name="case_name_unique_in_set")]
+
+    def __str__(self) -> str:
+        return self.name

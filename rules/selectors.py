@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from django.db.models import QuerySet
+from typing import Any
+
+from django.db.models import Count, Max, QuerySet
 
 from llamon_agent.mcp.spec import McpServerSpec
-from rules.models import McpServer
+from rules.models import AuditEvent, McpServer, Rule, RuleSet, RuleSetVersion
 
 
 def mcp_server_list() -> QuerySet[McpServer]:
@@ -25,3 +27,68 @@ def mcp_server_spec(*, server: McpServer) -> McpServerSpec:
         headers=list(server.header_names),
         timeout_s=server.timeout_s,
     )
+
+
+# --- Rule sets ---------------------------------------------------------------------------------
+
+
+def rule_set_list() -> QuerySet[RuleSet]:
+    """Every rule set with its rule count and latest version number."""
+    return RuleSet.objects.annotate(
+        rule_count=Count("rules", distinct=True), latest_version=Max("versions__number")
+    ).order_by("name")
+
+
+def rule_list(*, rule_set: RuleSet) -> QuerySet[Rule]:
+    """The draft's rules in evaluation order."""
+    return rule_set.rules.order_by("position", "id")
+
+
+def version_list(*, rule_set: RuleSet) -> QuerySet[RuleSetVersion]:
+    return rule_set.versions.select_related("author").order_by("-number")
+
+
+def version_diff(*, old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rule-by-rule differences between two snapshots: added, removed, changed fields, moved."""
+    old_by_name = {r["name"]: (i, r) for i, r in enumerate(old)}
+    new_by_name = {r["name"]: (i, r) for i, r in enumerate(new)}
+    rows: list[dict[str, Any]] = []
+    for name, (position, rule) in new_by_name.items():
+        if name not in old_by_name:
+            rows.append({"name": name, "change": "added", "position": position + 1, "after": rule})
+            continue
+        old_position, old_rule = old_by_name[name]
+        fields = [
+            {"field": f, "before": old_rule.get(f), "after": rule.get(f)}
+            for f in rule
+            if rule.get(f) != old_rule.get(f)
+        ]
+        if fields or old_position != position:
+            rows.append({
+                "name": name, "change": "changed" if fields else "moved", "fields": fields,
+                "position": position + 1, "old_position": old_position + 1,
+            })  # fmt: skip
+    for name, (position, rule) in old_by_name.items():
+        if name not in new_by_name:
+            rows.append({"name": name, "change": "removed", "old_position": position + 1, "before": rule})
+    return sorted(rows, key=lambda r: (r.get("position") or r.get("old_position") or 0, r["name"]))
+
+
+def audit_list(
+    *, actor: str = "", object_type: str = "", action: str = "", since=None, until=None, query: str = ""
+) -> QuerySet[AuditEvent]:
+    """Audit events, newest first, filtered by any of actor name, object type, action, time, text."""
+    events = AuditEvent.objects.all()
+    if actor:
+        events = events.filter(actor_name=actor)
+    if object_type:
+        events = events.filter(object_type=object_type)
+    if action:
+        events = events.filter(action__startswith=action)
+    if since:
+        events = events.filter(created_at__gte=since)
+    if until:
+        events = events.filter(created_at__lte=until)
+    if query:
+        events = events.filter(object_repr__icontains=query)
+    return events.order_by("-created_at", "-id")

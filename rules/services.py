@@ -5,9 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Model
+from django.db.models import F, Max, Model
+from django.utils import timezone
 
-from rules.models import AuditEvent, McpServer
+from llamon_agent.mcp.spec import MCP_ID_RE
+from rules.errors import STALE_MESSAGE, RuleError, StaleEditError
+from rules.models import AuditEvent, McpServer, Rule, RuleSet, RuleSetVersion
 
 MCP_SERVER_FIELDS = (
     "mcp_id",
@@ -65,7 +68,9 @@ def mcp_server_upsert(*, actor: Any, mcp_id: str, **fields: Any) -> tuple[McpSer
         server = McpServer(mcp_id=mcp_id, **fields)
         server.full_clean()
         server.save()
-        audit_record(actor=actor, action="mcp_server.create", obj=server, after=snapshot(server, MCP_SERVER_FIELDS))
+        audit_record(
+            actor=actor, action="mcp_server.create", obj=server, after=snapshot(server, MCP_SERVER_FIELDS)
+        )
         return server, True
     before = snapshot(server, MCP_SERVER_FIELDS)
     for name, value in fields.items():
@@ -76,3 +81,241 @@ def mcp_server_upsert(*, actor: Any, mcp_id: str, **fields: Any) -> tuple[McpSer
         server.save()
         audit_record(actor=actor, action="mcp_server.update", obj=server, before=before, after=after)
     return server, False
+
+
+# --- Rule sets and rules -------------------------------------------------------------------
+
+RULE_FIELDS = ("name", "description", "mcp_id", "tool_name", "when", "params", "stop", "enabled", "position")
+
+
+def _rule_validate(
+    *,
+    rule_set: RuleSet,
+    name: str,
+    mcp_id: str,
+    tool_name: str,
+    when: str,
+    params: str,
+    exclude_pk: int | None = None,
+) -> None:
+    """Check a rule before saving: name, server id and both expressions (compiled, not run)."""
+    from llamon_agent.expr import ExprError, check_rule_name, compile_params, compile_when
+
+    try:
+        check_rule_name(name)
+    except ExprError as exc:
+        raise RuleError(f"Name: {exc.reason}", field="name") from None
+    if rule_set.rules.filter(name=name).exclude(pk=exclude_pk).exists():
+        raise RuleError(
+            f"A rule named {name!r} already exists in this rule set; pick another name.", field="name"
+        )
+    if not MCP_ID_RE.match(mcp_id or ""):
+        raise RuleError("Choose the MCP server the rule calls.", field="mcp_id")
+    if not tool_name or len(tool_name) > 200:
+        raise RuleError("Choose the tool the rule calls.", field="tool_name")
+    for field_name, source, compiler in (("when", when, compile_when), ("params", params, compile_params)):
+        try:
+            compiler(source)
+        except ExprError as exc:
+            raise RuleError(f"{field_name}: {exc}", field=field_name) from None
+
+
+def _check_revision(*, what: str, current: int, expected: int | None, who: str) -> None:
+    if expected is not None and expected != current:
+        raise StaleEditError(STALE_MESSAGE.format(what=what, who=who, theirs=current, yours=expected))
+
+
+def _bump(rule_set: RuleSet) -> None:
+    RuleSet.objects.filter(pk=rule_set.pk).update(revision=F("revision") + 1, updated_at=timezone.now())
+    rule_set.refresh_from_db(fields=["revision", "updated_at"])
+
+
+@transaction.atomic
+def rule_set_create(*, actor: Any, name: str, description: str = "") -> RuleSet:
+    """Create an empty rule set (names are unique)."""
+    name = name.strip()
+    if not name:
+        raise RuleError("Give the rule set a name.", field="name")
+    if RuleSet.objects.filter(name=name).exists():
+        raise RuleError(f"A rule set named {name!r} already exists.", field="name")
+    rule_set = RuleSet.objects.create(name=name, description=description, created_by=_user(actor))
+    audit_record(
+        actor=actor, action="rule_set.create", obj=rule_set, after={"name": name, "description": description}
+    )
+    return rule_set
+
+
+@transaction.atomic
+def rule_create(
+    *,
+    actor: Any,
+    rule_set: RuleSet,
+    name: str,
+    mcp_id: str,
+    tool_name: str,
+    when: str,
+    params: str = "{}",
+    description: str = "",
+    stop: bool = False,
+    enabled: bool = True,
+) -> Rule:
+    """Append a rule to the draft after validating its name and expressions."""
+    rule_set = RuleSet.objects.select_for_update().get(pk=rule_set.pk)
+    _rule_validate(rule_set=rule_set, name=name, mcp_id=mcp_id, tool_name=tool_name, when=when, params=params)
+    position = (rule_set.rules.aggregate(m=Max("position"))["m"] or 0) + 1
+    rule = Rule.objects.create(
+        rule_set=rule_set, name=name, description=description, mcp_id=mcp_id, tool_name=tool_name,
+        when=when, params=params, stop=stop, enabled=enabled, position=position, updated_by=_user(actor),
+    )  # fmt: skip
+    _bump(rule_set)
+    audit_record(actor=actor, action="rule.create", obj=rule, after=snapshot(rule, RULE_FIELDS))
+    return rule
+
+
+@transaction.atomic
+def rule_update(*, actor: Any, rule: Rule, revision: int | None, **fields: Any) -> Rule:
+    """Save an edited rule; refused with StaleEditError when ``revision`` is not the current one."""
+    current = Rule.objects.select_for_update().get(pk=rule.pk)
+    _check_revision(
+        what=f"Rule {current.name!r}", current=current.revision, expected=revision,
+        who=current.updated_by.get_username() if current.updated_by else "someone else",
+    )  # fmt: skip
+    before = snapshot(current, RULE_FIELDS)
+    for name, value in fields.items():
+        if name not in RULE_FIELDS or name == "position":
+            raise TypeError(f"rule_update() got an unexpected field {name!r}")
+        setattr(current, name, value)
+    _rule_validate(
+        rule_set=current.rule_set, name=current.name, mcp_id=current.mcp_id, tool_name=current.tool_name,
+        when=current.when, params=current.params, exclude_pk=current.pk,
+    )  # fmt: skip
+    after = snapshot(current, RULE_FIELDS)
+    if after == before:
+        return current
+    current.revision += 1
+    current.updated_by = _user(actor)
+    current.save()
+    _bump(current.rule_set)
+    audit_record(actor=actor, action="rule.update", obj=current, before=before, after=after)
+    return current
+
+
+@transaction.atomic
+def rule_delete(*, actor: Any, rule: Rule) -> None:
+    """Remove a rule from the draft."""
+    before = snapshot(rule, RULE_FIELDS)
+    rule_set = rule.rule_set
+    audit_record(actor=actor, action="rule.delete", obj=rule, before=before)
+    rule.delete()
+    _bump(rule_set)
+
+
+@transaction.atomic
+def rule_set_reorder(*, actor: Any, rule_set: RuleSet, order: list[int], revision: int | None) -> RuleSet:
+    """Put the draft's rules in the given order of rule ids (all of them, each once)."""
+    rule_set = RuleSet.objects.select_for_update().get(pk=rule_set.pk)
+    _check_revision(
+        what=f"Rule set {rule_set.name!r}", current=rule_set.revision, expected=revision, who="someone else"
+    )
+    rules = {r.pk: r for r in rule_set.rules.all()}
+    if sorted(order) != sorted(rules) or len(set(order)) != len(order):
+        raise RuleError("The new order must list every rule of the set exactly once; reload and try again.")
+    before = [rules[pk].name for pk in sorted(rules, key=lambda pk: rules[pk].position)]
+    for position, pk in enumerate(order, start=1):
+        rules[pk].position = position
+    Rule.objects.bulk_update(rules.values(), ["position"])
+    _bump(rule_set)
+    audit_record(
+        actor=actor,
+        action="rule_set.reorder",
+        obj=rule_set,
+        before={"order": before},
+        after={"order": [rules[pk].name for pk in order]},
+    )
+    return rule_set
+
+
+def rule_move(*, actor: Any, rule: Rule, direction: str, revision: int | None) -> RuleSet:
+    """Move one rule up or down by one place (the no-JavaScript reorder)."""
+    ids = list(rule.rule_set.rules.order_by("position", "id").values_list("pk", flat=True))
+    index = ids.index(rule.pk)
+    target = index - 1 if direction == "up" else index + 1
+    if direction not in {"up", "down"}:
+        raise RuleError("direction must be 'up' or 'down'")
+    if 0 <= target < len(ids):
+        ids[index], ids[target] = ids[target], ids[index]
+    return rule_set_reorder(actor=actor, rule_set=rule.rule_set, order=ids, revision=revision)
+
+
+def _user(actor: Any) -> Any:
+    return actor if getattr(actor, "is_authenticated", False) else None
+
+
+# --- Versions ---------------------------------------------------------------------------------
+
+
+@transaction.atomic
+def rule_set_publish(
+    *, actor: Any, rule_set: RuleSet, message: str = "", revision: int | None = None
+) -> RuleSetVersion:
+    """Freeze the draft into the next immutable version (refused when nothing changed since the last)."""
+    from rules.engine import rule_set_snapshot, servers_by_id, sha256, snapshot_mcp_ids, tool_schema_hash
+
+    rule_set = RuleSet.objects.select_for_update().get(pk=rule_set.pk)
+    _check_revision(
+        what=f"Rule set {rule_set.name!r}", current=rule_set.revision, expected=revision, who="someone else"
+    )
+    content = rule_set_snapshot(rule_set)
+    if not content:
+        raise RuleError("An empty rule set cannot be published: add a rule first.")
+    content_hash = sha256(content)
+    latest = rule_set.versions.order_by("-number").first()
+    if latest is not None and latest.content_hash == content_hash:
+        raise RuleError(f"Nothing changed since v{latest.number}: the draft has the same content.")
+    servers = servers_by_id(snapshot_mcp_ids(content)).values()
+    version = RuleSetVersion.objects.create(
+        rule_set=rule_set,
+        number=(latest.number + 1) if latest else 1,
+        content=content,
+        content_hash=content_hash,
+        tool_schema_hash=tool_schema_hash(servers),
+        author=_user(actor),
+        message=message.strip(),
+    )
+    audit_record(
+        actor=actor,
+        action="rule_set.publish",
+        obj=rule_set,
+        after={"version": version.number, "content_hash": content_hash, "message": version.message},
+    )
+    return version
+
+
+@transaction.atomic
+def rule_set_restore(
+    *, actor: Any, rule_set: RuleSet, version: RuleSetVersion, revision: int | None = None
+) -> RuleSet:
+    """Replace the draft's rules with a version's content (the version itself is unchanged)."""
+    from rules.engine import rule_set_snapshot
+
+    rule_set = RuleSet.objects.select_for_update().get(pk=rule_set.pk)
+    if version.rule_set_id != rule_set.pk:
+        raise RuleError("That version belongs to another rule set.")
+    _check_revision(
+        what=f"Rule set {rule_set.name!r}", current=rule_set.revision, expected=revision, who="someone else"
+    )
+    before = rule_set_snapshot(rule_set)
+    rule_set.rules.all().delete()
+    Rule.objects.bulk_create(
+        Rule(rule_set=rule_set, position=i, updated_by=_user(actor), **{k: r[k] for k in r})
+        for i, r in enumerate(version.content, start=1)
+    )
+    _bump(rule_set)
+    audit_record(
+        actor=actor,
+        action="rule_set.restore",
+        obj=rule_set,
+        before={"rules": before},
+        after={"restored_version": version.number, "rules": version.content},
+    )
+    return rule_set

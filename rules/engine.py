@@ -1,0 +1,164 @@
+"""Where rule sets meet llamon_agent: models become engine types, outcomes come back as dicts.
+
+Nothing here writes to the database; services and selectors call these functions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import jsonschema
+
+from llamon_agent.expr import expression_rule
+from llamon_agent.prestep import (
+    PrestepOutcome,
+    RuleStatus,
+    StaticToolBackend,
+    compile_rules,
+    render_results_block,
+    run_prestep,
+)
+from llamon_agent.tools import AgentRequest, ToolInfo
+from rules.models import McpServer, RuleSet
+
+SNAPSHOT_FIELDS = ("name", "description", "mcp_id", "tool_name", "when", "params", "stop", "enabled")
+DRY_RUN_RESULT = "(dry run: not called)"
+
+
+def canonical_json(value: Any) -> str:
+    """JSON with sorted keys and no whitespace: the input of every content hash."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def sha256(value: Any) -> str:
+    return hashlib.sha256(canonical_json(value).encode()).hexdigest()
+
+
+def rule_set_snapshot(rule_set: RuleSet) -> list[dict[str, Any]]:
+    """The draft's rules in order, as plain data (what a version freezes)."""
+    return [
+        {f: getattr(rule, f) for f in SNAPSHOT_FIELDS} for rule in rule_set.rules.order_by("position", "id")
+    ]
+
+
+def snapshot_mcp_ids(snapshot: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The servers the enabled rules use, in first-use order."""
+    return list(dict.fromkeys(r["mcp_id"] for r in snapshot if r.get("enabled", True)))
+
+
+def tool_schema_hash(servers: Iterable[McpServer]) -> str:
+    """A hash of the tool lists (names and input schemas) of the given servers."""
+    return sha256(
+        {s.mcp_id: sorted((t["name"], t.get("input_schema", {})) for t in s.tools) for s in servers}
+    )
+
+
+def tools_hash(tools: Sequence[Mapping[str, Any]]) -> str:
+    """A hash of one server's tool list."""
+    return sha256(sorted((t["name"], t.get("description", ""), t.get("input_schema", {})) for t in tools))
+
+
+def compile_snapshot(snapshot: Sequence[Mapping[str, Any]], *, use_index: bool = True):
+    """Compile the enabled rules of a snapshot into the engine's CompiledRules."""
+    rules = [
+        expression_rule(
+            name=r["name"], mcp_id=r["mcp_id"], tool_name=r["tool_name"],
+            when=r["when"], params=r["params"], stop=r["stop"],
+        )
+        for r in snapshot
+        if r.get("enabled", True)
+    ]  # fmt: skip
+    return compile_rules(rules, use_index=use_index)
+
+
+def servers_by_id(mcp_ids: Iterable[str]) -> dict[str, McpServer]:
+    return {s.mcp_id: s for s in McpServer.objects.filter(mcp_id__in=list(mcp_ids))}
+
+
+def dry_backend(servers: Mapping[str, McpServer]) -> StaticToolBackend:
+    """Tools from the database; disabled or unknown servers are not bound (the contract's first row)."""
+    return StaticToolBackend(
+        {
+            mcp_id: [
+                ToolInfo(t["name"], t.get("description", ""), t.get("input_schema", {})) for t in server.tools
+            ]
+            for mcp_id, server in servers.items()
+            if server.enabled
+        }
+    )
+
+
+@dataclass
+class Evaluation:
+    """A pre-step outcome plus what the workbench adds: per-call schema checks and the LLM block."""
+
+    outcome: PrestepOutcome
+    schema_errors: dict[str, list[str]]
+    block: str
+
+    def to_json(self) -> dict[str, Any]:
+        data = self.outcome.to_json()
+        data["schema_errors"] = self.schema_errors
+        data["block"] = self.block
+        return data
+
+
+def evaluate(
+    snapshot: Sequence[Mapping[str, Any]],
+    request: AgentRequest,
+    *,
+    servers: Mapping[str, McpServer] | None = None,
+    backend: Any = None,
+    dry_run: bool = True,
+) -> Evaluation:
+    """Run the pre-step of a snapshot on one request; dry run by default (nothing is called)."""
+    servers = servers if servers is not None else servers_by_id(snapshot_mcp_ids(snapshot))
+    compiled = compile_snapshot(snapshot)
+    outcome = run_prestep(compiled, request, backend=backend or dry_backend(servers), dry_run=dry_run)
+    schema_errors = {
+        rec.rule: errors
+        for rec in outcome.records
+        if rec.status is RuleStatus.FIRED
+        and (errors := params_schema_errors(servers.get(rec.mcp_id), rec.tool_name, rec.params))
+    }
+    if dry_run:
+        would = [
+            {
+                "rule": r.rule,
+                "mcp_id": r.mcp_id,
+                "tool_name": r.tool_name,
+                "params": r.params,
+                "result": DRY_RUN_RESULT,
+            }
+            for r in outcome.fired
+        ]
+        block = render_results_block(would)
+    else:
+        block = outcome.system_block()
+    return Evaluation(outcome=outcome, schema_errors=schema_errors, block=block)
+
+
+def params_schema_errors(server: McpServer | None, tool_name: str | None, params: Any) -> list[str]:
+    """Why ``params`` does not fit the tool's input schema (empty when it does or no schema is known)."""
+    if server is None or tool_name is None:
+        return []
+    tool = next((t for t in server.tools if t["name"] == tool_name), None)
+    schema = (tool or {}).get("input_schema") or {}
+    if not schema:
+        return []
+    validator_cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    try:
+        validator_cls.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        return [f"the tool's input schema is itself invalid: {exc.message}"]
+    errors = sorted(validator_cls(schema).iter_errors(params), key=lambda e: list(e.absolute_path))
+    return [_schema_message(e) for e in errors[:20]]
+
+
+def _schema_message(error: jsonschema.ValidationError) -> str:
+    where = "/".join(str(p) for p in error.absolute_path)
+    return f"{where}: {error.message}" if where else error.message
