@@ -162,3 +162,52 @@ def params_schema_errors(server: McpServer | None, tool_name: str | None, params
 def _schema_message(error: jsonschema.ValidationError) -> str:
     where = "/".join(str(p) for p in error.absolute_path)
     return f"{where}: {error.message}" if where else error.message
+
+
+def live_backend(servers: Mapping[str, McpServer]) -> Any:
+    """A backend that really calls the tools, over the process's pooled sessions (enabled servers only)."""
+    from llamon_agent.mcp import PoolToolBackend
+    from rules.pool import pool_for_server, web_pool
+
+    bound = [mcp_id for mcp_id, server in servers.items() if server.enabled]
+    for mcp_id in bound:
+        pool_for_server(servers[mcp_id])
+    return PoolToolBackend(web_pool(), bound)
+
+
+def apply_draft_edit(
+    snapshot: list[dict[str, Any]], edit: Mapping[str, Any], *, original_name: str | None
+) -> list[dict[str, Any]]:
+    """The snapshot with one rule replaced by its unsaved edit (or the edit appended when new)."""
+    edited = {f: edit.get(f, "" if f not in {"stop", "enabled"} else False) for f in SNAPSHOT_FIELDS}
+    out = [dict(r) for r in snapshot]
+    for i, rule in enumerate(out):
+        if original_name and rule["name"] == original_name:
+            out[i] = edited
+            return out
+    out.append(edited)
+    return out
+
+
+def params_skeleton(tool: Mapping[str, Any] | None) -> str:
+    """A params expression with the tool's required fields, each with a placeholder of its type."""
+    if not tool:
+        return "{}"
+    schema = tool.get("input_schema") or {}
+    props = schema.get("properties") or {}
+    placeholders = {
+        "string": "query",
+        "integer": "0",
+        "number": "0",
+        "boolean": "False",
+        "array": "[]",
+        "object": "{}",
+    }
+    parts = []
+    for name in schema.get("required") or []:
+        kind = (props.get(name) or {}).get("type", "string")
+        value = placeholders.get(kind if isinstance(kind, str) else "string", "None")
+        if kind == "string" and name not in {"query", "q", "text"}:
+            value = f"context.get({json.dumps(name)})"
+        parts.append(f"{json.dumps(name, ensure_ascii=False)}: {value}")
+    return "{" + ", ".join(parts) + "}"

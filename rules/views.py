@@ -1,17 +1,404 @@
-"""Pages for MCP servers and rule sets. Views authorize, validate, call one service or selector, render."""
+"""Pages of the rule workbench. Views authorize, validate, call one service or selector, render."""
 
 from __future__ import annotations
 
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
-from django.views.decorators.http import require_GET
+import json
 
-from llamon_web.roles import require_role
-from rules.selectors import mcp_server_list
+from django.contrib import messages
+from django.core.paginator import Paginator
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
+from django_htmx.http import HttpResponseClientRedirect, trigger_client_event
+from django_htmx.middleware import HtmxDetails
+
+from llamon_web.roles import has_role, require_role
+from rules import engine, selectors, services
+from rules.checks import rule_set_problems
+from rules.errors import RuleError, StaleEditError
+from rules.forms import AuditFilterForm, PublishForm, RuleForm, RuleSetForm, TesterForm
+from rules.models import Rule, RuleSet, RuleSetVersion
+
+
+class HtmxHttpRequest(HttpRequest):
+    htmx: HtmxDetails
+
+
+# --- Rule sets ----------------------------------------------------------------------------------
 
 
 @require_GET
 @require_role("viewer")
-def server_list(request: HttpRequest) -> HttpResponse:
-    """The registered MCP servers with their health and tools."""
-    return render(request, "rules/server_list.html", {"servers": mcp_server_list()})
+def rule_set_list(request: HtmxHttpRequest) -> HttpResponse:
+    """All rule sets, and a form to start one (editors)."""
+    return render(
+        request, "rules/rule_set_list.html", {"rule_sets": selectors.rule_set_list(), "form": RuleSetForm()}
+    )
+
+
+@require_POST
+@require_role("editor")
+def rule_set_create(request: HtmxHttpRequest) -> HttpResponse:
+    """Create an empty rule set and open its editor."""
+    form = RuleSetForm(request.POST)
+    if form.is_valid():
+        try:
+            rule_set = services.rule_set_create(actor=request.user, **form.cleaned_data)
+        except RuleError as exc:
+            form.add_error(exc.field if exc.field in form.fields else None, exc.message)
+        else:
+            return redirect("rules:editor", pk=rule_set.pk)
+    return render(
+        request,
+        "rules/rule_set_list.html",
+        {"rule_sets": selectors.rule_set_list(), "form": form},
+        status=400,
+    )
+
+
+def _editor_context(
+    request: HttpRequest,
+    rule_set: RuleSet,
+    *,
+    rule_form: RuleForm | None = None,
+    selected: Rule | None = None,
+    tester: TesterForm | None = None,
+) -> dict:
+    rules = list(selectors.rule_list(rule_set=rule_set))
+    snapshot = engine.rule_set_snapshot(rule_set)
+    servers = {s.mcp_id: s for s in selectors.mcp_server_list()}
+    problems = rule_set_problems(snapshot, servers)
+    for rule in rules:
+        rule.problems = problems.get(rule.name, [])
+    if rule_form is None:
+        if selected is not None:
+            rule_form = RuleForm(
+                prefix="rule",
+                initial={
+                    **{f: getattr(selected, f) for f in engine.SNAPSHOT_FIELDS},
+                    "revision": selected.revision,
+                },
+            )
+        else:
+            first_server = next(iter(servers), "")
+            rule_form = RuleForm(
+                prefix="rule", initial={"mcp_id": first_server, "enabled": True, "params": "{}"}
+            )
+    chosen_server = servers.get(rule_form["mcp_id"].value() or "")
+    chosen_tool = next(
+        (
+            t
+            for t in (chosen_server.tools if chosen_server else [])
+            if t["name"] == rule_form["tool_name"].value()
+        ),
+        None,
+    )
+    return {
+        "rule_set": rule_set,
+        "rules": rules,
+        "problem_count": sum(len(p) for p in problems.values()),
+        "selected": selected,
+        "rule_form": rule_form,
+        "servers": servers.values(),
+        "chosen_server": chosen_server,
+        "chosen_tool": chosen_tool,
+        "tester": tester or TesterForm(prefix="t"),
+        "can_edit": has_role(request.user, "editor"),
+        "latest_version": rule_set.versions.order_by("-number").first(),
+        "case_count": rule_set.cases.count(),
+        "publish_form": PublishForm(initial={"revision": rule_set.revision}),
+    }
+
+
+@require_GET
+@require_role("viewer")
+def rule_set_editor(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """The editor: ordered rules, the edit panel (?rule=<id> or a new rule) and the live tester."""
+    rule_set = get_object_or_404(RuleSet, pk=pk)
+    selected = None
+    if request.GET.get("rule"):
+        selected = rule_set.rules.filter(pk=request.GET["rule"]).first()
+        if selected is None:
+            raise Http404("No such rule in this rule set.")
+    return render(
+        request, "rules/rule_set_editor.html", _editor_context(request, rule_set, selected=selected)
+    )
+
+
+@require_POST
+@require_role("editor")
+def rule_save(request: HtmxHttpRequest, pk: int, rule_pk: int | None = None) -> HttpResponse:
+    """Create or update one rule; on any refusal the editor comes back with the input kept."""
+    rule_set = get_object_or_404(RuleSet, pk=pk)
+    rule = get_object_or_404(Rule, pk=rule_pk, rule_set=rule_set) if rule_pk else None
+    form = RuleForm(request.POST, prefix="rule")
+    status = 400
+    if form.is_valid():
+        data = {k: v for k, v in form.cleaned_data.items() if k != "revision"}
+        try:
+            if rule is None:
+                saved = services.rule_create(actor=request.user, rule_set=rule_set, **data)
+            else:
+                saved = services.rule_update(
+                    actor=request.user, rule=rule, revision=form.cleaned_data["revision"], **data
+                )
+        except StaleEditError as exc:
+            messages.error(request, exc.message)
+            status = 409
+        except RuleError as exc:
+            form.add_error(exc.field if exc.field in form.fields else None, exc.message)
+        else:
+            messages.success(request, f"Saved rule {saved.name}.")
+            _report_suite_changes(request, rule_set)
+            return redirect(f"{reverse('rules:editor', args=[rule_set.pk])}?rule={saved.pk}")
+    context = _editor_context(request, rule_set, rule_form=form, selected=rule)
+    return render(request, "rules/rule_set_editor.html", context, status=status)
+
+
+def _report_suite_changes(request: HttpRequest, rule_set: RuleSet) -> None:
+    """After a save the regression suite runs again; say which cases changed outcome."""
+    if not rule_set.cases.exists():
+        return
+    from rules.cases import suite_run
+
+    suite = suite_run(rule_set=rule_set)
+    if suite.changed:
+        names = ", ".join(f"{r.case.name} now {'passes' if r.passed else 'fails'}" for r in suite.changed)
+        messages.warning(request, f"Test cases that changed outcome: {names}.")
+    else:
+        messages.info(request, f"Test cases: {suite.passed} of {suite.total} pass; none changed outcome.")
+
+
+@require_POST
+@require_role("editor")
+def rule_delete(request: HtmxHttpRequest, pk: int, rule_pk: int) -> HttpResponse:
+    rule = get_object_or_404(Rule, pk=rule_pk, rule_set_id=pk)
+    services.rule_delete(actor=request.user, rule=rule)
+    messages.success(request, f"Deleted rule {rule.name}.")
+    return redirect("rules:editor", pk=pk)
+
+
+@require_POST
+@require_role("editor")
+def rule_toggle(request: HtmxHttpRequest, pk: int, rule_pk: int) -> HttpResponse:
+    """Enable or disable a rule (the row's checkbox, or a button without JavaScript)."""
+    rule = get_object_or_404(Rule, pk=rule_pk, rule_set_id=pk)
+    try:
+        services.rule_update(actor=request.user, rule=rule, revision=None, enabled=not rule.enabled)
+    except RuleError as exc:
+        messages.error(request, exc.message)
+    return _rule_list_response(request, rule.rule_set)
+
+
+@require_POST
+@require_role("editor")
+def rule_move(request: HtmxHttpRequest, pk: int, rule_pk: int) -> HttpResponse:
+    """Move a rule one place up or down (works without JavaScript)."""
+    rule = get_object_or_404(Rule, pk=rule_pk, rule_set_id=pk)
+    try:
+        services.rule_move(
+            actor=request.user,
+            rule=rule,
+            direction=request.POST.get("direction", ""),
+            revision=_int(request.POST.get("revision")),
+        )
+    except RuleError as exc:
+        messages.error(request, exc.message)
+    return _rule_list_response(request, rule.rule_set)
+
+
+@require_POST
+@require_role("editor")
+def rule_set_reorder(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """Drag and drop: the full new order of rule ids."""
+    rule_set = get_object_or_404(RuleSet, pk=pk)
+    try:
+        order = [int(x) for x in request.POST.getlist("order")]
+        services.rule_set_reorder(
+            actor=request.user, rule_set=rule_set, order=order, revision=_int(request.POST.get("revision"))
+        )
+    except ValueError:
+        messages.error(request, "The new order must be a list of rule ids.")
+    except RuleError as exc:
+        messages.error(request, exc.message)
+    return _rule_list_response(request, rule_set)
+
+
+def _rule_list_response(request: HtmxHttpRequest, rule_set: RuleSet) -> HttpResponse:
+    rule_set.refresh_from_db()
+    if request.htmx:
+        return render(request, "rules/rule_set_editor.html#rule-list", _editor_context(request, rule_set))
+    return redirect("rules:editor", pk=rule_set.pk)
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value) if value not in (None, "") else None
+    except ValueError:
+        return None
+
+
+@require_POST
+@require_role("editor")
+def rule_validate(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """As-you-type check of the edit panel: the errors of each field (line, column, reason)."""
+    get_object_or_404(RuleSet, pk=pk)
+    form = RuleForm(request.POST, prefix="rule")
+    form.is_valid()
+    response = render(request, "rules/_rule_errors.html", {"rule_form": form})
+    # The live tester listens for this and re-runs on the unsaved edit.
+    return trigger_client_event(response, "rule-edited")
+
+
+@require_GET
+@require_role("viewer")
+def tool_info(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """The chosen tool's description, input schema and a params skeleton of its required fields."""
+    get_object_or_404(RuleSet, pk=pk)
+    server = selectors.mcp_server_list().filter(mcp_id=request.GET.get("rule-mcp_id", "")).first()
+    tool_name = request.GET.get("rule-tool_name", "")
+    tool = next((t for t in (server.tools if server else []) if t["name"] == tool_name), None)
+    return render(
+        request,
+        "rules/_tool_info.html",
+        {"chosen_server": server, "chosen_tool": tool, "skeleton": engine.params_skeleton(tool)},
+    )
+
+
+@require_POST
+@require_role("viewer")
+def rule_set_test(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """The live tester: the draft (with the unsaved edit, if any) on one sample request."""
+    rule_set = get_object_or_404(RuleSet, pk=pk)
+    execute = request.POST.get("execute") == "1"
+    if execute and not has_role(request.user, "editor"):
+        return render(
+            request,
+            "rules/_tester_results.html",
+            {"error": "Executing calls real tools: it needs the editor role."},
+            status=403,
+        )
+    tester = TesterForm(request.POST, prefix="t")
+    if not tester.is_valid():
+        template = "rules/_tester_results.html" if request.htmx else "rules/tester_page.html"
+        return render(request, template, {"tester": tester, "rule_set": rule_set}, status=422)
+    snapshot = engine.rule_set_snapshot(rule_set)
+    draft_note = None
+    if "rule-name" in request.POST:
+        edit = RuleForm(request.POST, prefix="rule")
+        if edit.is_valid():
+            snapshot = engine.apply_draft_edit(
+                snapshot, edit.cleaned_data, original_name=request.POST.get("rule-original") or None
+            )
+            draft_note = "Includes your unsaved edit of this rule."
+        else:
+            draft_note = "The rule you are editing has errors, so the tester uses its saved version."
+    servers = engine.servers_by_id(engine.snapshot_mcp_ids(snapshot))
+    backend = engine.live_backend(servers) if execute else None
+    sample = tester.to_request()
+    evaluation = engine.evaluate(snapshot, sample, servers=servers, backend=backend, dry_run=not execute)
+    context = {
+        "evaluation": evaluation, "outcome": evaluation.outcome, "execute": execute, "draft_note": draft_note,
+        "rule_set": rule_set, "request_json": json.dumps(sample.to_json(), ensure_ascii=False),
+        "rows": [(rec, evaluation.schema_errors.get(rec.rule)) for rec in evaluation.outcome.records],
+        "can_edit": has_role(request.user, "editor"),
+    }  # fmt: skip
+    template = "rules/_tester_results.html" if request.htmx else "rules/tester_page.html"
+    return render(request, template, context)
+
+
+# --- Versions -----------------------------------------------------------------------------------
+
+
+@require_GET
+@require_role("viewer")
+def version_list(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """Published versions, newest first, with publish, diff and restore."""
+    rule_set = get_object_or_404(RuleSet, pk=pk)
+    versions = selectors.version_list(rule_set=rule_set)
+    return render(request, "rules/version_list.html", {
+        "rule_set": rule_set, "versions": versions, "publish_form": PublishForm(initial={"revision": rule_set.revision}),
+        "can_edit": has_role(request.user, "editor"),
+    })  # fmt: skip
+
+
+@require_POST
+@require_role("editor")
+def rule_set_publish(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    rule_set = get_object_or_404(RuleSet, pk=pk)
+    form = PublishForm(request.POST)
+    if form.is_valid():
+        try:
+            version = services.rule_set_publish(actor=request.user, rule_set=rule_set, **form.cleaned_data)
+        except RuleError as exc:
+            messages.error(request, exc.message)
+        else:
+            messages.success(request, f"Published v{version.number} ({version.content_hash[:12]}).")
+    return redirect("rules:versions", pk=pk)
+
+
+@require_GET
+@require_role("viewer")
+def version_diff(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """Rule-by-rule differences between two versions (``a``, ``b``: numbers, or ``draft``)."""
+    rule_set = get_object_or_404(RuleSet, pk=pk)
+    sides = {}
+    for key in ("a", "b"):
+        value = request.GET.get(key, "draft")
+        if value == "draft":
+            sides[key] = ("draft", engine.rule_set_snapshot(rule_set))
+        else:
+            version = rule_set.versions.filter(number=_int(value) or -1).first()
+            if version is None:
+                messages.error(request, f"There is no version {value!r} of this rule set.")
+                return redirect("rules:versions", pk=pk)
+            sides[key] = (f"v{version.number}", version.content)
+    rows = selectors.version_diff(old=sides["a"][1], new=sides["b"][1])
+    return render(
+        request,
+        "rules/version_diff.html",
+        {
+            "rule_set": rule_set,
+            "a": sides["a"][0],
+            "b": sides["b"][0],
+            "rows": rows,
+            "versions": selectors.version_list(rule_set=rule_set),
+        },
+    )
+
+
+@require_POST
+@require_role("editor")
+def version_restore(request: HtmxHttpRequest, pk: int, number: int) -> HttpResponse:
+    rule_set = get_object_or_404(RuleSet, pk=pk)
+    version = get_object_or_404(RuleSetVersion, rule_set=rule_set, number=number)
+    try:
+        services.rule_set_restore(
+            actor=request.user,
+            rule_set=rule_set,
+            version=version,
+            revision=_int(request.POST.get("revision")),
+        )
+    except RuleError as exc:
+        messages.error(request, exc.message)
+        return redirect("rules:versions", pk=pk)
+    messages.success(request, f"The draft now holds the rules of v{version.number}.")
+    if request.htmx:
+        return HttpResponseClientRedirect(reverse("rules:editor", args=[pk]))
+    return redirect("rules:editor", pk=pk)
+
+
+# --- Audit --------------------------------------------------------------------------------------
+
+
+@require_GET
+@require_role("viewer")
+def audit_list(request: HtmxHttpRequest) -> HttpResponse:
+    """The audit log with filters (actor, object, action, time) and before/after of each event."""
+    form = AuditFilterForm(request.GET or None)
+    filters = form.cleaned_data if form.is_valid() else {}
+    events = selectors.audit_list(**{k: v for k, v in filters.items() if v})
+    page = Paginator(events, 50).get_page(request.GET.get("page"))
+    template = "rules/audit_list.html#audit-table" if request.htmx else "rules/audit_list.html"
+    return render(request, template, {"form": form, "page": page})

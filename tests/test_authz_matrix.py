@@ -22,10 +22,71 @@ EXPECTED: dict[str, tuple[str, dict[str, int | str]]] = {
     "login": ("public", {"anonymous": 200, "viewer": 302, "editor": 302, "admin": 302}),
     "logout": ("public", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
     "servers:list": ("viewer", {"anonymous": LOGIN, "viewer": 200, "editor": 200, "admin": 200}),
+    # Rule workbench: viewers read, editors write (POST-only views answer a GET with 405).
+    "rules:list": ("viewer", {"anonymous": LOGIN, "viewer": 200, "editor": 200, "admin": 200}),
+    "rules:create": ("editor", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
+    "rules:audit": ("viewer", {"anonymous": LOGIN, "viewer": 200, "editor": 200, "admin": 200}),
+    "rules:editor": ("viewer", {"anonymous": LOGIN, "viewer": 200, "editor": 200, "admin": 200}),
+    "rules:rule_create": ("editor", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
+    "rules:rule_update": ("editor", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
+    "rules:rule_delete": ("editor", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
+    "rules:rule_toggle": ("editor", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
+    "rules:rule_move": ("editor", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
+    "rules:reorder": ("editor", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
+    "rules:validate": ("editor", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
+    "rules:tool_info": ("viewer", {"anonymous": LOGIN, "viewer": 200, "editor": 200, "admin": 200}),
+    "rules:test": ("viewer", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
+    "rules:versions": ("viewer", {"anonymous": LOGIN, "viewer": 200, "editor": 200, "admin": 200}),
+    "rules:publish": ("editor", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
+    "rules:diff": ("viewer", {"anonymous": LOGIN, "viewer": 200, "editor": 200, "admin": 200}),
+    "rules:restore": ("editor", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
+}
+# POST-only pages: who may POST (anonymous -> login, a role below -> 403). Checked with an empty body.
+POST_ROLES: dict[str, str] = {
+    name: role
+    for name, (role, table) in EXPECTED.items()
+    if all(v == 405 for v in table.values()) and role != "public"
 }
 # Django's own admin is guarded by is_staff and is not part of the product's pages.
 IGNORED_PREFIXES = ("admin:",)
-SAMPLE_KWARGS: dict[str, dict[str, object]] = {}
+
+
+@pytest.fixture
+def sample_kwargs(make_user) -> dict[str, dict[str, object]]:
+    """URL kwargs of real objects for the patterns that need them."""
+    from rules import services
+    from rules.models import McpServer
+
+    McpServer.objects.create(mcp_id="matrix", transport="http", url="http://127.0.0.1:9/mcp")
+    author = make_user("editor")
+    rule_set = services.rule_set_create(actor=author, name="matrix")
+    rule = services.rule_create(
+        actor=author, rule_set=rule_set, name="r", mcp_id="matrix", tool_name="t", when="True", params="{}"
+    )
+    version = services.rule_set_publish(actor=author, rule_set=rule_set)
+    set_kw = {"pk": rule_set.pk}
+    rule_kw = {"pk": rule_set.pk, "rule_pk": rule.pk}
+    kwargs: dict[str, dict[str, object]] = dict.fromkeys(
+        (
+            "rules:editor",
+            "rules:rule_create",
+            "rules:reorder",
+            "rules:validate",
+            "rules:tool_info",
+            "rules:test",
+            "rules:versions",
+            "rules:publish",
+            "rules:diff",
+        ),
+        set_kw,
+    )
+    kwargs.update(
+        dict.fromkeys(
+            ("rules:rule_update", "rules:rule_delete", "rules:rule_toggle", "rules:rule_move"), rule_kw
+        )
+    )
+    kwargs["rules:restore"] = {"pk": rule_set.pk, "number": version.number}
+    return kwargs
 
 
 def _patterns(resolver: URLResolver, namespace: str = "") -> list[tuple[str, URLPattern]]:
@@ -56,16 +117,18 @@ def test_every_url_pattern_is_in_the_table() -> None:
 def test_every_view_declares_the_role_in_the_table() -> None:
     for name, pattern in _product_patterns():
         declared = getattr(pattern.callback, "required_role", None)
-        assert declared == EXPECTED[name][0], f"{name}: view declares {declared!r}, table says {EXPECTED[name][0]!r}"
+        assert declared == EXPECTED[name][0], (
+            f"{name}: view declares {declared!r}, table says {EXPECTED[name][0]!r}"
+        )
 
 
 @pytest.mark.parametrize("role", ROLES)
-def test_each_role_gets_the_expected_response(role: str, client, make_user) -> None:
+def test_each_role_gets_the_expected_response(role: str, client, make_user, sample_kwargs) -> None:
     if role != "anonymous":
         client.force_login(make_user(role))
     failures = []
     for name, _ in _product_patterns():
-        url = reverse(name, kwargs=SAMPLE_KWARGS.get(name))
+        url = reverse(name, kwargs=sample_kwargs.get(name))
         response = client.get(url)
         expected = EXPECTED[name][1][role]
         if expected == LOGIN:
@@ -77,10 +140,37 @@ def test_each_role_gets_the_expected_response(role: str, client, make_user) -> N
     assert not failures, "\n".join(failures)
 
 
-def test_a_user_without_any_role_is_refused_everywhere_but_public_pages(client, make_user) -> None:
+def test_a_user_without_any_role_is_refused_everywhere_but_public_pages(
+    client, make_user, sample_kwargs
+) -> None:
     client.force_login(make_user(None))
     for name, _ in _product_patterns():
         if EXPECTED[name][0] == "public":
             continue
-        response = client.get(reverse(name, kwargs=SAMPLE_KWARGS.get(name)))
+        url = reverse(name, kwargs=sample_kwargs.get(name))
+        response = client.post(url) if name in POST_ROLES else client.get(url)
         assert response.status_code == 403, name
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_post_only_pages_refuse_roles_below_their_own(role: str, client, make_user, sample_kwargs) -> None:
+    if role != "anonymous":
+        client.force_login(make_user(role))
+    rank = {"anonymous": -1, "viewer": 0, "editor": 1, "admin": 2}
+    failures = []
+    for name, needed in POST_ROLES.items():
+        response = client.post(reverse(name, kwargs=sample_kwargs.get(name)))
+        if role == "anonymous":
+            ok = response.status_code == 302 and response["Location"].startswith(reverse("login"))
+        elif rank[role] < rank[needed]:
+            ok = response.status_code == 403
+        else:
+            ok = response.status_code not in (
+                302,
+                403,
+                405,
+            )  # allowed in: validation or a redirect of its own
+            ok = ok or (response.status_code == 302 and not response["Location"].startswith(reverse("login")))
+        if not ok:
+            failures.append(f"POST {name} as {role}: got {response.status_code}")
+    assert not failures, "\n".join(failures)

@@ -1,0 +1,214 @@
+"""Forms of the rule workbench: each turns bad input into a message a person can act on."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django import forms
+
+from llamon_agent.a2a import A2AFormatError, to_request
+from llamon_agent.expr import (
+    MAX_DATA_BYTES,
+    MAX_QUERY_CHARS,
+    ExprError,
+    check_rule_name,
+    compile_params,
+    compile_when,
+)
+from llamon_agent.tools import AgentRequest
+
+CODE = {"class": "code", "spellcheck": "false", "autocomplete": "off", "autocapitalize": "off"}
+
+
+class RuleSetForm(forms.Form):
+    name = forms.CharField(max_length=100)
+    description = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
+
+
+class RuleForm(forms.Form):
+    """One rule of the draft; `when` and `params` are compiled here so errors show inline."""
+
+    name = forms.CharField(max_length=100, widget=forms.TextInput(attrs=CODE))
+    description = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
+    mcp_id = forms.CharField(label="Server", max_length=64)
+    tool_name = forms.CharField(
+        label="Tool", max_length=200, widget=forms.TextInput(attrs={**CODE, "list": "tool-options"})
+    )
+    when = forms.CharField(
+        widget=forms.Textarea(attrs={**CODE, "rows": 3}), help_text='Fires when true, e.g. "주문" in query'
+    )
+    params = forms.CharField(
+        initial="{}",
+        widget=forms.Textarea(attrs={**CODE, "rows": 3}),
+        help_text='A dict, e.g. {"query": query}',
+    )
+    stop = forms.BooleanField(
+        required=False, help_text="When this rule fires, later rules are not evaluated."
+    )
+    enabled = forms.BooleanField(required=False, initial=True)
+    revision = forms.IntegerField(required=False, widget=forms.HiddenInput)
+
+    def clean_name(self) -> str:
+        name = self.cleaned_data["name"].strip()
+        try:
+            check_rule_name(name)
+        except ExprError as exc:
+            raise forms.ValidationError(exc.reason) from None
+        return name
+
+    def clean_when(self) -> str:
+        return _compiled(self.cleaned_data["when"], compile_when)
+
+    def clean_params(self) -> str:
+        return _compiled(self.cleaned_data["params"], compile_params)
+
+
+def _compiled(source: str, compiler: Any) -> str:
+    try:
+        compiler(source)
+    except ExprError as exc:
+        raise forms.ValidationError(str(exc)) from None
+    return source
+
+
+class TesterForm(forms.Form):
+    """A sample request: query, context, DataParts (or a whole pasted A2A message) and FileParts."""
+
+    query = forms.CharField(
+        required=False, max_length=MAX_QUERY_CHARS, widget=forms.Textarea(attrs={"rows": 2})
+    )
+    context = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={**CODE, "rows": 3}),
+        help_text='A JSON object, e.g. {"userId": "C-1001"}',
+    )
+    data = forms.CharField(
+        label="DataParts",
+        required=False,
+        widget=forms.Textarea(attrs={**CODE, "rows": 3}),
+        help_text="A JSON list of objects (one per DataPart), one object, or a whole A2A message (0.3 or 1.0)",
+    )
+    files = forms.CharField(
+        label="FileParts",
+        required=False,
+        widget=forms.Textarea(attrs={**CODE, "rows": 2}),
+        help_text='A JSON list of {"name", "mimeType", "uri"}',
+    )
+
+    def clean_context(self) -> dict[str, Any]:
+        value = _json_field(self.cleaned_data["context"], "Context", default={})
+        if not isinstance(value, dict):
+            raise forms.ValidationError(
+                f'Context must be a JSON object like {{"userId": "C-1001"}}, not {_kind(value)}.'
+            )
+        return value
+
+    def clean_data(self) -> Any:
+        value = _json_field(self.cleaned_data["data"], "DataParts", default=None)
+        if value is None or _looks_like_a2a_message(value):
+            return value
+        if isinstance(value, dict):
+            return [value]
+        if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
+            raise forms.ValidationError(
+                "DataParts must be a JSON object, a list of objects, or an A2A message."
+            )
+        return value or None
+
+    def clean_files(self) -> list[dict[str, Any]] | None:
+        value = _json_field(self.cleaned_data["files"], "FileParts", default=None)
+        if value is None:
+            return None
+        if isinstance(value, dict):
+            value = [value]
+        if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
+            raise forms.ValidationError(
+                'FileParts must be a JSON list of objects like {"name": "a.pdf", "mimeType": "application/pdf", "uri": "https://..."}.'
+            )
+        allowed = {"name", "mimeType", "uri", "size"}
+        for i, item in enumerate(value, start=1):
+            unknown = set(item) - allowed
+            if unknown:
+                raise forms.ValidationError(
+                    f"FilePart {i}: unknown field(s) {', '.join(sorted(unknown))}; use name, mimeType, uri, size."
+                )
+        return [{k: item.get(k) for k in ("name", "mimeType", "uri", "size")} for item in value] or None
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        if self.errors:
+            return cleaned
+        size = len(
+            json.dumps(
+                [cleaned.get("context"), cleaned.get("data"), cleaned.get("files")], ensure_ascii=False
+            ).encode()
+        )
+        if size > MAX_DATA_BYTES:
+            raise forms.ValidationError(
+                f"Context, DataParts and FileParts together are {size:,} bytes; the limit is {MAX_DATA_BYTES:,}."
+            )
+        if isinstance(cleaned.get("data"), dict):
+            # A pasted A2A message is parsed now so that its errors land on the DataParts field.
+            try:
+                self.to_request()
+            except A2AFormatError as exc:
+                self.add_error("data", f"Not a valid A2A message: {exc}")
+        return cleaned
+
+    def to_request(self) -> AgentRequest:
+        """The request the pre-step sees; a pasted A2A message goes through llamon_agent.a2a.to_request."""
+        data = self.cleaned_data
+        query, context = data.get("query") or "", dict(data.get("context") or {})
+        a2a_data, files = data.get("data"), data.get("files")
+        if isinstance(a2a_data, dict):  # a whole A2A message
+            message = to_request(a2a_data)
+            query = query or message.query
+            context = {**message.context, **context}
+            files = files if files is not None else message.a2a_files
+            a2a_data = message.a2a_data
+        return AgentRequest(query=query, context=context, a2a_data=a2a_data, a2a_files=files)
+
+
+def _looks_like_a2a_message(value: Any) -> bool:
+    return isinstance(value, dict) and (
+        "parts" in value or "message" in value or "jsonrpc" in value or "params" in value
+    )
+
+
+def _json_field(text: str, label: str, *, default: Any) -> Any:
+    if not text or not text.strip():
+        return default
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise forms.ValidationError(
+            f"{label} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}."
+        ) from None
+
+
+def _kind(value: Any) -> str:
+    return {
+        list: "a list",
+        str: "a string",
+        int: "a number",
+        float: "a number",
+        bool: "true/false",
+        type(None): "null",
+    }.get(type(value), type(value).__name__)
+
+
+class PublishForm(forms.Form):
+    message = forms.CharField(
+        required=False, max_length=500, widget=forms.TextInput(attrs={"placeholder": "What changed and why"})
+    )
+    revision = forms.IntegerField(required=False, widget=forms.HiddenInput)
+
+
+class AuditFilterForm(forms.Form):
+    actor = forms.CharField(required=False)
+    object_type = forms.CharField(required=False)
+    action = forms.CharField(required=False)
+    since = forms.DateTimeField(required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
+    until = forms.DateTimeField(required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
+    query = forms.CharField(required=False, label="Object")
