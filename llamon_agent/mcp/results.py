@@ -63,7 +63,9 @@ def is_wrapped_output_schema(schema: dict[str, Any] | None) -> bool:
         return False
     properties = schema.get("properties")
     return (
-        isinstance(properties, dict) and list(properties) == ["result"] and schema.get("required") == ["result"]
+        isinstance(properties, dict)
+        and list(properties) == ["result"]
+        and schema.get("required") == ["result"]
     )
 
 
@@ -108,7 +110,12 @@ def _summarize(block: Any, *, mcp_id: str | None, tool_name: str | None) -> dict
         size = _decoded_size(block.data, what=f"{block.type} block", mcp_id=mcp_id, tool_name=tool_name)
         return {"type": block.type, "mimeType": block.mimeType, "bytes": size}
     if isinstance(block, types.ResourceLink):
-        return {"type": "resource_link", "uri": str(block.uri), "name": block.name, "mimeType": block.mimeType}
+        return {
+            "type": "resource_link",
+            "uri": str(block.uri),
+            "name": block.name,
+            "mimeType": block.mimeType,
+        }
     if isinstance(block, types.EmbeddedResource):
         return _summarize_resource(block.resource, mcp_id=mcp_id, tool_name=tool_name)
     raise McpProtocolError.about(

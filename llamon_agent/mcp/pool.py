@@ -1,0 +1,1078 @@
+"""A per-process pool of open MCP sessions (stdio and streamable HTTP) on one background loop.
+
+An MCP session belongs to the asyncio loop that opened it, so every session lives on the
+pool's own loop thread, each under a supervisor task that opens it, keeps it open and
+opens a new one after it died. Callers on any thread or loop hand their work to that loop:
+async callers with ``run_coroutine_threadsafe`` + ``wrap_future``, plain threads (Django,
+Celery) through the ``*_sync`` facade.
+
+Failure policy (at most once):
+
+* A session found dead *before* a call (the child exited, the HTTP connection dropped) is
+  reopened and the call goes to the new session: nothing was sent to the dead one.
+* A call whose request provably never reached the server (the write to the child's stdin
+  failed, the HTTP connect was refused, the server answered "Session terminated") is
+  retried once on a new session.
+* A call whose request may have reached the server is never retried (tools need not be
+  idempotent): it fails with :class:`McpConnectionError`, and the session is reopened for
+  the next call.
+* A timeout cancels the request (``notifications/cancelled``) and raises
+  :class:`McpTimeoutError`; the session is then pinged, and if it does not answer (a tool
+  blocking the server's loop) the server is restarted. Calls made meanwhile wait for that
+  verdict instead of queueing behind a frozen server.
+
+A stdio child gets only the variables its spec names plus PATH and HOME, an argument list
+(no shell) and its own process group, which is killed when the session ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import collections
+import concurrent.futures
+import functools
+import json
+import logging
+import os
+import re
+import threading
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import anyio
+import httpx
+from mcp import ClientSession, types
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import McpError as SdkMcpError
+from mcp.shared.message import SessionMessage
+from pydantic import ValidationError
+
+from llamon_agent.mcp.errors import (
+    McpConnectionError,
+    McpError,
+    McpProtocolError,
+    McpTimeoutError,
+    McpToolError,
+    PoolUsageError,
+    UnknownServerError,
+)
+from llamon_agent.mcp.results import Normalized, normalize_result
+from llamon_agent.mcp.spec import McpServerSpec
+
+if TYPE_CHECKING:
+    from langchain_core.tools import BaseTool
+
+logger = logging.getLogger("llamon_agent.mcp")
+
+T = TypeVar("T")
+StdioAllowed = Callable[[McpServerSpec], bool]
+HttpGuard = Callable[[str], None]
+
+_GRACEFUL_EXIT_S = 2.0  # a child gets this long to exit after its stdin closes (MCP stdio shutdown)
+_KILL_WAIT_S = 2.0  # then SIGTERM, and SIGKILL after this long
+_HEALTH_PING_S = 3.0  # after a timeout, a session that cannot answer a ping this fast is restarted
+_CANCEL_SEND_S = 1.0
+_STDERR_TAIL_LINES = 20
+_SESSION_TERMINATED = 32600  # what mcp's HTTP transport reports when the server forgot our session
+_ID_RE = re.compile(r'"id"\s*:\s*(-?\d+|"[^"\\]*")')
+_ALWAYS_PASSED_ENV = ("PATH", "HOME")
+
+
+# --------------------------------------------------------------------------- transport state
+
+
+@dataclass(eq=False)
+class _Link:
+    """What the pool knows about one open connection: liveness, why it ended, undelivered requests."""
+
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+    cause: str = ""
+    kill: bool = False  # end without the graceful stdin-close wait (the child is frozen)
+    unsent: set[types.RequestId] = field(default_factory=set)
+    pid: int | None = None
+    returncode: int | None = None
+    stderr_tail: collections.deque[str] = field(
+        default_factory=lambda: collections.deque(maxlen=_STDERR_TAIL_LINES)
+    )
+
+    def finish(self, cause: str, *, kill: bool = False) -> None:
+        """Mark the connection as ending; the first cause is the one reported."""
+        if not self.done.is_set():
+            self.cause = cause
+            self.done.set()
+        self.kill = self.kill or kill
+
+    def describe(self) -> str:
+        """The cause plus the exit code and the tail of the child's stderr, for error messages."""
+        text = self.cause or "the connection ended"
+        if self.returncode is not None:
+            text += f" (exit code {self.returncode})"
+        if self.stderr_tail:
+            text += "; last stderr lines: " + " | ".join(self.stderr_tail)
+        return text
+
+
+def child_env(spec: McpServerSpec, environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a stdio child: PATH, HOME and the variables the spec names, nothing else."""
+    source = os.environ if environ is None else environ
+    env = {name: source[name] for name in _ALWAYS_PASSED_ENV if name in source}
+    env.setdefault("PATH", os.defpath)
+    for name in spec.env:
+        if name in source:
+            env[name] = source[name]
+    return env
+
+
+# --------------------------------------------------------------------------- stdio transport
+
+
+@asynccontextmanager
+async def _stdio_transport(
+    spec: McpServerSpec, link: _Link, *, max_message_bytes: int
+) -> AsyncIterator[tuple[Any, Any]]:
+    # Our own transport rather than mcp's stdio_client: that one adds LOGNAME/SHELL/TERM/USER
+    # to the child's env, lets a garbled reply hang its request until the timeout, does not
+    # bound message size and does not tell us which request failed to be written.
+    command = [spec.command or "", *spec.args]
+    try:
+        process = await anyio.open_process(command, env=child_env(spec), start_new_session=True)
+    except OSError as exc:
+        raise McpConnectionError.about(
+            f"could not start {command[0]!r}: {exc.strerror or exc}", mcp_id=spec.mcp_id
+        ) from None
+    link.pid = process.pid
+    read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+    write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_pump_stdout, process, read_writer, link, max_message_bytes)
+            tg.start_soon(_pump_stdin, process, write_reader, link)
+            tg.start_soon(_pump_stderr, process, link, spec.mcp_id)
+            try:
+                yield read_stream, write_stream
+            finally:
+                # Shielded: even a cancelled supervisor (pool closing) must not orphan the child.
+                with anyio.CancelScope(shield=True):
+                    await _stop_process(process, link)
+                tg.cancel_scope.cancel()
+    finally:
+        for stream in (read_writer, read_stream, write_stream, write_reader):
+            await stream.aclose()
+
+
+async def _stop_process(process: Any, link: _Link) -> None:
+    from mcp.os.posix.utilities import terminate_posix_process_tree
+
+    if process.returncode is None:
+        try:
+            await process.stdin.aclose()
+        except Exception:
+            pass
+        if not link.kill:
+            with anyio.move_on_after(_GRACEFUL_EXIT_S):
+                await process.wait()
+    if process.returncode is None:
+        try:
+            await terminate_posix_process_tree(process, _KILL_WAIT_S)
+        except ProcessLookupError:
+            pass
+    with anyio.move_on_after(_KILL_WAIT_S):
+        await process.aclose()  # also closes its pipes, so no transport outlives the loop
+    link.returncode = process.returncode
+
+
+async def _pump_stdout(process: Any, sink: Any, link: _Link, max_bytes: int) -> None:
+    buffer = bytearray()
+    try:
+        async for chunk in process.stdout:
+            scan_from = len(buffer)  # only the new chunk can hold a newline we have not seen
+            buffer += chunk
+            while (newline := buffer.find(b"\n", scan_from)) >= 0:
+                line = bytes(buffer[:newline])
+                del buffer[: newline + 1]
+                scan_from = 0
+                await _deliver_line(line, sink)
+            if len(buffer) > max_bytes:
+                link.finish(f"the server sent a message larger than {max_bytes} bytes", kill=True)
+                return
+    except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream):
+        pass
+    except Exception as exc:  # the pump must never crash the supervisor's task group
+        logger.debug("stdout reader stopped: %r", exc)
+    finally:
+        link.finish("the server process exited or closed its stdout")
+        await sink.aclose()
+
+
+async def _deliver_line(line: bytes, sink: Any) -> None:
+    text = line.decode("utf-8", errors="replace").strip()
+    if not text:
+        return
+    try:
+        message = types.JSONRPCMessage.model_validate_json(text)
+    except ValidationError as exc:
+        request_id = _guess_request_id(text)
+        if request_id is None:
+            # mcp's own client skips such lines too (servers sometimes print banners on stdout).
+            logger.warning("ignored a line on an MCP server's stdout that is not JSON-RPC: %.200s", text)
+            return
+        reason = exc.errors()[0].get("msg", "invalid") if exc.errors() else str(exc)
+        message = types.JSONRPCMessage(
+            types.JSONRPCError(
+                jsonrpc="2.0",
+                id=request_id,
+                error=types.ErrorData(
+                    code=types.PARSE_ERROR, message=f"malformed JSON-RPC reply ({reason}): {text[:120]!r}"
+                ),
+            )
+        )
+    await sink.send(SessionMessage(message))
+
+
+def _guess_request_id(text: str) -> types.RequestId | None:
+    """The id of a reply that failed to parse, so that its caller fails now instead of timing out."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = None
+    if isinstance(data, dict) and isinstance(data.get("id"), int | str):
+        return data["id"]
+    match = _ID_RE.search(text)
+    if match is None:
+        return None
+    raw = match.group(1)
+    return raw.strip('"') if raw.startswith('"') else int(raw)
+
+
+async def _pump_stdin(process: Any, source: Any, link: _Link) -> None:
+    async with source:
+        async for session_message in source:
+            data = session_message.message.model_dump_json(by_alias=True, exclude_none=True) + "\n"
+            try:
+                await process.stdin.send(data.encode("utf-8"))
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                root = session_message.message.root
+                if isinstance(root, types.JSONRPCRequest):
+                    link.unsent.add(root.id)
+                link.finish("could not write to the server's stdin (the process exited)")
+                return
+
+
+async def _pump_stderr(process: Any, link: _Link, mcp_id: str) -> None:
+    # Drained so a chatty child never blocks on a full pipe; the tail goes into error messages.
+    pending = b""
+    try:
+        async for chunk in process.stderr:
+            *lines, pending = (pending + chunk).split(b"\n")
+            pending = pending[-4096:]
+            for raw in lines:
+                line = raw.decode("utf-8", errors="replace").rstrip()
+                if line:
+                    link.stderr_tail.append(line[:300])
+                    logger.debug("[%s stderr] %s", mcp_id, line)
+    except Exception:
+        pass
+
+
+# --------------------------------------------------------------------------- HTTP transport
+
+
+class _TaggingTransport(httpx.AsyncBaseTransport):
+    """httpx transport that tells the pool which requests never reached the server."""
+
+    def __init__(self, link: _Link) -> None:
+        self._inner = httpx.AsyncHTTPTransport()
+        self._link = link
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        try:
+            return await self._inner.handle_async_request(request)
+        except httpx.ConnectError:
+            if request.method == "POST":
+                request_id = _guess_request_id(request.content.decode("utf-8", errors="replace"))
+                if request_id is not None:
+                    self._link.unsent.add(request_id)
+            self._link.finish("could not connect to the server")
+            raise
+        except (httpx.ReadError, httpx.RemoteProtocolError, httpx.WriteError):
+            self._link.finish("the server closed the connection")
+            raise
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+@asynccontextmanager
+async def _http_transport(
+    spec: McpServerSpec, link: _Link, *, guard: HttpGuard | None
+) -> AsyncIterator[tuple[Any, Any]]:
+    url = spec.url or ""
+    if guard is not None:
+        try:
+            # In a thread: the guard may resolve the host name, which blocks.
+            await anyio.to_thread.run_sync(guard, url)
+        except Exception as exc:
+            raise McpConnectionError.about(
+                f"refused to connect to {url}: {exc}", mcp_id=spec.mcp_id
+            ) from None
+    client = httpx.AsyncClient(
+        headers=spec.header_pairs(dict(os.environ)),
+        timeout=httpx.Timeout(30.0, read=300.0),
+        transport=_TaggingTransport(link),
+        follow_redirects=False,
+        # No proxy from the environment: the guard has checked this URL, not a proxy's.
+        trust_env=False,
+    )
+    async with client, streamable_http_client(url, http_client=client) as (read_stream, write_stream, _):
+        yield read_stream, write_stream
+
+
+# --------------------------------------------------------------------------- one server's slot
+
+
+class _Slot:
+    """One registered server on the pool loop: its spec, current session and caches."""
+
+    def __init__(self, spec: McpServerSpec) -> None:
+        self.spec = spec
+        self.session: ClientSession | None = None
+        self.link: _Link | None = None
+        self.connects = 0
+        self.closing = False
+        self.wanted = asyncio.Event()
+        self.ready: asyncio.Future[None] | None = None
+        self.health: asyncio.Future[None] | None = None
+        self.tools: list[types.Tool] | None = None
+        self.lc_tools: list[BaseTool] | None = None
+        self.tools_lock = asyncio.Lock()
+        self.inflight: dict[asyncio.Task[Any], _Link] = {}
+        self.supervisor: asyncio.Task[None] | None = None
+        self.last_error: str | None = None
+
+    def live(self) -> tuple[ClientSession, _Link] | None:
+        if self.session is not None and self.link is not None and not self.link.done.is_set():
+            return self.session, self.link
+        return None
+
+    def resolve_ready(self, error: BaseException | None = None) -> None:
+        if self.ready is not None and not self.ready.done():
+            if error is None:
+                self.ready.set_result(None)
+            else:
+                self.ready.set_exception(error)
+                self.ready.exception()  # retrieved: nobody may be waiting any more
+
+    def output_schema(self, tool_name: str) -> dict[str, Any] | None:
+        for tool in self.tools or ():
+            if tool.name == tool_name:
+                return tool.outputSchema
+        return None
+
+
+# --------------------------------------------------------------------------- the pool
+
+
+class McpPool:
+    """Open MCP sessions for one process, on one background event-loop thread (see module doc)."""
+
+    def __init__(
+        self,
+        stdio_allowed: StdioAllowed | None = None,
+        http_guard: HttpGuard | None = None,
+        *,
+        connect_timeout_s: float = 30.0,
+        max_message_bytes: int = 64 * 1024 * 1024,
+    ) -> None:
+        self.stdio_allowed = stdio_allowed
+        self.http_guard = http_guard
+        self.connect_timeout_s = connect_timeout_s
+        self.max_message_bytes = max_message_bytes
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+        self._specs: dict[str, McpServerSpec] = {}
+        self._slots: dict[str, _Slot] = {}
+        self._retiring: set[asyncio.Task[None]] = set()
+        self._doomed: set[asyncio.Task[Any]] = set()
+        self._background: set[asyncio.Task[Any]] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        _all_pools.add(self)
+
+    # ---------------------------------------------------------------- registration (any thread)
+
+    def register(self, spec: McpServerSpec) -> None:
+        """Make ``spec.mcp_id`` callable; idempotent, and a changed spec replaces the session."""
+        if not isinstance(spec, McpServerSpec):
+            raise TypeError(f"register() takes an McpServerSpec, not {type(spec).__name__}")
+        with self._lock:
+            previous = self._specs.get(spec.mcp_id)
+            self._specs[spec.mcp_id] = spec
+        if previous is not None and previous != spec:
+            self._reconcile_soon(spec.mcp_id)
+
+    def unregister(self, mcp_id: str) -> None:
+        """Forget ``mcp_id`` and close its session (in the background)."""
+        with self._lock:
+            removed = self._specs.pop(mcp_id, None)
+        if removed is not None:
+            self._reconcile_soon(mcp_id)
+
+    def spec(self, mcp_id: str) -> McpServerSpec:
+        """The registered spec of ``mcp_id``; UnknownServerError if none."""
+        with self._lock:
+            spec = self._specs.get(mcp_id)
+            known = list(self._specs)
+        if spec is None:
+            raise UnknownServerError(mcp_id, known, where="the MCP pool")
+        return spec
+
+    def registered(self) -> list[str]:
+        """The registered mcp_ids."""
+        with self._lock:
+            return sorted(self._specs)
+
+    @property
+    def closed(self) -> bool:
+        """True once close()/aclose() ran; a closed pool refuses work."""
+        return self._closed
+
+    # ---------------------------------------------------------------- async API (any loop)
+
+    async def list_tools(self, mcp_id: str, refresh: bool = False) -> list[types.Tool]:
+        """The server's tools (cached per session owner; ``refresh`` asks the server again)."""
+        return await self._on_loop(self._list_tools, mcp_id, refresh)
+
+    async def call_tool(
+        self, mcp_id: str, tool_name: str, params: dict[str, Any] | None = None, timeout: float | None = None
+    ) -> Normalized:
+        """Call a tool and return its normalized result (dict, list or str); raises McpError subclasses."""
+        return await self._on_loop(self._call_normalized, mcp_id, tool_name, params, timeout)
+
+    async def call_tool_raw(
+        self, mcp_id: str, tool_name: str, params: dict[str, Any] | None = None, timeout: float | None = None
+    ) -> types.CallToolResult:
+        """Call a tool and return the raw ``CallToolResult`` (``isError`` results included)."""
+        return await self._on_loop(self._call, mcp_id, tool_name, params, timeout)
+
+    async def langchain_tools(self, mcp_id: str) -> list[BaseTool]:
+        """LangChain tools bound to the pooled session; invocable from any thread or loop."""
+        return await self._on_loop(self._langchain_tools, mcp_id)
+
+    async def stats(self, mcp_id: str) -> dict[str, Any]:
+        """Connection facts for ``mcp_id``: sessions opened, child pid, alive, last error."""
+        return await self._on_loop(self._stats, mcp_id)
+
+    async def aclose(self) -> None:
+        """Close every session (stdio children stopped) and stop the loop thread."""
+        if self._loop is None or self._closed:
+            self._closed = True
+            return
+        await self._on_loop(self._shutdown)
+        await asyncio.to_thread(self._stop_thread)
+
+    # ---------------------------------------------------------------- sync facade (plain threads)
+
+    def list_tools_sync(self, mcp_id: str, refresh: bool = False) -> list[types.Tool]:
+        """Blocking :meth:`list_tools` for plain threads (never from the pool's own loop)."""
+        return self._blocking(self._list_tools, mcp_id, refresh)
+
+    def call_tool_sync(
+        self, mcp_id: str, tool_name: str, params: dict[str, Any] | None = None, timeout: float | None = None
+    ) -> Normalized:
+        """Blocking :meth:`call_tool` for plain threads (Django views, Celery tasks)."""
+        return self._blocking(self._call_normalized, mcp_id, tool_name, params, timeout)
+
+    def langchain_tools_sync(self, mcp_id: str) -> list[BaseTool]:
+        """Blocking :meth:`langchain_tools`."""
+        return self._blocking(self._langchain_tools, mcp_id)
+
+    def stats_sync(self, mcp_id: str) -> dict[str, Any]:
+        """Blocking :meth:`stats`."""
+        return self._blocking(self._stats, mcp_id)
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Close every session (stdio children stopped, no orphans) and stop the loop thread."""
+        if self._loop is None or self._closed or self._pid != os.getpid():
+            self._closed = True
+            return
+        try:
+            self._blocking(self._shutdown, timeout=timeout)
+        except concurrent.futures.TimeoutError:
+            logger.warning("MCP pool: sessions did not close within %ss", timeout)
+        finally:
+            self._stop_thread()
+
+    # ---------------------------------------------------------------- loop plumbing
+
+    def _ensure_loop(self) -> asyncio.AbstractEventLoop:
+        if self._pid != os.getpid():
+            raise PoolUsageError(
+                "this MCP pool was created in another process (before a fork); "
+                "call llamon_agent.mcp.get_pool() in this process instead"
+            )
+        with self._lock:
+            if self._closed:
+                raise PoolUsageError("the MCP pool is closed")
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                thread = threading.Thread(target=_run_loop, args=(loop,), name="llamon-mcp-pool", daemon=True)
+                thread.start()
+                self._loop, self._thread = loop, thread
+            return self._loop
+
+    def _in_pool_thread(self) -> bool:
+        return self._thread is not None and threading.get_ident() == self._thread.ident
+
+    async def _on_loop(self, func: Callable[..., Awaitable[T]], *args: Any) -> T:
+        loop = self._ensure_loop()
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            return await func(*args)
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(_as_coro(func, *args), loop))
+
+    def _blocking(self, func: Callable[..., Awaitable[T]], *args: Any, timeout: float | None = None) -> T:
+        loop = self._ensure_loop()
+        if self._in_pool_thread():
+            raise PoolUsageError(
+                "the MCP pool's sync API was called from the pool's own event-loop thread, which would "
+                "deadlock; await the async API (list_tools / call_tool / langchain_tools) instead"
+            )
+        future = asyncio.run_coroutine_threadsafe(_as_coro(func, *args), loop)
+        return future.result(timeout)
+
+    def _submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """Run ``coro`` on the pool loop (used by the LangChain tools' sync path)."""
+        loop = self._ensure_loop()
+        if self._in_pool_thread():
+            coro.close()
+            raise PoolUsageError("a pooled LangChain tool was invoked synchronously on the pool's own loop")
+        return asyncio.run_coroutine_threadsafe(coro, loop)
+
+    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def _reconcile_soon(self, mcp_id: str) -> None:
+        loop = self._loop
+        if loop is not None and not self._closed and self._pid == os.getpid():
+            loop.call_soon_threadsafe(self._reconcile, mcp_id)
+
+    def _reconcile(self, mcp_id: str) -> None:
+        slot = self._slots.get(mcp_id)
+        with self._lock:
+            spec = self._specs.get(mcp_id)
+        if slot is not None and slot.spec != spec:
+            self._retire(slot, "its registration changed" if spec else "it was unregistered")
+            del self._slots[mcp_id]
+
+    def _stop_thread(self) -> None:
+        loop, thread = self._loop, self._thread
+        with self._lock:
+            self._closed = True
+        if loop is None or thread is None:
+            return
+        loop.call_soon_threadsafe(loop.stop)
+        if threading.get_ident() != thread.ident:
+            thread.join(timeout=10)
+        if not thread.is_alive():
+            loop.close()
+
+    # ---------------------------------------------------------------- on the pool loop: slots
+
+    def _slot(self, mcp_id: str) -> _Slot:
+        spec = self.spec(mcp_id)
+        slot = self._slots.get(mcp_id)
+        if slot is None or slot.spec != spec:
+            if slot is not None:
+                self._retire(slot, "its registration changed")
+            slot = _Slot(spec)
+            slot.supervisor = asyncio.get_running_loop().create_task(
+                self._supervise(slot), name=f"mcp-supervisor-{mcp_id}"
+            )
+            self._slots[mcp_id] = slot
+        return slot
+
+    def _retire(self, slot: _Slot, why: str) -> None:
+        slot.closing = True
+        slot.wanted.set()
+        slot.resolve_ready(
+            McpConnectionError.about(f"the session was closed because {why}", mcp_id=slot.spec.mcp_id)
+        )
+        if slot.link is not None:
+            slot.link.finish(f"the session was closed because {why}")
+        if slot.supervisor is not None:
+            self._retiring.add(slot.supervisor)
+            slot.supervisor.add_done_callback(self._retiring.discard)
+
+    async def _supervise(self, slot: _Slot) -> None:
+        while not slot.closing:
+            await slot.wanted.wait()
+            slot.wanted.clear()
+            if slot.closing:
+                break
+            await self._run_session(slot)
+        slot.resolve_ready(McpConnectionError.about("the session is closed", mcp_id=slot.spec.mcp_id))
+
+    async def _run_session(self, slot: _Slot) -> None:
+        link = _Link()
+        attached = False
+        try:
+            async with AsyncExitStack() as stack:
+                read_stream, write_stream = await stack.enter_async_context(self._transport(slot.spec, link))
+                session = await stack.enter_async_context(ClientSession(read_stream, write_stream))
+                with anyio.fail_after(self.connect_timeout_s):
+                    await session.initialize()
+                slot.session, slot.link, attached = session, link, True
+                slot.connects += 1
+                slot.last_error = None
+                slot.resolve_ready()
+                await link.done.wait()
+                logger.info("MCP server '%s': session ended: %s", slot.spec.mcp_id, link.cause)
+        except Exception as exc:
+            link.finish(_describe_exception(exc))
+            if not attached:
+                slot.resolve_ready(self._connect_error(slot.spec, link, exc))
+            slot.last_error = link.describe()
+            logger.info("MCP server '%s': session ended: %s", slot.spec.mcp_id, link.describe())
+        finally:
+            if slot.link is link:
+                slot.session = None
+            self._doom_inflight(slot, link)
+
+    def _transport(self, spec: McpServerSpec, link: _Link) -> Any:
+        if spec.transport == "stdio":
+            if self.stdio_allowed is not None and not self.stdio_allowed(spec):
+                raise McpConnectionError.about(
+                    f"refusing to start stdio command {spec.command!r}: not allowed by this pool's stdio allow-list",
+                    mcp_id=spec.mcp_id,
+                )
+            return _stdio_transport(spec, link, max_message_bytes=self.max_message_bytes)
+        return _http_transport(spec, link, guard=self.http_guard)
+
+    def _connect_error(self, spec: McpServerSpec, link: _Link, exc: Exception) -> McpError:
+        if isinstance(exc, McpError):
+            return exc
+        if isinstance(exc, TimeoutError):
+            reason = f"the server did not finish the MCP handshake within {self.connect_timeout_s}s"
+        else:
+            reason = f"could not open a session: {_describe_exception(exc)}"
+        if link.stderr_tail or link.returncode is not None:
+            reason += f" [{link.describe()}]"
+        return McpConnectionError.about(reason, mcp_id=spec.mcp_id)
+
+    def _doom_inflight(self, slot: _Slot, link: _Link) -> None:
+        # Some transports (HTTP) tear down without answering pending requests: wake their callers.
+        for task, task_link in list(slot.inflight.items()):
+            if task_link is link and not task.done():
+                self._doomed.add(task)
+                task.cancel()
+
+    async def _session(self, slot: _Slot) -> tuple[ClientSession, _Link]:
+        if slot.health is not None:
+            # A timeout is being diagnosed: do not queue behind a possibly frozen server.
+            await asyncio.shield(slot.health)
+        live = slot.live()
+        if live is not None:
+            return live
+        if slot.closing:
+            raise McpConnectionError.about("the session is closed", mcp_id=slot.spec.mcp_id)
+        if slot.ready is None or slot.ready.done():
+            slot.ready = asyncio.get_running_loop().create_future()
+            slot.wanted.set()
+        try:
+            async with asyncio.timeout(self.connect_timeout_s):
+                await asyncio.shield(slot.ready)
+        except TimeoutError:
+            raise McpConnectionError.about(
+                f"no session within {self.connect_timeout_s}s", mcp_id=slot.spec.mcp_id
+            ) from None
+        live = slot.live()
+        if live is None:
+            raise McpConnectionError.about(
+                f"the session ended right after opening: {slot.last_error or 'unknown cause'}",
+                mcp_id=slot.spec.mcp_id,
+            )
+        return live
+
+    # ---------------------------------------------------------------- on the pool loop: work
+
+    async def _list_tools(self, mcp_id: str, refresh: bool) -> list[types.Tool]:
+        slot = self._slot(mcp_id)
+        async with slot.tools_lock:
+            if slot.tools is None or refresh:
+                slot.tools = await self._fetch_tools(slot)
+                slot.lc_tools = None
+            return list(slot.tools)
+
+    async def _fetch_tools(self, slot: _Slot) -> list[types.Tool]:
+        # Listing is idempotent, so one retry on a session that died under it is always safe.
+        for attempt in (1, 2):
+            session, link = await self._session(slot)
+            try:
+                async with asyncio.timeout(slot.spec.timeout_s):
+                    return await _list_all_tools(session)
+            except TimeoutError:
+                raise McpTimeoutError.about(
+                    f"tools/list got no answer within {slot.spec.timeout_s}s", mcp_id=slot.spec.mcp_id
+                ) from None
+            except (SdkMcpError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
+                link.finish(_describe_exception(exc))
+                if attempt == 2:
+                    raise McpConnectionError.about(
+                        f"tools/list failed: {link.describe()}", mcp_id=slot.spec.mcp_id
+                    ) from None
+            except ValidationError as exc:
+                raise McpProtocolError.about(
+                    f"malformed tools/list reply: {_first_error(exc)}", mcp_id=slot.spec.mcp_id
+                ) from None
+        raise AssertionError("unreachable")
+
+    async def _call_normalized(
+        self, mcp_id: str, tool_name: str, params: dict[str, Any] | None, timeout: float | None
+    ) -> Normalized:
+        result = await self._call(mcp_id, tool_name, params, timeout)
+        slot = self._slots.get(mcp_id)
+        schema = slot.output_schema(tool_name) if slot is not None else None
+        return normalize_result(result, mcp_id=mcp_id, tool_name=tool_name, output_schema=schema)
+
+    async def _call(
+        self, mcp_id: str, tool_name: str, params: dict[str, Any] | None, timeout: float | None
+    ) -> types.CallToolResult:
+        slot = self._slot(mcp_id)
+        if slot.tools is None:
+            # Known output schemas let normalize_result unwrap FastMCP's {"result": ...}.
+            await self._list_tools(mcp_id, False)
+        bound = slot.spec.timeout_s if timeout is None else timeout
+        for attempt in (1, 2):
+            session, link = await self._session(slot)
+            outcome = await self._call_once(slot, session, link, tool_name, params or {}, bound)
+            if isinstance(outcome, types.CallToolResult):
+                return outcome
+            request_id, cause = outcome
+            if attempt == 1 and request_id is not None and request_id in link.unsent:
+                logger.info("MCP server '%s': retrying %s on a new session (%s)", mcp_id, tool_name, cause)
+                continue
+            raise McpConnectionError.about(
+                f"the session died during the call ({cause}); the call was not retried because the "
+                "server may have received it",
+                mcp_id=mcp_id,
+                tool_name=tool_name,
+            )
+        raise AssertionError("unreachable")
+
+    async def _call_once(
+        self,
+        slot: _Slot,
+        session: ClientSession,
+        link: _Link,
+        tool_name: str,
+        params: dict[str, Any],
+        timeout: float,
+    ) -> types.CallToolResult | tuple[types.RequestId | None, str]:
+        """One attempt: the result, or ``(request_id, cause)`` when the session died under it."""
+        mcp_id = slot.spec.mcp_id
+        task = asyncio.current_task()
+        assert task is not None
+        # mcp 1.x numbers requests from this counter; no await separates reading it from the
+        # call below taking it, so it is this request's id (needed to cancel it on the server).
+        request_id: types.RequestId | None = getattr(session, "_request_id", None)
+        slot.inflight[task] = link
+        try:
+            async with asyncio.timeout(timeout):
+                return await session.call_tool(tool_name, params)
+        except TimeoutError:
+            self._spawn(self._after_timeout(slot, session, link, request_id))
+            raise McpTimeoutError.about(
+                f"no answer within {timeout:g}s; the request was cancelled",
+                mcp_id=mcp_id,
+                tool_name=tool_name,
+            ) from None
+        except asyncio.CancelledError:
+            if task not in self._doomed:
+                self._spawn(_send_cancel(session, request_id, "the caller gave up"))
+                raise
+            self._doomed.discard(task)
+            task.uncancel()
+            return request_id, link.describe()
+        except SdkMcpError as exc:
+            return self._sdk_error(exc, link, request_id, mcp_id, tool_name)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            # The session's write stream was already closed: this request never left the process.
+            if request_id is not None:
+                link.unsent.add(request_id)
+            link.finish("the connection was already closed")
+            return request_id, link.describe()
+        except ValidationError as exc:
+            raise McpProtocolError.about(
+                f"malformed tools/call reply: {_first_error(exc)}", mcp_id=mcp_id, tool_name=tool_name
+            ) from None
+        except RuntimeError as exc:
+            # ClientSession raises RuntimeError when structured content breaks the output schema.
+            raise McpProtocolError.about(str(exc), mcp_id=mcp_id, tool_name=tool_name) from None
+        finally:
+            slot.inflight.pop(task, None)
+
+    def _sdk_error(
+        self,
+        exc: SdkMcpError,
+        link: _Link,
+        request_id: types.RequestId | None,
+        mcp_id: str,
+        tool_name: str,
+    ) -> tuple[types.RequestId | None, str]:
+        code, message = exc.error.code, exc.error.message
+        if code == types.CONNECTION_CLOSED:
+            link.finish("the connection closed")
+            return request_id, link.describe()
+        if code == _SESSION_TERMINATED and "terminated" in message.lower():
+            # The HTTP server no longer knows our session (it restarted): it did not run the call.
+            if request_id is not None:
+                link.unsent.add(request_id)
+            link.finish("the server forgot the session (it restarted?)")
+            return request_id, link.cause
+        if code == types.PARSE_ERROR:
+            raise McpProtocolError.about(message, mcp_id=mcp_id, tool_name=tool_name) from None
+        raise McpToolError.about(
+            f"the server refused the call: {message} (JSON-RPC error {code})",
+            mcp_id=mcp_id,
+            tool_name=tool_name,
+        ) from None
+
+    async def _after_timeout(
+        self, slot: _Slot, session: ClientSession, link: _Link, request_id: types.RequestId | None
+    ) -> None:
+        await _send_cancel(session, request_id, "timed out")
+        if slot.health is not None or link.done.is_set():
+            return
+        verdict = asyncio.get_running_loop().create_future()
+        slot.health = verdict
+        try:
+            with anyio.fail_after(_HEALTH_PING_S):
+                await session.send_ping()
+        except Exception:
+            logger.warning(
+                "MCP server '%s' did not answer a ping after a timeout; restarting it", slot.spec.mcp_id
+            )
+            link.finish("the server stopped answering (restarted after a timeout)", kill=True)
+        finally:
+            verdict.set_result(None)
+            if slot.health is verdict:
+                slot.health = None
+
+    async def _langchain_tools(self, mcp_id: str) -> list[BaseTool]:
+        slot = self._slot(mcp_id)
+        tools = await self._list_tools(mcp_id, False)
+        if slot.lc_tools is None:
+            slot.lc_tools = [_langchain_tool(self, mcp_id, tool) for tool in tools]
+        return list(slot.lc_tools)
+
+    async def _stats(self, mcp_id: str) -> dict[str, Any]:
+        slot = self._slot(mcp_id)
+        live = slot.live()
+        return {
+            "mcp_id": mcp_id,
+            "transport": slot.spec.transport,
+            "connects": slot.connects,
+            "alive": live is not None,
+            "pid": live[1].pid if live else None,
+            "last_error": slot.last_error,
+        }
+
+    async def _shutdown(self) -> None:
+        for mcp_id, slot in list(self._slots.items()):
+            self._retire(slot, "the pool is closing")
+            del self._slots[mcp_id]
+        pending = set(self._retiring)
+        if pending:
+            _, still = await asyncio.wait(pending, timeout=_GRACEFUL_EXIT_S + 2 * _KILL_WAIT_S + 2)
+            for task in still:
+                task.cancel()
+            if still:
+                await asyncio.wait(still, timeout=_KILL_WAIT_S * 2)
+        for task in list(self._background):
+            task.cancel()
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _run_loop(loop: asyncio.AbstractEventLoop) -> None:
+    asyncio.set_event_loop(loop)
+    loop.run_forever()
+
+
+async def _as_coro(func: Callable[..., Awaitable[T]], *args: Any) -> T:
+    return await func(*args)
+
+
+async def _list_all_tools(session: ClientSession) -> list[types.Tool]:
+    tools: list[types.Tool] = []
+    cursor: str | None = None
+    for _ in range(1000):  # a server that keeps paginating forever is a broken server
+        page = await session.list_tools(cursor=cursor)
+        tools.extend(page.tools)
+        cursor = page.nextCursor
+        if not cursor:
+            return tools
+    raise McpProtocolError("tools/list kept returning a next cursor after 1000 pages")
+
+
+async def _send_cancel(session: ClientSession, request_id: types.RequestId | None, reason: str) -> None:
+    if request_id is None:
+        return
+    notification = types.ClientNotification(
+        types.CancelledNotification(
+            method="notifications/cancelled",
+            params=types.CancelledNotificationParams(requestId=request_id, reason=reason),
+        )
+    )
+    try:
+        with anyio.move_on_after(_CANCEL_SEND_S):
+            await session.send_notification(notification)
+    except Exception:
+        pass  # the session is gone: nothing is left to cancel
+
+
+def _describe_exception(exc: BaseException) -> str:
+    if isinstance(exc, BaseExceptionGroup):
+        inner = [e for e in exc.exceptions if not isinstance(e, asyncio.CancelledError)]
+        if inner:
+            return _describe_exception(inner[0])
+    if isinstance(exc, SdkMcpError):
+        return exc.error.message
+    text = str(exc) or type(exc).__name__
+    return f"{type(exc).__name__}: {text}" if isinstance(exc, httpx.HTTPError | OSError) else text
+
+
+def _first_error(exc: ValidationError) -> str:
+    errors = exc.errors()
+    if not errors:
+        return str(exc)
+    first = errors[0]
+    where = ".".join(str(part) for part in first.get("loc", ())) or "(root)"
+    return f"{where}: {first.get('msg', 'invalid')}"
+
+
+# --------------------------------------------------------------------------- LangChain tools
+
+
+class _PooledSession:
+    """The slice of ``ClientSession`` the adapters' tools call, routed to the pool's session."""
+
+    def __init__(self, pool: McpPool, mcp_id: str) -> None:
+        self._pool = pool
+        self._mcp_id = mcp_id
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any] | None = None, *args: Any, **kwargs: Any
+    ) -> types.CallToolResult:
+        return await self._pool.call_tool_raw(self._mcp_id, name, arguments)
+
+
+def _langchain_tool(pool: McpPool, mcp_id: str, tool: types.Tool) -> BaseTool:
+    from langchain_mcp_adapters.tools import convert_mcp_tool_to_langchain_tool
+
+    lc_tool: Any = convert_mcp_tool_to_langchain_tool(_PooledSession(pool, mcp_id), tool)  # type: ignore[arg-type]
+    coroutine = lc_tool.coroutine
+
+    # The adapters only give an async tool; a sync twin lets plain threads .invoke() it. It runs
+    # the same coroutine on the pool loop. wraps() keeps the injected `runtime` parameter visible.
+    @functools.wraps(coroutine)
+    def run_sync(*args: Any, **kwargs: Any) -> Any:
+        return pool._submit(coroutine(*args, **kwargs)).result()
+
+    lc_tool.func = run_sync
+    return lc_tool
+
+
+# --------------------------------------------------------------------------- pre-step backend
+
+
+class PoolToolBackend:
+    """The pre-step's tool backend over a pool: tools and calls for the bound ``mcp_ids`` only."""
+
+    def __init__(self, pool: McpPool, mcp_ids: list[str] | tuple[str, ...] | set[str]) -> None:
+        self.pool = pool
+        self.mcp_ids = frozenset(mcp_ids)
+
+    def _bound(self, mcp_id: str) -> bool:
+        return mcp_id in self.mcp_ids and mcp_id in self.pool.registered()
+
+    def tools_for(self, mcp_id: str) -> list[BaseTool] | None:
+        """The server's tools as LangChain tools, or None when ``mcp_id`` is not bound."""
+        if not self._bound(mcp_id):
+            return None
+        return self.pool.langchain_tools_sync(mcp_id)
+
+    def call_tool(self, mcp_id: str, tool_name: str, params: dict[str, Any] | None) -> Normalized:
+        """Call a tool synchronously; the normalized result, or an McpError subclass."""
+        self._check(mcp_id)
+        return self.pool.call_tool_sync(mcp_id, tool_name, params)
+
+    async def atools_for(self, mcp_id: str) -> list[BaseTool] | None:
+        """Async :meth:`tools_for`."""
+        if not self._bound(mcp_id):
+            return None
+        return await self.pool.langchain_tools(mcp_id)
+
+    async def acall_tool(self, mcp_id: str, tool_name: str, params: dict[str, Any] | None) -> Normalized:
+        """Async :meth:`call_tool`."""
+        self._check(mcp_id)
+        return await self.pool.call_tool(mcp_id, tool_name, params)
+
+    def _check(self, mcp_id: str) -> None:
+        if mcp_id not in self.mcp_ids:
+            raise UnknownServerError(mcp_id, self.mcp_ids, where="this backend's bound servers")
+
+
+# --------------------------------------------------------------------------- process-wide pool
+
+_all_pools: weakref.WeakSet[McpPool] = weakref.WeakSet()
+_default_pool: McpPool | None = None
+_default_lock = threading.Lock()
+
+
+def get_pool() -> McpPool:
+    """The process-wide pool, created on first use (and again in a forked child)."""
+    global _default_pool
+    with _default_lock:
+        if _default_pool is None or _default_pool.closed:
+            _default_pool = McpPool()
+        return _default_pool
+
+
+def set_pool(pool: McpPool | None) -> McpPool | None:
+    """Install ``pool`` as the process-wide pool (e.g. one with allow-list hooks); returns the old one."""
+    global _default_pool
+    with _default_lock:
+        previous, _default_pool = _default_pool, pool
+        return previous
+
+
+def _forget_pools_in_child() -> None:
+    # The parent's loop thread does not exist in the child; its sessions belong to the parent.
+    global _default_pool, _default_lock
+    _default_pool = None
+    _default_lock = threading.Lock()
+    _all_pools.clear()
+
+
+def _close_all_pools() -> None:
+    for pool in list(_all_pools):
+        try:
+            pool.close(timeout=10)
+        except Exception:
+            pass
+
+
+os.register_at_fork(after_in_child=_forget_pools_in_child)
+atexit.register(_close_all_pools)

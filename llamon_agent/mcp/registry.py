@@ -1,0 +1,180 @@
+"""Registry clients: where the specs of MCP servers come from (a file, or a llamon-web).
+
+A registry maps each ``mcp_id`` to the object of :class:`McpServerSpec` (DESIGN.md).
+``await registry.get([...])`` returns ``{mcp_id: McpServerSpec}`` for the ids asked for and
+raises :class:`UnknownServerError` for an id the registry does not know.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import quote
+
+from pydantic import ValidationError
+
+from llamon_agent.mcp.errors import RegistryError, UnknownServerError
+from llamon_agent.mcp.spec import McpServerSpec
+
+
+class Registry(Protocol):
+    """Anything that can turn mcp_ids into specs."""
+
+    async def get(self, mcp_ids: Iterable[str]) -> dict[str, McpServerSpec]: ...
+
+
+def spec_from_entry(mcp_id: str, entry: Any, *, source: str) -> McpServerSpec:
+    """One registry entry as a spec; ``mcp_id`` may be omitted in the entry (the key names it)."""
+    if not isinstance(entry, Mapping):
+        raise RegistryError(
+            f"{source}: the entry for '{mcp_id}' must be an object, not {type(entry).__name__}"
+        )
+    data = dict(entry)
+    data.setdefault("mcp_id", mcp_id)
+    if data["mcp_id"] != mcp_id:
+        raise RegistryError(f"{source}: the entry under '{mcp_id}' says mcp_id={data['mcp_id']!r}")
+    try:
+        return McpServerSpec.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '(entry)'}: {err['msg']}" for err in exc.errors()
+        )
+        raise RegistryError(f"{source}: the entry for '{mcp_id}' is invalid: {problems}") from None
+
+
+def _pick(specs: Mapping[str, McpServerSpec], mcp_ids: Iterable[str], where: str) -> dict[str, McpServerSpec]:
+    out: dict[str, McpServerSpec] = {}
+    for mcp_id in mcp_ids:
+        if mcp_id not in specs:
+            raise UnknownServerError(mcp_id, specs, where=where)
+        out[mcp_id] = specs[mcp_id]
+    return out
+
+
+class FileRegistry:
+    """A JSON or YAML file holding one object ``{mcp_id: spec}``; read again on every ``get``."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    async def get(self, mcp_ids: Iterable[str]) -> dict[str, McpServerSpec]:
+        """The specs of ``mcp_ids``; UnknownServerError / RegistryError."""
+        return _pick(self.load(), mcp_ids, where=f"registry file {self.path}")
+
+    async def all(self) -> dict[str, McpServerSpec]:
+        """Every spec in the file."""
+        return self.load()
+
+    def load(self) -> dict[str, McpServerSpec]:
+        """Read and validate the whole file (blocking; files are small)."""
+        source = f"registry file {self.path}"
+        try:
+            text = self.path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise RegistryError(f"{source}: cannot be read: {exc.strerror or exc}") from None
+        data = self._parse(text, source)
+        if not isinstance(data, Mapping):
+            raise RegistryError(f"{source}: must hold one object mapping each mcp_id to its spec")
+        return {
+            str(mcp_id): spec_from_entry(str(mcp_id), entry, source=source) for mcp_id, entry in data.items()
+        }
+
+    def _parse(self, text: str, source: str) -> Any:
+        if self.path.suffix.lower() == ".json":
+            try:
+                return json.loads(text)
+            except ValueError as exc:
+                raise RegistryError(f"{source}: invalid JSON: {exc}") from None
+        import yaml  # YAML is a superset of JSON: any other extension goes through it
+
+        try:
+            return yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise RegistryError(f"{source}: invalid YAML: {exc}") from None
+
+
+class HttpRegistry:
+    """A llamon-web registry: ``GET {base_url}/api/registry[/{mcp_id}]`` with a bearer token."""
+
+    def __init__(self, base_url: str, token: str | None = None, *, timeout: float = 10.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.token = token
+        self.timeout = timeout
+
+    async def get(self, mcp_ids: Iterable[str]) -> dict[str, McpServerSpec]:
+        """The specs of ``mcp_ids``, one request each; UnknownServerError on 404."""
+        import httpx
+
+        out: dict[str, McpServerSpec] = {}
+        async with self._client(httpx) as client:
+            for mcp_id in mcp_ids:
+                url = f"{self.base_url}/api/registry/{quote(mcp_id, safe='')}"
+                data = await self._get_json(client, url, mcp_id=mcp_id)
+                out[mcp_id] = spec_from_entry(mcp_id, data, source=f"registry {self.base_url}")
+        return out
+
+    async def all(self) -> dict[str, McpServerSpec]:
+        """Every spec the registry lists."""
+        import httpx
+
+        async with self._client(httpx) as client:
+            data = await self._get_json(client, f"{self.base_url}/api/registry")
+        if not isinstance(data, Mapping):
+            raise RegistryError(
+                f"registry {self.base_url}: /api/registry must answer an object {{mcp_id: spec}}"
+            )
+        return {
+            str(mcp_id): spec_from_entry(str(mcp_id), entry, source=f"registry {self.base_url}")
+            for mcp_id, entry in data.items()
+        }
+
+    def _client(self, httpx: Any) -> Any:
+        headers = {"Accept": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        return httpx.AsyncClient(headers=headers, timeout=self.timeout, follow_redirects=False)
+
+    async def _get_json(self, client: Any, url: str, *, mcp_id: str | None = None) -> Any:
+        import httpx
+
+        try:
+            response = await client.get(url)
+        except httpx.HTTPError as exc:
+            raise RegistryError(
+                f"registry {self.base_url} could not be reached: {type(exc).__name__}: {exc}"
+            ) from None
+        if response.status_code == 404 and mcp_id is not None:
+            raise UnknownServerError(mcp_id, where=f"registry {self.base_url}")
+        if response.status_code in (401, 403):
+            raise RegistryError(
+                f"registry {self.base_url} refused the token (HTTP {response.status_code}); check LLAMON_REGISTRY_TOKEN"
+            )
+        if response.status_code != 200:
+            raise RegistryError(f"registry {self.base_url}: GET {url} answered HTTP {response.status_code}")
+        try:
+            return response.json()
+        except ValueError:
+            raise RegistryError(f"registry {self.base_url}: GET {url} did not answer JSON") from None
+
+
+def registry_from_settings(settings: Any) -> FileRegistry | HttpRegistry:
+    """The registry the settings name: ``registry_file`` first, else ``registry_url`` (+ ``registry_token``)."""
+    registry_file = getattr(settings, "registry_file", None)
+    if registry_file:
+        return FileRegistry(registry_file)
+    registry_url = getattr(settings, "registry_url", None)
+    if registry_url:
+        return HttpRegistry(str(registry_url), _secret(getattr(settings, "registry_token", None)))
+    raise RegistryError(
+        "no MCP registry is configured: set LLAMON_REGISTRY_FILE (a JSON/YAML file mapping each mcp_id "
+        "to its spec) or LLAMON_REGISTRY_URL (+ LLAMON_REGISTRY_TOKEN) for a llamon-web registry"
+    )
+
+
+def _secret(value: Any) -> str | None:
+    if value is None:
+        return None
+    getter = getattr(value, "get_secret_value", None)
+    return str(getter() if callable(getter) else value) or None
