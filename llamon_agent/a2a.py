@@ -54,7 +54,9 @@ def _as_json_object(message: Any) -> dict[str, Any]:
         try:
             message = bytes(message).decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise A2AFormatError(f"the A2A message is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+            raise A2AFormatError(
+                f"the A2A message is not UTF-8 text ({exc.reason} at byte {exc.start})"
+            ) from None
     if isinstance(message, str):
         return _parse_json_text(message)
 
@@ -67,7 +69,9 @@ def _as_json_object(message: Any) -> dict[str, Any]:
         try:
             obj: Any = MessageToDict(message)
         except Exception as exc:  # protobuf raises its own error types (e.g. NaN in a Value)
-            raise A2AFormatError(f"the protobuf {type(message).__name__} cannot be read as JSON: {exc}") from exc
+            raise A2AFormatError(
+                f"the protobuf {type(message).__name__} cannot be read as JSON: {exc}"
+            ) from exc
     else:
         pydantic = sys.modules.get("pydantic")
         if pydantic is not None and isinstance(message, pydantic.BaseModel):
@@ -138,7 +142,9 @@ def _unwrap(obj: dict[str, Any]) -> dict[str, Any]:
     if "parts" not in obj and "message" in obj:
         inner = obj["message"]
         if not isinstance(inner, dict):
-            raise A2AFormatError(f"'message' must be an object holding the A2A message, got {_json_type(inner)}")
+            raise A2AFormatError(
+                f"'message' must be an object holding the A2A message, got {_json_type(inner)}"
+            )
         return inner
     return obj
 
@@ -160,7 +166,9 @@ def _read_message(msg: dict[str, Any]) -> AgentRequest:
         raise A2AFormatError("the A2A message has no parts: 'parts' is empty")
     role = msg.get("role")
     if role is not None and role not in ROLES:
-        raise A2AFormatError(f"unknown role {role!r}: expected 'user' or 'agent' (0.3), 'ROLE_USER' or 'ROLE_AGENT' (1.0)")
+        raise A2AFormatError(
+            f"unknown role {role!r}: expected 'user' or 'agent' (0.3), 'ROLE_USER' or 'ROLE_AGENT' (1.0)"
+        )
 
     metadata = msg.get("metadata")
     if metadata is None:
@@ -197,7 +205,11 @@ def _read_message(msg: dict[str, Any]) -> AgentRequest:
 
 
 def _read_v03_part(
-    part: dict[str, Any], where: str, texts: list[str], data: list[dict[str, Any]], files: list[dict[str, Any]]
+    part: dict[str, Any],
+    where: str,
+    texts: list[str],
+    data: list[dict[str, Any]],
+    files: list[dict[str, Any]],
 ) -> None:
     kind = part["kind"]
     if kind == "text":
@@ -229,7 +241,11 @@ def _read_v03_part(
 
 
 def _read_v10_part(
-    part: dict[str, Any], where: str, texts: list[str], data: list[dict[str, Any]], files: list[dict[str, Any]]
+    part: dict[str, Any],
+    where: str,
+    texts: list[str],
+    data: list[dict[str, Any]],
+    files: list[dict[str, Any]],
 ) -> None:
     present = [key for key in ("text", "data", "url", "raw") if key in part]
     if not present:
@@ -259,7 +275,9 @@ def _read_v10_part(
         )
 
 
-def _file_entry(*, name: str | None, mime_type: str | None, uri: str | None, size: int | None) -> dict[str, Any]:
+def _file_entry(
+    *, name: str | None, mime_type: str | None, uri: str | None, size: int | None
+) -> dict[str, Any]:
     return {"name": name, "mimeType": mime_type, "uri": uri, "size": size}
 
 

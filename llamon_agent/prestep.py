@@ -28,11 +28,16 @@ Decisions beyond the seed (documented here because callers rely on them):
   완료 line nor errors at ERROR (they are previews, not requests): one DEBUG line.
 - ``outcome.records`` (one per rule) is built on first access: at 10,000 rules, making
   10,000 records would cost more than the whole indexed pre-step.
+- The keyword index (:meth:`CompiledRules.candidates`) is an optimisation only; the
+  outcome is the same with ``use_index=False``. To keep that true when an expression
+  namespace cannot be built (request over the expression caps), the namespace is built at
+  the first expression rule's position even when that rule is not a candidate.
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import json
 import logging
 import time
@@ -121,7 +126,17 @@ class StaticToolBackend:
 class CompiledRules:
     """A validated, ordered rule set with its keyword index (build once, reuse per request)."""
 
-    __slots__ = ("rules", "infos", "fast", "mcp_ids", "has_index", "_automaton", "_always", "_all")
+    __slots__ = (
+        "rules",
+        "infos",
+        "fast",
+        "first_fast",
+        "mcp_ids",
+        "has_index",
+        "_automaton",
+        "_always",
+        "_all",
+    )
 
     def __init__(self, rules: Sequence[Any], *, use_index: bool = True) -> None:
         self.rules: tuple[Any, ...] = tuple(rules)
@@ -130,6 +145,8 @@ class CompiledRules:
         self.fast: tuple[Callable[[dict[str, Any]], Any] | None, ...] = tuple(
             _fast_path(r) for r in self.rules
         )
+        # The first expression rule is where an unindexed run builds its first namespace.
+        self.first_fast: int | None = next((i for i, f in enumerate(self.fast) if f is not None), None)
         self.mcp_ids: tuple[str, ...] = tuple(dict.fromkeys(info.mcp_id for info in self.infos))
         self._all: tuple[int, ...] = tuple(range(len(self.rules)))
         self.has_index = use_index
@@ -383,6 +400,9 @@ class _PrestepRun:
         self.error: str | None = None
         self.reached = -1
         self.span: Span | None = None
+        self.probe: int | None = None  # a non-candidate rule evaluated only as a namespace probe
+        self.indexed = False
+        self.namespace_failed = False
 
     # -- phases
 
@@ -406,8 +426,11 @@ class _PrestepRun:
                 # A dry run with unbound servers walks every rule so that each one on an
                 # unbound server gets its error record, whatever the index says.
                 indexed = use_index and self.compiled.has_index and not self.unbound
-                order = self.compiled.candidates(self.request.query) if indexed else self.compiled._all
-                self._evaluate_all(order)
+                self.indexed = indexed
+                if indexed:
+                    self._evaluate_all(self._indexed_order())
+                else:
+                    self._evaluate_all(self.compiled._all)
         finally:
             self._finish_span()
         # Not in `finally`: an exception escaping here (a bug, KeyboardInterrupt) must not
@@ -430,35 +453,84 @@ class _PrestepRun:
             else:
                 self.tools[mcp_id] = tools
 
+    def _indexed_order(self) -> list[int]:
+        """The candidate rules, plus a namespace probe at the first expression rule.
+
+        Building an expression namespace can fail on the request alone (query or data over
+        the expression caps). Unindexed, that ExprError surfaces at the first expression
+        rule; indexed, that rule may not be a candidate. Building the namespace at its
+        position keeps both runs identical (one build per request, reused when the server's
+        rules are candidates).
+        """
+        order = self.compiled.candidates(self.request.query)
+        probe = self.compiled.first_fast
+        if probe is not None:
+            at = bisect.bisect_left(order, probe)
+            if at == len(order) or order[at] != probe:
+                order.insert(at, probe)
+                self.probe = probe
+        return order
+
+    def _probe_failed(self, i: int, info: RuleInfo) -> bool:
+        """Build the probe rule's namespace; on failure record the rule's error."""
+        try:
+            self._namespace(info.mcp_id)
+        except Exception as exc:
+            self._fail(i, info, _reason(exc), traced=True)
+            return True
+        return False
+
     def _evaluate_all(self, order: Sequence[int]) -> None:
-        self.reached = len(self.compiled) - 1
+        """The hot loop: most rules return None, so that path stays inline and allocation-free."""
+        compiled = self.compiled
+        infos, rules, fast = compiled.infos, compiled.rules, compiled.fast
+        contexts, namespaces, unbound = self.contexts, self.namespaces, self.unbound
+        self.reached = len(rules) - 1
+        probe = self.probe
         for i in order:
-            fired, failed = self._run_rule(i)
-            if failed and not self.dry_run:
-                self.reached = i
+            info = infos[i]
+            mcp_id = info.mcp_id
+            if i == probe:
+                self.probe = None
+                if not self._probe_failed(i, info):
+                    continue
+                failed, fired = True, False
+            elif unbound and mcp_id in unbound:
+                self._fail(i, info, unbound[mcp_id], full=unbound[mcp_id])
+                failed, fired = True, False
+            else:
+                try:
+                    evaluate = fast[i]
+                    if evaluate is None:
+                        ctx = contexts.get(mcp_id)
+                        value = rules[i](ctx if ctx is not None else self._context(mcp_id))
+                    else:
+                        ns = namespaces.get(mcp_id)
+                        value = evaluate(ns if ns is not None else self._namespace(mcp_id))
+                except Exception as exc:
+                    self._fail(i, info, _reason(exc), traced=True)
+                    failed, fired = True, False
+                else:
+                    if value is None:  # a skip leaves no record: PrestepOutcome.records infers it
+                        continue
+                    fired, failed = self._handle_call(i, info, value)
+            if failed and self.dry_run and self.namespace_failed and self.indexed:
+                # Unindexed, every later expression rule would fail the same way; go on
+                # without the index so the records match (an error path: speed is moot).
+                self.indexed = False
+                self._evaluate_all(range(i + 1, len(rules)))
                 return
-            if fired and self.compiled.infos[i].stop:
+            if (failed and not self.dry_run) or (fired and info.stop):
                 self.reached = i
                 return
 
-    def _run_rule(self, i: int) -> tuple[bool, bool]:
-        """Evaluate rule ``i`` and, live, make its call; returns (fired, failed)."""
-        info = self.compiled.infos[i]
-        if info.mcp_id in self.unbound:
-            self._fail(i, info, self.unbound[info.mcp_id], full=self.unbound[info.mcp_id])
-            return False, True
+    def _handle_call(self, i: int, info: RuleInfo, value: Any) -> tuple[bool, bool]:
+        """Check a rule's returned call and, live, make it; returns (fired, failed)."""
         try:
-            call = self._evaluate(i, info)
+            tool_name, params = _checked_call(value)
         except _InvalidCall as exc:
             self._fail(i, info, str(exc), traced=True)
             return False, True
-        except Exception as exc:
-            self._fail(i, info, _reason(exc), traced=True)
-            return False, True
-        if call is None:
-            self.evaluated[i] = RuleRecord(rule=info.name, mcp_id=info.mcp_id, status=RuleStatus.SKIPPED)
-            return False, False
-        tool_name, params = call
         if tool_name not in self._tool_names(info.mcp_id):
             reason = f"MCP '{info.mcp_id}' has no tool '{tool_name}'"
             self._fail(i, info, reason, tool_name=tool_name, params=params, tool_exists=False, traced=True)
@@ -467,14 +539,6 @@ class _PrestepRun:
             self._fire_dry(i, info, tool_name, params)
             return True, False
         return self._fire_live(i, info, tool_name, params)
-
-    def _evaluate(self, i: int, info: RuleInfo) -> tuple[str, dict[str, Any]] | None:
-        fast = self.compiled.fast[i]
-        if fast is not None:
-            value = fast(self._namespace(info.mcp_id))
-        else:
-            value = self.compiled.rules[i](self._context(info.mcp_id))
-        return _checked_call(value)
 
     def _fire_dry(self, i: int, info: RuleInfo, tool_name: str, params: dict[str, Any]) -> None:
         self.evaluated[i] = RuleRecord(
@@ -578,7 +642,11 @@ class _PrestepRun:
         if ns is None:
             from llamon_agent.expr import build_namespace  # lazy: plain-function rule sets never need it
 
-            ns = self.namespaces[mcp_id] = build_namespace(self._context(mcp_id))
+            try:
+                ns = self.namespaces[mcp_id] = build_namespace(self._context(mcp_id))
+            except Exception:
+                self.namespace_failed = True
+                raise
         return ns
 
     def _tool_names(self, mcp_id: str) -> frozenset[str]:
@@ -661,10 +729,8 @@ class _PrestepRun:
         )
 
 
-def _checked_call(value: Any) -> tuple[str, dict[str, Any]] | None:
-    """``None`` or ``(tool_name, params)`` from a rule's return value; :class:`_InvalidCall` otherwise."""
-    if value is None:
-        return None
+def _checked_call(value: Any) -> tuple[str, dict[str, Any]]:
+    """``(tool_name, params)`` from a rule's non-None return value; :class:`_InvalidCall` otherwise."""
     if not isinstance(value, dict):
         raise _InvalidCall(
             f"returned {type(value).__name__}, expected None or {{'tool_name': str, 'params': dict}}"

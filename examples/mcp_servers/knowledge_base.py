@@ -29,10 +29,11 @@ SNIPPET_CHARS = 120
 WORD_RE = re.compile(r"\w+")
 HANGUL_RE = re.compile(r"[\uac00-\ud7a3]")
 # Words that say "please search" rather than what to search for (the seed's rule sends the whole query).
-STOPWORDS = frozenset(
+_STOPWORD_LIST = (
     "a an and are can do does for how i in is it me my of on or the to what when where with "
-    "검색 검색해 검색해줘 검색해주세요 찾아줘 찾아 알려줘 알려주세요 부탁해 부탁해요 어떻게 관련".split()
+    "검색 검색해 검색해줘 검색해주세요 찾아줘 찾아 알려줘 알려주세요 부탁해 부탁해요 어떻게 관련"
 )
+STOPWORDS = frozenset(_STOPWORD_LIST.split())
 
 
 @cache

@@ -71,7 +71,9 @@ def list_orders(customer_id: str, status: str = "") -> dict[str, Any]:
         raise ToolError(f"Customer {customer_id or '(empty)'} was not found (ids look like C-1001).")
     status = status.strip().lower()
     if status and status not in ORDER_STATUSES:
-        raise ToolError(f"Unknown status {status!r}: use one of {', '.join(ORDER_STATUSES)} or leave it empty.")
+        raise ToolError(
+            f"Unknown status {status!r}: use one of {', '.join(ORDER_STATUSES)} or leave it empty."
+        )
     orders = [
         order
         for order in _data()["orders"]

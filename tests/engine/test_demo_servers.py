@@ -107,7 +107,12 @@ def test_knowledge_base_over_stdio_finds_korean_and_english_docs() -> None:
     assert names == {"search_docs"}
     assert korean.structuredContent["results"][0]["doc_id"] == "KB-001"
     assert [r["doc_id"] for r in english.structuredContent["results"]] == ["KB-004"]
-    assert nothing.structuredContent == {"query": "오늘 날씨", "terms": ["오늘", "날씨"], "count": 0, "results": []}
+    assert nothing.structuredContent == {
+        "query": "오늘 날씨",
+        "terms": ["오늘", "날씨"],
+        "count": 0,
+        "results": [],
+    }
     assert "limit must be between 1 and 10" in _error_text(bad_limit)
 
 
@@ -122,7 +127,15 @@ def order_service_http() -> Iterator[str]:
     """order-service over streamable HTTP on a free loopback port; yields its /mcp URL."""
     port = _free_port()
     proc = subprocess.Popen(
-        [sys.executable, str(SERVERS_DIR / "order_service.py"), "--http", "--host", "127.0.0.1", "--port", str(port)],
+        [
+            sys.executable,
+            str(SERVERS_DIR / "order_service.py"),
+            "--http",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )

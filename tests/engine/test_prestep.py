@@ -97,12 +97,20 @@ def test_rules_fire_in_registration_order_and_results_accumulate() -> None:
 
     assert outcome.ok and outcome.error is None
     assert [r["rule"] for r in outcome.results] == ["r1", "r2", "r3"]
-    assert backend.calls == [("b", "u1", {"rule": "r1"}), ("a", "t1", {"rule": "r2"}), ("c", "v1", {"rule": "r3"})]
+    assert backend.calls == [
+        ("b", "u1", {"rule": "r1"}),
+        ("a", "t1", {"rule": "r2"}),
+        ("c", "v1", {"rule": "r3"}),
+    ]
     assert outcome.calls == 3
 
 
 def test_several_rules_on_the_same_server_each_call_their_tool() -> None:
-    rules = [calling_rule("first", "a", "t1"), calling_rule("second", "a", "t2"), calling_rule("third", "a", "t1")]
+    rules = [
+        calling_rule("first", "a", "t1"),
+        calling_rule("second", "a", "t2"),
+        calling_rule("third", "a", "t1"),
+    ]
     backend = StaticToolBackend(TOOLS, call=echo_call)
 
     outcome = run_prestep(rules, AgentRequest(query="x"), backend=backend)
@@ -246,7 +254,11 @@ def test_the_context_is_built_once_per_server_per_request() -> None:
         rule.__name__ = name
         return deterministic_tool(mcp_id=mcp_id)(rule)
 
-    run_prestep([grab("x", "a"), grab("y", "b"), grab("z", "a")], AgentRequest(query="q"), backend=StaticToolBackend(TOOLS))
+    run_prestep(
+        [grab("x", "a"), grab("y", "b"), grab("z", "a")],
+        AgentRequest(query="q"),
+        backend=StaticToolBackend(TOOLS),
+    )
 
     assert contexts[0] is contexts[2]
     assert contexts[0] is not contexts[1]
@@ -348,7 +360,9 @@ def test_system_block_is_empty_without_results_and_headed_exactly_otherwise() ->
     assert RESULTS_HEADER == "확정 호출 결과"
     assert render_results_block([]) == ""
     outcome = run_prestep(
-        [calling_rule("r", "a", "t1")], AgentRequest(query="x"), backend=StaticToolBackend(TOOLS, call=echo_call)
+        [calling_rule("r", "a", "t1")],
+        AgentRequest(query="x"),
+        backend=StaticToolBackend(TOOLS, call=echo_call),
     )
     assert outcome.system_block().split("\n")[0] == "확정 호출 결과"
 
@@ -453,7 +467,11 @@ def test_dry_run_continues_past_errors_and_reports_the_first() -> None:
 
 
 def test_dry_run_with_an_unbound_server_still_evaluates_the_bound_ones() -> None:
-    rules = [calling_rule("on_a", "a", "t1"), calling_rule("on_ghost", "ghost", "x"), calling_rule("on_b", "b", "u1")]
+    rules = [
+        calling_rule("on_a", "a", "t1"),
+        calling_rule("on_ghost", "ghost", "x"),
+        calling_rule("on_b", "b", "u1"),
+    ]
 
     outcome = run_prestep(rules, AgentRequest(query="x"), backend=StaticToolBackend(TOOLS), dry_run=True)
 
@@ -513,13 +531,23 @@ def test_trace_spans_nest_and_skipped_rules_go_into_the_prestep_output() -> None
     sink = ListSink()
     rules = [skipping_rule("s1", "a"), calling_rule("r", "b", "u1"), skipping_rule("s2", "c")]
 
-    run_prestep(rules, AgentRequest(query="x"), backend=StaticToolBackend(TOOLS, call=echo_call), sink=sink, trace_parent="run-1")
+    run_prestep(
+        rules,
+        AgentRequest(query="x"),
+        backend=StaticToolBackend(TOOLS, call=echo_call),
+        sink=sink,
+        trace_parent="run-1",
+    )
 
     prestep_start, rule_start, rule_end, prestep_end = sink.events
     assert prestep_start.parent == "run-1" and prestep_start.id == prestep_end.id
     assert rule_start.parent == prestep_start.id and rule_start.id == rule_end.id
     assert rule_start.status == "running" and rule_start.duration_ms is None
-    assert rule_end.status == "ok" and rule_end.output == {"server": "b", "tool": "u1", "params": {"rule": "r"}}
+    assert rule_end.status == "ok" and rule_end.output == {
+        "server": "b",
+        "tool": "u1",
+        "params": {"rule": "r"},
+    }
     assert rule_end.input == {"mcp_id": "b", "tool_name": "u1", "params": {"rule": "r"}}
     assert prestep_end.status == "ok"
     assert prestep_end.output == {
@@ -540,7 +568,10 @@ def test_a_failing_call_ends_its_rule_span_with_an_error() -> None:
         raise ConnectionError("session closed")
 
     outcome = run_prestep(
-        [calling_rule("r", "a", "t1")], AgentRequest(query="x"), backend=StaticToolBackend(TOOLS, call=fail), sink=sink
+        [calling_rule("r", "a", "t1")],
+        AgentRequest(query="x"),
+        backend=StaticToolBackend(TOOLS, call=fail),
+        sink=sink,
     )
 
     rule_end = sink.of_kind("rule")[-1]
