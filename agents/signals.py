@@ -20,15 +20,17 @@ def _on_worker_process_init(**_: object) -> None:
     # Connections inherited from the parent must never be shared with it.
     for conn in connections.all(initialized_only=True):
         conn.close()
+    # The MCP pool (its loop thread and sessions) is made here, after the fork, never before.
+    from rules.pool import web_pool
+
+    web_pool()
 
 
 @worker_process_shutdown.connect
 def _on_worker_process_shutdown(**_: object) -> None:
     try:
-        from llamon_agent.mcp import pool as mcp_pool
+        from rules.pool import web_pool_close
 
-        existing = getattr(mcp_pool, "_default_pool", None)
-        if existing is not None:
-            existing.close()
+        web_pool_close()  # stops stdio MCP children too
     except Exception:  # pragma: no cover - shutdown must never raise
         logger.exception("closing the MCP pool failed")
