@@ -325,11 +325,6 @@ def test_an_oversized_request_fails_at_the_first_expression_rule_even_when_no_ru
         )
 
 
-@pytest.mark.xfail(
-    reason="expr.py's keyword hint for `A and B` takes B's literal even when A can raise: "
-    "the index then hides A's ExprError (report to the expr.py owner)",
-    strict=False,
-)
 def test_an_and_whose_first_operand_raises_is_not_hidden_by_the_index() -> None:
     expr = _expr()
     rule = expr.expression_rule(
