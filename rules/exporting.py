@@ -1,0 +1,604 @@
+"""Rule sets out of and into llamon-web: a JSON file that round-trips exactly, and an ``app/tools.py``.
+
+The JSON format (``llamon-ruleset/1``) is documented in docs/rulesets.md. An import is
+checked in full before anything is written, then written in one transaction through the
+same services as the editor (``rule_create``, ``case_create``), so a rule the editor would
+refuse is refused here too and a bad rule leaves nothing behind.
+
+The ``app/tools.py`` export turns each enabled rule into a readable ``@deterministic_tool``
+function whose condition and params stay in the safe expression language
+(``llamon_agent.expr``), so the project gets exactly the dashboard's pre-step results. Every
+user string enters the generated code only as a literal built from ``repr()``; the output is
+parsed again and checked statement by statement before it is returned.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import json
+import unicodedata
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from llamon_agent.expr import ExprError, check_rule_name, expression_rule
+from llamon_agent.mcp.spec import MCP_ID_RE
+from rules.cases import case_create, case_expected_clean, case_input_clean, case_update
+from rules.engine import SNAPSHOT_FIELDS, rule_set_snapshot, sha256
+from rules.errors import STALE_MESSAGE, RuleError, StaleEditError
+from rules.models import RuleSet, RuleSetVersion
+from rules.services import audit_record, rule_create, rule_set_create
+
+FORMAT = "llamon-ruleset/1"
+MAX_IMPORT_BYTES = 2 * 1024 * 1024
+MAX_IMPORT_RULES = 2_000
+MAX_IMPORT_CASES = 2_000
+
+_TOP_KEYS = frozenset({"format", "name", "description", "rules", "cases"})
+_RULE_DEFAULTS: dict[str, Any] = {"description": "", "params": "{}", "stop": False, "enabled": True}
+_RULE_REQUIRED = ("name", "mcp_id", "tool_name", "when")
+_RULE_TYPES: dict[str, type] = {
+    "name": str,
+    "description": str,
+    "mcp_id": str,
+    "tool_name": str,
+    "when": str,
+    "params": str,
+    "stop": bool,
+    "enabled": bool,
+}
+_CASE_KEYS = frozenset({"name", "input", "expected"})
+
+# Names the generated module defines or imports; a rule named like one would replace it.
+_MODULE_NAMES = frozenset(
+    {"compile_when", "compile_params", "deterministic_tool", "DeterministicContext", "DETERMINISTIC_TOOLS"}
+)
+_LINE = 88  # ruff's and black's default line length: the exported file lands in someone else's project
+
+
+# --- JSON ---------------------------------------------------------------------------------------
+
+
+def rule_set_export_json(rule_set: RuleSet) -> dict[str, Any]:
+    """The draft rules and the test cases of ``rule_set`` as a ``llamon-ruleset/1`` document."""
+    return {
+        "format": FORMAT,
+        "name": rule_set.name,
+        "description": rule_set.description,
+        "rules": rule_set_snapshot(rule_set),
+        "cases": [
+            {"name": case.name, "input": case.input, "expected": case.expected}
+            for case in rule_set.cases.order_by("name", "id")
+        ],
+    }
+
+
+def rule_set_import_json(
+    *,
+    actor: Any,
+    data: Mapping[str, Any] | str | bytes,
+    name: str | None = None,
+    replace: RuleSet | None = None,
+    revision: int | None = None,
+) -> RuleSet:
+    """Create a rule set from an export (or replace the draft rules of ``replace``); all or nothing, audited.
+
+    ``data`` is the parsed document or its JSON text; ``name`` overrides the file's name for a
+    new set. With ``replace``, the set keeps its name (the file's and ``name`` are ignored), the
+    file's description replaces its own, the file's cases are added or, when a case of that
+    name exists, update it; other cases stay. ``revision`` (optional) is the set revision
+    the user saw: a stale one is refused like any concurrent edit.
+    """
+    doc = _load(data)
+    rules, cases = _checked_document(doc)
+    description = doc.get("description", "")
+
+    with transaction.atomic():
+        if replace is None:
+            target = _create_set(
+                actor=actor, name=name if name is not None else doc["name"], description=description
+            )
+            before = None
+        else:
+            target, before = _clear_set(
+                actor=actor, rule_set=replace, revision=revision, description=description
+            )
+        for i, rule in enumerate(rules):
+            _import_rule(actor=actor, rule_set=target, index=i, rule=rule)
+        existing = {c.name: c for c in target.cases.all()}
+        for i, case in enumerate(cases):
+            try:
+                if case["name"].strip() in existing:
+                    case_update(
+                        actor=actor,
+                        case=existing[case["name"].strip()],
+                        input=case["input"],
+                        expected=case["expected"],
+                    )
+                else:
+                    case_create(actor=actor, rule_set=target, **case)
+            except RuleError as exc:
+                raise RuleError(
+                    f"Case {i + 1} {case['name']!r}: {exc.message}",
+                    field=f"cases.{i}.{exc.field or ''}".rstrip("."),
+                ) from None
+        target.refresh_from_db()
+        audit_record(
+            actor=actor,
+            action="rule_set.import",
+            obj=target,
+            before=before,
+            # The rules' content is in their own rule.create events; here, what the file brought.
+            after={
+                "description": target.description,
+                "rules": [r["name"] for r in rules],
+                "cases": [c["name"] for c in cases],
+            },
+        )
+    return target
+
+
+def _load(data: Mapping[str, Any] | str | bytes) -> dict[str, Any]:
+    """The document as a dict, refusing oversized input before parsing it."""
+    if isinstance(data, (str, bytes)):
+        raw = data.encode("utf-8") if isinstance(data, str) else data
+        if len(raw) > MAX_IMPORT_BYTES:
+            raise RuleError(_too_big(len(raw)))
+        try:
+            data = json.loads(raw)
+        except UnicodeDecodeError:
+            raise RuleError("The file is not UTF-8 text; export it again from llamon-web.") from None
+        except json.JSONDecodeError as exc:
+            raise RuleError(
+                f"The file is not valid JSON: line {exc.lineno}, column {exc.colno}: {exc.msg}."
+            ) from None
+        except RecursionError:
+            raise RuleError("The file is nested too deeply to be a rule set export.") from None
+    if not isinstance(data, Mapping):
+        raise RuleError(f"A rule set export is a JSON object, not {_json_type(data)}.")
+    try:
+        size = len(json.dumps(data, ensure_ascii=False).encode("utf-8"))
+    except (TypeError, ValueError, RecursionError):
+        raise RuleError("The document holds values JSON cannot carry.") from None
+    if size > MAX_IMPORT_BYTES:
+        raise RuleError(_too_big(size))
+    return dict(data)
+
+
+def _too_big(size: int) -> str:
+    return (
+        f"The file is {size / 1024 / 1024:.1f} MiB; imports are limited to {MAX_IMPORT_BYTES // 1024 // 1024} MiB. "
+        "Split the rule set into smaller ones."
+    )
+
+
+def _checked_document(doc: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Every structural check of the file, before any write: rules and cases with defaults filled in."""
+    fmt = doc.get("format")
+    if fmt != FORMAT:
+        got = "no format tag" if fmt is None else f"format {fmt!r}"
+        raise RuleError(
+            f'This is not a llamon-web rule set export: expected "format": "{FORMAT}", found {got}.',
+            field="format",
+        )
+    unknown = sorted(set(doc) - _TOP_KEYS)
+    if unknown:
+        raise RuleError(
+            f"Unknown top-level key(s) {', '.join(map(repr, unknown))}; expected {', '.join(sorted(_TOP_KEYS))}."
+        )
+    if not isinstance(doc.get("name"), str) or not doc["name"].strip():
+        raise RuleError('"name" must be a non-empty text.', field="name")
+    if not isinstance(doc.get("description", ""), str):
+        raise RuleError('"description" must be a text.', field="description")
+    rules = doc.get("rules")
+    if not isinstance(rules, list):
+        raise RuleError(f'"rules" must be a list of rules, not {_json_type(rules)}.', field="rules")
+    if len(rules) > MAX_IMPORT_RULES:
+        raise RuleError(
+            f"The file has {len(rules):,} rules; imports are limited to {MAX_IMPORT_RULES:,}.", field="rules"
+        )
+    cases = doc.get("cases", [])
+    if not isinstance(cases, list):
+        raise RuleError(f'"cases" must be a list of test cases, not {_json_type(cases)}.', field="cases")
+    if len(cases) > MAX_IMPORT_CASES:
+        raise RuleError(
+            f"The file has {len(cases):,} test cases; imports are limited to {MAX_IMPORT_CASES:,}.",
+            field="cases",
+        )
+
+    checked_rules: list[dict[str, Any]] = []
+    seen: dict[str, int] = {}
+    for i, rule in enumerate(rules):
+        label = f"Rule {i + 1}"
+        if not isinstance(rule, dict):
+            raise RuleError(f"{label}: a rule is an object, not {_json_type(rule)}.", field=f"rules.{i}")
+        if isinstance(rule.get("name"), str):
+            label = f"Rule {i + 1} {rule['name']!r}"
+        extra = sorted(set(rule) - set(_RULE_TYPES))
+        if extra:
+            raise RuleError(
+                f"{label}: unknown field(s) {', '.join(map(repr, extra))}; a rule has {', '.join(SNAPSHOT_FIELDS)}.",
+                field=f"rules.{i}",
+            )
+        for key in _RULE_REQUIRED:
+            if key not in rule:
+                raise RuleError(f"{label}: the field {key!r} is missing.", field=f"rules.{i}.{key}")
+        full = {**_RULE_DEFAULTS, **rule}
+        for key, kind in _RULE_TYPES.items():
+            if type(full[key]) is not kind:
+                wanted = "true or false" if kind is bool else "a text"
+                raise RuleError(
+                    f"{label}: {key} must be {wanted}, not {_json_type(full[key])}.", field=f"rules.{i}.{key}"
+                )
+        if full["name"] in seen:
+            raise RuleError(
+                f"{label}: the name is used twice (also by rule {seen[full['name']] + 1}).",
+                field=f"rules.{i}.name",
+            )
+        seen[full["name"]] = i
+        checked_rules.append({key: full[key] for key in SNAPSHOT_FIELDS})
+
+    checked_cases: list[dict[str, Any]] = []
+    case_names: set[str] = set()
+    for i, case in enumerate(cases):
+        label = f"Case {i + 1}"
+        if not isinstance(case, dict):
+            raise RuleError(f"{label}: a test case is an object, not {_json_type(case)}.", field=f"cases.{i}")
+        if isinstance(case.get("name"), str):
+            label = f"Case {i + 1} {case['name']!r}"
+        if set(case) != _CASE_KEYS:
+            raise RuleError(
+                f"{label}: a test case has exactly the fields name, input and expected.", field=f"cases.{i}"
+            )
+        if not isinstance(case["name"], str) or not case["name"].strip():
+            raise RuleError(f"{label}: the name must be a non-empty text.", field=f"cases.{i}.name")
+        if case["name"].strip() in case_names:
+            raise RuleError(f"{label}: the name is used twice.", field=f"cases.{i}.name")
+        case_names.add(case["name"].strip())
+        try:
+            case_input_clean(case["input"])
+            case_expected_clean(case["expected"])
+        except RuleError as exc:
+            raise RuleError(
+                f"{label}: {exc.message}", field=f"cases.{i}.{exc.field}" if exc.field else f"cases.{i}"
+            ) from None
+        checked_cases.append({"name": case["name"], "input": case["input"], "expected": case["expected"]})
+    return checked_rules, checked_cases
+
+
+def _create_set(*, actor: Any, name: Any, description: str) -> RuleSet:
+    if not isinstance(name, str):
+        raise RuleError("The rule set name must be a text.", field="name")
+    return rule_set_create(actor=actor, name=name, description=description)
+
+
+def _clear_set(
+    *, actor: Any, rule_set: RuleSet, revision: int | None, description: str
+) -> tuple[RuleSet, dict[str, Any]]:
+    """Lock the set, check the revision, drop its draft rules; returns it and the audit 'before'."""
+    locked = RuleSet.objects.select_for_update().get(pk=rule_set.pk)
+    if revision is not None and revision != locked.revision:
+        raise StaleEditError(
+            STALE_MESSAGE.format(
+                what=f"Rule set {locked.name!r}", who="someone else", theirs=locked.revision, yours=revision
+            )
+        )
+    before = {"description": locked.description, "rules": rule_set_snapshot(locked)}
+    locked.rules.all().delete()
+    # One bump for the replacement itself: an import of zero rules still changes the draft.
+    RuleSet.objects.filter(pk=locked.pk).update(
+        revision=F("revision") + 1, description=description, updated_at=timezone.now()
+    )
+    locked.refresh_from_db()
+    return locked, before
+
+
+def _import_rule(*, actor: Any, rule_set: RuleSet, index: int, rule: dict[str, Any]) -> None:
+    try:
+        rule_create(actor=actor, rule_set=rule_set, **rule)
+    except RuleError as exc:
+        # The editor's message names the field; the import adds which rule of the file it was.
+        raise RuleError(
+            f"Rule {index + 1} {rule['name']!r}: {exc.message}",
+            field=f"rules.{index}.{exc.field}" if exc.field else f"rules.{index}",
+        ) from None
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true/false"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a text"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
+# --- app/tools.py -------------------------------------------------------------------------------
+
+
+def rule_set_export_tools_py(
+    rule_set_or_snapshot: RuleSet | RuleSetVersion | Sequence[Mapping[str, Any]], *, title: str | None = None
+) -> str:
+    """An ``app/tools.py`` of ``@deterministic_tool`` functions giving the same pre-step results; RuleError if a rule cannot be exported."""
+    snapshot, label, content_hash = _export_source(rule_set_or_snapshot)
+    if title is not None:
+        label = title
+    rules = [_checked_export_rule(i, dict(r)) for i, r in enumerate(snapshot)]
+    enabled = [r for r in rules if r["enabled"]]
+    _check_names(rules)
+
+    header = f"Routing rules exported from llamon-web {label} (content sha256 {content_hash[:16]})."
+    out = [
+        _lit(header),
+        "",
+        "from llamon_agent.expr import compile_params, compile_when",
+        "from llamon_agent.tools import DeterministicContext, deterministic_tool",
+    ]
+    disabled = [r["name"] for r in rules if not r["enabled"]]
+    if disabled:
+        # Names are checked identifiers, so they are safe inside a comment.
+        out += ["", f"# Disabled in llamon-web, so left out: {', '.join(disabled)}."]
+    for n, rule in enumerate(enabled):
+        # isort wants one blank line after the imports, ruff format two around each function.
+        out += ["", *_rule_lines(rule)] if n == 0 else ["", "", *_rule_lines(rule)]
+    out += ["", ""] if enabled else [""]
+    if enabled:
+        out += ["DETERMINISTIC_TOOLS = [", *(f"    {r['name']}," for r in enabled), "]"]
+    else:
+        out += ["DETERMINISTIC_TOOLS = []"]
+    source = "\n".join(out) + "\n"
+    _verify(source, enabled, header)
+    return source
+
+
+def _export_source(obj: Any) -> tuple[list[Mapping[str, Any]], str, str]:
+    """(snapshot, label for the header, content hash) of a rule set, a version or a plain snapshot."""
+    if isinstance(obj, RuleSet):
+        snapshot = rule_set_snapshot(obj)
+        return snapshot, f"rule set {obj.name!r} (draft revision {obj.revision})", sha256(snapshot)
+    if isinstance(obj, RuleSetVersion):
+        content = obj.content
+        snapshot = content.get("rules", []) if isinstance(content, dict) else content
+        return (
+            list(snapshot),
+            f"rule set {obj.rule_set.name!r} version {obj.number}",
+            obj.content_hash or sha256(snapshot),
+        )
+    if isinstance(obj, Sequence) and not isinstance(obj, (str, bytes)):
+        snapshot = list(obj)
+        return snapshot, "rule snapshot", sha256([dict(r) for r in snapshot])
+    raise TypeError(
+        f"cannot export {type(obj).__name__}: pass a RuleSet, a RuleSetVersion or a snapshot list"
+    )
+
+
+def _checked_export_rule(index: int, rule: dict[str, Any]) -> dict[str, Any]:
+    """The rule with defaults, checked so that the generated module imports and behaves like the dashboard."""
+    full = {**_RULE_DEFAULTS, **rule}
+    name = full.get("name")
+    label = f"Rule {index + 1} {name!r}" if isinstance(name, str) else f"Rule {index + 1}"
+    for key in SNAPSHOT_FIELDS:
+        value = full.get(key)
+        if type(value) is not _RULE_TYPES[key]:
+            raise RuleError(
+                f"{label}: {key} must be {'true or false' if _RULE_TYPES[key] is bool else 'a text'}.",
+                field=key,
+            )
+        if isinstance(value, str) and "\x00" in value:
+            raise RuleError(f"{label}: {key} contains a NUL character, which cannot be exported.", field=key)
+    try:
+        check_rule_name(name)
+    except ExprError as exc:
+        raise RuleError(f"{label}: {exc.reason}", field="name") from None
+    if not MCP_ID_RE.match(full["mcp_id"]):
+        raise RuleError(f"{label}: {full['mcp_id']!r} is not a valid MCP server id.", field="mcp_id")
+    if full["enabled"]:
+        # Compiling here means the module never fails at import time on a bad expression.
+        try:
+            expression_rule(
+                name=name, mcp_id=full["mcp_id"], tool_name=full["tool_name"],
+                when=full["when"], params=full["params"], stop=full["stop"],
+            )  # fmt: skip
+        except ExprError as exc:
+            raise RuleError(f"{label}: {exc}", field=exc.field) from None
+    return {key: full[key] for key in SNAPSHOT_FIELDS}
+
+
+def _check_names(rules: list[dict[str, Any]]) -> None:
+    """Refuse names that would collide in, or break, the generated module."""
+    names = [r["name"] for r in rules]
+    helpers = {f"_{n}_{part}": n for n in names for part in ("when", "params")}
+    seen: set[str] = set()
+    for rule in rules:
+        name = rule["name"]
+        why = None
+        if name in seen:
+            why = "is used by two rules"
+        elif name.startswith("__") and name.endswith("__"):
+            why = "is a Python special name (it would change how the module itself behaves)"
+        elif name in _MODULE_NAMES:
+            why = "is a name the exported module itself uses"
+        elif name in helpers and helpers[name] != name:
+            why = f"collides with the generated helper of rule {helpers[name]!r}"
+        elif hasattr(builtins, name):
+            why = "shadows a Python built-in"
+        if why:
+            raise RuleError(
+                f"Rule {name!r} cannot be exported to app/tools.py: the name {why}. Rename the rule.",
+                field="name",
+            )
+        seen.add(name)
+
+
+def _rule_lines(rule: dict[str, Any]) -> list[str]:
+    name = rule["name"]
+    lines = [
+        _call_line(f"_{name}_when = compile_when(", [_lit(rule["when"])]),
+        _call_line(f"_{name}_params = compile_params(", [_lit(rule["params"])]),
+        "",
+        "",
+    ]
+    args = [f"mcp_id={_lit(rule['mcp_id'])}"] + (["stop=True"] if rule["stop"] else [])
+    lines.append(_call_line("@deterministic_tool(", args))
+    signature = f"def {name}(ctx: DeterministicContext) -> dict | None:"
+    if _width(signature) <= _LINE:
+        lines.append(signature)
+    else:
+        lines += [f"def {name}(", "    ctx: DeterministicContext,", ") -> dict | None:"]
+    # Formatters strip a docstring's outer whitespace; stripping first keeps the file format-stable.
+    doc = rule["description"].strip()
+    if doc:
+        lines.append(f"    {_lit(doc)}")
+    lines += [
+        _ctx_call(f"    if not _{name}_when(", "):"),
+        "        return None",
+        "    return {",
+        f'        "tool_name": {_lit(rule["tool_name"])},',
+        _ctx_call(f'        "params": _{name}_params(', "),"),
+        "    }",
+    ]
+    return lines
+
+
+def _ctx_call(opening: str, closing: str) -> str:
+    """``opening`` + ``ctx`` + ``closing``, split the way ruff format splits a call that is too long."""
+    flat = f"{opening}ctx{closing}"
+    if _width(flat) <= _LINE:
+        return flat
+    indent = " " * (len(opening) - len(opening.lstrip()))
+    return f"{opening}\n{indent}    ctx\n{indent}{closing.lstrip()}"
+
+
+def _call_line(opening: str, args: list[str]) -> str:
+    """``opening`` + args + ``)`` laid out the way ruff format would (line length 88)."""
+    flat = opening + ", ".join(args) + ")"
+    if _width(flat) <= _LINE:
+        return flat
+    inner = "    " + ", ".join(args)
+    if len(args) == 1 or _width(inner) <= _LINE:
+        return f"{opening}\n{inner}\n)"
+    return opening + "\n" + "\n".join(f"    {a}," for a in args) + "\n)"
+
+
+def _width(line: str) -> int:
+    """Display width as formatters measure it: East Asian wide characters count twice (Korean)."""
+    return sum(
+        2 if unicodedata.east_asian_width(c) in "WF" else 0 if unicodedata.combining(c) else 1 for c in line
+    )
+
+
+def _lit(text: str) -> str:
+    """A Python string literal for ``text``, built from ``repr()`` (quote style as ruff format prefers)."""
+    singles, doubles = text.count("'"), text.count('"')
+    if doubles > singles:
+        # Fewer escapes with single quotes: repr() picks them itself here.
+        literal = repr(text)
+    else:
+        # repr() of a piece without '"' escapes every control, separator and non-printable
+        # character and never ends in a lone backslash; joining with \" is therefore safe.
+        literal = '"' + '\\"'.join(repr(piece)[1:-1] for piece in text.split('"')) + '"'
+    if ast.literal_eval(literal) != text:  # belt and braces: never emit a literal we did not mean
+        literal = repr(text)
+    return literal
+
+
+# --- self-check of the generated module -----------------------------------------------------
+
+
+def _verify(source: str, rules: list[dict[str, Any]], header: str) -> None:
+    """Parse the output and check it holds exactly the intended statements and values."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as exc:  # pragma: no cover - a bug in this module, never user input
+        raise RuleError(f"internal error: the generated app/tools.py does not parse ({exc.msg})") from None
+    body = list(tree.body)
+    expected_imports = [
+        ("llamon_agent.expr", ["compile_params", "compile_when"]),
+        ("llamon_agent.tools", ["DeterministicContext", "deterministic_tool"]),
+    ]
+    ok = _const(body.pop(0)) == header if body else False
+    for module, names in expected_imports:
+        stmt = body.pop(0) if body else None
+        ok = ok and isinstance(stmt, ast.ImportFrom) and stmt.module == module and stmt.level == 0
+        ok = ok and [a.name for a in stmt.names] == names and all(a.asname is None for a in stmt.names)
+    for rule in rules:
+        if not ok:
+            break
+        ok = len(body) >= 3 and _is_compile(body[0], f"_{rule['name']}_when", "compile_when", rule["when"])
+        ok = ok and _is_compile(body[1], f"_{rule['name']}_params", "compile_params", rule["params"])
+        ok = ok and _is_rule_function(body[2], rule)
+        body = body[3:]
+    if ok:
+        names = [r["name"] for r in rules]
+        last = body.pop(0) if len(body) == 1 else None
+        ok = (
+            isinstance(last, ast.Assign)
+            and [_name(t) for t in last.targets] == ["DETERMINISTIC_TOOLS"]
+            and isinstance(last.value, ast.List)
+            and [_name(e) for e in last.value.elts] == names
+        )
+    if not ok:  # pragma: no cover - a bug in this module, never user input
+        raise RuleError(
+            "internal error: the generated app/tools.py does not have the expected shape; nothing was exported"
+        )
+
+
+def _const(node: ast.AST | None) -> Any:
+    if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and type(node.value.value) is str:
+        return node.value.value
+    return None
+
+
+def _name(node: ast.AST) -> str | None:
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _is_compile(node: ast.AST, target: str, func: str, source: str) -> bool:
+    return (
+        isinstance(node, ast.Assign)
+        and [_name(t) for t in node.targets] == [target]
+        and isinstance(node.value, ast.Call)
+        and _name(node.value.func) == func
+        and not node.value.keywords
+        and len(node.value.args) == 1
+        and isinstance(node.value.args[0], ast.Constant)
+        and node.value.args[0].value == source
+        and type(node.value.args[0].value) is str
+    )
+
+
+def _is_rule_function(node: ast.AST, rule: dict[str, Any]) -> bool:
+    if not isinstance(node, ast.FunctionDef) or node.name != rule["name"] or len(node.decorator_list) != 1:
+        return False
+    deco = node.decorator_list[0]
+    if not (isinstance(deco, ast.Call) and _name(deco.func) == "deterministic_tool" and not deco.args):
+        return False
+    kwargs = {k.arg: k.value for k in deco.keywords}
+    want = {"mcp_id": rule["mcp_id"], **({"stop": True} if rule["stop"] else {})}
+    if set(kwargs) != set(want) or any(
+        not isinstance(v, ast.Constant) or v.value != want[k] for k, v in kwargs.items()
+    ):
+        return False
+    args = node.args
+    if [a.arg for a in args.args] != ["ctx"] or args.vararg or args.kwarg or args.kwonlyargs or args.defaults:
+        return False
+    statements = list(node.body)
+    doc = rule["description"].strip()
+    if doc and (not statements or _const(statements.pop(0)) != doc):
+        return False
+    expected = (
+        f"if not _{rule['name']}_when(ctx):\n    return None\n"
+        f"return {{'tool_name': {rule['tool_name']!r}, 'params': _{rule['name']}_params(ctx)}}"
+    )
+    return [ast.dump(s) for s in statements] == [ast.dump(s) for s in ast.parse(expected).body]

@@ -1,0 +1,168 @@
+"""Fixtures for the rules app: the demo servers with their tool lists, and a seed-like rule set built through services."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from rules import services
+from rules.models import McpServer, RuleSet
+
+TOOLS: dict[str, list[dict[str, Any]]] = {
+    "order-service": [
+        {
+            "name": "get_order",
+            "description": "Find an order by free text or id.",
+            "input_schema": {
+                "type": "object",
+                "properties": {"query": {"type": "string"}, "order_id": {"type": "string"}},
+            },
+        },
+        {
+            "name": "list_orders",
+            "description": "List a customer's orders.",
+            "input_schema": {
+                "type": "object",
+                "properties": {"customer_id": {"type": "string"}, "status": {"type": "string"}},
+                "required": ["customer_id"],
+            },
+        },
+    ],
+    "customer-crm": [
+        {
+            "name": "get_customer_profile",
+            "description": "A customer's profile.",
+            "input_schema": {
+                "type": "object",
+                "properties": {"customer_id": {"type": "string"}},
+                "required": ["customer_id"],
+            },
+        },
+    ],
+    "knowledge-base": [
+        {
+            "name": "search_docs",
+            "description": "Search help articles (Korean and English).",
+            "input_schema": {
+                "type": "object",
+                "properties": {"q": {"type": "string"}, "limit": {"type": "integer"}},
+                "required": ["q"],
+            },
+        },
+    ],
+}
+
+# The seed page's three examples as expressions (seed/000_9a17dbcadfbf3490.txt, "규칙 작성 예시").
+SEED_RULES: list[dict[str, Any]] = [
+    {
+        "name": "route_order_lookup",
+        "description": "'주문 조회' 키워드 감지 시 get_order tool을 확정 호출.",
+        "mcp_id": "order-service",
+        "tool_name": "get_order",
+        "when": '"주문" in ctx.query and "조회" in ctx.query',
+        "params": '{"query": ctx.query}',
+    },
+    {
+        "name": "route_by_chatbot_id",
+        "description": "A2A context의 chatbotId에 따라 CRM lookup을 확정 호출.",
+        "mcp_id": "customer-crm",
+        "tool_name": "get_customer_profile",
+        "when": 'ctx.context.get("chatbotId") == "premium-support"',
+        "params": '{"customer_id": ctx.context.get("userId")}',
+    },
+    {
+        "name": "route_by_available_tool",
+        "description": "mcp_tools에서 이름으로 동적 선택 후 호출.",
+        "mcp_id": "knowledge-base",
+        "tool_name": "search_docs",
+        "when": '"search_docs" in tool_names and "검색" in ctx.query',
+        "params": '{"q": ctx.query}',
+    },
+]
+
+# More shapes: a stop rule, a disabled one, contains_any, data_get, FileParts, a run-time error.
+EXTRA_RULES: list[dict[str, Any]] = [
+    {
+        "name": "route_refund_first",
+        "description": 'Refunds end the pre-step ("first match").',
+        "mcp_id": "order-service",
+        "tool_name": "list_orders",
+        "when": 'contains_any(query.lower(), ["refund", "환불"])',
+        "params": '{"customer_id": context.get("userId", "anonymous"), "status": "refund"}',
+        "stop": True,
+    },
+    {
+        "name": "route_faq_datapart",
+        "description": "An FAQ ticket sent as a DataPart.",
+        "mcp_id": "knowledge-base",
+        "tool_name": "search_docs",
+        "when": 'data_get("ticketType") == "faq"',
+        "params": '{"q": query, "limit": data_get("limit", 3)}',
+    },
+    {
+        "name": "route_everything_disabled",
+        "description": "Would fire on everything, but it is switched off.",
+        "mcp_id": "knowledge-base",
+        "tool_name": "search_docs",
+        "when": "True",
+        "params": '{"q": query}',
+        "enabled": False,
+    },
+    {
+        "name": "route_first_file",
+        "description": "Look up the first attached file's name.",
+        "mcp_id": "knowledge-base",
+        "tool_name": "search_docs",
+        "when": "len(a2a_files or []) > 0",
+        "params": '{"q": a2a_files[0].get("name", "")}',
+    },
+    {
+        "name": "route_strict_mode",
+        "description": "Fails at run time when the context has no 'mode' (it should use .get()).",
+        "mcp_id": "customer-crm",
+        "tool_name": "get_customer_profile",
+        "when": '"strict" in query.lower() and context["mode"] == "vip"',
+        "params": '{"customer_id": context.get("userId", "")}',
+    },
+]
+
+
+@pytest.fixture
+def editor(make_user):
+    return make_user("editor")
+
+
+@pytest.fixture
+def demo_servers(db) -> dict[str, McpServer]:
+    """The three demo servers with discovered tools (never contacted: tests dry-run)."""
+    now = timezone.now()
+    return {
+        mcp_id: McpServer.objects.create(
+            mcp_id=mcp_id, transport="http", url="http://127.0.0.1:9/mcp", tools=tools, tools_refreshed_at=now
+        )
+        for mcp_id, tools in TOOLS.items()
+    }
+
+
+def build_rule_set(actor: Any, name: str, rules: list[dict[str, Any]], description: str = "") -> RuleSet:
+    """A rule set made through the editor's services, rules in the given order."""
+    rule_set = services.rule_set_create(actor=actor, name=name, description=description)
+    for rule in rules:
+        services.rule_create(actor=actor, rule_set=rule_set, **rule)
+    rule_set.refresh_from_db()
+    return rule_set
+
+
+@pytest.fixture
+def seed_rule_set(editor, demo_servers) -> RuleSet:
+    """Only the seed's three examples."""
+    return build_rule_set(editor, "seed", SEED_RULES, "The seed page's examples.")
+
+
+@pytest.fixture
+def demo_rule_set(editor, demo_servers) -> RuleSet:
+    """The seed's three examples with a stop rule in between and the extra shapes after them."""
+    rules = [SEED_RULES[0], SEED_RULES[1], EXTRA_RULES[0], SEED_RULES[2], *EXTRA_RULES[1:]]
+    return build_rule_set(editor, "demo", rules, "Seed examples plus stop, disabled, data_get and files.")
