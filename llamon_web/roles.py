@@ -51,7 +51,9 @@ def role_set(*, user: Any, role: Role | None) -> None:
         del user._llamon_roles
 
 
-def require_role(role: Role | Literal["public"]) -> Callable[[Callable[..., HttpResponse]], Callable[..., HttpResponse]]:
+def require_role(
+    role: Role | Literal["public"],
+) -> Callable[[Callable[..., HttpResponse]], Callable[..., HttpResponse]]:
     """View decorator: anonymous -> login page, authenticated without the role -> 403."""
 
     def decorate(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:

@@ -29,5 +29,7 @@ def admin_ensure(*, username: str = "admin", password: str | None = None) -> tup
     user.save()
     role_set(user=user, role="admin")
     if created:
-        audit_record(actor=None, action="user.create", obj=user, after={"username": username, "role": "admin"})
+        audit_record(
+            actor=None, action="user.create", obj=user, after={"username": username, "role": "admin"}
+        )
     return user, new_password

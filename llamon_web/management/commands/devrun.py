@@ -31,7 +31,9 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--host", default=os.environ.get("LLAMON_HOST", "127.0.0.1"))
         parser.add_argument("--port", type=int, default=int(os.environ.get("LLAMON_PORT", "8000")))
-        parser.add_argument("--mcp-port", type=int, default=int(os.environ.get("LLAMON_DEMO_MCP_PORT", DEMO_HTTP_PORT)))
+        parser.add_argument(
+            "--mcp-port", type=int, default=int(os.environ.get("LLAMON_DEMO_MCP_PORT", DEMO_HTTP_PORT))
+        )
         parser.add_argument("--no-reload", action="store_true", help="run the web server without autoreload")
 
     def handle(self, *args, **options):
@@ -58,7 +60,9 @@ class Command(BaseCommand):
                 f"  login: {user.get_username()} (password shown on the first run; "
                 "set LLAMON_ADMIN_PASSWORD to choose one)"
             )
-        self.stdout.write(f"  broker: {'Redis ' + settings.REDIS_URL if settings.REDIS_URL else 'embedded (filesystem)'}")
+        self.stdout.write(
+            f"  broker: {'Redis ' + settings.REDIS_URL if settings.REDIS_URL else 'embedded (filesystem)'}"
+        )
         self.stdout.write(f"  services: process group {pgid}; press Ctrl-C to stop them all")
         self.stdout.flush()
 

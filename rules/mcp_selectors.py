@@ -1,0 +1,77 @@
+"""Reads for the MCP server pages."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.shortcuts import get_object_or_404
+
+from rules.models import AuditEvent, McpServer, Rule
+
+
+@dataclass(frozen=True)
+class LastRefresh:
+    """The latest successful tool refresh: when, by whom, and what it changed."""
+
+    at: datetime
+    actor_name: str
+    diff: dict[str, Any]
+
+
+def mcp_server_get(*, pk: int) -> McpServer:
+    """One server by primary key, or 404."""
+    return get_object_or_404(McpServer, pk=pk)
+
+
+def mcp_server_tool(*, server: McpServer, name: str) -> dict[str, Any] | None:
+    """The stored tool ``{name, description, input_schema}`` of that name, or None."""
+    return next((t for t in server.tools if t.get("name") == name), None)
+
+
+def mcp_server_last_refresh(*, server: McpServer) -> LastRefresh | None:
+    """What the last successful "refresh tools" changed (from the audit log), or None before any."""
+    event = (
+        AuditEvent.objects.filter(
+            object_type=server._meta.label_lower, object_id=str(server.pk), action="mcp_server.refresh_tools"
+        )
+        .order_by("-created_at", "-id")
+        .first()
+    )
+    if event is None or not isinstance(event.after, dict):
+        return None
+    return LastRefresh(at=event.created_at, actor_name=event.actor_name, diff=event.after.get("diff") or {})
+
+
+def command_line(*, command: str, args: list[str]) -> str:
+    """The stdio command exactly as it will run, quoted for a POSIX shell (it runs without one)."""
+    return shlex.join([command, *args]) if command else ""
+
+
+def pretty_json(value: Any) -> str:
+    """Indented JSON for display (Korean and other text kept readable; the template escapes it)."""
+    return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+
+
+def mcp_tool_views(*, server: McpServer) -> list[dict[str, Any]]:
+    """The server's stored tools for display: name, description, required names and the schema as JSON."""
+    views = []
+    for tool in server.tools:
+        schema = tool.get("input_schema") or {}
+        views.append(
+            {
+                "name": tool.get("name", ""),
+                "description": tool.get("description", ""),
+                "required": list(schema.get("required") or []) if isinstance(schema, dict) else [],
+                "schema_json": pretty_json(schema),
+            }
+        )
+    return views
+
+
+def mcp_server_rule_count(*, server: McpServer) -> int:
+    """How many rules (in any rule set) name this server's mcp_id."""
+    return Rule.objects.filter(mcp_id=server.mcp_id).count()

@@ -1,0 +1,449 @@
+"""Writes for MCP servers: create, update, delete, refresh tools, call a tool. Every write is audited.
+
+Only admins may change servers (a stdio server is a command this app will run); the views
+check the role and these services check it again, so an API handler that forgets cannot
+let an editor save a command. Environment variable and header values are never stored:
+only the *names* of the variables the app reads when it starts the child or sends a request.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import jsonschema
+from django.conf import settings
+from django.core.exceptions import PermissionDenied
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from llamon_agent.mcp import McpError, McpServerSpec
+from llamon_agent.mcp.errors import McpConnectionError, McpTimeoutError
+from llamon_agent.mcp.spec import ENV_NAME_RE, MCP_ID_RE
+from llamon_web.roles import has_role
+from rules.engine import tools_hash
+from rules.errors import RuleError
+from rules.models import McpServer
+from rules.pool import pool_for_server, pool_forget, stdio_refusal
+from rules.services import MCP_SERVER_FIELDS, audit_record, snapshot
+from rules.urlguard import UnsafeUrlError, check_mcp_url_configured
+
+TIMEOUT_MIN_S = 0.1
+TIMEOUT_MAX_S = 600.0
+MAX_ARGS = 100
+MAX_ARG_CHARS = 4000
+MAX_NAMES = 50
+_HEADER_NAME_RE = re.compile(r"^[A-Za-z0-9-]+$")
+# Variables that hold this app's own secrets or configuration: a server may never be handed them.
+_APP_SECRET_NAMES = frozenset({"SECRET_KEY", "DATABASE_URL", "REDIS_URL", "LLAMON_TEST_REDIS_URL"})
+_APP_PREFIXES = ("LLAMON_", "DJANGO_", "CELERY_")
+
+
+class McpServerError(RuleError):
+    """A server write or action was refused; the message says why and ``field`` names the form field."""
+
+
+@dataclass
+class ToolsDiff:
+    """What a refresh changed: tool names added and removed, and per changed tool what changed."""
+
+    added: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    changed: dict[str, list[str]] = field(default_factory=dict)
+    first: bool = False
+
+    @property
+    def unchanged(self) -> bool:
+        """True when the refresh found the same tools as before."""
+        return not (self.added or self.removed or self.changed)
+
+    def to_json(self) -> dict[str, Any]:
+        """The diff as JSON-ready data (stored in the refresh's audit event)."""
+        return {"added": self.added, "removed": self.removed, "changed": self.changed, "first": self.first}
+
+
+# --------------------------------------------------------------------------- create, update, delete
+
+
+@transaction.atomic
+def mcp_server_create(
+    *,
+    actor: Any,
+    mcp_id: str,
+    transport: str,
+    description: str = "",
+    command: str = "",
+    args: list[str] | None = None,
+    env_names: list[str] | None = None,
+    url: str = "",
+    header_names: list[str] | None = None,
+    timeout_s: float = 30.0,
+    enabled: bool = True,
+) -> McpServer:
+    """Register a server after validating it (URL guard, stdio allow-list, names only); audited."""
+    _require_admin(actor, "add an MCP server")
+    fields = _validated(
+        mcp_id=mcp_id, transport=transport, description=description, command=command, args=args or [],
+        env_names=env_names or [], url=url, header_names=header_names or [], timeout_s=timeout_s, enabled=enabled,
+    )  # fmt: skip
+    if McpServer.objects.filter(mcp_id=fields["mcp_id"]).exists():
+        raise _duplicate(fields["mcp_id"])
+    server = McpServer(**fields)
+    try:
+        with transaction.atomic():
+            server.save()
+    except IntegrityError:
+        raise _duplicate(fields["mcp_id"]) from None  # someone saved the same id a moment ago
+    audit_record(
+        actor=actor, action="mcp_server.create", obj=server, after=snapshot(server, MCP_SERVER_FIELDS)
+    )
+    return server
+
+
+@transaction.atomic
+def mcp_server_update(*, actor: Any, server: McpServer, **changes: Any) -> McpServer:
+    """Change a server's settings (any of the create fields); audited when something changed."""
+    unknown = set(changes) - set(MCP_SERVER_FIELDS)
+    if unknown:
+        raise TypeError(f"mcp_server_update() got unexpected fields: {sorted(unknown)}")
+    _require_admin(actor, "change an MCP server")
+    current = McpServer.objects.select_for_update().get(pk=server.pk)
+    before = snapshot(current, MCP_SERVER_FIELDS)
+    fields = _validated(**{**before, **changes})
+    if fields["mcp_id"] != current.mcp_id and McpServer.objects.filter(mcp_id=fields["mcp_id"]).exists():
+        raise _duplicate(fields["mcp_id"])
+    for name, value in fields.items():
+        setattr(current, name, value)
+    after = snapshot(current, MCP_SERVER_FIELDS)
+    if after == before:
+        return current
+    if (
+        after["transport"] != before["transport"]
+        or after["url"] != before["url"]
+        or after["command"] != before["command"]
+    ):
+        # Health and tools described the old target; keep the tools (rules refer to them) but not the verdict.
+        current.last_checked_at = None
+        current.last_error = ""
+    try:
+        with transaction.atomic():
+            current.save()
+    except IntegrityError:
+        raise _duplicate(fields["mcp_id"]) from None
+    if before["mcp_id"] != after["mcp_id"]:
+        transaction.on_commit(lambda: pool_forget(before["mcp_id"]))
+    audit_record(actor=actor, action="mcp_server.update", obj=current, before=before, after=after)
+    return current
+
+
+@transaction.atomic
+def mcp_server_delete(*, actor: Any, server: McpServer) -> None:
+    """Remove a server (rules that name it stay, flagged as unknown); audited; its session is closed."""
+    _require_admin(actor, "delete an MCP server")
+    before = snapshot(server, MCP_SERVER_FIELDS)
+    mcp_id = server.mcp_id
+    audit_record(actor=actor, action="mcp_server.delete", obj=server, before=before)
+    server.delete()
+    transaction.on_commit(lambda: pool_forget(mcp_id))
+
+
+# --------------------------------------------------------------------------- tools
+
+
+def mcp_server_refresh_tools(*, actor: Any, server: McpServer) -> ToolsDiff:
+    """Ask the server for its tools, store them with their hash, and return what changed; audited.
+
+    On failure the previous tool list is kept, ``last_error`` records why and McpServerError is raised.
+    """
+    _require_admin(actor, "refresh a server's tools")
+    # The network call happens outside any transaction: a slow server must not hold a lock.
+    try:
+        listed = pool_for_server(server).list_tools_sync(server.mcp_id, refresh=True)
+    except McpError as exc:
+        _record_health(server, error=str(exc))
+        audit_record(
+            actor=actor, action="mcp_server.refresh_tools_failed", obj=server, after={"error": str(exc)}
+        )
+        raise McpServerError(f"Could not list the tools of {server.mcp_id}: {_strip_where(exc)}") from None
+    tools = [
+        {"name": t.name, "description": t.description or "", "input_schema": dict(t.inputSchema or {})}
+        for t in listed
+    ]
+    with transaction.atomic():
+        current = McpServer.objects.select_for_update().get(pk=server.pk)
+        diff = tools_diff(current.tools, tools, first=current.tools_refreshed_at is None)
+        before = {"tools": [t["name"] for t in current.tools], "tools_hash": current.tools_hash}
+        now = timezone.now()
+        current.tools = tools
+        current.tools_hash = tools_hash(tools)
+        current.tools_refreshed_at = now
+        current.last_error = ""
+        current.last_checked_at = now
+        current.save(
+            update_fields=[
+                "tools",
+                "tools_hash",
+                "tools_refreshed_at",
+                "last_error",
+                "last_checked_at",
+                "updated_at",
+            ]
+        )
+        audit_record(
+            actor=actor, action="mcp_server.refresh_tools", obj=current,
+            before=before,
+            after={"tools": [t["name"] for t in tools], "tools_hash": current.tools_hash, "diff": diff.to_json()},
+        )  # fmt: skip
+    for name in ("tools", "tools_hash", "tools_refreshed_at", "last_error", "last_checked_at"):
+        setattr(server, name, getattr(current, name))
+    return diff
+
+
+def mcp_server_call_tool(
+    *, actor: Any, server: McpServer, tool_name: str, arguments: dict[str, Any]
+) -> tuple[Any, float]:
+    """Call one tool with arguments checked against its input schema first; returns (result, latency_ms).
+
+    The result is what the pre-step would store (structured content, or text). Audited (tool name and
+    argument names; values may be personal data). Tool and connection failures raise McpServerError.
+    """
+    if not has_role(actor, "editor"):
+        raise PermissionDenied("Calling a tool needs the editor role.")
+    tool = next((t for t in server.tools if t["name"] == tool_name), None)
+    if tool is None:
+        known = ", ".join(t["name"] for t in server.tools) or "none yet: refresh the tools first"
+        raise McpServerError(
+            f"{server.mcp_id} has no tool named {tool_name!r} (known tools: {known}).", field="tool"
+        )
+    if not isinstance(arguments, dict):
+        raise McpServerError("The arguments must be a JSON object.", field="arguments")
+    errors = arguments_errors(tool.get("input_schema") or {}, arguments)
+    if errors:
+        raise McpServerError(
+            "The arguments do not fit the tool's input schema: " + "; ".join(errors), field="arguments"
+        )
+    audit_record(
+        actor=actor, action="mcp_server.call_tool", obj=server,
+        after={"tool": tool_name, "argument_names": sorted(arguments)},
+    )  # fmt: skip
+    started = time.perf_counter()
+    try:
+        result = pool_for_server(server).call_tool_sync(server.mcp_id, tool_name, arguments)
+    except (McpConnectionError, McpTimeoutError) as exc:
+        _record_health(server, error=str(exc))
+        raise McpServerError(f"The call failed: {_strip_where(exc)}") from None
+    except McpError as exc:
+        # The server answered (with a tool error or a malformed reply): it is reachable.
+        _record_health(server, error="")
+        raise McpServerError(f"The tool reported an error: {_strip_where(exc)}") from None
+    latency_ms = (time.perf_counter() - started) * 1000
+    _record_health(server, error="")
+    return result, latency_ms
+
+
+def tools_diff(old: list[dict[str, Any]], new: list[dict[str, Any]], *, first: bool = False) -> ToolsDiff:
+    """Tools added, removed, and for each tool kept what changed in its description or input schema."""
+    before = {t["name"]: t for t in old}
+    after = {t["name"]: t for t in new}
+    diff = ToolsDiff(
+        added=sorted(set(after) - set(before)), removed=sorted(set(before) - set(after)), first=first
+    )
+    for name in sorted(set(before) & set(after)):
+        changes = _schema_changes(
+            before[name].get("input_schema") or {}, after[name].get("input_schema") or {}
+        )
+        if (before[name].get("description") or "") != (after[name].get("description") or ""):
+            changes.append("description changed")
+        if changes:
+            diff.changed[name] = changes
+    return diff
+
+
+def arguments_errors(schema: dict[str, Any], arguments: dict[str, Any]) -> list[str]:
+    """Why ``arguments`` do not fit ``schema`` (jsonschema), as short readable lines; empty when they fit."""
+    if not schema:
+        return []
+    validator_cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    try:
+        validator_cls.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        return [f"the tool's input schema is itself invalid ({exc.message})"]
+    found = sorted(
+        validator_cls(schema).iter_errors(arguments), key=lambda e: list(map(str, e.absolute_path))
+    )
+    lines = []
+    for error in found[:20]:
+        where = "/".join(str(p) for p in error.absolute_path)
+        lines.append(f"{where}: {error.message}" if where else error.message)
+    return lines
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _validated(
+    *,
+    mcp_id: str,
+    transport: str,
+    description: str,
+    command: str,
+    args: list[str],
+    env_names: list[str],
+    url: str,
+    header_names: list[str],
+    timeout_s: float,
+    enabled: bool,
+) -> dict[str, Any]:
+    mcp_id = (mcp_id or "").strip()
+    if not MCP_ID_RE.match(mcp_id):
+        raise McpServerError(
+            "The id must be 1-64 lowercase letters, digits, '-', '_' or '.', starting with a letter or digit "
+            "(like order-service).",
+            field="mcp_id",
+        )
+    if transport not in McpServer.Transport.values:
+        raise McpServerError("Choose the transport: stdio (runs a command) or http.", field="transport")
+    try:
+        timeout_s = float(timeout_s)
+    except (TypeError, ValueError):
+        raise McpServerError("The timeout must be a number of seconds.", field="timeout_s") from None
+    if not math.isfinite(timeout_s) or not TIMEOUT_MIN_S <= timeout_s <= TIMEOUT_MAX_S:
+        raise McpServerError(
+            f"The timeout must be between {TIMEOUT_MIN_S:g} and {TIMEOUT_MAX_S:g} seconds.", field="timeout_s"
+        )
+    fields: dict[str, Any] = {
+        "mcp_id": mcp_id, "description": (description or "").strip(), "transport": transport,
+        "command": "", "args": [], "env_names": [], "url": "", "header_names": [],
+        "timeout_s": timeout_s, "enabled": bool(enabled),
+    }  # fmt: skip
+    if transport == McpServer.Transport.STDIO:
+        fields.update(_validated_stdio(command, list(args), list(env_names)))
+    else:
+        fields.update(_validated_http(url, list(header_names)))
+    try:
+        McpServerSpec(
+            mcp_id=mcp_id, transport=transport, command=fields["command"] or None, args=fields["args"],
+            env=fields["env_names"], url=fields["url"] or None, headers=fields["header_names"], timeout_s=timeout_s,
+        )  # fmt: skip
+    except ValueError as exc:  # pydantic's ValidationError; the checks above should have said it better
+        raise McpServerError(f"This server definition is not valid: {exc}") from None
+    return fields
+
+
+def _validated_stdio(command: str, args: list[str], env_names: list[str]) -> dict[str, Any]:
+    command = (command or "").strip()
+    if not command:
+        raise McpServerError(
+            "Enter the command to run (the program, without its arguments).", field="command"
+        )
+    if "\x00" in command or "\n" in command or len(command) > 500:
+        raise McpServerError("The command must be one line of at most 500 characters.", field="command")
+    if len(args) > MAX_ARGS:
+        raise McpServerError(f"At most {MAX_ARGS} arguments.", field="args")
+    for arg in args:
+        if not isinstance(arg, str) or "\x00" in arg or "\n" in arg or len(arg) > MAX_ARG_CHARS:
+            raise McpServerError(
+                f"Each argument is one line of at most {MAX_ARG_CHARS} characters.", field="args"
+            )
+    refusal = stdio_refusal(command, args, settings.LLAMON_STDIO_ALLOWED_DIRS)
+    if refusal:
+        raise McpServerError(refusal, field="command")
+    return {"command": command, "args": args, "env_names": _checked_env_names(env_names, field="env_names")}
+
+
+def _validated_http(url: str, header_names: list[str]) -> dict[str, Any]:
+    url = (url or "").strip()
+    try:
+        check_mcp_url_configured(url)
+    except UnsafeUrlError as exc:
+        raise McpServerError(str(exc), field="url") from None
+    headers = []
+    for entry in header_names:
+        entry = str(entry).strip()
+        header, _, env_name = entry.rpartition("=")
+        if header and not _HEADER_NAME_RE.match(header):
+            raise McpServerError(
+                f"{entry!r}: a header name uses letters, digits and '-' only (like X-Api-Key=ORDER_API_KEY).",
+                field="header_names",
+            )
+        _checked_env_names([env_name], field="header_names")
+        headers.append(f"{header}={env_name}" if header else env_name)
+    if len(headers) > MAX_NAMES:
+        raise McpServerError(f"At most {MAX_NAMES} headers.", field="header_names")
+    return {"url": url, "header_names": headers}
+
+
+def _checked_env_names(names: list[str], *, field: str) -> list[str]:
+    cleaned = [str(n).strip() for n in names if str(n).strip()]
+    if len(cleaned) > MAX_NAMES:
+        raise McpServerError(f"At most {MAX_NAMES} names.", field=field)
+    for name in cleaned:
+        if not ENV_NAME_RE.match(name):
+            raise McpServerError(
+                f"{name!r} is not an environment variable name. Enter names only (like ORDER_API_KEY), "
+                "never values: the value is read from the app's environment when the server is used.",
+                field=field,
+            )
+        if (
+            name in _APP_SECRET_NAMES
+            or name.startswith(_APP_PREFIXES)
+            or name == settings.LLAMON_LLM_API_KEY_ENV
+        ):
+            raise McpServerError(
+                f"{name} holds this app's own configuration or secrets and cannot be passed to an MCP server.",
+                field=field,
+            )
+    return list(dict.fromkeys(cleaned))
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _require_admin(actor: Any, what: str) -> None:
+    if not has_role(actor, "admin"):
+        raise PermissionDenied(f"Only an admin may {what}: a stdio server is a command this app will run.")
+
+
+def _duplicate(mcp_id: str) -> McpServerError:
+    return McpServerError(
+        f"An MCP server with the id {mcp_id!r} already exists; choose another id.", field="mcp_id"
+    )
+
+
+def _record_health(server: McpServer, *, error: str) -> None:
+    now = timezone.now()
+    McpServer.objects.filter(pk=server.pk).update(last_error=error[:4000], last_checked_at=now)
+    server.last_error, server.last_checked_at = error[:4000], now
+
+
+def _strip_where(exc: McpError) -> str:
+    # McpError messages start with "MCP server 'x'[, tool 'y']: "; the page already names both.
+    text = str(exc)
+    prefix, sep, rest = text.partition(": ")
+    return rest if sep and prefix.startswith(("MCP server", "MCP tool")) else text
+
+
+def _schema_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    if old == new:
+        return []
+    changes: list[str] = []
+    old_props, new_props = old.get("properties") or {}, new.get("properties") or {}
+    if isinstance(old_props, dict) and isinstance(new_props, dict):
+        for name in sorted(set(new_props) - set(old_props)):
+            changes.append(f"parameter {name!r} added")
+        for name in sorted(set(old_props) - set(new_props)):
+            changes.append(f"parameter {name!r} removed")
+        for name in sorted(set(old_props) & set(new_props)):
+            if old_props[name] != new_props[name]:
+                changes.append(f"parameter {name!r} changed")
+    old_req, new_req = set(old.get("required") or []), set(new.get("required") or [])
+    for name in sorted(new_req - old_req):
+        changes.append(f"{name!r} is now required")
+    for name in sorted(old_req - new_req):
+        changes.append(f"{name!r} is no longer required")
+    if not changes:
+        changes.append("input schema changed")
+    return changes

@@ -1,0 +1,70 @@
+"""MCP server pages in a real browser: add the knowledge-base server, refresh its tools, call search_docs."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rules import pool as rules_pool
+from rules.models import McpServer
+from tests.e2e.conftest import screenshot
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+KB_SCRIPT = str(Path(__file__).resolve().parents[2] / "examples" / "mcp_servers" / "knowledge_base.py")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_pool() -> Iterator[None]:
+    yield
+    rules_pool.web_pool_close()  # stop the stdio child now, not at interpreter exit
+
+
+def test_admin_adds_refreshes_and_calls_the_knowledge_base(page, logged_in) -> None:
+    logged_in("admin")
+    page.goto("/mcp/")
+    page.click("text=Add a server")
+    page.wait_for_url("**/mcp/new/")
+
+    page.fill("#id_mcp_id", "knowledge-base")
+    page.fill("#id_description", "Help articles in Korean and English (stdio demo).")
+    page.check("input[name=transport][value=stdio]")
+    page.fill("#id_command", sys.executable)
+    page.fill("#id_args", KB_SCRIPT)
+    # The full command line appears (htmx preview) before anything is saved.
+    preview = page.locator("#command-line")
+    preview.wait_for()
+    page.wait_for_function(
+        "script => document.querySelector('#command-line')?.textContent.includes(script)", arg=KB_SCRIPT
+    )
+    assert preview.inner_text() == f"{sys.executable} {KB_SCRIPT}"
+    assert not McpServer.objects.exists()
+    screenshot(page, "mcp-add-server")
+
+    page.click("button[name=action][value=save]")
+    page.wait_for_url("**/mcp/*/")
+    server = McpServer.objects.get(mcp_id="knowledge-base")
+    assert server.args == [KB_SCRIPT]
+
+    page.click("#refresh-tools")
+    page.locator("#refresh-diff").wait_for()
+    assert page.locator(".tool-name").first.inner_text() == "search_docs"
+    page.locator("#server-tools details summary").first.click()
+    schema = page.locator("#server-tools pre.schema").first.inner_text()
+    assert '"q"' in schema and '"required"' in schema
+    screenshot(page, "mcp-server-detail")
+
+    page.click("#server-tools a:has-text('Call')")
+    page.wait_for_url("**/call/?tool=search_docs")
+    page.get_by_label("q").fill("환불 규정 알려줘")
+    page.get_by_label("limit").fill("2")
+    page.click("#call-tool")
+    result = page.locator("#result-json")
+    result.wait_for()
+    text = result.inner_text()
+    assert '"doc_id": "KB-001"' in text and "환불" in text
+    assert page.locator("#call-latency").inner_text().endswith(" ms")
+    screenshot(page, "mcp-call-tool")
