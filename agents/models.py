@@ -1,8 +1,11 @@
-"""Agents, runs and the workers that execute them."""
+"""Agents, their runs and each run's steps, and the workers that execute them."""
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import models
+
+from rules.models import McpServer, RuleSet, RuleSetVersion
 
 
 class WorkerHeartbeat(models.Model):
@@ -18,3 +21,183 @@ class WorkerHeartbeat(models.Model):
 
     def __str__(self) -> str:
         return f"{self.hostname} (pid {self.pid})"
+
+
+class Agent(models.Model):
+    """A ReAct agent: prompt, pre-step rule set, chat model, guardrails and limits."""
+
+    class RuleSetMode(models.TextChoices):
+        PINNED = "pinned", "a pinned published version"
+        LATEST = "latest", "the latest published version"
+        DRAFT = "draft", "the draft (for trying)"
+
+    class Provider(models.TextChoices):
+        OFFLINE = "offline", "offline (no network; answers from pre-step results)"
+        SCRIPTED = "scripted", "scripted (replays a list of replies)"
+        OPENAI = "openai-compatible", "OpenAI-compatible endpoint (vLLM, Ollama, llama.cpp ...)"
+
+    name = models.CharField(max_length=100, unique=True)
+    description = models.TextField(blank=True)
+    system_prompt = models.TextField()
+    rule_set = models.ForeignKey(
+        RuleSet, null=True, blank=True, on_delete=models.PROTECT, related_name="agents"
+    )
+    rule_set_mode = models.CharField(max_length=8, choices=RuleSetMode.choices, default=RuleSetMode.LATEST)
+    pinned_version = models.ForeignKey(
+        RuleSetVersion, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+
+    model_provider = models.CharField(max_length=20, choices=Provider.choices, default=Provider.OFFLINE)
+    model_name = models.CharField(max_length=200, blank=True)
+    model_base_url = models.CharField(max_length=500, blank=True)
+    model_api_key_env = models.CharField(
+        max_length=100, blank=True, help_text="The NAME of the variable holding the key."
+    )
+    model_script = models.JSONField(default=list, blank=True, help_text="Replies for the scripted model.")
+    temperature = models.FloatField(default=0.0)
+
+    react_servers = models.ManyToManyField(McpServer, blank=True, related_name="react_agents")
+    input_max_chars = models.PositiveIntegerField(default=4000)
+    input_blocked_patterns = models.JSONField(default=list, blank=True)
+    output_blocked_patterns = models.JSONField(default=list, blank=True)
+    output_masks = models.JSONField(default=list, blank=True)
+    max_iterations = models.PositiveIntegerField(default=6)
+    answer_from_prestep = models.BooleanField(default=False)
+
+    revision = models.PositiveIntegerField(default=1)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Run(models.Model):
+    """One request answered by an agent: its input, where it ran, how it ended."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+        TIMED_OUT = "timed_out"
+        CANCELLED = "cancelled"
+
+    class Source(models.TextChoices):
+        WORKER = "worker"
+        SERVED = "served"
+        FLOW = "flow"
+
+    FINISHED = (Status.SUCCEEDED, Status.FAILED, Status.TIMED_OUT, Status.CANCELLED)
+
+    agent = models.ForeignKey(Agent, null=True, blank=True, on_delete=models.SET_NULL, related_name="runs")
+    agent_name = models.CharField(max_length=100, blank=True)
+    source = models.CharField(max_length=8, choices=Source.choices, default=Source.WORKER)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED, db_index=True)
+
+    query = models.TextField(blank=True)
+    context = models.JSONField(default=dict, blank=True)
+    a2a_data = models.JSONField(null=True, blank=True)
+    a2a_files = models.JSONField(null=True, blank=True)
+    # Copied out of the context (or a DataPart) so that every run of one customer can be found.
+    user_id = models.CharField(max_length=200, blank=True, db_index=True)
+    session_id = models.CharField(max_length=200, blank=True, db_index=True)
+    chatbot_id = models.CharField(max_length=200, blank=True, db_index=True)
+
+    rule_set_name = models.CharField(max_length=100, blank=True)
+    rule_set_ref = models.CharField(max_length=20, blank=True, help_text="v3, or draft@rev")
+    rule_set_hash = models.CharField(max_length=64, blank=True)
+
+    answer = models.TextField(blank=True)
+    error = models.TextField(blank=True)
+    error_kind = models.CharField(max_length=20, blank=True)
+    llm_calls = models.PositiveIntegerField(default=0)
+    tool_calls = models.PositiveIntegerField(default=0)
+    prestep_calls = models.PositiveIntegerField(default=0)
+
+    cancel_requested = models.BooleanField(default=False)
+    worker = models.CharField(max_length=255, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    rerun_of = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="reruns"
+    )
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["status", "heartbeat_at"])]
+
+    def __str__(self) -> str:
+        return f"run {self.pk} ({self.status})"
+
+    @property
+    def finished(self) -> bool:
+        return self.status in self.FINISHED
+
+    @property
+    def duration_ms(self) -> float | None:
+        if self.started_at and self.finished_at:
+            return (self.finished_at - self.started_at).total_seconds() * 1000
+        return None
+
+
+class RunStep(models.Model):
+    """One stage of a run, committed when it starts and completed when it ends."""
+
+    class Kind(models.TextChoices):
+        GUARDRAIL = "guardrail"
+        PRESTEP = "prestep"
+        RULE = "rule"
+        LLM = "llm"
+        TOOL = "tool"
+        NODE = "node"
+        ANSWER = "answer"
+        ERROR = "error"
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="steps")
+    seq = models.PositiveIntegerField()
+    event_id = models.CharField(max_length=64, blank=True)
+    parent_seq = models.PositiveIntegerField(null=True, blank=True)
+    kind = models.CharField(max_length=10, choices=Kind.choices)
+    name = models.CharField(max_length=200, blank=True)
+    status = models.CharField(max_length=20, default="running")
+    mcp_id = models.CharField(max_length=64, blank=True)
+    tool_name = models.CharField(max_length=200, blank=True, db_index=True)
+    started_at = models.DateTimeField()
+    duration_ms = models.FloatField(null=True, blank=True)
+    input = models.JSONField(null=True, blank=True)
+    output = models.JSONField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    tokens = models.JSONField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["run", "seq"]
+        constraints = [models.UniqueConstraint(fields=["run", "seq"], name="step_seq_unique")]
+        indexes = [models.Index(fields=["kind", "name"])]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}#{self.seq} {self.kind} {self.name}"
+
+
+class PrivacySettings(models.Model):
+    """Redaction of stored traces and how long runs are kept (one row)."""
+
+    redaction_patterns = models.JSONField(
+        default=list, blank=True, help_text="RE2 patterns; matches are replaced before storing."
+    )
+    mask_presets = models.JSONField(
+        default=list, blank=True, help_text="Built-in masks: card_number, kr_rrn, email."
+    )
+    retention_days = models.PositiveIntegerField(default=30)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return "privacy settings"

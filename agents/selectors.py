@@ -3,13 +3,100 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from agents.models import WorkerHeartbeat
+from agents.models import Agent, Run, RunStep, WorkerHeartbeat
 
 
 def worker_live_list(*, within_s: int) -> QuerySet[WorkerHeartbeat]:
     """Workers seen in the last ``within_s`` seconds."""
     return WorkerHeartbeat.objects.filter(seen_at__gte=timezone.now() - timedelta(seconds=within_s))
+
+
+# --- Runs ---------------------------------------------------------------------------------------
+
+
+def agent_list() -> QuerySet[Agent]:
+    return Agent.objects.select_related("rule_set", "pinned_version").order_by("name")
+
+
+def run_list(*, filters: dict[str, Any]) -> QuerySet[Run]:
+    """Runs newest first, filtered like the run list: agent, status, rule fired, tool called, ids, text, time."""
+    runs = Run.objects.select_related("agent").order_by("-created_at", "-id")
+    if filters.get("agent"):
+        runs = runs.filter(agent=filters["agent"])
+    if filters.get("status"):
+        runs = runs.filter(status=filters["status"])
+    if filters.get("rule"):
+        runs = runs.filter(steps__kind=RunStep.Kind.RULE, steps__name=filters["rule"], steps__status="ok")
+    if filters.get("tool"):
+        runs = runs.filter(
+            steps__kind__in=[RunStep.Kind.RULE, RunStep.Kind.TOOL], steps__tool_name=filters["tool"]
+        )
+    for field in ("user_id", "chatbot_id", "session_id"):
+        if filters.get(field):
+            runs = runs.filter(**{field: filters[field]})
+    if filters.get("q"):
+        runs = runs.filter(query__icontains=filters["q"])
+    if filters.get("since"):
+        runs = runs.filter(created_at__gte=filters["since"])
+    if filters.get("until"):
+        runs = runs.filter(created_at__lte=filters["until"])
+    return runs.distinct()
+
+
+def run_steps(*, run: Run, after: int = 0) -> QuerySet[RunStep]:
+    """The run's steps with seq > after (the live timeline fetches only new ones)."""
+    return run.steps.filter(seq__gt=after).order_by("seq")
+
+
+def run_diagnostics(*, run: Run) -> list[dict[str, str]]:
+    """What the trace suggests: repeated calls, rules that raised, tools that were missing."""
+    steps = list(run.steps.order_by("seq"))
+    found: list[dict[str, str]] = []
+    prestep_calls = {
+        (s.tool_name, _canonical((s.input or {}).get("params"))): s.name
+        for s in steps
+        if s.kind == RunStep.Kind.RULE and s.status == "ok"
+    }
+    for step in steps:
+        if step.kind == RunStep.Kind.TOOL:
+            key = (
+                step.tool_name,
+                _canonical(
+                    step.input
+                    if not isinstance(step.input, dict) or "args" not in step.input
+                    else step.input["args"]
+                ),
+            )
+            if key in prestep_calls:
+                found.append({
+                    "level": "warning",
+                    "message": f"The LLM called {step.tool_name} with the same params the pre-step rule "
+                    f"{prestep_calls[key]} already used. Tell it to use the pre-step results first: add the "
+                    "seed's line to the system prompt (제공된 \"확정 호출 결과\"가 있으면 그 내용을 우선 사용하여 답변하고, ...).",
+                })  # fmt: skip
+        if step.kind == RunStep.Kind.RULE and step.status == "error":
+            if "not in" in step.error or "unknown tool" in step.error.lower() or "lacks" in step.error:
+                found.append(
+                    {
+                        "level": "error",
+                        "message": f"Rule {step.name} named a tool its server does not have: {step.error}",
+                    }
+                )
+            else:
+                found.append({"level": "error", "message": f"Rule {step.name} raised: {step.error}"})
+    if run.error and "tool이 로드되지 않음" in run.error:
+        found.append(
+            {"level": "error", "message": f"{run.error}: register the server or fix the rule's mcp_id."}
+        )
+    return found
+
+
+def _canonical(value: Any) -> str:
+    import json
+
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)

@@ -1,15 +1,33 @@
-"""Writes for agents, runs and workers."""
+"""Writes for agents and runs: creating, executing (on a worker), cancelling, reaping, expiring."""
 
 from __future__ import annotations
 
-from datetime import datetime
+import json
+import logging
+import os
+import socket
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from typing import Any
 
+from django.conf import settings
+from django.db import transaction
 from django.utils import timezone
 
-from agents.models import WorkerHeartbeat
+from agents.errors import WORKER_LOST, AgentError
+from agents.models import Agent, PrivacySettings, Run, RunStep, WorkerHeartbeat
+from llamon_agent.expr import MAX_DATA_BYTES, MAX_QUERY_CHARS
+from llamon_agent.tools import AgentRequest
+from rules.services import audit_record
+
+logger = logging.getLogger(__name__)
 
 
-def worker_heartbeat_record(*, hostname: str, pid: int, started_at: datetime | None = None) -> WorkerHeartbeat:
+def worker_heartbeat_record(
+    *, hostname: str, pid: int, started_at: datetime | None = None
+) -> WorkerHeartbeat:
     """Record that a worker process is alive now (one row per hostname)."""
     now = timezone.now()
     heartbeat, _ = WorkerHeartbeat.objects.update_or_create(
@@ -17,3 +35,333 @@ def worker_heartbeat_record(*, hostname: str, pid: int, started_at: datetime | N
         defaults={"pid": pid, "seen_at": now, "started_at": started_at or now},
     )
     return heartbeat
+
+
+# --- Runs ---------------------------------------------------------------------------------------
+
+
+def request_check_size(request: AgentRequest) -> None:
+    """Refuse a request over the size limits before anything is stored or enqueued."""
+    if len(request.query) > MAX_QUERY_CHARS:
+        raise AgentError(
+            f"The query is {len(request.query):,} characters; the limit is {MAX_QUERY_CHARS:,}.",
+            field="query",
+        )
+    size = len(
+        json.dumps(
+            [request.context, request.a2a_data, request.a2a_files], ensure_ascii=False, default=str
+        ).encode()
+    )
+    if size > MAX_DATA_BYTES:
+        raise AgentError(
+            f"Context, DataParts and FileParts are {size:,} bytes together; the limit is {MAX_DATA_BYTES:,}.",
+            field="data",
+        )
+
+
+def _lookup_ids(request: AgentRequest) -> dict[str, str]:
+    """userId, sessionId and chatbotId from the context, else from the first DataPart that has them."""
+    found = {}
+    for key, column in (("userId", "user_id"), ("sessionId", "session_id"), ("chatbotId", "chatbot_id")):
+        value = request.context.get(key)
+        if value is None:
+            value = next(
+                (part[key] for part in request.a2a_data or [] if isinstance(part, dict) and key in part), None
+            )
+        found[column] = "" if value is None else str(value)[:200]
+    return found
+
+
+@transaction.atomic
+def run_create(*, actor: Any, agent: Agent, request: AgentRequest, rerun_of: Run | None = None) -> Run:
+    """Store a queued run and enqueue it once the transaction commits."""
+    request_check_size(request)
+    run = Run.objects.create(
+        agent=agent,
+        agent_name=agent.name,
+        source=Run.Source.WORKER,
+        query=request.query,
+        context=request.context,
+        a2a_data=request.a2a_data,
+        a2a_files=request.a2a_files,
+        created_by=actor if getattr(actor, "is_authenticated", False) else None,
+        rerun_of=rerun_of,
+        **_lookup_ids(request),
+    )
+    from agents.tasks import run_execute_task
+
+    transaction.on_commit(lambda: run_execute_task.delay(run.pk))
+    return run
+
+
+def run_rerun(*, actor: Any, run: Run) -> Run:
+    """Run the same input again with the agent as it is now."""
+    if run.agent is None:
+        raise AgentError("This run has no agent (it was served or a flow), so it cannot be run again here.")
+    request = AgentRequest(
+        query=run.query, context=run.context, a2a_data=run.a2a_data, a2a_files=run.a2a_files
+    )
+    return run_create(actor=actor, agent=run.agent, request=request, rerun_of=run)
+
+
+def run_cancel(*, actor: Any, run: Run) -> Run:
+    """Cancel a queued run at once; ask a running one to stop at its next step."""
+    now = timezone.now()
+    if Run.objects.filter(pk=run.pk, status=Run.Status.QUEUED).update(
+        status=Run.Status.CANCELLED,
+        finished_at=now,
+        error="cancelled before it started",
+        error_kind="cancelled",
+    ):
+        pass
+    else:
+        Run.objects.filter(pk=run.pk, status=Run.Status.RUNNING).update(cancel_requested=True)
+    run.refresh_from_db()
+    return run
+
+
+def _worker_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def run_claim(*, run_id: int) -> bool:
+    """Move a run from queued to running; False when it is not queued (a redelivery, a cancel)."""
+    now = timezone.now()
+    return bool(
+        Run.objects.filter(pk=run_id, status=Run.Status.QUEUED).update(
+            status=Run.Status.RUNNING, started_at=now, heartbeat_at=now, worker=_worker_name()
+        )
+    )
+
+
+@contextmanager
+def run_heartbeat(*, run_id: int, period_s: float) -> Iterator[None]:
+    """Touch the run's heartbeat every ``period_s`` while the body runs (the reaper watches it)."""
+    stop = threading.Event()
+
+    def beat() -> None:
+        from django.db import close_old_connections
+
+        while not stop.wait(period_s):
+            try:
+                Run.objects.filter(pk=run_id, status=Run.Status.RUNNING).update(heartbeat_at=timezone.now())
+            except Exception:  # a missed beat is retried; the reaper tolerates several
+                logger.exception("run %s heartbeat failed", run_id)
+        close_old_connections()
+
+    thread = threading.Thread(target=beat, name=f"run-{run_id}-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=period_s + 5)
+
+
+def run_finish(
+    *, run_id: int, status: str, answer: str = "", error: str = "", error_kind: str = "", **counts: int
+) -> None:
+    """Record how a running run ended (only a running run: a reaped one stays reaped)."""
+    Run.objects.filter(pk=run_id, status=Run.Status.RUNNING).update(
+        status=status,
+        answer=answer,
+        error=error[:10_000],
+        error_kind=error_kind,
+        finished_at=timezone.now(),
+        **counts,
+    )
+    RunStep.objects.filter(run_id=run_id, status="running").update(status="interrupted")
+
+
+def run_execute(*, run_id: int) -> None:
+    """Claim a queued run and execute it here (the Celery task's body)."""
+    if not run_claim(run_id=run_id):
+        logger.info("run %s is not queued any more (redelivered or cancelled): nothing to do", run_id)
+        return
+    from agents.runtime import execute_claimed_run
+
+    with run_heartbeat(run_id=run_id, period_s=settings.LLAMON_RUN_HEARTBEAT_S):
+        execute_claimed_run(run_id=run_id)
+
+
+def runs_reap(*, stale_after_s: int | None = None) -> int:
+    """Fail running runs whose heartbeat stopped (their worker died); returns how many."""
+    stale_after_s = stale_after_s or settings.LLAMON_RUN_STALE_AFTER_S
+    cutoff = timezone.now() - timedelta(seconds=stale_after_s)
+    stale = list(
+        Run.objects.filter(status=Run.Status.RUNNING, heartbeat_at__lt=cutoff).values_list("pk", flat=True)
+    )
+    for run_id in stale:
+        updated = Run.objects.filter(pk=run_id, status=Run.Status.RUNNING, heartbeat_at__lt=cutoff).update(
+            status=Run.Status.FAILED,
+            error=WORKER_LOST.format(seconds=stale_after_s),
+            error_kind="worker_lost",
+            finished_at=timezone.now(),
+        )
+        if updated:
+            RunStep.objects.filter(run_id=run_id, status="running").update(status="interrupted")
+            logger.warning("run %s failed: %s", run_id, WORKER_LOST.format(seconds=stale_after_s))
+    return len(stale)
+
+
+def runs_delete_expired(*, now: datetime | None = None) -> int:
+    """Delete finished runs older than the retention period; returns how many."""
+    days = privacy_get().retention_days
+    cutoff = (now or timezone.now()) - timedelta(days=days)
+    deleted, _ = Run.objects.filter(status__in=Run.FINISHED, finished_at__lt=cutoff).delete()
+    return deleted
+
+
+# --- Privacy ------------------------------------------------------------------------------------
+
+
+def privacy_get() -> PrivacySettings:
+    """The one privacy settings row (created with defaults on first use)."""
+    return PrivacySettings.objects.get_or_create(pk=1)[0]
+
+
+# --- Agents -------------------------------------------------------------------------------------
+
+AGENT_FIELDS = (
+    "name", "description", "system_prompt", "rule_set_id", "rule_set_mode", "pinned_version_id", "model_provider",
+    "model_name", "model_base_url", "model_api_key_env", "model_script", "temperature", "input_max_chars",
+    "input_blocked_patterns", "output_blocked_patterns", "output_masks", "max_iterations", "answer_from_prestep",
+)  # fmt: skip
+
+
+def _agent_snapshot(agent: Agent) -> dict[str, Any]:
+    data = {f: getattr(agent, f) for f in AGENT_FIELDS}
+    data["react_servers"] = sorted(agent.react_servers.values_list("mcp_id", flat=True)) if agent.pk else []
+    return data
+
+
+def _agent_validate(agent: Agent) -> None:
+    import re2
+
+    for field in ("input_blocked_patterns", "output_blocked_patterns"):
+        for pattern in getattr(agent, field):
+            try:
+                re2.compile(pattern)
+            except re2.error as exc:
+                raise AgentError(
+                    f"The pattern {pattern!r} is not a valid regular expression: {exc}", field=field
+                ) from None
+    pinned = agent.pinned_version
+    if agent.rule_set_mode == Agent.RuleSetMode.PINNED and (
+        pinned is None or pinned.rule_set_id != agent.rule_set_id
+    ):
+        raise AgentError("Choose a published version of the agent's rule set to pin.", field="pinned_version")
+    if agent.model_provider == Agent.Provider.OPENAI and not agent.model_base_url:
+        raise AgentError(
+            "An OpenAI-compatible model needs its base URL (e.g. http://127.0.0.1:11434/v1).",
+            field="model_base_url",
+        )
+    if agent.model_provider == Agent.Provider.SCRIPTED and not agent.model_script:
+        raise AgentError("A scripted model needs at least one reply.", field="model_script")
+    if not 1 <= agent.max_iterations <= 50:
+        raise AgentError("Maximum iterations must be between 1 and 50.", field="max_iterations")
+
+
+@transaction.atomic
+def agent_save(
+    *, actor: Any, agent: Agent, react_servers: list[Any] | None = None, revision: int | None = None
+) -> Agent:
+    """Create or update an agent (validated, audited); a stale revision is refused."""
+    creating = agent.pk is None
+    before = None
+    if not creating:
+        current = Agent.objects.select_for_update().get(pk=agent.pk)
+        if revision is not None and revision != current.revision:
+            raise AgentError(
+                f"Agent {current.name!r} was changed while you were editing (revision {current.revision}, yours was {revision}). Nothing was overwritten: reload and apply your change again."
+            )
+        before = _agent_snapshot(current)
+        agent.revision = current.revision + 1
+    if Agent.objects.filter(name=agent.name).exclude(pk=agent.pk).exists():
+        raise AgentError(f"An agent named {agent.name!r} already exists.", field="name")
+    _agent_validate(agent)
+    agent.save()
+    if react_servers is not None:
+        agent.react_servers.set(react_servers)
+    after = _agent_snapshot(agent)
+    if creating or after != before:
+        audit_record(
+            actor=actor,
+            action="agent.create" if creating else "agent.update",
+            obj=agent,
+            before=before,
+            after=after,
+        )
+    return agent
+
+
+def run_save_as_case(*, actor: Any, run: Run, name: str) -> Any:
+    """Keep a run's input as a regression case of its agent's rule set, expecting what the pre-step did."""
+    from rules.cases import case_create
+    from rules.errors import RuleError
+
+    if run.agent is None or run.agent.rule_set is None:
+        raise AgentError("This run has no agent with a rule set to keep the case in.")
+    fired = [
+        {
+            "mcp_id": s.mcp_id,
+            "tool_name": s.tool_name,
+            "params": (s.input or {}).get("params") or {},
+            "match": "exact",
+        }
+        for s in run.steps.filter(kind=RunStep.Kind.RULE).order_by("seq")
+        if s.status == "ok"
+    ]
+    prestep_failed = (
+        run.error_kind not in ("", "guardrail")
+        and run.steps.filter(kind=RunStep.Kind.PRESTEP, status="error").exists()
+    )
+    expected = {
+        "must_fire": [] if prestep_failed else fired,
+        "must_not_fire": [],
+        "error": run.error if prestep_failed else None,
+    }
+    case_input = {
+        "query": run.query,
+        "context": run.context,
+        "a2a_data": run.a2a_data,
+        "a2a_files": run.a2a_files,
+    }
+    try:
+        return case_create(
+            actor=actor,
+            rule_set=run.agent.rule_set,
+            name=name or f"run {run.pk}",
+            input=case_input,
+            expected=expected,
+        )
+    except RuleError as exc:
+        raise AgentError(exc.message) from None
+
+
+def privacy_preview(*, patterns: list[str], presets: list[str], text: str) -> str:
+    """What a sample text would look like once stored, under the given settings."""
+    from agents.runtime import redactor
+
+    return redactor(patterns=patterns, presets=presets)(text)
+
+
+def privacy_update(
+    *, actor: Any, redaction_patterns: list[str], mask_presets: list[str], retention_days: int
+) -> PrivacySettings:
+    """Change how stored traces are redacted and how long runs are kept (audited)."""
+    current = privacy_get()
+    before = {
+        "redaction_patterns": current.redaction_patterns,
+        "mask_presets": current.mask_presets,
+        "retention_days": current.retention_days,
+    }
+    current.redaction_patterns, current.mask_presets, current.retention_days = (
+        redaction_patterns,
+        mask_presets,
+        retention_days,
+    )
+    current.save()
+    audit_record(actor=actor, action="privacy.update", obj=current, before=before,
+                 after={"redaction_patterns": redaction_patterns, "mask_presets": mask_presets, "retention_days": retention_days})  # fmt: skip
+    return current

@@ -7,7 +7,6 @@ default, so nothing insecure happens by accident) requires ``SECRET_KEY``.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from dotenv import load_dotenv
@@ -179,7 +178,9 @@ LOGGING = {
 }
 
 # --- LLM (used by agents; see llamon_agent.settings.Settings for the engine's own reading).
-LLAMON_LLM_PROVIDER = env_choice("LLAMON_LLM_PROVIDER", "offline", ("offline", "scripted", "openai-compatible"))
+LLAMON_LLM_PROVIDER = env_choice(
+    "LLAMON_LLM_PROVIDER", "offline", ("offline", "scripted", "openai-compatible")
+)
 LLAMON_LLM_BASE_URL = env_str("LLAMON_LLM_BASE_URL")
 LLAMON_LLM_MODEL = env_str("LLAMON_LLM_MODEL", "gpt-4o-mini")
 LLAMON_LLM_API_KEY_ENV = env_str("LLAMON_LLM_API_KEY_ENV", "OPENAI_API_KEY")
@@ -190,3 +191,18 @@ LLAMON_STDIO_ALLOWED_DIRS: list[Path] | None = None
 CELERY_BEAT_SCHEDULE = {
     "worker-ping": {"task": "agents.tasks.worker_ping", "schedule": float(CELERY_WORKER_HEARTBEAT_S)},
 }
+
+# --- Runs: soft limit < hard limit < broker visibility timeout; heartbeat and reaper periods.
+LLAMON_RUN_SOFT_LIMIT_S = env_int("LLAMON_RUN_SOFT_LIMIT_S", 300, minimum=1)
+LLAMON_RUN_HARD_LIMIT_S = env_int("LLAMON_RUN_HARD_LIMIT_S", 330, minimum=2)
+LLAMON_RUN_HEARTBEAT_S = env_int("LLAMON_RUN_HEARTBEAT_S", 5, minimum=1)
+LLAMON_RUN_STALE_AFTER_S = env_int("LLAMON_RUN_STALE_AFTER_S", 30, minimum=2)
+LLAMON_REAPER_PERIOD_S = env_int("LLAMON_REAPER_PERIOD_S", 10, minimum=1)
+if not LLAMON_RUN_SOFT_LIMIT_S < LLAMON_RUN_HARD_LIMIT_S:
+    raise ConfigError("LLAMON_RUN_SOFT_LIMIT_S must be smaller than LLAMON_RUN_HARD_LIMIT_S")
+if REDIS_URL and not LLAMON_RUN_HARD_LIMIT_S < CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"]:
+    raise ConfigError("LLAMON_RUN_HARD_LIMIT_S must be smaller than CELERY_VISIBILITY_TIMEOUT")
+if LLAMON_RUN_STALE_AFTER_S <= 2 * LLAMON_RUN_HEARTBEAT_S:
+    raise ConfigError("LLAMON_RUN_STALE_AFTER_S must be more than twice LLAMON_RUN_HEARTBEAT_S")
+CELERY_BEAT_SCHEDULE["runs-reap"] = {"task": "agents.tasks.runs_reap_task", "schedule": float(LLAMON_REAPER_PERIOD_S)}
+CELERY_BEAT_SCHEDULE["runs-expire"] = {"task": "agents.tasks.runs_expire_task", "schedule": 3600.0}

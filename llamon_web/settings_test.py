@@ -17,9 +17,9 @@ if os.environ.get("LLAMON_TEST_REDIS_URL"):
 _RUN_DIR = Path(os.environ.setdefault("LLAMON_VAR_DIR", tempfile.mkdtemp(prefix="llamon-test-")))
 os.environ.setdefault("LLAMON_TEST_DB", str(_RUN_DIR / "test.sqlite3"))
 
+from llamon_web.config import sqlite_config  # noqa: E402
 from llamon_web.settings import *  # noqa: E402,F403
 from llamon_web.settings import BASE_DIR, DATABASES  # noqa: E402
-from llamon_web.config import sqlite_config  # noqa: E402
 
 _TEST_DB = Path(os.environ["LLAMON_TEST_DB"])
 DATABASES["default"] = sqlite_config(_TEST_DB)
@@ -30,3 +30,7 @@ LLAMON_ALLOW_PRIVATE_MCP = True
 # Under test, stdio servers may only run executables from examples/ and tests/servers/.
 LLAMON_STDIO_ALLOWED_DIRS = [BASE_DIR / "examples", BASE_DIR / "tests" / "servers"]
 CELERY_WORKER_HEARTBEAT_S = 1
+LLAMON_RUN_HEARTBEAT_S = 1
+LLAMON_RUN_STALE_AFTER_S = 4
+LLAMON_RUN_SOFT_LIMIT_S = 60
+LLAMON_RUN_HARD_LIMIT_S = 90

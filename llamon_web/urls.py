@@ -15,4 +15,5 @@ urlpatterns = [
     path("accounts/logout/", require_role("public")(auth_views.LogoutView.as_view()), name="logout"),
     path("mcp/", include("rules.urls_servers")),
     path("rules/", include("rules.urls")),
+    path("agents/", include("agents.urls")),
 ]

@@ -22,4 +22,10 @@ urlpatterns = [
     path("<int:pk>/publish", views.rule_set_publish, name="publish"),
     path("<int:pk>/versions/diff", views.version_diff, name="diff"),
     path("<int:pk>/versions/<int:number>/restore", views.version_restore, name="restore"),
+    path("<int:pk>/cases/", views.case_list, name="cases"),
+    path("<int:pk>/cases/new", views.case_create, name="case_create"),
+    path("<int:pk>/cases/<int:case_pk>/delete", views.case_delete, name="case_delete"),
+    path("<int:pk>/export.json", views.export_json, name="export_json"),
+    path("<int:pk>/tools.py", views.export_tools, name="export_tools"),
+    path("import", views.import_json, name="import"),
 ]

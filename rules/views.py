@@ -5,20 +5,22 @@ from __future__ import annotations
 import json
 
 from django.contrib import messages
+from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect, trigger_client_event
 from django_htmx.middleware import HtmxDetails
 
 from llamon_web.roles import has_role, require_role
-from rules import engine, selectors, services
+from rules import cases, engine, exporting, selectors, services
+from rules.cases import case_expected_from_outcome, suite_run
 from rules.checks import rule_set_problems
 from rules.errors import RuleError, StaleEditError
 from rules.forms import AuditFilterForm, PublishForm, RuleForm, RuleSetForm, TesterForm
-from rules.models import Rule, RuleSet, RuleSetVersion
+from rules.models import Rule, RuleSet, RuleSetVersion, TestCase
 
 
 class HtmxHttpRequest(HttpRequest):
@@ -302,6 +304,7 @@ def rule_set_test(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         "evaluation": evaluation, "outcome": evaluation.outcome, "execute": execute, "draft_note": draft_note,
         "rule_set": rule_set, "request_json": json.dumps(sample.to_json(), ensure_ascii=False),
         "rows": [(rec, evaluation.schema_errors.get(rec.rule)) for rec in evaluation.outcome.records],
+        "expected_json": json.dumps(case_expected_from_outcome(evaluation.to_json()), ensure_ascii=False),
         "can_edit": has_role(request.user, "editor"),
     }  # fmt: skip
     template = "rules/_tester_results.html" if request.htmx else "rules/tester_page.html"
@@ -402,3 +405,114 @@ def audit_list(request: HtmxHttpRequest) -> HttpResponse:
     page = Paginator(events, 50).get_page(request.GET.get("page"))
     template = "rules/audit_list.html#audit-table" if request.htmx else "rules/audit_list.html"
     return render(request, template, {"form": form, "page": page})
+
+
+# --- Test cases ---------------------------------------------------------------------------------
+
+
+@require_http_methods(["GET", "POST"])
+@require_role("viewer")
+def case_list(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """The rule set's regression cases; POST (editors) runs the suite on the draft."""
+    rule_set = get_object_or_404(RuleSet, pk=pk)
+    suite = None
+    if request.method == "POST":
+        if not has_role(request.user, "editor"):
+            raise PermissionDenied("Running the suite needs the editor role.")
+        suite = suite_run(rule_set=rule_set)
+    return render(request, "rules/case_list.html", {
+        "rule_set": rule_set, "cases": rule_set.cases.order_by("name"), "suite": suite,
+        "can_edit": has_role(request.user, "editor"),
+    })  # fmt: skip
+
+
+@require_POST
+@require_role("editor")
+def case_create(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """Save a tester input as a case, with the expected outcome proposed from what fired."""
+    rule_set = get_object_or_404(RuleSet, pk=pk)
+    try:
+        case = cases.case_create(
+            actor=request.user, rule_set=rule_set, name=request.POST.get("name", ""),
+            input=_json_post(request, "input"), expected=_json_post(request, "expected"),
+        )  # fmt: skip
+    except RuleError as exc:
+        messages.error(request, f"The case was not saved: {exc.message}")
+        return redirect("rules:editor", pk=pk)
+    messages.success(request, f"Saved test case {case.name!r}.")
+    return redirect("rules:cases", pk=pk)
+
+
+@require_POST
+@require_role("editor")
+def case_delete(request: HtmxHttpRequest, pk: int, case_pk: int) -> HttpResponse:
+    case = get_object_or_404(TestCase, pk=case_pk, rule_set_id=pk)
+    cases.case_delete(actor=request.user, case=case)
+    messages.success(request, f"Deleted test case {case.name!r}.")
+    return redirect("rules:cases", pk=pk)
+
+
+def _json_post(request: HttpRequest, field: str) -> object:
+    try:
+        return json.loads(request.POST.get(field) or "null")
+    except json.JSONDecodeError as exc:
+        raise RuleError(
+            f"{field} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}.", field=field
+        ) from None
+
+
+# --- Export and import --------------------------------------------------------------------------
+
+
+@require_GET
+@require_role("viewer")
+def export_json(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """The draft and its cases as JSON (imports back exactly)."""
+    rule_set = get_object_or_404(RuleSet, pk=pk)
+    body = json.dumps(exporting.rule_set_export_json(rule_set), ensure_ascii=False, indent=2)
+    response = HttpResponse(body, content_type="application/json; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{_filename(rule_set.name)}.json"'
+    return response
+
+
+@require_GET
+@require_role("viewer")
+def export_tools(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """The draft as an app/tools.py of @deterministic_tool functions for llamon_agent."""
+    rule_set = get_object_or_404(RuleSet, pk=pk)
+    try:
+        body = exporting.rule_set_export_tools_py(rule_set)
+    except RuleError as exc:
+        messages.error(request, f"Cannot export as tools.py: {exc.message}")
+        return redirect("rules:editor", pk=pk)
+    response = HttpResponse(body, content_type="text/x-python; charset=utf-8")
+    response["Content-Disposition"] = 'attachment; filename="tools.py"'
+    return response
+
+
+@require_http_methods(["GET", "POST"])
+@require_role("editor")
+def import_json(request: HtmxHttpRequest) -> HttpResponse:
+    """Import a rule set exported as JSON (pasted or uploaded) as a new set or into an existing draft."""
+    error = None
+    if request.method == "POST":
+        upload = request.FILES.get("file")
+        data = upload.read() if upload else request.POST.get("data", "").encode()
+        replace = RuleSet.objects.filter(pk=_int(request.POST.get("replace")) or -1).first()
+        try:
+            rule_set = exporting.rule_set_import_json(
+                actor=request.user, data=data, name=request.POST.get("name") or None, replace=replace
+            )
+        except RuleError as exc:
+            error = exc.message
+        else:
+            messages.success(request, f"Imported {rule_set.rules.count()} rules into {rule_set.name}.")
+            return redirect("rules:editor", pk=rule_set.pk)
+    return render(
+        request, "rules/import.html", {"error": error, "rule_sets": selectors.rule_set_list(), "data": request.POST.get("data", "")},
+        status=400 if error else 200,
+    )  # fmt: skip
+
+
+def _filename(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_" else "-" for ch in name) or "rule-set"

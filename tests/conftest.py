@@ -223,3 +223,9 @@ def editor_client(client, make_user):
 def viewer_client(client, make_user):
     client.force_login(make_user("viewer"))
     return client
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Browser tests run last: Playwright's sync API keeps an event loop running in the main
+    thread for the rest of the session, which would break later tests that call asyncio.run."""
+    items.sort(key=lambda item: item.get_closest_marker("e2e") is not None)

@@ -40,6 +40,36 @@ EXPECTED: dict[str, tuple[str, dict[str, int | str]]] = {
     "rules:publish": ("editor", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
     "rules:diff": ("viewer", {"anonymous": LOGIN, "viewer": 200, "editor": 200, "admin": 200}),
     "rules:restore": ("editor", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
+    # MCP servers: viewers read (rule authors need the tools), editors may call a tool (as the live
+    # tester's "execute" does), every change is for admins (a stdio server is a command this app runs).
+    # servers:refresh is POST-only but checks the role before the method: a GET by an admin is 405.
+    "servers:create": ("admin", {"anonymous": LOGIN, "viewer": 403, "editor": 403, "admin": 200}),
+    "servers:detail": ("viewer", {"anonymous": LOGIN, "viewer": 200, "editor": 200, "admin": 200}),
+    "servers:edit": ("admin", {"anonymous": LOGIN, "viewer": 403, "editor": 403, "admin": 200}),
+    "servers:refresh": ("admin", {"anonymous": LOGIN, "viewer": 403, "editor": 403, "admin": 405}),
+    "servers:call": ("editor", {"anonymous": LOGIN, "viewer": 403, "editor": 200, "admin": 200}),
+    "servers:delete": ("admin", {"anonymous": LOGIN, "viewer": 403, "editor": 403, "admin": 200}),
+    # Regression cases, export and import.
+    "rules:cases": ("viewer", {"anonymous": LOGIN, "viewer": 200, "editor": 200, "admin": 200}),
+    "rules:case_create": ("editor", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
+    "rules:case_delete": ("editor", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
+    "rules:export_json": ("viewer", {"anonymous": LOGIN, "viewer": 200, "editor": 200, "admin": 200}),
+    "rules:export_tools": ("viewer", {"anonymous": LOGIN, "viewer": 200, "editor": 200, "admin": 200}),
+    "rules:import": ("editor", {"anonymous": LOGIN, "viewer": 403, "editor": 200, "admin": 200}),
+    # Agents and runs: viewers read, editors write and start runs, admins set privacy.
+    "agents:list": ("viewer", {"anonymous": LOGIN, "viewer": 200, "editor": 200, "admin": 200}),
+    "agents:create": ("editor", {"anonymous": LOGIN, "viewer": 403, "editor": 200, "admin": 200}),
+    "agents:edit": ("editor", {"anonymous": LOGIN, "viewer": 403, "editor": 200, "admin": 200}),
+    "agents:run_list": ("viewer", {"anonymous": LOGIN, "viewer": 200, "editor": 200, "admin": 200}),
+    "agents:run_start": ("editor", {"anonymous": LOGIN, "viewer": 403, "editor": 200, "admin": 200}),
+    # Without ?a=&b= the compare page sends the user back to the run list.
+    "agents:run_compare": ("viewer", {"anonymous": LOGIN, "viewer": 302, "editor": 302, "admin": 302}),
+    "agents:run_detail": ("viewer", {"anonymous": LOGIN, "viewer": 200, "editor": 200, "admin": 200}),
+    "agents:run_steps": ("viewer", {"anonymous": LOGIN, "viewer": 200, "editor": 200, "admin": 200}),
+    "agents:run_cancel": ("editor", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
+    "agents:run_rerun": ("editor", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
+    "agents:run_save_case": ("editor", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
+    "agents:privacy": ("admin", {"anonymous": LOGIN, "viewer": 403, "editor": 403, "admin": 200}),
 }
 # POST-only pages: who may POST (anonymous -> login, a role below -> 403). Checked with an empty body.
 POST_ROLES: dict[str, str] = {
@@ -57,7 +87,7 @@ def sample_kwargs(make_user) -> dict[str, dict[str, object]]:
     from rules import services
     from rules.models import McpServer
 
-    McpServer.objects.create(mcp_id="matrix", transport="http", url="http://127.0.0.1:9/mcp")
+    server = McpServer.objects.create(mcp_id="matrix", transport="http", url="http://127.0.0.1:9/mcp")
     author = make_user("editor")
     rule_set = services.rule_set_create(actor=author, name="matrix")
     rule = services.rule_create(
@@ -86,6 +116,38 @@ def sample_kwargs(make_user) -> dict[str, dict[str, object]]:
         )
     )
     kwargs["rules:restore"] = {"pk": rule_set.pk, "number": version.number}
+    from agents.models import Agent, Run
+    from rules.models import TestCase
+
+    kwargs.update(
+        dict.fromkeys(("rules:cases", "rules:case_create", "rules:export_json", "rules:export_tools"), set_kw)
+    )
+    case = TestCase.objects.create(
+        rule_set=rule_set, name="c", input={"query": "q"}, expected={"must_fire": []}
+    )
+    kwargs["rules:case_delete"] = {"pk": rule_set.pk, "case_pk": case.pk}
+    agent = Agent.objects.create(name="matrix", system_prompt="p", rule_set=rule_set)
+    run = Run.objects.create(agent=agent, agent_name="matrix", query="q")  # stays queued: nothing is enqueued
+    kwargs["agents:edit"] = {"pk": agent.pk}
+    kwargs.update(
+        dict.fromkeys(
+            (
+                "agents:run_detail",
+                "agents:run_steps",
+                "agents:run_cancel",
+                "agents:run_rerun",
+                "agents:run_save_case",
+            ),
+            {"pk": run.pk},
+        )
+    )
+    # MCP server pages take the server's pk.
+    kwargs.update(
+        dict.fromkeys(
+            ("servers:detail", "servers:edit", "servers:refresh", "servers:call", "servers:delete"),
+            {"pk": server.pk},
+        )
+    )
     return kwargs
 
 

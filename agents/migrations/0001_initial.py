@@ -4,24 +4,27 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='WorkerHeartbeat',
+            name="WorkerHeartbeat",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('hostname', models.CharField(max_length=255, unique=True)),
-                ('pid', models.PositiveIntegerField()),
-                ('started_at', models.DateTimeField()),
-                ('seen_at', models.DateTimeField(db_index=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("hostname", models.CharField(max_length=255, unique=True)),
+                ("pid", models.PositiveIntegerField()),
+                ("started_at", models.DateTimeField()),
+                ("seen_at", models.DateTimeField(db_index=True)),
             ],
             options={
-                'ordering': ['-seen_at'],
+                "ordering": ["-seen_at"],
             },
         ),
     ]

@@ -1,0 +1,15 @@
+"""Domain errors of the agents app."""
+
+from __future__ import annotations
+
+
+class AgentError(Exception):
+    """A write was refused; ``field`` names the form field at fault when there is one."""
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+
+WORKER_LOST = "worker lost: no heartbeat for {seconds} s (the worker process died or was killed)"

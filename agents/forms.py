@@ -1,0 +1,150 @@
+"""Forms for agents and runs."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django import forms
+
+from agents.models import Agent, PrivacySettings
+from llamon_agent.prestep import DEFAULT_PRESTEP_INSTRUCTION
+from rules.forms import TesterForm
+from rules.models import McpServer, RuleSetVersion
+
+MASK_CHOICES = [
+    ("card_number", "card numbers (Luhn-checked)"),
+    ("kr_rrn", "주민등록번호"),
+    ("email", "e-mail addresses"),
+]
+
+
+class LinesField(forms.CharField):
+    """One value per line (patterns, names)."""
+
+    widget = forms.Textarea(attrs={"rows": 3, "class": "code"})
+
+    def to_python(self, value: Any) -> list[str]:
+        return [line.strip() for line in (value or "").splitlines() if line.strip()]
+
+    def prepare_value(self, value: Any) -> str:
+        return "\n".join(value) if isinstance(value, list) else (value or "")
+
+
+class AgentForm(forms.ModelForm):
+    input_blocked_patterns = LinesField(
+        required=False, help_text="One RE2 pattern per line; a match refuses the request."
+    )
+    output_blocked_patterns = LinesField(
+        required=False, help_text="One RE2 pattern per line; a match refuses the answer."
+    )
+    output_masks = forms.MultipleChoiceField(
+        choices=MASK_CHOICES, required=False, widget=forms.CheckboxSelectMultiple
+    )
+    model_script = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 4, "class": "code"}),
+        help_text='Scripted model only: a JSON list of replies, e.g. [{"content": "...", "tool_calls": [{"name": "get_order", "args": {"query": "A-1001"}}]}]',
+    )
+    react_servers = forms.ModelMultipleChoiceField(
+        queryset=McpServer.objects.filter(enabled=True), required=False, widget=forms.CheckboxSelectMultiple
+    )
+    revision = forms.IntegerField(required=False, widget=forms.HiddenInput)
+
+    class Meta:
+        model = Agent
+        fields = [
+            "name", "description", "system_prompt", "rule_set", "rule_set_mode", "pinned_version", "model_provider",
+            "model_name", "model_base_url", "model_api_key_env", "model_script", "temperature", "react_servers",
+            "input_max_chars", "input_blocked_patterns", "output_blocked_patterns", "output_masks", "max_iterations",
+            "answer_from_prestep",
+        ]  # fmt: skip
+        widgets = {
+            "system_prompt": forms.Textarea(attrs={"rows": 5}),
+            "description": forms.Textarea(attrs={"rows": 2}),
+        }
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["pinned_version"].queryset = RuleSetVersion.objects.select_related("rule_set").order_by(
+            "rule_set__name", "-number"
+        )
+        self.fields["pinned_version"].label_from_instance = lambda v: f"{v.rule_set.name} v{v.number}"
+        if not self.instance.pk and not self.initial.get("system_prompt"):
+            self.initial["system_prompt"] = f"You are a helpful support agent.\n{DEFAULT_PRESTEP_INSTRUCTION}"
+        if self.instance.pk:
+            self.initial["model_script"] = (
+                json.dumps(self.instance.model_script, ensure_ascii=False, indent=1)
+                if self.instance.model_script
+                else ""
+            )
+            self.initial["revision"] = self.instance.revision
+
+    def clean_model_script(self) -> list[dict[str, Any]]:
+        text = self.cleaned_data.get("model_script") or ""
+        if not text.strip():
+            return []
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise forms.ValidationError(
+                f"Not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}."
+            ) from None
+        if not isinstance(value, list) or not all(isinstance(r, dict) for r in value):
+            raise forms.ValidationError('The script is a JSON list of replies like {"content": "..."}.')
+        return value
+
+
+class RunStartForm(TesterForm):
+    """Start a run: the agent and a request (the same fields as the live tester)."""
+
+    agent = forms.ModelChoiceField(queryset=Agent.objects.order_by("name"), empty_label=None)
+
+
+class RunFilterForm(forms.Form):
+    agent = forms.ModelChoiceField(queryset=Agent.objects.order_by("name"), required=False)
+    status = forms.ChoiceField(choices=[("", "any status")], required=False)
+    rule = forms.CharField(required=False, label="Rule fired")
+    tool = forms.CharField(required=False, label="Tool called")
+    user_id = forms.CharField(required=False, label="userId")
+    chatbot_id = forms.CharField(required=False, label="chatbotId")
+    session_id = forms.CharField(required=False, label="sessionId")
+    q = forms.CharField(required=False, label="Query text")
+    since = forms.DateTimeField(required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
+    until = forms.DateTimeField(required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        from agents.models import Run
+
+        self.fields["status"].choices = [("", "any status"), *Run.Status.choices]
+
+
+class PrivacyForm(forms.ModelForm):
+    redaction_patterns = LinesField(
+        required=False,
+        help_text="One RE2 pattern per line; matches are replaced by [redacted] in stored steps and answers.",
+    )
+    mask_presets = forms.MultipleChoiceField(
+        choices=MASK_CHOICES, required=False, widget=forms.CheckboxSelectMultiple
+    )
+    preview = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 3}),
+        help_text="Sample text to see what would be stored.",
+    )
+
+    class Meta:
+        model = PrivacySettings
+        fields = ["redaction_patterns", "mask_presets", "retention_days"]
+
+    def clean_redaction_patterns(self) -> list[str]:
+        import re2
+
+        patterns = self.cleaned_data["redaction_patterns"]
+        for pattern in patterns:
+            try:
+                re2.compile(pattern)
+            except re2.error as exc:
+                raise forms.ValidationError(f"{pattern!r} is not a valid regular expression: {exc}") from None
+        return patterns

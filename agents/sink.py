@@ -1,0 +1,85 @@
+"""A trace sink that stores a run's steps as they happen.
+
+A start event inserts the step row at once (autocommit), before the call it describes begins,
+so a worker killed mid-call leaves the step behind as evidence; the end event completes it.
+Everything stored passes through the privacy redaction first.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from agents.models import Run, RunStep
+from llamon_agent.trace import TraceEvent
+
+logger = logging.getLogger(__name__)
+
+
+class DbStepSink:
+    """TraceSink writing RunStep rows for one run (thread-safe; seq numbers in arrival order)."""
+
+    def __init__(self, run: Run, *, redact: Callable[[Any], Any] | None = None) -> None:
+        self.run_id = run.pk
+        self._redact = redact or (lambda value: value)
+        self._lock = threading.Lock()
+        self._seq = RunStep.objects.filter(run_id=run.pk).count()
+        self._rows: dict[str, tuple[int, int]] = {}  # event id -> (row pk, seq)
+        self.counts = {"llm": 0, "tool": 0}
+
+    def emit(self, event: TraceEvent) -> None:
+        with self._lock:
+            if event.phase == "start":
+                self._start(event)
+            else:
+                self._end(event)
+
+    def _start(self, event: TraceEvent) -> None:
+        self._seq += 1
+        parent = self._rows.get(event.parent or "")
+        row = RunStep.objects.create(
+            run_id=self.run_id,
+            seq=self._seq,
+            event_id=event.id,
+            parent_seq=parent[1] if parent else None,
+            kind=event.kind,
+            name=event.name[:200],
+            status="running",
+            started_at=datetime.fromtimestamp(event.start, tz=UTC),
+            input=self._redact(event.input),
+            **_call_fields(event),
+        )
+        self._rows[event.id] = (row.pk, row.seq)
+
+    def _end(self, event: TraceEvent) -> None:
+        if event.kind in self.counts:
+            self.counts[event.kind] += 1
+        known = self._rows.get(event.id)
+        fields = {
+            "status": event.status,
+            "duration_ms": event.duration_ms,
+            "output": self._redact(event.output),
+            "error": self._redact(event.error or ""),
+            "tokens": (event.meta or {}).get("usage") or (event.meta or {}).get("tokens"),
+        }
+        if known is None:  # an end without a start: store it whole
+            self._start(event)
+            known = self._rows[event.id]
+        RunStep.objects.filter(pk=known[0]).update(**fields)
+
+
+def _call_fields(event: TraceEvent) -> dict[str, str]:
+    """mcp_id and tool name of rule and tool steps, kept in columns for the run list's filters."""
+    data = event.input if isinstance(event.input, dict) else {}
+    meta = event.meta or {}
+    if event.kind == "rule":
+        return {
+            "mcp_id": str(data.get("mcp_id") or meta.get("mcp_id") or "")[:64],
+            "tool_name": str(data.get("tool_name") or "")[:200],
+        }
+    if event.kind == "tool":
+        return {"mcp_id": str(meta.get("mcp_id") or "")[:64], "tool_name": event.name[:200]}
+    return {}

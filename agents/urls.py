@@ -1,0 +1,20 @@
+from django.urls import path
+
+from agents import views
+
+app_name = "agents"
+
+urlpatterns = [
+    path("", views.agent_list, name="list"),
+    path("new", views.agent_edit, name="create"),
+    path("<int:pk>/edit", views.agent_edit, name="edit"),
+    path("runs/", views.run_list, name="run_list"),
+    path("runs/new", views.run_start, name="run_start"),
+    path("runs/compare", views.run_compare, name="run_compare"),
+    path("runs/<int:pk>/", views.run_detail, name="run_detail"),
+    path("runs/<int:pk>/steps", views.run_steps, name="run_steps"),
+    path("runs/<int:pk>/cancel", views.run_cancel, name="run_cancel"),
+    path("runs/<int:pk>/rerun", views.run_rerun, name="run_rerun"),
+    path("runs/<int:pk>/save-case", views.run_save_case, name="run_save_case"),
+    path("privacy", views.privacy, name="privacy"),
+]

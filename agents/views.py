@@ -1,0 +1,207 @@
+"""Pages for agents and runs. Views authorize, validate, call one service or selector, render."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.core.paginator import Paginator
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django_htmx.http import HttpResponseStopPolling
+from django_htmx.middleware import HtmxDetails
+
+from agents import selectors, services
+from agents.errors import AgentError
+from agents.forms import AgentForm, PrivacyForm, RunFilterForm, RunStartForm
+from agents.models import Agent, Run
+from llamon_web.roles import has_role, require_role
+
+
+class HtmxHttpRequest(HttpRequest):
+    htmx: HtmxDetails
+
+
+# --- Agents -------------------------------------------------------------------------------------
+
+
+@require_GET
+@require_role("viewer")
+def agent_list(request: HtmxHttpRequest) -> HttpResponse:
+    return render(request, "agents/agent_list.html", {"agents": selectors.agent_list()})
+
+
+@require_http_methods(["GET", "POST"])
+@require_role("editor")
+def agent_edit(request: HtmxHttpRequest, pk: int | None = None) -> HttpResponse:
+    """Create (no pk) or edit an agent; refusals keep the input and say why."""
+    agent = get_object_or_404(Agent, pk=pk) if pk else Agent()
+    form = AgentForm(request.POST or None, instance=agent)
+    if request.method == "POST" and form.is_valid():
+        try:
+            saved = services.agent_save(
+                actor=request.user, agent=form.save(commit=False), react_servers=list(form.cleaned_data["react_servers"]),
+                revision=form.cleaned_data.get("revision"),
+            )  # fmt: skip
+        except AgentError as exc:
+            form.add_error(exc.field if exc.field in form.fields else None, exc.message)
+        else:
+            messages.success(request, f"Saved agent {saved.name}.")
+            return redirect("agents:list")
+    status = 400 if request.method == "POST" else 200
+    return render(
+        request, "agents/agent_form.html", {"form": form, "agent": agent if pk else None}, status=status
+    )
+
+
+# --- Runs ---------------------------------------------------------------------------------------
+
+
+@require_GET
+@require_role("viewer")
+def run_list(request: HtmxHttpRequest) -> HttpResponse:
+    """Runs with filters and search; every run of one customer is a userId away."""
+    form = RunFilterForm(request.GET or None)
+    filters = form.cleaned_data if form.is_valid() else {}
+    page = Paginator(selectors.run_list(filters=filters), 50).get_page(request.GET.get("page"))
+    template = "agents/run_list.html#run-table" if request.htmx else "agents/run_list.html"
+    return render(request, template, {"form": form, "page": page})
+
+
+@require_http_methods(["GET", "POST"])
+@require_role("editor")
+def run_start(request: HtmxHttpRequest) -> HttpResponse:
+    """Start a run on a worker: an agent and a request (or a pasted A2A message)."""
+    form = RunStartForm(request.POST or None, initial={"agent": request.GET.get("agent")})
+    if request.method == "POST" and form.is_valid():
+        try:
+            run = services.run_create(
+                actor=request.user, agent=form.cleaned_data["agent"], request=form.to_request()
+            )
+        except AgentError as exc:
+            form.add_error(exc.field if exc.field in form.fields else None, exc.message)
+        else:
+            return redirect("agents:run_detail", pk=run.pk)
+    status = 400 if request.method == "POST" else 200
+    return render(request, "agents/run_start.html", {"form": form}, status=status)
+
+
+@require_GET
+@require_role("viewer")
+def run_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """A run's input, live timeline, answer and diagnostics."""
+    run = get_object_or_404(Run.objects.select_related("agent"), pk=pk)
+    steps = list(selectors.run_steps(run=run))
+    return render(request, "agents/run_detail.html", {
+        "run": run, "steps": steps, "last_seq": _settled_seq(steps, after=0),
+        "diagnostics": selectors.run_diagnostics(run=run) if run.finished else [],
+        "can_edit": has_role(request.user, "editor"),
+    })  # fmt: skip
+
+
+@require_GET
+@require_role("viewer")
+def run_steps(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """New steps after ``?after=seq`` (polled by the timeline); stops polling when the run has ended."""
+    run = get_object_or_404(Run, pk=pk)
+    try:
+        after = max(int(request.GET.get("after", "0")), 0)
+    except ValueError:
+        after = 0
+    steps = list(selectors.run_steps(run=run, after=after))
+    last_seq = _settled_seq(steps, after=after)
+    final = run.finished and all(s.status != "running" for s in steps)
+    context = {
+        "run": run, "steps": steps, "last_seq": last_seq, "final": final,
+        "diagnostics": selectors.run_diagnostics(run=run) if run.finished else [],
+    }  # fmt: skip
+    response = render(request, "agents/run_detail.html#run-poll", context)
+    # 286 tells htmx to stop polling: the run has ended and every step is settled.
+    return HttpResponseStopPolling(response.content) if final else response
+
+
+def _settled_seq(steps: list, *, after: int) -> int:
+    """The highest seq up to which every step has finished; later ones are fetched again."""
+    running = [s.seq for s in steps if s.status == "running"]
+    if running:
+        return min(running) - 1
+    return steps[-1].seq if steps else after
+
+
+@require_POST
+@require_role("editor")
+def run_cancel(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    run = services.run_cancel(actor=request.user, run=get_object_or_404(Run, pk=pk))
+    messages.info(
+        request,
+        "Cancelled." if run.status == Run.Status.CANCELLED else "Asked the run to stop at its next step.",
+    )
+    return redirect("agents:run_detail", pk=pk)
+
+
+@require_POST
+@require_role("editor")
+def run_rerun(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    try:
+        run = services.run_rerun(actor=request.user, run=get_object_or_404(Run, pk=pk))
+    except AgentError as exc:
+        messages.error(request, exc.message)
+        return redirect("agents:run_detail", pk=pk)
+    return redirect("agents:run_detail", pk=run.pk)
+
+
+@require_GET
+@require_role("viewer")
+def run_compare(request: HtmxHttpRequest) -> HttpResponse:
+    """Two runs side by side: input, rule set, pre-step, LLM turns, tools, answer."""
+    try:
+        ids = [int(request.GET["a"]), int(request.GET["b"])]
+    except (KeyError, ValueError):
+        messages.error(request, "Choose two runs to compare (a and b).")
+        return redirect("agents:run_list")
+    runs = {r.pk: r for r in Run.objects.filter(pk__in=ids).prefetch_related("steps")}
+    if len(runs) != len(set(ids)):
+        messages.error(request, "One of the runs to compare does not exist.")
+        return redirect("agents:run_list")
+    return render(request, "agents/run_compare.html", {"a": runs[ids[0]], "b": runs[ids[1]]})
+
+
+@require_POST
+@require_role("editor")
+def run_save_case(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """Keep this run's input and its pre-step outcome as a regression case of the agent's rule set."""
+    run = get_object_or_404(Run.objects.select_related("agent__rule_set"), pk=pk)
+    try:
+        case = services.run_save_as_case(
+            actor=request.user, run=run, name=request.POST.get("name", "").strip()
+        )
+    except AgentError as exc:
+        messages.error(request, exc.message)
+        return redirect("agents:run_detail", pk=pk)
+    messages.success(request, f"Saved test case {case.name!r} in rule set {case.rule_set.name}.")
+    return redirect("agents:run_detail", pk=pk)
+
+
+@require_http_methods(["GET", "POST"])
+@require_role("admin")
+def privacy(request: HtmxHttpRequest) -> HttpResponse:
+    """Redaction of stored traces (with a preview) and the retention period."""
+    current = services.privacy_get()
+    form = PrivacyForm(request.POST or None, instance=current)
+    preview = None
+    if request.method == "POST" and form.is_valid():
+        if "preview_only" in request.POST:
+            preview = services.privacy_preview(
+                patterns=form.cleaned_data["redaction_patterns"],
+                presets=form.cleaned_data["mask_presets"],
+                text=form.cleaned_data.get("preview") or "",
+            )
+        else:
+            services.privacy_update(
+                actor=request.user,
+                **{k: form.cleaned_data[k] for k in ("redaction_patterns", "mask_presets", "retention_days")},
+            )
+            messages.success(request, "Saved the privacy settings: they apply to steps stored from now on.")
+            return redirect(reverse("agents:privacy"))
+    status = 400 if request.method == "POST" and form.errors else 200
+    return render(request, "agents/privacy.html", {"form": form, "preview": preview}, status=status)

@@ -1,0 +1,247 @@
+"""Runs through their services: size limits, claiming, cancelling, reaping, expiring, the step sink."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from agents import services
+from agents.errors import AgentError
+from agents.models import Agent, Run, RunStep
+from agents.sink import DbStepSink
+from llamon_agent.expr import MAX_DATA_BYTES, MAX_QUERY_CHARS
+from llamon_agent.tools import AgentRequest
+from llamon_agent.trace import start_span
+
+pytestmark = pytest.mark.django_db
+HX = {"HTTP_HX_REQUEST": "true"}
+
+
+@pytest.fixture
+def agent() -> Agent:
+    return Agent.objects.create(name="support", system_prompt="Be helpful.")
+
+
+def test_a_query_over_the_limit_is_refused_before_anything_is_stored(
+    agent, django_capture_on_commit_callbacks
+) -> None:
+    with (
+        django_capture_on_commit_callbacks() as callbacks,
+        pytest.raises(AgentError, match="the limit is 32,000") as info,
+    ):
+        services.run_create(actor=None, agent=agent, request=AgentRequest(query="x" * (MAX_QUERY_CHARS + 1)))
+    assert info.value.field == "query"
+    assert not Run.objects.exists() and callbacks == []
+
+
+def test_dataparts_over_the_limit_are_refused(agent) -> None:
+    big = [{"blob": "y" * MAX_DATA_BYTES}]
+    with pytest.raises(AgentError, match="bytes together"):
+        services.run_create(actor=None, agent=agent, request=AgentRequest(query="hi", a2a_data=big))
+    assert not Run.objects.exists()
+
+
+def test_run_create_enqueues_after_commit_and_records_the_ids(
+    agent, django_capture_on_commit_callbacks, monkeypatch
+) -> None:
+    sent = []
+    monkeypatch.setattr("agents.tasks.run_execute_task.delay", lambda run_id: sent.append(run_id))
+    request = AgentRequest(
+        query="주문 조회",
+        context={"userId": "C-1001", "sessionId": "s-1"},
+        a2a_data=[{"chatbotId": "premium-support"}],
+    )
+    with django_capture_on_commit_callbacks(execute=True):
+        run = services.run_create(actor=None, agent=agent, request=request)
+        assert sent == []  # not before the commit
+    assert sent == [run.pk]
+    assert (run.user_id, run.session_id, run.chatbot_id) == ("C-1001", "s-1", "premium-support")
+    assert run.status == Run.Status.QUEUED
+
+
+def test_a_run_is_claimed_once(agent) -> None:
+    run = Run.objects.create(agent=agent, query="q")
+    assert services.run_claim(run_id=run.pk) is True
+    assert services.run_claim(run_id=run.pk) is False  # a redelivered message does nothing
+    run.refresh_from_db()
+    assert run.status == Run.Status.RUNNING and run.worker
+
+
+def test_cancel_a_queued_run_at_once_and_flag_a_running_one(agent) -> None:
+    queued = Run.objects.create(agent=agent, query="q")
+    assert services.run_cancel(actor=None, run=queued).status == Run.Status.CANCELLED
+    assert services.run_claim(run_id=queued.pk) is False
+    running = Run.objects.create(agent=agent, query="q", status=Run.Status.RUNNING)
+    flagged = services.run_cancel(actor=None, run=running)
+    assert flagged.status == Run.Status.RUNNING and flagged.cancel_requested
+
+
+def test_the_reaper_fails_runs_whose_heartbeat_stopped(agent) -> None:
+    old = timezone.now() - timedelta(seconds=60)
+    stale = Run.objects.create(
+        agent=agent, query="q", status=Run.Status.RUNNING, started_at=old, heartbeat_at=old
+    )
+    fresh = Run.objects.create(
+        agent=agent, query="q", status=Run.Status.RUNNING, started_at=old, heartbeat_at=timezone.now()
+    )
+    RunStep.objects.create(run=stale, seq=1, kind="llm", name="model", started_at=old)
+    assert services.runs_reap(stale_after_s=30) == 1
+    stale.refresh_from_db()
+    fresh.refresh_from_db()
+    assert stale.status == Run.Status.FAILED and stale.error_kind == "worker_lost"
+    assert stale.error.startswith("worker lost: no heartbeat for 30 s")
+    assert stale.steps.get().status == "interrupted"  # the step committed before the death is kept
+    assert fresh.status == Run.Status.RUNNING
+
+
+def test_a_reaped_run_is_not_overwritten_by_a_late_finish(agent) -> None:
+    run = Run.objects.create(agent=agent, query="q", status=Run.Status.FAILED, error="worker lost")
+    services.run_finish(run_id=run.pk, status=Run.Status.SUCCEEDED, answer="late")
+    run.refresh_from_db()
+    assert run.status == Run.Status.FAILED and run.answer == ""
+
+
+@pytest.mark.django_db(transaction=True)  # the heartbeat thread has its own connection
+def test_the_heartbeat_thread_touches_a_running_run(agent) -> None:
+    old = timezone.now() - timedelta(seconds=60)
+    run = Run.objects.create(agent=agent, query="q", status=Run.Status.RUNNING, heartbeat_at=old)
+    with services.run_heartbeat(run_id=run.pk, period_s=0.05):
+        deadline = time.monotonic() + 5
+        while Run.objects.get(pk=run.pk).heartbeat_at == old and time.monotonic() < deadline:
+            time.sleep(0.02)
+    assert Run.objects.get(pk=run.pk).heartbeat_at > old
+
+
+def test_retention_deletes_only_old_finished_runs(agent) -> None:
+    services.privacy_update(actor=None, redaction_patterns=[], mask_presets=[], retention_days=7)
+    old = timezone.now() - timedelta(days=8)
+    Run.objects.create(agent=agent, query="old", status=Run.Status.SUCCEEDED, finished_at=old)
+    Run.objects.create(agent=agent, query="recent", status=Run.Status.SUCCEEDED, finished_at=timezone.now())
+    Run.objects.create(agent=agent, query="running", status=Run.Status.RUNNING)
+    assert services.runs_delete_expired() == 1
+    assert sorted(Run.objects.values_list("query", flat=True)) == ["recent", "running"]
+
+
+def test_the_sink_commits_a_step_on_start_and_completes_it_on_end(agent) -> None:
+    run = Run.objects.create(agent=agent, query="q")
+    sink = DbStepSink(run, redact=lambda v: v)
+    span = start_span(
+        sink,
+        "rule",
+        "route_order_lookup",
+        input={"mcp_id": "order-service", "tool_name": "get_order", "params": {"query": "q"}},
+    )
+    step = RunStep.objects.get(run=run)
+    assert (step.seq, step.status, step.tool_name, step.mcp_id) == (
+        1,
+        "running",
+        "get_order",
+        "order-service",
+    )
+    span.output = {"found": True}
+    span.finish()
+    step.refresh_from_db()
+    assert step.status == "ok" and step.output == {"found": True} and step.duration_ms is not None
+
+
+def test_the_sink_redacts_what_it_stores(agent) -> None:
+    from agents.runtime import redactor
+
+    run = Run.objects.create(agent=agent, query="q")
+    sink = DbStepSink(run, redact=redactor(patterns=[r"C-\d{4}"], presets=["card_number"]))
+    span = start_span(
+        sink, "tool", "get_customer_profile", input={"customer_id": "C-1001", "card": "4111 1111 1111 1111"}
+    )
+    span.finish()
+    stored = RunStep.objects.get(run=run).input
+    assert "C-1001" not in str(stored) and "4111" not in str(stored)
+
+
+def test_agent_validation_refuses_bad_patterns_and_keeps_the_old_agent(agent) -> None:
+    agent.input_blocked_patterns = ["(unclosed"]
+    with pytest.raises(AgentError, match="not a valid regular expression") as info:
+        services.agent_save(actor=None, agent=agent)
+    assert info.value.field == "input_blocked_patterns"
+    assert Agent.objects.get(pk=agent.pk).input_blocked_patterns == []
+
+
+def test_agent_save_refuses_a_stale_revision(agent) -> None:
+    services.agent_save(actor=None, agent=Agent.objects.get(pk=agent.pk), revision=1)
+    stale = Agent.objects.get(pk=agent.pk)
+    stale.description = "mine"
+    with pytest.raises(AgentError, match="changed while you were editing"):
+        services.agent_save(actor=None, agent=stale, revision=1)
+
+
+def test_the_poll_returns_only_new_steps_and_stops_when_the_run_ended(viewer_client, agent) -> None:
+    run = Run.objects.create(agent=agent, query="q", status=Run.Status.RUNNING)
+    now = timezone.now()
+    for seq in (1, 2, 3):
+        RunStep.objects.create(run=run, seq=seq, kind="llm", name=f"turn-{seq}", status="ok", started_at=now)
+    RunStep.objects.create(run=run, seq=4, kind="tool", name="get_order", status="running", started_at=now)
+    response = viewer_client.get(reverse("agents:run_steps", args=[run.pk]), {"after": 2}, **HX)
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert "turn-3" in html and "turn-1" not in html and "turn-2" not in html
+    assert "after=3" in html  # the still-running step 4 is fetched again next time
+    Run.objects.filter(pk=run.pk).update(status=Run.Status.SUCCEEDED, answer="done")
+    RunStep.objects.filter(run=run, seq=4).update(status="ok")
+    final = viewer_client.get(reverse("agents:run_steps", args=[run.pk]), {"after": 3}, **HX)
+    assert final.status_code == 286  # htmx: stop polling
+    assert "get_order" in final.content.decode() and "done" in final.content.decode()
+
+
+def test_run_detail_lists_steps_and_the_filters_find_runs_by_rule_and_customer(viewer_client, agent) -> None:
+    now = timezone.now()
+    a = Run.objects.create(agent=agent, query="주문 조회", user_id="C-1001", status=Run.Status.SUCCEEDED)
+    b = Run.objects.create(agent=agent, query="날씨", user_id="C-2002", status=Run.Status.SUCCEEDED)
+    RunStep.objects.create(
+        run=a,
+        seq=1,
+        kind="rule",
+        name="route_order_lookup",
+        status="ok",
+        tool_name="get_order",
+        started_at=now,
+    )
+    html = viewer_client.get(reverse("agents:run_list"), {"rule": "route_order_lookup"}).content.decode()
+    assert f'data-run="{a.pk}"' in html and f'data-run="{b.pk}"' not in html
+    html = viewer_client.get(reverse("agents:run_list"), {"user_id": "C-2002"}).content.decode()
+    assert f'data-run="{b.pk}"' in html and f'data-run="{a.pk}"' not in html
+    html = viewer_client.get(reverse("agents:run_list"), {"tool": "get_order"}, **HX).content.decode()
+    assert 'id="run-table"' in html and "<html" not in html and f'data-run="{a.pk}"' in html
+    detail = viewer_client.get(reverse("agents:run_detail", args=[a.pk])).content.decode()
+    assert "route_order_lookup" in detail and 'id="timeline"' in detail
+
+
+def test_diagnostics_flag_an_llm_call_that_repeats_a_pre_step_call(agent) -> None:
+    from agents.selectors import run_diagnostics
+
+    now = timezone.now()
+    run = Run.objects.create(agent=agent, query="q", status=Run.Status.SUCCEEDED)
+    RunStep.objects.create(
+        run=run,
+        seq=1,
+        kind="rule",
+        name="route",
+        status="ok",
+        tool_name="get_order",
+        input={"params": {"query": "A-1"}},
+        started_at=now,
+    )
+    RunStep.objects.create(
+        run=run,
+        seq=2,
+        kind="tool",
+        name="get_order",
+        status="ok",
+        tool_name="get_order",
+        input={"query": "A-1"},
+        started_at=now,
+    )
+    messages = [d["message"] for d in run_diagnostics(run=run)]
+    assert any("same params the pre-step rule route already used" in m for m in messages)
