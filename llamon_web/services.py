@@ -33,3 +33,15 @@ def admin_ensure(*, username: str = "admin", password: str | None = None) -> tup
             actor=None, action="user.create", obj=user, after={"username": username, "role": "admin"}
         )
     return user, new_password
+
+
+@transaction.atomic
+def system_user_ensure() -> object:
+    """The account that load_demo acts as: admin role, no usable password (it cannot log in)."""
+    User = get_user_model()
+    user, created = User.objects.get_or_create(username="llamon-system", defaults={"is_active": True})
+    if created:
+        user.set_unusable_password()
+        user.save()
+        role_set(user=user, role="admin")
+    return user

@@ -432,6 +432,10 @@ class SuiteResult:
     results: list[SuiteCaseResult] = field(default_factory=list)
 
     @property
+    def total(self) -> int:
+        return len(self.results)
+
+    @property
     def passed(self) -> int:
         return sum(1 for r in self.results if r.result.passed)
 

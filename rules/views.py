@@ -166,7 +166,9 @@ def _report_suite_changes(request: HttpRequest, rule_set: RuleSet) -> None:
 
     suite = suite_run(rule_set=rule_set)
     if suite.changed:
-        names = ", ".join(f"{r.case.name} now {'passes' if r.passed else 'fails'}" for r in suite.changed)
+        names = ", ".join(
+            f"{r.case.name} now {'passes' if r.result.passed else 'fails'}" for r in suite.changed
+        )
         messages.warning(request, f"Test cases that changed outcome: {names}.")
     else:
         messages.info(request, f"Test cases: {suite.passed} of {suite.total} pass; none changed outcome.")

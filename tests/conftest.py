@@ -55,7 +55,9 @@ def require_executable(name: str, apt_package: str) -> str:
     """The executable's path, or a test failure naming the apt package to install."""
     path = shutil.which(name)
     if path is None:
-        pytest.fail(f"{name} is not installed: run `apt-get install {apt_package}` (see .ci/run)", pytrace=False)
+        pytest.fail(
+            f"{name} is not installed: run `apt-get install {apt_package}` (see .ci/run)", pytrace=False
+        )
     return path
 
 
@@ -85,7 +87,9 @@ class OutputCollector:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     tail = "\n".join(self.lines[-40:])
-                    raise TimeoutError(f"{needle!r} did not appear within {timeout_s} s; last output:\n{tail}")
+                    raise TimeoutError(
+                        f"{needle!r} did not appear within {timeout_s} s; last output:\n{tail}"
+                    )
                 self._cond.wait(remaining)
 
     def text(self) -> str:
@@ -100,7 +104,19 @@ def redis_url() -> Iterator[str]:
     port = free_port()
     workdir = tempfile.mkdtemp(prefix="llamon-redis-")
     proc = subprocess.Popen(
-        [exe, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no", "--dir", workdir],
+        [
+            exe,
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            workdir,
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -127,7 +143,9 @@ def worker_env(redis: str | None) -> dict[str, str]:
 
 
 @contextmanager
-def celery_worker(redis: str | None, *, concurrency: int = 1) -> Iterator[tuple[subprocess.Popen, OutputCollector]]:
+def celery_worker(
+    redis: str | None, *, concurrency: int = 1
+) -> Iterator[tuple[subprocess.Popen, OutputCollector]]:
     """A real prefork Celery worker process on Redis (``redis`` URL) or on the embedded broker."""
     name = f"test-{uuid.uuid4().hex[:8]}@%h"
     proc = subprocess.Popen(
@@ -161,7 +179,10 @@ def celery_worker(redis: str | None, *, concurrency: int = 1) -> Iterator[tuple[
 def browser() -> Iterator[object]:
     """Debian's Chromium driven by Playwright (never a downloaded browser)."""
     if not Path(CHROMIUM).exists():
-        pytest.fail("chromium is not installed: run `apt-get install chromium fonts-nanum` (see .ci/run)", pytrace=False)
+        pytest.fail(
+            "chromium is not installed: run `apt-get install chromium fonts-nanum` (see .ci/run)",
+            pytrace=False,
+        )
     # Playwright's sync API runs an event loop in this thread; Django's ORM calls from the
     # test body are still synchronous and safe.
     os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
@@ -184,7 +205,9 @@ def browser() -> Iterator[object]:
 @pytest.fixture
 def page(browser, live_server) -> Iterator[object]:
     """A fresh browser page; ``page.base_url`` is the live server's address."""
-    context = browser.new_context(base_url=live_server.url, viewport={"width": 1280, "height": 800}, locale="ko-KR")
+    context = browser.new_context(
+        base_url=live_server.url, viewport={"width": 1280, "height": 800}, locale="ko-KR"
+    )
     context.set_default_timeout(15_000)
     pg = context.new_page()
     try:
@@ -200,7 +223,9 @@ def make_user(django_user_model):
     def make(role: str | None, username: str | None = None):
         from llamon_web.roles import role_set
 
-        user = django_user_model.objects.create_user(username=username or f"{role or 'norole'}-{uuid.uuid4().hex[:6]}", password="pw")
+        user = django_user_model.objects.create_user(
+            username=username or f"{role or 'norole'}-{uuid.uuid4().hex[:6]}", password="pw"
+        )
         role_set(user=user, role=role)
         return user
 
@@ -229,3 +254,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Browser tests run last: Playwright's sync API keeps an event loop running in the main
     thread for the rest of the session, which would break later tests that call asyncio.run."""
     items.sort(key=lambda item: item.get_closest_marker("e2e") is not None)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Close MCP pools while pytest's output capture still works (their last log lines need it)."""
+    from llamon_agent.mcp.pool import close_all_pools
+
+    close_all_pools()

@@ -1066,7 +1066,8 @@ def _forget_pools_in_child() -> None:
     _all_pools.clear()
 
 
-def _close_all_pools() -> None:
+def close_all_pools() -> None:
+    """Close every pool of this process (stdio children included); also run at interpreter exit."""
     for pool in list(_all_pools):
         try:
             pool.close(timeout=10)
@@ -1075,4 +1076,4 @@ def _close_all_pools() -> None:
 
 
 os.register_at_fork(after_in_child=_forget_pools_in_child)
-atexit.register(_close_all_pools)
+atexit.register(close_all_pools)
