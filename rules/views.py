@@ -292,10 +292,12 @@ def rule_set_test(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     if "rule-name" in request.POST:
         edit = RuleForm(request.POST, prefix="rule")
         if edit.is_valid():
-            snapshot = engine.apply_draft_edit(
+            edited = engine.apply_draft_edit(
                 snapshot, edit.cleaned_data, original_name=request.POST.get("rule-original") or None
             )
-            draft_note = "Includes your unsaved edit of this rule."
+            if edited != snapshot:
+                draft_note = "Includes your unsaved edit of this rule."
+            snapshot = edited
         else:
             draft_note = "The rule you are editing has errors, so the tester uses its saved version."
     servers = engine.servers_by_id(engine.snapshot_mcp_ids(snapshot))
