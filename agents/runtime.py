@@ -68,7 +68,7 @@ def agent_spec(agent: Agent, rules: RulesRef):
             provider=agent.model_provider,
             **model,
             base_url=agent.model_base_url or None,
-            api_key_env=agent.model_api_key_env or "OPENAI_API_KEY",
+            api_key_env=agent.model_api_key_env or None,  # no key: local servers (vLLM, Ollama)
             temperature=agent.temperature,
             script=agent.model_script or None,
         ),

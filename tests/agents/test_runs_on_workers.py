@@ -1,0 +1,159 @@
+"""Runs on real Celery worker processes through a real redis-server, including their faults."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+
+from agents import services
+from agents.models import Agent, Run, RunStep
+from agents.tasks import run_execute_task
+from llamon_agent.tools import AgentRequest
+from llamon_web.celery import app
+from rules import services as rule_services
+from rules.models import McpServer
+from tests.conftest import ROOT, celery_worker, free_port
+
+pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
+MISBEHAVING = str(Path(ROOT) / "tests" / "servers" / "misbehaving.py")
+
+
+def wait_for_run(run_id: int, *, timeout_s: float = 60, until=lambda run: run.finished) -> Run:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        run = Run.objects.get(pk=run_id)
+        if until(run):
+            return run
+        time.sleep(0.1)
+    raise AssertionError(
+        f"run {run_id} did not reach the expected state; it is {Run.objects.get(pk=run_id).status}"
+    )
+
+
+@pytest.fixture
+def hang_agent(make_user) -> Agent:
+    """An agent whose pre-step calls a tool that hangs when the query says 'hang'."""
+    author = make_user("editor")
+    McpServer.objects.create(
+        mcp_id="misbehaving", transport="stdio", command=sys.executable, args=[MISBEHAVING], timeout_s=2,
+        tools=[{"name": "hang", "description": "", "input_schema": {}}],
+    )  # fmt: skip
+    rule_set = rule_services.rule_set_create(actor=author, name="faults")
+    rule_services.rule_create(
+        actor=author, rule_set=rule_set, name="hang_rule", mcp_id="misbehaving", tool_name="hang",
+        when='"hang" in query', params='{"seconds": 30}',
+    )  # fmt: skip
+    return Agent.objects.create(name="faulty", system_prompt="p", rule_set=rule_set, rule_set_mode="draft")
+
+
+def test_the_demo_agent_runs_on_a_worker_through_redis(redis_publisher) -> None:
+    call_command("load_demo", "--no-runs", verbosity=0)
+    agent = Agent.objects.get(name="seed-demo")
+    with celery_worker(redis_publisher) as (_, output):
+        run = services.run_create(
+            actor=None,
+            agent=agent,
+            request=AgentRequest(query="주문 조회 부탁해 A-1001", context={"userId": "C-1001"}),
+        )
+        run = wait_for_run(run.pk)
+    assert run.status == Run.Status.SUCCEEDED, (run.error, output.text()[-2000:])
+    assert run.rule_set_ref == "v1" and len(run.rule_set_hash) == 64
+    kinds = list(run.steps.order_by("seq").values_list("kind", flat=True))
+    assert (
+        kinds[0] == "guardrail"
+        and "prestep" in kinds
+        and "rule" in kinds
+        and "llm" in kinds
+        and kinds[-1] in ("answer", "guardrail")
+    )
+    rule = run.steps.get(kind="rule")
+    assert (rule.name, rule.tool_name, rule.status) == ("route_order_lookup", "get_order", "ok")
+    assert "A-1001" in str(rule.output)
+    assert run.answer.startswith("확정 호출 결과를 바탕으로 답변합니다:")
+    assert run.llm_calls == 1 and run.prestep_calls == 1
+
+
+def test_a_hanging_tool_times_out_and_the_worker_serves_the_next_run(redis_publisher, hang_agent) -> None:
+    with celery_worker(redis_publisher):
+        hung = services.run_create(actor=None, agent=hang_agent, request=AgentRequest(query="please hang"))
+        hung = wait_for_run(hung.pk)
+        fine = services.run_create(actor=None, agent=hang_agent, request=AgentRequest(query="hello"))
+        fine = wait_for_run(fine.pk)
+    assert hung.status == Run.Status.FAILED
+    assert hung.error.startswith("확정 호출된 MCP 단계에서 오류가 발생했습니다: hang_rule: ")
+    assert hung.llm_calls == 0  # the error contract: no LLM call
+    assert hung.steps.get(kind="rule").status == "error"
+    assert fine.status == Run.Status.SUCCEEDED and fine.llm_calls == 1
+
+
+def test_a_killed_worker_fails_the_run_within_the_bound_and_a_redelivery_does_nothing(
+    redis_publisher, hang_agent, settings
+) -> None:
+    McpServer.objects.filter(mcp_id="misbehaving").update(timeout_s=60)
+    with celery_worker(redis_publisher) as (worker, _):
+        run = services.run_create(actor=None, agent=hang_agent, request=AgentRequest(query="hang now"))
+        wait_for_run(
+            run.pk, until=lambda r: RunStep.objects.filter(run=r, kind="rule", status="running").exists()
+        )
+        os.killpg(worker.pid, signal.SIGKILL)  # the worker and its pool processes, mid-call
+        killed_at = time.monotonic()
+        worker.wait(timeout=10)
+    steps_before = list(RunStep.objects.filter(run=run).order_by("seq").values_list("kind", "name"))
+    assert ("rule", "hang_rule") in steps_before  # committed before the call started
+
+    # Beat's reaper, called here on its schedule: the run is failed once its heartbeat is stale.
+    bound = settings.LLAMON_RUN_STALE_AFTER_S + settings.LLAMON_RUN_HEARTBEAT_S + 5
+    while Run.objects.get(pk=run.pk).status == Run.Status.RUNNING and time.monotonic() - killed_at < bound:
+        services.runs_reap()
+        time.sleep(0.5)
+    run.refresh_from_db()
+    assert run.status == Run.Status.FAILED and run.error_kind == "worker_lost", run.error
+    assert run.error.startswith("worker lost: no heartbeat for")
+    assert list(RunStep.objects.filter(run=run).order_by("seq").values_list("kind", "name")) == steps_before
+    assert RunStep.objects.get(run=run, kind="rule").status == "interrupted"
+
+    # The broker gives the message back (here: sent again); a new worker finds the run claimed.
+    with celery_worker(redis_publisher) as (_, output):
+        run_execute_task.delay(run.pk)
+        output.wait_for("is not queued any more", timeout_s=30)
+    run.refresh_from_db()
+    assert run.status == Run.Status.FAILED
+    assert list(RunStep.objects.filter(run=run).order_by("seq").values_list("kind", "name")) == steps_before
+
+
+def test_an_unreachable_llm_endpoint_fails_the_run_with_a_readable_error(redis_publisher) -> None:
+    port = free_port()  # nothing listens there
+    agent = Agent.objects.create(
+        name="remote", system_prompt="p", model_provider="openai-compatible", model_name="m",
+        model_base_url=f"http://127.0.0.1:{port}/v1",
+    )  # fmt: skip
+    with celery_worker(redis_publisher):
+        run = services.run_create(actor=None, agent=agent, request=AgentRequest(query="hello"))
+        run = wait_for_run(run.pk)
+    assert run.status == Run.Status.FAILED
+    assert run.error.startswith("LLM call failed:") and f"127.0.0.1:{port}" in run.error
+    assert "Traceback" not in run.error
+
+
+def test_cancelling_a_running_run_stops_it_at_the_next_step(redis_publisher, hang_agent) -> None:
+    McpServer.objects.filter(mcp_id="misbehaving").update(timeout_s=60)
+    rule_services.rule_update(
+        actor=None, rule=hang_agent.rule_set.rules.get(), revision=None, params='{"seconds": 2}'
+    )
+    with celery_worker(redis_publisher):
+        run = services.run_create(actor=None, agent=hang_agent, request=AgentRequest(query="hang briefly"))
+        wait_for_run(run.pk, until=lambda r: r.status == Run.Status.RUNNING)
+        services.run_cancel(actor=None, run=run)
+        run = wait_for_run(run.pk)
+    assert run.status == Run.Status.CANCELLED
+    assert run.llm_calls == 0
+
+
+def test_the_celery_app_is_back_on_the_embedded_broker_after_these_tests() -> None:
+    assert app.conf.broker_url == "filesystem://"
