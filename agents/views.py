@@ -112,7 +112,7 @@ def run_steps(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     last_seq = _settled_seq(steps, after=after)
     final = run.finished and all(s.status != "running" for s in steps)
     context = {
-        "run": run, "steps": steps, "last_seq": last_seq, "final": final,
+        "run": run, "steps": steps, "last_seq": last_seq, "final": final, "can_edit": has_role(request.user, "editor"),
         "diagnostics": selectors.run_diagnostics(run=run) if run.finished else [],
     }  # fmt: skip
     response = render(request, "agents/run_detail.html#run-poll", context)

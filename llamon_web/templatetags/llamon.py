@@ -12,7 +12,9 @@ register = template.Library()
 
 @register.filter
 def pretty_json(value: Any) -> str:
-    """Indented JSON with non-ASCII text kept readable (Korean stays Korean)."""
+    """Indented JSON with non-ASCII text kept readable (Korean stays Korean); plain text stays text."""
+    if isinstance(value, str):
+        return value
     return json.dumps(value, ensure_ascii=False, indent=2, sort_keys=False, default=str)
 
 

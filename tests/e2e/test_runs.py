@@ -1,0 +1,69 @@
+"""Runs in a real browser: start one on the demo agent, watch its steps arrive, compare, keep it as a case."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from django.core.management import call_command
+
+from agents.models import Run
+from rules import pool as rules_pool
+from rules.models import TestCase
+from tests.conftest import celery_worker
+from tests.e2e.conftest import screenshot
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.services,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.timeout(180),
+]
+
+
+@pytest.fixture
+def worker() -> Iterator[None]:
+    """A real worker on the embedded broker (what `make run` uses by default)."""
+    call_command("load_demo", "--no-runs", verbosity=0)
+    with celery_worker(None):
+        yield
+    rules_pool.web_pool_close()
+
+
+def test_start_a_run_watch_it_live_compare_and_save_as_a_case(page, logged_in, worker) -> None:
+    logged_in("editor")
+    page.goto("/agents/runs/new")
+    page.select_option("#id_agent", label="seed-demo")
+    page.fill("#id_query", "주문 조회 부탁해 A-1002")
+    page.fill("#id_context", '{"userId": "C-1002", "chatbotId": "premium-support"}')
+    page.click("#run-form button[type=submit]")
+    page.wait_for_url("**/agents/runs/*/")
+    page.evaluate("window.__samePage = true")  # survives only if the timeline updates without a reload
+
+    page.locator(".run-status[data-status=succeeded]").wait_for(timeout=60_000)
+    assert page.evaluate("window.__samePage === true")
+    kinds = page.locator("#timeline li.step").evaluate_all("els => els.map(e => e.dataset.kind)")
+    assert kinds[0] == "guardrail" and kinds.count("rule") == 2 and "llm" in kinds
+    assert page.locator("#timeline li[data-kind=rule]").first.inner_text().count("get_order") >= 1
+    assert page.locator("#run-answer").inner_text().startswith("확정 호출 결과를 바탕으로 답변합니다:")
+    screenshot(page, "run-detail")
+    first = Run.objects.order_by("id").last()
+
+    # Re-run, then compare the two side by side.
+    page.click("#rerun")
+    page.wait_for_url(lambda url: url.rstrip("/").endswith(str(first.pk + 1)))
+    page.locator(".run-status[data-status=succeeded]").wait_for(timeout=60_000)
+    page.fill("input[name=b]", str(first.pk))
+    page.click("#compare")
+    page.wait_for_url("**/agents/runs/compare?*")
+    sides = page.locator(".compare-side")
+    assert sides.count() == 2 and "주문 조회 부탁해 A-1002" in sides.nth(1).inner_text()
+    screenshot(page, "run-compare")
+
+    # Keep the first run as a regression case of the demo rule set.
+    page.goto(f"/agents/runs/{first.pk}/")
+    page.fill(".run-actions input[name=name]", "premium order lookup from a run")
+    page.click("#save-case")
+    page.get_by_text("Saved test case").wait_for()
+    case = TestCase.objects.get(name="premium order lookup from a run")
+    assert {c["tool_name"] for c in case.expected["must_fire"]} == {"get_order", "get_customer_profile"}
