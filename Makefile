@@ -37,6 +37,8 @@ fmt: install
 bench: install
 	$(PY) benchmarks/bench_prestep.py
 	$(PY) benchmarks/bench_mcp.py
+	$(PY) benchmarks/bench_tester.py
+	$(PY) benchmarks/bench_runs.py
 
 # Re-resolve the dependencies from pyproject.toml into requirements.lock.
 lock:

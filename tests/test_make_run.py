@@ -38,6 +38,7 @@ def test_make_run_serves_the_logged_in_home_page_and_ctrl_c_stops_everything(tmp
         LLAMON_PORT=str(port),
         LLAMON_DEMO_MCP_PORT=str(mcp_port),
         LLAMON_ADMIN_PASSWORD="correct-horse-battery",
+        LLAMON_RELOAD="0",  # an edit elsewhere in the tree must not restart the server mid-test
         PYTHONUNBUFFERED="1",
     )
     # Its own session: make and devrun form the "terminal's" foreground group we send Ctrl-C to.
@@ -67,6 +68,11 @@ def test_make_run_serves_the_logged_in_home_page_and_ctrl_c_stops_everything(tmp
             assert "Workbench" in home.text and "admin" in home.text
             assert "order-service" in home.text
             assert web.get("/healthz").json()["status"] == "ok"
+            # The demo's runs, queued by load_demo, are finished by the worker `make run` started.
+            deadline = time.monotonic() + 60
+            while web.get("/agents/runs/", params={"status": "succeeded"}).text.count("data-run=") < 3:
+                assert time.monotonic() < deadline, "the demo runs did not finish"
+                time.sleep(0.5)
         assert len(_processes_in_group(services_pgid)) >= 4  # web, worker (+pool), beat, demo MCP
     finally:
         os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in the terminal does

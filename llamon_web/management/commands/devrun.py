@@ -34,7 +34,12 @@ class Command(BaseCommand):
         parser.add_argument(
             "--mcp-port", type=int, default=int(os.environ.get("LLAMON_DEMO_MCP_PORT", DEMO_HTTP_PORT))
         )
-        parser.add_argument("--no-reload", action="store_true", help="run the web server without autoreload")
+        parser.add_argument(
+            "--no-reload",
+            action="store_true",
+            default=os.environ.get("LLAMON_RELOAD", "1").strip().lower() in {"0", "false", "no", "off"},
+            help="run the web server without autoreload (also LLAMON_RELOAD=0)",
+        )
 
     def handle(self, *args, **options):
         self._stop = False
