@@ -34,7 +34,7 @@ from rules.engine import (
     servers_by_id,
     snapshot_mcp_ids,
 )
-from rules.errors import RuleError
+from rules.errors import RuleError, json_type_name
 from rules.models import McpServer, RuleSet, TestCase
 from rules.services import audit_record
 
@@ -91,7 +91,7 @@ def case_expected_clean(expected: Any) -> dict[str, Any]:
     """The expected outcome checked against EXPECTED_SCHEMA, with every key present; RuleError if malformed."""
     if not isinstance(expected, Mapping):
         raise RuleError(
-            f"The expected outcome must be a JSON object, not {_kind(expected)}.", field="expected"
+            f"The expected outcome must be a JSON object, not {json_type_name(expected)}.", field="expected"
         )
     errors = sorted(
         _EXPECTED_VALIDATOR.iter_errors(dict(expected)), key=lambda e: [str(p) for p in e.absolute_path]
@@ -122,7 +122,9 @@ def case_expected_clean(expected: Any) -> dict[str, Any]:
 def case_input_clean(value: Any) -> dict[str, Any]:
     """The case input as {query, context, a2a_data, a2a_files}; RuleError naming the bad field."""
     if not isinstance(value, Mapping):
-        raise RuleError(f"The input must be a JSON object with a query, not {_kind(value)}.", field="input")
+        raise RuleError(
+            f"The input must be a JSON object with a query, not {json_type_name(value)}.", field="input"
+        )
     unknown = sorted(set(value) - set(_INPUT_KEYS))
     if unknown:
         raise RuleError(
@@ -131,12 +133,14 @@ def case_input_clean(value: Any) -> dict[str, Any]:
         )
     query = value.get("query")
     if not isinstance(query, str):
-        raise RuleError(f"The input's query must be a text, not {_kind(query)}.", field="query")
+        raise RuleError(f"The input's query must be a text, not {json_type_name(query)}.", field="query")
     context = value.get("context", {})
     if context is None:
         context = {}
     if not isinstance(context, dict):
-        raise RuleError(f"The input's context must be a JSON object, not {_kind(context)}.", field="context")
+        raise RuleError(
+            f"The input's context must be a JSON object, not {json_type_name(context)}.", field="context"
+        )
     clean: dict[str, Any] = {"query": query, "context": context}
     for key, what in (("a2a_data", "DataParts"), ("a2a_files", "FileParts")):
         parts = value.get(key)
@@ -362,20 +366,6 @@ def _call_view(rec: Mapping[str, Any] | None) -> dict[str, Any] | None:
 def _show(value: Any) -> str:
     text = json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
     return text if len(text) <= _VALUE_CHARS else text[: _VALUE_CHARS - 1] + "…"
-
-
-def _kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true/false"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, str):
-        return "a text"
-    if isinstance(value, list):
-        return "a list"
-    return type(value).__name__
 
 
 # --- running ----------------------------------------------------------------------------------

@@ -29,7 +29,7 @@ from llamon_agent.expr import ExprError, check_rule_name, expression_rule
 from llamon_agent.mcp.spec import MCP_ID_RE
 from rules.cases import case_create, case_expected_clean, case_input_clean, case_update
 from rules.engine import SNAPSHOT_FIELDS, rule_set_snapshot, sha256
-from rules.errors import STALE_MESSAGE, RuleError, StaleEditError
+from rules.errors import STALE_MESSAGE, RuleError, StaleEditError, json_type_name
 from rules.models import RuleSet, RuleSetVersion
 from rules.services import audit_record, rule_create, rule_set_create
 
@@ -159,7 +159,7 @@ def _load(data: Mapping[str, Any] | str | bytes) -> dict[str, Any]:
         except RecursionError:
             raise RuleError("The file is nested too deeply to be a rule set export.") from None
     if not isinstance(data, Mapping):
-        raise RuleError(f"A rule set export is a JSON object, not {_json_type(data)}.")
+        raise RuleError(f"A rule set export is a JSON object, not {json_type_name(data)}.")
     try:
         size = len(json.dumps(data, ensure_ascii=False).encode("utf-8"))
     except (TypeError, ValueError, RecursionError):
@@ -196,14 +196,14 @@ def _checked_document(doc: dict[str, Any]) -> tuple[list[dict[str, Any]], list[d
         raise RuleError('"description" must be a text.', field="description")
     rules = doc.get("rules")
     if not isinstance(rules, list):
-        raise RuleError(f'"rules" must be a list of rules, not {_json_type(rules)}.', field="rules")
+        raise RuleError(f'"rules" must be a list of rules, not {json_type_name(rules)}.', field="rules")
     if len(rules) > MAX_IMPORT_RULES:
         raise RuleError(
             f"The file has {len(rules):,} rules; imports are limited to {MAX_IMPORT_RULES:,}.", field="rules"
         )
     cases = doc.get("cases", [])
     if not isinstance(cases, list):
-        raise RuleError(f'"cases" must be a list of test cases, not {_json_type(cases)}.', field="cases")
+        raise RuleError(f'"cases" must be a list of test cases, not {json_type_name(cases)}.', field="cases")
     if len(cases) > MAX_IMPORT_CASES:
         raise RuleError(
             f"The file has {len(cases):,} test cases; imports are limited to {MAX_IMPORT_CASES:,}.",
@@ -215,7 +215,7 @@ def _checked_document(doc: dict[str, Any]) -> tuple[list[dict[str, Any]], list[d
     for i, rule in enumerate(rules):
         label = f"Rule {i + 1}"
         if not isinstance(rule, dict):
-            raise RuleError(f"{label}: a rule is an object, not {_json_type(rule)}.", field=f"rules.{i}")
+            raise RuleError(f"{label}: a rule is an object, not {json_type_name(rule)}.", field=f"rules.{i}")
         if isinstance(rule.get("name"), str):
             label = f"Rule {i + 1} {rule['name']!r}"
         extra = sorted(set(rule) - set(_RULE_TYPES))
@@ -232,7 +232,8 @@ def _checked_document(doc: dict[str, Any]) -> tuple[list[dict[str, Any]], list[d
             if type(full[key]) is not kind:
                 wanted = "true or false" if kind is bool else "a text"
                 raise RuleError(
-                    f"{label}: {key} must be {wanted}, not {_json_type(full[key])}.", field=f"rules.{i}.{key}"
+                    f"{label}: {key} must be {wanted}, not {json_type_name(full[key])}.",
+                    field=f"rules.{i}.{key}",
                 )
         if full["name"] in seen:
             raise RuleError(
@@ -247,7 +248,9 @@ def _checked_document(doc: dict[str, Any]) -> tuple[list[dict[str, Any]], list[d
     for i, case in enumerate(cases):
         label = f"Case {i + 1}"
         if not isinstance(case, dict):
-            raise RuleError(f"{label}: a test case is an object, not {_json_type(case)}.", field=f"cases.{i}")
+            raise RuleError(
+                f"{label}: a test case is an object, not {json_type_name(case)}.", field=f"cases.{i}"
+            )
         if isinstance(case.get("name"), str):
             label = f"Case {i + 1} {case['name']!r}"
         if set(case) != _CASE_KEYS:
@@ -306,22 +309,6 @@ def _import_rule(*, actor: Any, rule_set: RuleSet, index: int, rule: dict[str, A
             f"Rule {index + 1} {rule['name']!r}: {exc.message}",
             field=f"rules.{index}.{exc.field}" if exc.field else f"rules.{index}",
         ) from None
-
-
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true/false"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, str):
-        return "a text"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__
 
 
 # --- app/tools.py -------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from llamon_agent.expr import (
     compile_when,
 )
 from llamon_agent.tools import AgentRequest
+from rules.errors import json_type_name
 
 CODE = {"class": "code", "spellcheck": "false", "autocomplete": "off", "autocapitalize": "off"}
 
@@ -100,7 +101,7 @@ class TesterForm(forms.Form):
         value = _json_field(self.cleaned_data["context"], "Context", default={})
         if not isinstance(value, dict):
             raise forms.ValidationError(
-                f'Context must be a JSON object like {{"userId": "C-1001"}}, not {_kind(value)}.'
+                f'Context must be a JSON object like {{"userId": "C-1001"}}, not {json_type_name(value)}.'
             )
         return value
 
@@ -185,17 +186,6 @@ def _json_field(text: str, label: str, *, default: Any) -> Any:
         raise forms.ValidationError(
             f"{label} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}."
         ) from None
-
-
-def _kind(value: Any) -> str:
-    return {
-        list: "a list",
-        str: "a string",
-        int: "a number",
-        float: "a number",
-        bool: "true/false",
-        type(None): "null",
-    }.get(type(value), type(value).__name__)
 
 
 class PublishForm(forms.Form):

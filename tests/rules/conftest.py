@@ -54,33 +54,8 @@ TOOLS: dict[str, list[dict[str, Any]]] = {
     ],
 }
 
-# The seed page's three examples as expressions (seed/000_9a17dbcadfbf3490.txt, "규칙 작성 예시").
-SEED_RULES: list[dict[str, Any]] = [
-    {
-        "name": "route_order_lookup",
-        "description": "'주문 조회' 키워드 감지 시 get_order tool을 확정 호출.",
-        "mcp_id": "order-service",
-        "tool_name": "get_order",
-        "when": '"주문" in ctx.query and "조회" in ctx.query',
-        "params": '{"query": ctx.query}',
-    },
-    {
-        "name": "route_by_chatbot_id",
-        "description": "A2A context의 chatbotId에 따라 CRM lookup을 확정 호출.",
-        "mcp_id": "customer-crm",
-        "tool_name": "get_customer_profile",
-        "when": 'ctx.context.get("chatbotId") == "premium-support"',
-        "params": '{"customer_id": ctx.context.get("userId")}',
-    },
-    {
-        "name": "route_by_available_tool",
-        "description": "mcp_tools에서 이름으로 동적 선택 후 호출.",
-        "mcp_id": "knowledge-base",
-        "tool_name": "search_docs",
-        "when": '"search_docs" in tool_names and "검색" in ctx.query',
-        "params": '{"q": ctx.query}',
-    },
-]
+# The seed page's three examples as expressions: the demo's own definitions.
+from rules.demo import SEED_RULES  # noqa: E402
 
 # More shapes: a stop rule, a disabled one, contains_any, data_get, FileParts, a run-time error.
 EXTRA_RULES: list[dict[str, Any]] = [
