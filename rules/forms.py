@@ -64,6 +64,25 @@ class RuleForm(forms.Form):
     def clean_params(self) -> str:
         return _compiled(self.cleaned_data["params"], compile_params)
 
+    def clean(self) -> dict[str, Any]:
+        """The server must be registered, and the tool one of its tools once they are known."""
+        cleaned = super().clean()
+        mcp_id, tool_name = cleaned.get("mcp_id"), cleaned.get("tool_name")
+        if not mcp_id:
+            return cleaned
+        from rules.models import McpServer
+
+        server = McpServer.objects.filter(mcp_id=mcp_id).first()
+        if server is None:
+            known = (
+                ", ".join(McpServer.objects.order_by("mcp_id").values_list("mcp_id", flat=True)) or "none yet"
+            )
+            self.add_error("mcp_id", f"No MCP server {mcp_id!r} is registered (registered: {known}).")
+        elif tool_name and server.tools_refreshed_at and tool_name not in {t["name"] for t in server.tools}:
+            names = ", ".join(sorted(t["name"] for t in server.tools)) or "none"
+            self.add_error("tool_name", f"{mcp_id} has no tool {tool_name!r} (its tools: {names}).")
+        return cleaned
+
 
 def _compiled(source: str, compiler: Any) -> str:
     try:

@@ -9,7 +9,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from rules import services
-from rules.models import AuditEvent, McpServer, Rule
+from rules.models import AuditEvent, McpServer, Rule, RuleSet
 
 pytestmark = pytest.mark.django_db
 HX = {"HTTP_HX_REQUEST": "true"}
@@ -312,3 +312,49 @@ def test_audit_page_filters_and_returns_a_partial_for_htmx(viewer_client, rule_s
     assert "rule.create" in html and "rule_set.create" not in html
     partial = viewer_client.get(reverse("rules:audit"), {"action": "rule_set"}, **HX).content.decode()
     assert 'id="audit-table"' in partial and "<html" not in partial and "rule_set.create" in partial
+
+
+def test_a_rule_on_an_unknown_server_or_tool_is_refused_by_the_form(editor_client, rule_set) -> None:
+    response = editor_client.post(
+        reverse("rules:rule_create", args=[rule_set.pk]),
+        _rule_post(**{"rule-name": "x", "rule-mcp_id": "nowhere"}),
+    )
+    assert (
+        response.status_code == 400
+        and "No MCP server &#x27;nowhere&#x27; is registered" in response.content.decode()
+    )
+    response = editor_client.post(
+        reverse("rules:rule_create", args=[rule_set.pk]),
+        _rule_post(**{"rule-name": "x", "rule-tool_name": "cancel_order"}),
+    )
+    assert (
+        response.status_code == 400
+        and "order-service has no tool &#x27;cancel_order&#x27;" in response.content.decode()
+    )
+    assert list(rule_set.rules.values_list("name", flat=True)) == ["route_order_lookup"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_execute_really_calls_the_tool_on_the_demo_server(make_user, client) -> None:
+    """The tester's "execute" goes through the pooled session to the real stdio demo server."""
+    from django.core.management import call_command
+
+    from rules.pool import web_pool_close
+
+    call_command("load_demo", "--no-runs", verbosity=0)
+    client.force_login(make_user("editor"))
+    rule_set = RuleSet.objects.get(name="seed-rules")
+    try:
+        response = client.post(
+            reverse("rules:test", args=[rule_set.pk]),
+            {"t-query": "주문 조회 부탁해 A-1001", "execute": "1"},
+            **HX,
+        )
+    finally:
+        web_pool_close()
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert "Executed: 1 call" in html
+    text = html.replace("&quot;", '"')
+    assert '"found": true' in text and '"order_id": "A-1001"' in text  # the real server's answer
+    assert "(dry run: not called)" not in html
