@@ -43,7 +43,8 @@ def scripted_agent():
     from agents.models import Agent
 
     agent, _ = Agent.objects.get_or_create(
-        name="bench-scripted", defaults={"system_prompt": "p", "model_provider": "scripted", "model_script": [{"content": "done"}]}
+        name="bench-scripted",
+        defaults={"system_prompt": "p", "model_provider": "scripted", "model_script": [{"content": "done"}]},
     )
     return agent
 
@@ -94,7 +95,9 @@ def page_renders(repeat: int = 20) -> dict[str, list[float]]:
     from llamon_web.services import admin_ensure
 
     user, _ = admin_ensure(password="bench-password-123")
-    run = Run.objects.create(agent=scripted_agent(), agent_name="bench", query="q", status="succeeded", finished_at=timezone.now())
+    run = Run.objects.create(
+        agent=scripted_agent(), agent_name="bench", query="q", status="succeeded", finished_at=timezone.now()
+    )
     now = timezone.now()
     RunStep.objects.bulk_create(
         RunStep(run=run, seq=i, kind="llm" if i % 3 else "tool", name=f"step {i}", status="ok", started_at=now,
@@ -102,7 +105,9 @@ def page_renders(repeat: int = 20) -> dict[str, list[float]]:
         for i in range(1, 1001)
     )  # fmt: skip
     live = Run.objects.create(agent=scripted_agent(), agent_name="bench", query="q", status="running")
-    RunStep.objects.bulk_create(RunStep(run=live, seq=i, kind="llm", name=f"s{i}", status="ok", started_at=now) for i in range(1, 101))
+    RunStep.objects.bulk_create(
+        RunStep(run=live, seq=i, kind="llm", name=f"s{i}", status="ok", started_at=now) for i in range(1, 101)
+    )
     client = Client(SERVER_NAME="127.0.0.1")
     client.force_login(user)
     timings: dict[str, list[float]] = {"run page, 1,000 steps": [], "poll bringing 10 new steps": []}
@@ -126,7 +131,10 @@ def main() -> None:
     import subprocess
 
     port = free_port()
-    redis = subprocess.Popen(["redis-server", "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no"], stdout=subprocess.DEVNULL)
+    redis = subprocess.Popen(
+        ["redis-server", "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+    )
     wait_for_port(port)
     redis_url = f"redis://127.0.0.1:{port}/0"
     rows = []

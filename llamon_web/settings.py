@@ -58,6 +58,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django_htmx",
     "template_partials",
+    "ninja",  # serves the API docs' Swagger UI from the package (no CDN)
     "llamon_web",
     "rules",
     "agents",
@@ -162,6 +163,10 @@ if not DEV:
     SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31536000, minimum=0)
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
     SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
+    if not SECURE_HSTS_PRELOAD:
+        # Preloading is opt-in: with the header anyone may submit the domain to the browsers'
+        # preload lists, which is hard to undo. Leaving it off is a choice, not an oversight.
+        SILENCED_SYSTEM_CHECKS = ["security.W021"]
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
 LOGGING = {
@@ -187,6 +192,9 @@ LLAMON_LLM_API_KEY_ENV = env_str("LLAMON_LLM_API_KEY_ENV", "OPENAI_API_KEY")
 
 # --- MCP: which stdio executables may be spawned (None = any; tests restrict it).
 LLAMON_STDIO_ALLOWED_DIRS: list[Path] | None = None
+# --- MCP: the resolver the URL guard uses, a dotted path (None = the system's getaddrinfo).
+# Tests name a fake one so that no test ever sends a DNS query (rules.urlguard.configured_resolver).
+LLAMON_URL_RESOLVER: str | None = None
 
 CELERY_BEAT_SCHEDULE = {
     "worker-ping": {"task": "agents.tasks.worker_ping", "schedule": float(CELERY_WORKER_HEARTBEAT_S)},
@@ -198,11 +206,14 @@ LLAMON_RUN_HARD_LIMIT_S = env_int("LLAMON_RUN_HARD_LIMIT_S", 330, minimum=2)
 LLAMON_RUN_HEARTBEAT_S = env_int("LLAMON_RUN_HEARTBEAT_S", 5, minimum=1)
 LLAMON_RUN_STALE_AFTER_S = env_int("LLAMON_RUN_STALE_AFTER_S", 30, minimum=2)
 LLAMON_REAPER_PERIOD_S = env_int("LLAMON_REAPER_PERIOD_S", 10, minimum=1)
-if not LLAMON_RUN_SOFT_LIMIT_S < LLAMON_RUN_HARD_LIMIT_S:
+if LLAMON_RUN_SOFT_LIMIT_S >= LLAMON_RUN_HARD_LIMIT_S:
     raise ConfigError("LLAMON_RUN_SOFT_LIMIT_S must be smaller than LLAMON_RUN_HARD_LIMIT_S")
-if REDIS_URL and not LLAMON_RUN_HARD_LIMIT_S < CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"]:
+if REDIS_URL and CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"] <= LLAMON_RUN_HARD_LIMIT_S:
     raise ConfigError("LLAMON_RUN_HARD_LIMIT_S must be smaller than CELERY_VISIBILITY_TIMEOUT")
 if LLAMON_RUN_STALE_AFTER_S <= 2 * LLAMON_RUN_HEARTBEAT_S:
     raise ConfigError("LLAMON_RUN_STALE_AFTER_S must be more than twice LLAMON_RUN_HEARTBEAT_S")
-CELERY_BEAT_SCHEDULE["runs-reap"] = {"task": "agents.tasks.runs_reap_task", "schedule": float(LLAMON_REAPER_PERIOD_S)}
+CELERY_BEAT_SCHEDULE["runs-reap"] = {
+    "task": "agents.tasks.runs_reap_task",
+    "schedule": float(LLAMON_REAPER_PERIOD_S),
+}
 CELERY_BEAT_SCHEDULE["runs-expire"] = {"task": "agents.tasks.runs_expire_task", "schedule": 3600.0}

@@ -13,10 +13,19 @@ from tests.conftest import ROOT, free_port
 
 
 def _manage(*args: str, **env: str) -> subprocess.CompletedProcess:
-    full_env = {k: v for k, v in os.environ.items() if k not in {"DJANGO_SETTINGS_MODULE", "REDIS_URL", "DATABASE_URL"}}
+    full_env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"DJANGO_SETTINGS_MODULE", "REDIS_URL", "DATABASE_URL"}
+    }
     full_env.update(env)
     return subprocess.run(
-        [sys.executable, "manage.py", *args], cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=60
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
@@ -54,7 +63,12 @@ def test_prod_without_secret_key_refuses_to_start() -> None:
 
 def test_unreachable_redis_gives_one_line_naming_the_variable(tmp_path) -> None:
     port = free_port()  # nothing listens there
-    result = _manage("check_services", LLAMON_ENV="dev", LLAMON_VAR_DIR=str(tmp_path), REDIS_URL=f"redis://127.0.0.1:{port}/0")
+    result = _manage(
+        "check_services",
+        LLAMON_ENV="dev",
+        LLAMON_VAR_DIR=str(tmp_path),
+        REDIS_URL=f"redis://127.0.0.1:{port}/0",
+    )
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr

@@ -32,7 +32,11 @@ def _processes_in_group(pgid: int) -> list[int]:
 
 def test_make_run_serves_the_logged_in_home_page_and_ctrl_c_stops_everything(tmp_path) -> None:
     port, mcp_port = free_port(), free_port()
-    env = {k: v for k, v in os.environ.items() if k not in {"DJANGO_SETTINGS_MODULE", "REDIS_URL", "DATABASE_URL"}}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"DJANGO_SETTINGS_MODULE", "REDIS_URL", "DATABASE_URL"}
+    }
     env.update(
         LLAMON_VAR_DIR=str(tmp_path),
         LLAMON_PORT=str(port),
