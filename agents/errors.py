@@ -12,4 +12,8 @@ class AgentError(Exception):
         self.field = field
 
 
+class AgentConflictError(AgentError):
+    """Refused because the object changed meanwhile or is in a state that forbids it (the API's 409)."""
+
+
 WORKER_LOST = "worker lost: no heartbeat for {seconds} s (the worker process died or was killed)"

@@ -14,9 +14,10 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
-from agents.errors import WORKER_LOST, AgentError
+from agents.errors import WORKER_LOST, AgentConflictError, AgentError
 from agents.models import Agent, PrivacySettings, Run, RunStep, WorkerHeartbeat
 from llamon_agent.expr import MAX_DATA_BYTES, MAX_QUERY_CHARS
 from llamon_agent.tools import AgentRequest
@@ -272,7 +273,7 @@ def agent_save(
     if not creating:
         current = Agent.objects.select_for_update().get(pk=agent.pk)
         if revision is not None and revision != current.revision:
-            raise AgentError(
+            raise AgentConflictError(
                 f"Agent {current.name!r} was changed while you were editing (revision {current.revision}, yours was {revision}). Nothing was overwritten: reload and apply your change again."
             )
         before = _agent_snapshot(current)
@@ -365,3 +366,89 @@ def privacy_update(
     audit_record(actor=actor, action="privacy.update", obj=current, before=before,
                  after={"redaction_patterns": redaction_patterns, "mask_presets": mask_presets, "retention_days": retention_days})  # fmt: skip
     return current
+
+
+@transaction.atomic
+def agent_delete(*, actor: Any, agent: Agent) -> None:
+    """Delete an agent (its runs stay, with the agent's name); audited."""
+    audit_record(actor=actor, action="agent.delete", obj=agent, before=_agent_snapshot(agent))
+    agent.delete()
+
+
+# --- Trace ingest: runs of served agents and flows (llamon run), posted as they happen ----------
+
+
+@transaction.atomic
+def run_ingest(
+    *,
+    actor: Any,
+    run: Run | None,
+    events: list[Any],
+    source: str = Run.Source.SERVED,
+    agent: Agent | None = None,
+    agent_name: str = "",
+    request: AgentRequest | None = None,
+    finish: dict[str, Any] | None = None,
+) -> tuple[Run, bool]:
+    """Create a served/flow run (``run`` None) or add to one: store TraceEvents as steps, redacted; maybe finish it.
+
+    Returns (run, created). Steps go through the same DbStepSink as worker runs, so an end event
+    completes the step its start event created in an earlier batch. ``finish`` is
+    ``{status, answer, error, error_kind}``; a finished run takes no more events.
+    """
+    from agents.runtime import redactor
+    from agents.sink import DbStepSink
+
+    created = run is None
+    if run is None:
+        if source not in (Run.Source.SERVED, Run.Source.FLOW):
+            raise AgentError("Ingested runs have the source 'served' or 'flow'.", field="source")
+        request = request or AgentRequest(query="")
+        request_check_size(request)
+        run = Run.objects.create(
+            agent=agent,
+            agent_name=(agent.name if agent else agent_name)[:100],
+            source=source,
+            status=Run.Status.RUNNING,
+            query=request.query,
+            context=request.context,
+            a2a_data=request.a2a_data,
+            a2a_files=request.a2a_files,
+            created_by=actor if getattr(actor, "is_authenticated", False) else None,
+            started_at=timezone.now(),
+            **_lookup_ids(request),
+        )
+    else:
+        run = Run.objects.select_for_update().get(pk=run.pk)  # one batch at a time: seq numbers stay unique
+        if run.source == Run.Source.WORKER:
+            raise AgentConflictError(
+                f"Run {run.pk} ran on a worker; only served and flow runs take ingested events."
+            )
+        if run.finished:
+            raise AgentConflictError(
+                f"Run {run.pk} has already finished ({run.status}); it takes no more events."
+            )
+    redact = redactor()
+    sink = DbStepSink(run, redact=redact, resume=True)
+    for event in events:
+        sink.emit(event)
+    prestep = sum(1 for e in events if e.kind == "rule" and e.phase == "end" and e.status == "ok")
+    counts = {
+        "llm_calls": F("llm_calls") + sink.counts["llm"],
+        "tool_calls": F("tool_calls") + sink.counts["tool"],
+        "prestep_calls": F("prestep_calls") + prestep,
+    }
+    if finish is not None:
+        Run.objects.filter(pk=run.pk).update(
+            status=finish["status"],
+            answer=redact(finish.get("answer") or ""),
+            error=redact(finish.get("error") or "")[:10_000],
+            error_kind=(finish.get("error_kind") or "")[:20],
+            finished_at=timezone.now(),
+            **counts,
+        )
+        RunStep.objects.filter(run_id=run.pk, status="running").update(status="interrupted")
+    else:
+        Run.objects.filter(pk=run.pk).update(**counts)
+    run.refresh_from_db()
+    return run, created

@@ -22,12 +22,20 @@ logger = logging.getLogger(__name__)
 class DbStepSink:
     """TraceSink writing RunStep rows for one run (thread-safe; seq numbers in arrival order)."""
 
-    def __init__(self, run: Run, *, redact: Callable[[Any], Any] | None = None) -> None:
+    def __init__(self, run: Run, *, redact: Callable[[Any], Any] | None = None, resume: bool = False) -> None:
         self.run_id = run.pk
         self._redact = redact or (lambda value: value)
         self._lock = threading.Lock()
         self._seq = RunStep.objects.filter(run_id=run.pk).count()
         self._rows: dict[str, tuple[int, int]] = {}  # event id -> (row pk, seq)
+        if resume:
+            # Trace ingest: an end event may complete a step whose start came in an earlier batch.
+            self._rows = {
+                event_id: (pk, seq)
+                for event_id, pk, seq in RunStep.objects.filter(run_id=run.pk)
+                .exclude(event_id="")
+                .values_list("event_id", "pk", "seq")
+            }
         self.counts = {"llm": 0, "tool": 0}
 
     def emit(self, event: TraceEvent) -> None:

@@ -1,8 +1,12 @@
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from llamon_web import views
+from llamon_web import token_views, views
+from llamon_web.api import api
 from llamon_web.roles import require_role
+
+# Under /api/ a URL that matches no operation answers JSON (ErrorOut), like every API error.
+handler404 = "llamon_web.api.not_found"
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -16,4 +20,8 @@ urlpatterns = [
     path("mcp/", include("rules.urls_servers")),
     path("rules/", include("rules.urls")),
     path("agents/", include("agents.urls")),
+    path("tokens/", token_views.token_list, name="tokens"),
+    path("tokens/new", token_views.token_create, name="token_create"),
+    path("tokens/<int:pk>/revoke", token_views.token_revoke, name="token_revoke"),
+    path("api/", api.urls),
 ]

@@ -26,7 +26,9 @@ class McpServer(models.Model):
     transport = models.CharField(max_length=8, choices=Transport.choices)
     command = models.CharField(max_length=500, blank=True)
     args = models.JSONField(default=list, blank=True)
-    env_names = models.JSONField(default=list, blank=True, help_text="Names of environment variables passed to the child.")
+    env_names = models.JSONField(
+        default=list, blank=True, help_text="Names of environment variables passed to the child."
+    )
     url = models.CharField(max_length=2000, blank=True)
     header_names = models.JSONField(
         default=list, blank=True, help_text="'Header-Name=ENV_NAME' or 'ENV_NAME' (sent as a bearer token)."
@@ -46,7 +48,9 @@ class McpServer(models.Model):
     class Meta:
         ordering = ["mcp_id"]
         constraints = [
-            models.CheckConstraint(condition=models.Q(timeout_s__gt=0, timeout_s__lte=600), name="mcp_timeout_range"),
+            models.CheckConstraint(
+                condition=models.Q(timeout_s__gt=0, timeout_s__lte=600), name="mcp_timeout_range"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -89,7 +93,9 @@ class RuleSet(models.Model):
     # Bumped by every change to the draft (rules added, edited, moved, removed) so that a
     # stale editor cannot silently overwrite someone else's change.
     revision = models.PositiveIntegerField(default=1)
-    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -117,7 +123,9 @@ class Rule(models.Model):
     position = models.PositiveIntegerField(default=0)
     revision = models.PositiveIntegerField(default=1)
     updated_at = models.DateTimeField(auto_now=True)
-    updated_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    updated_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
 
     class Meta:
         ordering = ["position", "id"]
@@ -135,7 +143,9 @@ class RuleSetVersion(models.Model):
     content = models.JSONField()
     content_hash = models.CharField(max_length=64)
     tool_schema_hash = models.CharField(max_length=64)
-    author = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    author = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     message = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -164,7 +174,9 @@ class TestCase(models.Model):
     last_outcome = models.JSONField(null=True, blank=True)
     last_passed = models.BooleanField(null=True)
     last_run_at = models.DateTimeField(null=True, blank=True)
-    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -319,3 +319,57 @@ def rule_set_restore(
         after={"restored_version": version.number, "rules": version.content},
     )
     return rule_set
+
+
+# --- Rule set settings and removal (the API's rule-set CRUD; issue 6) ---------------------------
+
+
+@transaction.atomic
+def rule_set_update(
+    *,
+    actor: Any,
+    rule_set: RuleSet,
+    revision: int | None,
+    name: str | None = None,
+    description: str | None = None,
+) -> RuleSet:
+    """Rename a rule set or change its description; refused with StaleEditError on a stale revision; audited."""
+    current = RuleSet.objects.select_for_update().get(pk=rule_set.pk)
+    _check_revision(
+        what=f"Rule set {current.name!r}", current=current.revision, expected=revision, who="someone else"
+    )
+    before = {"name": current.name, "description": current.description}
+    if name is not None:
+        name = name.strip()
+        if not name:
+            raise RuleError("Give the rule set a name.", field="name")
+        if RuleSet.objects.filter(name=name).exclude(pk=current.pk).exists():
+            raise RuleError(f"A rule set named {name!r} already exists.", field="name")
+        current.name = name
+    if description is not None:
+        current.description = description
+    after = {"name": current.name, "description": current.description}
+    if after == before:
+        return current
+    current.save(update_fields=["name", "description", "updated_at"])
+    _bump(current)
+    audit_record(actor=actor, action="rule_set.update", obj=current, before=before, after=after)
+    return current
+
+
+@transaction.atomic
+def rule_set_delete(*, actor: Any, rule_set: RuleSet) -> None:
+    """Delete a rule set with its rules, versions and cases; refused while an agent uses it; audited."""
+    from rules.engine import rule_set_snapshot
+
+    agents = list(rule_set.agents.values_list("name", flat=True)) if hasattr(rule_set, "agents") else []
+    if agents:
+        raise RuleError(
+            f"Rule set {rule_set.name!r} is used by the agent(s) {', '.join(map(repr, agents))}; "
+            "point them at another rule set first."
+        )
+    audit_record(
+        actor=actor, action="rule_set.delete", obj=rule_set,
+        before={"name": rule_set.name, "description": rule_set.description, "rules": rule_set_snapshot(rule_set)},
+    )  # fmt: skip
+    rule_set.delete()

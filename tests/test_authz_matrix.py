@@ -70,6 +70,10 @@ EXPECTED: dict[str, tuple[str, dict[str, int | str]]] = {
     "agents:run_rerun": ("editor", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
     "agents:run_save_case": ("editor", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
     "agents:privacy": ("admin", {"anonymous": LOGIN, "viewer": 403, "editor": 403, "admin": 200}),
+    # API tokens: every user with a role manages their own (revoking someone else's token is a 404).
+    "tokens": ("viewer", {"anonymous": LOGIN, "viewer": 200, "editor": 200, "admin": 200}),
+    "token_create": ("viewer", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
+    "token_revoke": ("viewer", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
 }
 # POST-only pages: who may POST (anonymous -> login, a role below -> 403). Checked with an empty body.
 POST_ROLES: dict[str, str] = {
@@ -77,8 +81,9 @@ POST_ROLES: dict[str, str] = {
     for name, (role, table) in EXPECTED.items()
     if all(v == 405 for v in table.values()) and role != "public"
 }
-# Django's own admin is guarded by is_staff and is not part of the product's pages.
-IGNORED_PREFIXES = ("admin:",)
+# Django's own admin is guarded by is_staff and is not part of the product's pages; the API
+# (namespace "api") has its own matrix over every operation in tests/api/test_api_authz_matrix.py.
+IGNORED_PREFIXES = ("admin:", "api:")
 
 
 @pytest.fixture
@@ -141,6 +146,9 @@ def sample_kwargs(make_user) -> dict[str, dict[str, object]]:
             {"pk": run.pk},
         )
     )
+    from llamon_web.token_services import token_create
+
+    kwargs["token_revoke"] = {"pk": token_create(actor=author, name="matrix").token.pk}
     # MCP server pages take the server's pk.
     kwargs.update(
         dict.fromkeys(

@@ -50,7 +50,9 @@ def test_logout_ends_the_session(viewer_client) -> None:
 def test_server_list_escapes_untrusted_text(viewer_client) -> None:
     from rules.models import McpServer
 
-    McpServer.objects.create(mcp_id="evil", transport="http", url="http://127.0.0.1:1/<script>alert(1)</script>")
+    McpServer.objects.create(
+        mcp_id="evil", transport="http", url="http://127.0.0.1:1/<script>alert(1)</script>"
+    )
     html = viewer_client.get(reverse("servers:list")).content.decode()
     assert "<script>alert(1)</script>" not in html
     assert "&lt;script&gt;" in html

@@ -9,7 +9,6 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
@@ -18,49 +17,106 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.CreateModel(
-            name='McpServer',
+            name="McpServer",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('mcp_id', models.CharField(max_length=64, unique=True, validators=[django.core.validators.RegexValidator(re.compile('^[a-z0-9][a-z0-9_.-]{0,63}$'), "Use 1-64 lowercase letters, digits, '-', '_' or '.', starting with a letter or digit.")])),
-                ('description', models.TextField(blank=True)),
-                ('transport', models.CharField(choices=[('stdio', 'stdio (runs a command)'), ('http', 'streamable HTTP')], max_length=8)),
-                ('command', models.CharField(blank=True, max_length=500)),
-                ('args', models.JSONField(blank=True, default=list)),
-                ('env_names', models.JSONField(blank=True, default=list, help_text='Names of environment variables passed to the child.')),
-                ('url', models.CharField(blank=True, max_length=2000)),
-                ('header_names', models.JSONField(blank=True, default=list, help_text="'Header-Name=ENV_NAME' or 'ENV_NAME' (sent as a bearer token).")),
-                ('timeout_s', models.FloatField(default=30.0)),
-                ('enabled', models.BooleanField(default=True)),
-                ('tools', models.JSONField(blank=True, default=list)),
-                ('tools_hash', models.CharField(blank=True, max_length=64)),
-                ('tools_refreshed_at', models.DateTimeField(blank=True, null=True)),
-                ('last_error', models.TextField(blank=True)),
-                ('last_checked_at', models.DateTimeField(blank=True, null=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "mcp_id",
+                    models.CharField(
+                        max_length=64,
+                        unique=True,
+                        validators=[
+                            django.core.validators.RegexValidator(
+                                re.compile("^[a-z0-9][a-z0-9_.-]{0,63}$"),
+                                "Use 1-64 lowercase letters, digits, '-', '_' or '.', starting with a letter or digit.",
+                            )
+                        ],
+                    ),
+                ),
+                ("description", models.TextField(blank=True)),
+                (
+                    "transport",
+                    models.CharField(
+                        choices=[("stdio", "stdio (runs a command)"), ("http", "streamable HTTP")],
+                        max_length=8,
+                    ),
+                ),
+                ("command", models.CharField(blank=True, max_length=500)),
+                ("args", models.JSONField(blank=True, default=list)),
+                (
+                    "env_names",
+                    models.JSONField(
+                        blank=True,
+                        default=list,
+                        help_text="Names of environment variables passed to the child.",
+                    ),
+                ),
+                ("url", models.CharField(blank=True, max_length=2000)),
+                (
+                    "header_names",
+                    models.JSONField(
+                        blank=True,
+                        default=list,
+                        help_text="'Header-Name=ENV_NAME' or 'ENV_NAME' (sent as a bearer token).",
+                    ),
+                ),
+                ("timeout_s", models.FloatField(default=30.0)),
+                ("enabled", models.BooleanField(default=True)),
+                ("tools", models.JSONField(blank=True, default=list)),
+                ("tools_hash", models.CharField(blank=True, max_length=64)),
+                ("tools_refreshed_at", models.DateTimeField(blank=True, null=True)),
+                ("last_error", models.TextField(blank=True)),
+                ("last_checked_at", models.DateTimeField(blank=True, null=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
             ],
             options={
-                'ordering': ['mcp_id'],
-                'constraints': [models.CheckConstraint(condition=models.Q(('timeout_s__gt', 0), ('timeout_s__lte', 600)), name='mcp_timeout_range')],
+                "ordering": ["mcp_id"],
+                "constraints": [
+                    models.CheckConstraint(
+                        condition=models.Q(("timeout_s__gt", 0), ("timeout_s__lte", 600)),
+                        name="mcp_timeout_range",
+                    )
+                ],
             },
         ),
         migrations.CreateModel(
-            name='AuditEvent',
+            name="AuditEvent",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('actor_name', models.CharField(blank=True, max_length=150)),
-                ('action', models.CharField(max_length=64)),
-                ('object_type', models.CharField(max_length=64)),
-                ('object_id', models.CharField(blank=True, max_length=64)),
-                ('object_repr', models.CharField(blank=True, max_length=200)),
-                ('before', models.JSONField(blank=True, null=True)),
-                ('after', models.JSONField(blank=True, null=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True, db_index=True)),
-                ('actor', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("actor_name", models.CharField(blank=True, max_length=150)),
+                ("action", models.CharField(max_length=64)),
+                ("object_type", models.CharField(max_length=64)),
+                ("object_id", models.CharField(blank=True, max_length=64)),
+                ("object_repr", models.CharField(blank=True, max_length=200)),
+                ("before", models.JSONField(blank=True, null=True)),
+                ("after", models.JSONField(blank=True, null=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True, db_index=True)),
+                (
+                    "actor",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
-                'indexes': [models.Index(fields=['object_type', 'object_id'], name='rules_audit_object__4dada7_idx')],
+                "ordering": ["-created_at", "-id"],
+                "indexes": [
+                    models.Index(fields=["object_type", "object_id"], name="rules_audit_object__4dada7_idx")
+                ],
             },
         ),
     ]

@@ -9,86 +9,178 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('rules', '0001_initial'),
+        ("rules", "0001_initial"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='RuleSet',
+            name="RuleSet",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=100, unique=True)),
-                ('description', models.TextField(blank=True)),
-                ('revision', models.PositiveIntegerField(default=1)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('created_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=100, unique=True)),
+                ("description", models.TextField(blank=True)),
+                ("revision", models.PositiveIntegerField(default=1)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['name'],
+                "ordering": ["name"],
             },
         ),
         migrations.CreateModel(
-            name='Rule',
+            name="Rule",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=100)),
-                ('description', models.TextField(blank=True)),
-                ('mcp_id', models.CharField(max_length=64, validators=[django.core.validators.RegexValidator(re.compile('^[a-z0-9][a-z0-9_.-]{0,63}$'), "Use 1-64 lowercase letters, digits, '-', '_' or '.', starting with a letter or digit.")])),
-                ('tool_name', models.CharField(max_length=200)),
-                ('when', models.TextField()),
-                ('params', models.TextField(default='{}')),
-                ('stop', models.BooleanField(default=False)),
-                ('enabled', models.BooleanField(default=True)),
-                ('position', models.PositiveIntegerField(default=0)),
-                ('revision', models.PositiveIntegerField(default=1)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('updated_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('rule_set', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='rules', to='rules.ruleset')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=100)),
+                ("description", models.TextField(blank=True)),
+                (
+                    "mcp_id",
+                    models.CharField(
+                        max_length=64,
+                        validators=[
+                            django.core.validators.RegexValidator(
+                                re.compile("^[a-z0-9][a-z0-9_.-]{0,63}$"),
+                                "Use 1-64 lowercase letters, digits, '-', '_' or '.', starting with a letter or digit.",
+                            )
+                        ],
+                    ),
+                ),
+                ("tool_name", models.CharField(max_length=200)),
+                ("when", models.TextField()),
+                ("params", models.TextField(default="{}")),
+                ("stop", models.BooleanField(default=False)),
+                ("enabled", models.BooleanField(default=True)),
+                ("position", models.PositiveIntegerField(default=0)),
+                ("revision", models.PositiveIntegerField(default=1)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                (
+                    "updated_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "rule_set",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="rules", to="rules.ruleset"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['position', 'id'],
-                'constraints': [models.UniqueConstraint(fields=('rule_set', 'name'), name='rule_name_unique_in_set')],
+                "ordering": ["position", "id"],
+                "constraints": [
+                    models.UniqueConstraint(fields=("rule_set", "name"), name="rule_name_unique_in_set")
+                ],
             },
         ),
         migrations.CreateModel(
-            name='RuleSetVersion',
+            name="RuleSetVersion",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('number', models.PositiveIntegerField()),
-                ('content', models.JSONField()),
-                ('content_hash', models.CharField(max_length=64)),
-                ('tool_schema_hash', models.CharField(max_length=64)),
-                ('message', models.TextField(blank=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('author', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('rule_set', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='versions', to='rules.ruleset')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("number", models.PositiveIntegerField()),
+                ("content", models.JSONField()),
+                ("content_hash", models.CharField(max_length=64)),
+                ("tool_schema_hash", models.CharField(max_length=64)),
+                ("message", models.TextField(blank=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "author",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "rule_set",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="versions",
+                        to="rules.ruleset",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-number'],
-                'constraints': [models.UniqueConstraint(fields=('rule_set', 'number'), name='version_number_unique')],
+                "ordering": ["-number"],
+                "constraints": [
+                    models.UniqueConstraint(fields=("rule_set", "number"), name="version_number_unique")
+                ],
             },
         ),
         migrations.CreateModel(
-            name='TestCase',
+            name="TestCase",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=200)),
-                ('input', models.JSONField(help_text='{query, context, a2a_data, a2a_files}')),
-                ('expected', models.JSONField(help_text='{must_fire: [...], must_not_fire: [...], error: str | null}')),
-                ('last_outcome', models.JSONField(blank=True, null=True)),
-                ('last_passed', models.BooleanField(null=True)),
-                ('last_run_at', models.DateTimeField(blank=True, null=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('created_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('rule_set', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='cases', to='rules.ruleset')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=200)),
+                ("input", models.JSONField(help_text="{query, context, a2a_data, a2a_files}")),
+                (
+                    "expected",
+                    models.JSONField(help_text="{must_fire: [...], must_not_fire: [...], error: str | null}"),
+                ),
+                ("last_outcome", models.JSONField(blank=True, null=True)),
+                ("last_passed", models.BooleanField(null=True)),
+                ("last_run_at", models.DateTimeField(blank=True, null=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "rule_set",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="cases", to="rules.ruleset"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['name', 'id'],
-                'constraints': [models.UniqueConstraint(fields=('rule_set', 'name'), name='case_name_unique_in_set')],
+                "ordering": ["name", "id"],
+                "constraints": [
+                    models.UniqueConstraint(fields=("rule_set", "name"), name="case_name_unique_in_set")
+                ],
             },
         ),
     ]

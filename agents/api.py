@@ -1,0 +1,233 @@
+"""The agents app's API: agents, runs (start, read, list, steps, cancel, rerun) and trace ingest.
+
+Agents are validated by the agent page's own form and runs are parsed by the run page's form,
+so the API accepts and refuses exactly what the pages do.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.http import HttpRequest
+from ninja import Query, Router, Status
+
+from agents import selectors, services
+from agents.errors import AgentError
+from agents.forms import AgentForm, RunStartForm
+from agents.models import Agent, Run
+from agents.schemas import (
+    AgentIn,
+    AgentOut,
+    AgentPatchIn,
+    IngestIn,
+    IngestOut,
+    RunAcceptedOut,
+    RunCreateIn,
+    RunFilterIn,
+    RunOut,
+    RunPageOut,
+    RunStepsOut,
+)
+from llamon_agent.prestep import DEFAULT_PRESTEP_INSTRUCTION
+from llamon_agent.tools import AgentRequest
+from llamon_agent.trace import TraceEvent
+from llamon_web.api_auth import DbId, FormInvalid, error_responses, get_or_404, roles
+from rules.models import McpServer, RuleSetVersion
+
+router = Router()
+VIEWER, EDITOR = roles("viewer"), roles("editor")
+AGENTS, RUNS = ["agents"], ["runs"]
+DEFAULT_SYSTEM_PROMPT = f"You are a helpful support agent.\n{DEFAULT_PRESTEP_INSTRUCTION}"
+
+# --- Agents --------------------------------------------------------------------------------------
+
+
+@router.get("/agents", response={200: list[AgentOut], **error_responses()}, auth=VIEWER, tags=AGENTS)
+def list_agents(request: HttpRequest) -> Any:
+    """Every agent."""
+    return selectors.agent_list().prefetch_related("react_servers")
+
+
+@router.post("/agents", response={201: AgentOut, **error_responses()}, auth=EDITOR, tags=AGENTS)
+def create_agent(request: HttpRequest, payload: AgentIn) -> Any:
+    """Create an agent (editor), validated as the agent page validates it."""
+    return Status(201, _agent_save(request, Agent(), payload.dict(), revision=None))
+
+
+@router.get("/agents/{agent_id}", response={200: AgentOut, **error_responses(404)}, auth=VIEWER, tags=AGENTS)
+def get_agent(request: HttpRequest, agent_id: DbId) -> Any:
+    """One agent (its ``revision`` is what a PATCH sends back)."""
+    return get_or_404(Agent, "agent", pk=agent_id)
+
+
+@router.patch(
+    "/agents/{agent_id}", response={200: AgentOut, **error_responses(404, 409)}, auth=EDITOR, tags=AGENTS
+)
+def update_agent(request: HttpRequest, agent_id: DbId, payload: AgentPatchIn) -> Any:
+    """Change an agent (editor); absent fields keep their value; a stale ``revision`` is a 409."""
+    agent = get_or_404(Agent, "agent", pk=agent_id)
+    changes = payload.dict(exclude_unset=True)
+    revision = changes.pop("revision")
+    return _agent_save(request, agent, {**_agent_values(agent), **changes}, revision=revision)
+
+
+@router.delete("/agents/{agent_id}", response={204: None, **error_responses(404)}, auth=EDITOR, tags=AGENTS)
+def delete_agent(request: HttpRequest, agent_id: DbId) -> Any:
+    """Delete an agent (editor); its runs stay, with its name."""
+    services.agent_delete(actor=request.auth, agent=get_or_404(Agent, "agent", pk=agent_id))
+    return Status(204, None)
+
+
+def _agent_save(request: HttpRequest, agent: Agent, values: dict[str, Any], *, revision: int | None) -> Agent:
+    form = AgentForm(_agent_form_data(values, revision=revision), instance=agent)
+    if not form.is_valid():
+        raise FormInvalid(form)
+    return services.agent_save(
+        actor=request.auth, agent=form.save(commit=False),
+        react_servers=list(form.cleaned_data["react_servers"]), revision=revision,
+    )  # fmt: skip
+
+
+def _agent_values(agent: Agent) -> dict[str, Any]:
+    """An agent as AgentIn values (the base a PATCH is applied to)."""
+    data = AgentOut.from_orm(agent).dict()
+    return {name: data[name] for name in AgentIn.model_fields}
+
+
+def _agent_form_data(values: dict[str, Any], *, revision: int | None) -> dict[str, Any]:
+    """AgentIn values as the agent page's form data (ids for choices, one pattern per line)."""
+    pinned = values.get("pinned_version")
+    pinned_pk: Any = ""
+    if pinned is not None:
+        version = RuleSetVersion.objects.filter(rule_set_id=values.get("rule_set"), number=pinned).first()
+        if version is None:
+            raise AgentError(
+                f"The agent's rule set has no published version {pinned}.", field="pinned_version"
+            )
+        pinned_pk = version.pk
+    wanted = list(dict.fromkeys(values.get("react_servers") or []))
+    servers = dict(McpServer.objects.filter(enabled=True, mcp_id__in=wanted).values_list("mcp_id", "pk"))
+    missing = [m for m in wanted if m not in servers]
+    if missing:
+        raise AgentError(
+            f"No enabled MCP server with the id(s) {', '.join(map(repr, missing))}.", field="react_servers"
+        )
+    for field in ("input_blocked_patterns", "output_blocked_patterns"):
+        if any("\n" in p or "\r" in p or not p.strip() for p in values.get(field) or []):
+            raise AgentError("Each pattern is one non-empty line.", field=field)
+    script = values.get("model_script") or []
+    return {
+        "name": values["name"], "description": values.get("description") or "",
+        "system_prompt": values.get("system_prompt") or DEFAULT_SYSTEM_PROMPT,
+        "rule_set": values.get("rule_set") or "", "rule_set_mode": values.get("rule_set_mode") or "latest",
+        "pinned_version": pinned_pk, "model_provider": values.get("model_provider") or "offline",
+        "model_name": values.get("model_name") or "", "model_base_url": values.get("model_base_url") or "",
+        "model_api_key_env": values.get("model_api_key_env") or "",
+        "model_script": json.dumps(script, ensure_ascii=False) if script else "",
+        "temperature": values.get("temperature", 0.0), "react_servers": [servers[m] for m in wanted],
+        "input_max_chars": values.get("input_max_chars", 4000),
+        "input_blocked_patterns": "\n".join(values.get("input_blocked_patterns") or []),
+        "output_blocked_patterns": "\n".join(values.get("output_blocked_patterns") or []),
+        "output_masks": list(values.get("output_masks") or []), "max_iterations": values.get("max_iterations", 6),
+        "answer_from_prestep": bool(values.get("answer_from_prestep")),
+        "revision": "" if revision is None else revision,
+    }  # fmt: skip
+
+
+# --- Runs ----------------------------------------------------------------------------------------
+
+
+@router.get("/runs", response={200: RunPageOut, **error_responses()}, auth=VIEWER, tags=RUNS)
+def list_runs(request: HttpRequest, filters: Query[RunFilterIn]) -> Any:
+    """Runs newest first, with the run list's filters (agent, status, rule, tool, ids, text, time)."""
+    chosen = filters.dict(exclude={"limit", "offset"})
+    runs = selectors.run_list(filters={k: v for k, v in chosen.items() if v not in (None, "")})
+    return {"count": runs.count(), "items": list(runs[filters.offset : filters.offset + filters.limit])}
+
+
+@router.post("/runs", response={202: RunAcceptedOut, **error_responses()}, auth=EDITOR, tags=RUNS)
+def create_run(request: HttpRequest, payload: RunCreateIn) -> Any:
+    """Queue a run on a worker (editor); 202 with its id. Parsed as the run page parses its form."""
+    form = RunStartForm(
+        {
+            "agent": payload.agent,
+            "query": payload.query,
+            "context": _as_text(payload.context),
+            "data": _as_text(payload.data),
+            "files": _as_text(payload.files),
+        }
+    )
+    if not form.is_valid():
+        raise FormInvalid(form)
+    run = services.run_create(actor=request.auth, agent=form.cleaned_data["agent"], request=form.to_request())
+    return Status(202, _accepted(run))
+
+
+@router.post(
+    "/runs/ingest",
+    response={200: IngestOut, 201: IngestOut, **error_responses(404, 409)},
+    auth=EDITOR,
+    tags=RUNS,
+)
+def ingest_run(request: HttpRequest, payload: IngestIn) -> Any:
+    """Trace ingest for served and flow runs (editor): create the run, append events, finish it. docs/api.md."""
+    run = get_or_404(Run, "run", pk=payload.run_id) if payload.run_id is not None else None
+    agent = get_or_404(Agent, "agent", pk=payload.agent) if payload.agent is not None else None
+    sample = AgentRequest(**payload.request.dict()) if payload.request is not None else None
+    run, created = services.run_ingest(
+        actor=request.auth, run=run, events=[TraceEvent.from_json(e.dict()) for e in payload.events],
+        source=payload.source, agent=agent, agent_name=payload.agent_name, request=sample,
+        finish=payload.finish.dict() if payload.finish is not None else None,
+    )  # fmt: skip
+    body = {"run_id": run.pk, "created": created, "status": run.status, "steps": run.steps.count()}
+    return Status(201 if created else 200, body)
+
+
+@router.get("/runs/{run_id}", response={200: RunOut, **error_responses(404)}, auth=VIEWER, tags=RUNS)
+def get_run(request: HttpRequest, run_id: DbId) -> Any:
+    """One run: input, status, answer or error, counts."""
+    return get_or_404(Run, "run", pk=run_id)
+
+
+@router.get(
+    "/runs/{run_id}/steps", response={200: RunStepsOut, **error_responses(404)}, auth=VIEWER, tags=RUNS
+)
+def list_run_steps(request: HttpRequest, run_id: DbId, after: int = Query(0, ge=0, le=2**31)) -> Any:
+    """The run's steps with seq > ``after``; poll with ``after=last_seq`` until ``finished``."""
+    run = get_or_404(Run, "run", pk=run_id)
+    steps = list(selectors.run_steps(run=run, after=after))
+    running = [s.seq for s in steps if s.status == "running"]
+    last_seq = min(running) - 1 if running else (steps[-1].seq if steps else after)
+    finished = run.finished and not running
+    return {
+        "run_id": run.pk,
+        "status": run.status,
+        "finished": finished,
+        "last_seq": last_seq,
+        "steps": steps,
+    }
+
+
+@router.post("/runs/{run_id}/cancel", response={200: RunOut, **error_responses(404)}, auth=EDITOR, tags=RUNS)
+def cancel_run(request: HttpRequest, run_id: DbId) -> Any:
+    """Cancel a queued run at once, or ask a running one to stop at its next step (editor)."""
+    return services.run_cancel(actor=request.auth, run=get_or_404(Run, "run", pk=run_id))
+
+
+@router.post(
+    "/runs/{run_id}/rerun", response={202: RunAcceptedOut, **error_responses(404)}, auth=EDITOR, tags=RUNS
+)
+def rerun_run(request: HttpRequest, run_id: DbId) -> Any:
+    """Run the same input again with the agent as it is now (editor); 202 with the new run's id."""
+    return Status(
+        202, _accepted(services.run_rerun(actor=request.auth, run=get_or_404(Run, "run", pk=run_id)))
+    )
+
+
+def _accepted(run: Run) -> dict[str, Any]:
+    return {"id": run.pk, "status": run.status, "url": f"/api/runs/{run.pk}"}
+
+
+def _as_text(value: Any) -> str:
+    return "" if value is None else json.dumps(value, ensure_ascii=False)

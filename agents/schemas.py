@@ -1,0 +1,240 @@
+"""API schemas of the agents app: agents, runs, steps and trace ingest."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from ninja import Field, ModelSchema, Schema
+
+from agents.models import Agent, Run, RunStep
+from llamon_agent.expr import MAX_QUERY_CHARS
+from llamon_web.api_auth import DbId, Revision
+
+Mask = Literal["card_number", "kr_rrn", "email"]
+Pattern = str  # one RE2 pattern per item (checked by the agent form)
+
+
+class AgentIn(Schema):
+    """An agent. ``rule_set`` is a rule set id; ``pinned_version`` a version *number* of that set."""
+
+    name: str = Field(max_length=100)
+    description: str = Field("", max_length=10_000)
+    system_prompt: str | None = Field(
+        None, max_length=50_000, description="Default: the seed's pre-step line."
+    )
+    rule_set: DbId | None = None
+    rule_set_mode: Literal["pinned", "latest", "draft"] = "latest"
+    pinned_version: DbId | None = None
+    model_provider: Literal["offline", "scripted", "openai-compatible"] = "offline"
+    model_name: str = Field("", max_length=200)
+    model_base_url: str = Field("", max_length=500)
+    model_api_key_env: str = Field("", max_length=100)
+    model_script: list[dict[str, Any]] = Field(default_factory=list, max_length=1000)
+    temperature: float = Field(0.0, ge=0, le=2)
+    react_servers: list[str] = Field(
+        default_factory=list, max_length=100, description="mcp_ids of enabled servers"
+    )
+    input_max_chars: int = Field(4000, ge=1, le=1_000_000)
+    input_blocked_patterns: list[Pattern] = Field(default_factory=list, max_length=100)
+    output_blocked_patterns: list[Pattern] = Field(default_factory=list, max_length=100)
+    output_masks: list[Mask] = Field(default_factory=list, max_length=3)
+    max_iterations: int = Field(6, ge=1, le=50)
+    answer_from_prestep: bool = False
+
+
+class AgentPatchIn(Schema):
+    """The fields to change, and the agent ``revision`` you saw (a stale one is refused with 409)."""
+
+    revision: Revision
+    name: str | None = Field(None, max_length=100)
+    description: str | None = Field(None, max_length=10_000)
+    system_prompt: str | None = Field(None, max_length=50_000)
+    rule_set: DbId | None = None
+    rule_set_mode: Literal["pinned", "latest", "draft"] | None = None
+    pinned_version: DbId | None = None
+    model_provider: Literal["offline", "scripted", "openai-compatible"] | None = None
+    model_name: str | None = Field(None, max_length=200)
+    model_base_url: str | None = Field(None, max_length=500)
+    model_api_key_env: str | None = Field(None, max_length=100)
+    model_script: list[dict[str, Any]] | None = Field(None, max_length=1000)
+    temperature: float | None = Field(None, ge=0, le=2)
+    react_servers: list[str] | None = Field(None, max_length=100)
+    input_max_chars: int | None = Field(None, ge=1, le=1_000_000)
+    input_blocked_patterns: list[Pattern] | None = Field(None, max_length=100)
+    output_blocked_patterns: list[Pattern] | None = Field(None, max_length=100)
+    output_masks: list[Mask] | None = Field(None, max_length=3)
+    max_iterations: int | None = Field(None, ge=1, le=50)
+    answer_from_prestep: bool | None = None
+
+
+class AgentOut(ModelSchema):
+    rule_set: int | None
+    pinned_version: int | None
+    model_script: list[dict[str, Any]]
+    react_servers: list[str]
+    input_blocked_patterns: list[str]
+    output_blocked_patterns: list[str]
+    output_masks: list[str]
+
+    class Meta:
+        model = Agent
+        fields = [
+            "id", "name", "description", "system_prompt", "rule_set_mode", "model_provider", "model_name",
+            "model_base_url", "model_api_key_env", "temperature", "input_max_chars", "max_iterations",
+            "answer_from_prestep", "revision", "created_at", "updated_at",
+        ]  # fmt: skip
+
+    @staticmethod
+    def resolve_rule_set(obj: Agent) -> int | None:
+        return obj.rule_set_id
+
+    @staticmethod
+    def resolve_pinned_version(obj: Agent) -> int | None:
+        return obj.pinned_version.number if obj.pinned_version_id else None
+
+    @staticmethod
+    def resolve_react_servers(obj: Agent) -> list[str]:
+        return sorted(obj.react_servers.values_list("mcp_id", flat=True))
+
+
+# --- Runs ------------------------------------------------------------------------------------------
+
+
+class RunCreateIn(Schema):
+    """Start a run on a worker: the agent and a request, parsed as the run form parses it."""
+
+    agent: DbId
+    query: str = Field("", max_length=MAX_QUERY_CHARS)
+    context: dict[str, Any] | None = None
+    data: list[dict[str, Any]] | dict[str, Any] | None = Field(
+        None, description="DataParts: a list of objects, one object, or a whole A2A message (0.3 or 1.0)."
+    )
+    files: list[dict[str, Any]] | dict[str, Any] | None = None
+
+
+class RunAcceptedOut(Schema):
+    id: int
+    status: str
+    url: str
+
+
+class RunOut(ModelSchema):
+    agent: int | None
+    rerun_of: int | None
+    context: dict[str, Any]
+    a2a_data: list[dict[str, Any]] | None
+    a2a_files: list[dict[str, Any]] | None
+    duration_ms: float | None
+
+    class Meta:
+        model = Run
+        fields = [
+            "id", "agent_name", "source", "status", "query", "user_id", "session_id", "chatbot_id",
+            "rule_set_name", "rule_set_ref", "rule_set_hash", "answer", "error", "error_kind", "llm_calls",
+            "tool_calls", "prestep_calls", "cancel_requested", "created_at", "started_at", "finished_at",
+        ]  # fmt: skip
+
+    @staticmethod
+    def resolve_agent(obj: Run) -> int | None:
+        return obj.agent_id
+
+    @staticmethod
+    def resolve_rerun_of(obj: Run) -> int | None:
+        return obj.rerun_of_id
+
+
+class RunFilterIn(Schema):
+    """The run list's filters."""
+
+    agent: DbId | None = None
+    status: Literal["queued", "running", "succeeded", "failed", "timed_out", "cancelled"] | None = None
+    rule: str = Field("", max_length=200, description="A rule that fired")
+    tool: str = Field("", max_length=200, description="A tool that was called")
+    user_id: str = Field("", max_length=200)
+    chatbot_id: str = Field("", max_length=200)
+    session_id: str = Field("", max_length=200)
+    q: str = Field("", max_length=200, description="Text in the query")
+    since: datetime | None = None
+    until: datetime | None = None
+    limit: int = Field(50, ge=1, le=500)
+    offset: int = Field(0, ge=0, le=10**9)
+
+
+class RunPageOut(Schema):
+    count: int
+    items: list[RunOut]
+
+
+class RunStepOut(ModelSchema):
+    input: Any = None
+    output: Any = None
+    tokens: Any = None
+
+    class Meta:
+        model = RunStep
+        fields = [
+            "seq", "event_id", "parent_seq", "kind", "name", "status", "mcp_id", "tool_name", "started_at",
+            "duration_ms", "error",
+        ]  # fmt: skip
+
+
+class RunStepsOut(Schema):
+    run_id: int
+    status: str
+    finished: bool
+    last_seq: int = Field(description="Ask for ?after=last_seq next: every step up to it has ended.")
+    steps: list[RunStepOut]
+
+
+# --- Trace ingest ----------------------------------------------------------------------------------
+
+
+class IngestRequestIn(Schema):
+    query: str = Field("", max_length=MAX_QUERY_CHARS)
+    context: dict[str, Any] = Field(default_factory=dict)
+    a2a_data: list[dict[str, Any]] | None = None
+    a2a_files: list[dict[str, Any]] | None = None
+
+
+class TraceEventIn(Schema):
+    """One ``llamon_agent.trace.TraceEvent`` as ``to_json()`` writes it."""
+
+    id: str = Field(min_length=1, max_length=64)
+    kind: Literal["guardrail", "prestep", "rule", "llm", "tool", "node", "answer", "error"]
+    name: str = Field(max_length=200)
+    phase: Literal["start", "end"]
+    parent: str | None = Field(None, max_length=64)
+    start: float = Field(0.0, ge=0, le=4_102_444_800, description="Epoch seconds when the step started.")
+    duration_ms: float | None = Field(None, ge=0, le=1e10)
+    status: str = Field("running", max_length=20)
+    input: Any = None
+    output: Any = None
+    error: str | None = Field(None, max_length=10_000)
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+
+class RunFinishIn(Schema):
+    status: Literal["succeeded", "failed", "timed_out", "cancelled"]
+    answer: str = Field("", max_length=200_000)
+    error: str = Field("", max_length=10_000)
+    error_kind: str = Field("", max_length=20)
+
+
+class IngestIn(Schema):
+    """A batch of trace events: without ``run_id`` it creates the run (``source``, ``request``)."""
+
+    run_id: DbId | None = None
+    source: Literal["served", "flow"] = "served"
+    agent: DbId | None = Field(None, description="A registered agent's id, when the served agent is one.")
+    agent_name: str = Field("", max_length=100)
+    request: IngestRequestIn | None = None
+    events: list[TraceEventIn] = Field(default_factory=list, max_length=1000)
+    finish: RunFinishIn | None = None
+
+
+class IngestOut(Schema):
+    run_id: int
+    created: bool
+    status: str
+    steps: int

@@ -1,0 +1,208 @@
+"""The NinjaAPI under ``/api/``: authentication, the one error shape, the routers, and API tokens.
+
+Docs at ``/api/docs``, schema at ``/api/openapi.json`` (both public: they describe, never act).
+Every operation declares its role (llamon_web.api_auth.roles); domain errors become ErrorOut
+responses here, once: RuleError/AgentError and form errors 422 (409 for a stale revision or a
+conflicting state), PermissionDenied 403, Http404 404, bad JSON 400.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import PermissionDenied, SuspiciousOperation
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db.models import ProtectedError
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.views.defaults import page_not_found
+from ninja import Field, ModelSchema, NinjaAPI, Query, Router, Schema, Status
+from ninja.errors import AuthenticationError, HttpError
+from ninja.errors import ValidationError as NinjaValidationError
+
+from agents.api import router as agents_router
+from agents.errors import AgentConflictError, AgentError
+from llamon_web import token_services
+from llamon_web.api_auth import DbId, FormInvalid, error_responses, get_or_404, roles
+from llamon_web.models import ApiToken
+from rules.api import router as rules_router
+from rules.errors import RuleError, StaleEditError
+
+api = NinjaAPI(
+    title="llamon-web API",
+    version="1",
+    description=(
+        "MCP servers, rule sets, the live tester, regression cases, agents, runs, audit, the MCP registry "
+        "and trace ingest. Authenticate with `Authorization: Bearer <token>` (a personal API token, "
+        "made on the *API tokens* page) or the browser session (CSRF token required for writes). "
+        "Every error is an ErrorOut: `{detail, field?, errors?}`. See docs/api.md."
+    ),
+    urls_namespace="api",
+)
+
+
+# --- Errors: one shape, mapped once ---------------------------------------------------------------
+
+
+def _error(request: HttpRequest, status: int, detail: str, **extra: Any) -> HttpResponse:
+    body = {"detail": detail, **{k: v for k, v in extra.items() if v is not None}}
+    return api.create_response(request, body, status=status)
+
+
+@api.exception_handler(NinjaValidationError)
+def _invalid_input(request: HttpRequest, exc: NinjaValidationError) -> HttpResponse:
+    errors = [
+        {
+            "field": ".".join(str(p) for p in err.get("loc", ())[1:]) or None,
+            "location": str(err.get("loc", ("",))[0]),
+            "message": str(err.get("msg", "")),
+            "type": str(err.get("type", "")),
+        }
+        for err in exc.errors
+    ]
+    first = errors[0] if errors else {"field": None, "message": "The input is not valid."}
+    where = f"{first['field']}: " if first["field"] else ""
+    return _error(request, 422, f"{where}{first['message']}", field=first["field"], errors=errors)
+
+
+@api.exception_handler(FormInvalid)
+def _invalid_form(request: HttpRequest, exc: FormInvalid) -> HttpResponse:
+    return api.create_response(request, exc.body(), status=422)
+
+
+@api.exception_handler(RuleError)
+def _rule_error(request: HttpRequest, exc: RuleError) -> HttpResponse:
+    return _error(request, 409 if isinstance(exc, StaleEditError) else 422, exc.message, field=exc.field)
+
+
+@api.exception_handler(AgentError)
+def _agent_error(request: HttpRequest, exc: AgentError) -> HttpResponse:
+    return _error(request, 409 if isinstance(exc, AgentConflictError) else 422, exc.message, field=exc.field)
+
+
+@api.exception_handler(ProtectedError)
+def _protected(request: HttpRequest, exc: ProtectedError) -> HttpResponse:
+    return _error(
+        request, 409, "This is still used elsewhere (an agent or a pinned version); remove that use first."
+    )
+
+
+@api.exception_handler(DjangoValidationError)
+def _django_invalid(request: HttpRequest, exc: DjangoValidationError) -> HttpResponse:
+    return _error(request, 422, "; ".join(exc.messages) or "The input is not valid.")
+
+
+@api.exception_handler(PermissionDenied)
+def _forbidden(request: HttpRequest, exc: PermissionDenied) -> HttpResponse:
+    return _error(request, 403, str(exc) or "You may not do this.")
+
+
+@api.exception_handler(Http404)
+def _not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
+    return _error(request, 404, str(exc) or "Not found.")
+
+
+@api.exception_handler(AuthenticationError)
+def _unauthenticated(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
+    detail = exc.message
+    if detail == "Unauthorized":
+        detail = "Log in, or send a personal API token as 'Authorization: Bearer <token>'."
+    response = _error(request, 401, detail)
+    response["WWW-Authenticate"] = 'Bearer realm="llamon-web"'
+    return response
+
+
+@api.exception_handler(HttpError)
+def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+    return _error(request, exc.status_code, str(exc))
+
+
+@api.exception_handler(SuspiciousOperation)
+def _bad_request(request: HttpRequest, exc: SuspiciousOperation) -> HttpResponse:
+    # RequestDataTooBig and friends: Django would answer an HTML 400.
+    return _error(request, 400, str(exc) or "Bad request.")
+
+
+def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """The site's 404 handler: an ErrorOut under /api/ (a URL that matched no operation), else the page."""
+    if request.path.startswith("/api/"):
+        return JsonResponse({"detail": f"There is no API operation at {request.path}."}, status=404)
+    return page_not_found(request, exception)
+
+
+# --- API tokens (this app's router) ----------------------------------------------------------------
+
+tokens = Router(tags=["tokens"])
+
+
+class TokenIn(Schema):
+    name: str = Field(max_length=100, examples=["ci-pipeline"])
+    max_role: str = Field(
+        "",
+        pattern=r"^(|viewer|editor|admin)$",
+        description="Cap the token below your own role (empty: none).",
+    )
+
+
+class TokenOut(ModelSchema):
+    user: str
+    active: bool
+
+    class Meta:
+        model = ApiToken
+        fields = ["id", "name", "prefix", "max_role", "created_at", "last_used_at", "revoked_at"]
+
+    @staticmethod
+    def resolve_user(obj: ApiToken) -> str:
+        return obj.user.get_username()
+
+
+class TokenCreatedOut(ModelSchema):
+    user: str
+    active: bool
+    token: str = Field(description="The secret: shown this once, never again.")
+
+    class Meta:
+        model = ApiToken
+        fields = ["id", "name", "prefix", "max_role", "created_at", "last_used_at", "revoked_at"]
+
+    @staticmethod
+    def resolve_user(obj: ApiToken) -> str:
+        return obj.user.get_username()
+
+    @staticmethod
+    def resolve_token(obj: ApiToken) -> str:
+        return obj.secret  # type: ignore[attr-defined]
+
+
+class TokenFilterIn(Schema):
+    all: bool = Field(False, description="Every user's tokens (admin).")
+
+
+@tokens.get("/tokens", response={200: list[TokenOut], **error_responses()}, auth=roles("viewer"))
+def list_tokens(request: HttpRequest, filters: Query[TokenFilterIn]) -> Any:
+    """Your API tokens (an admin may ask for everyone's with ``all=true``); secrets are never listed."""
+    return token_services.token_list(user=request.auth, all_users=filters.all)
+
+
+@tokens.post(
+    "/tokens", response={201: TokenCreatedOut, **error_responses()}, auth=roles("viewer", session_only=True)
+)
+def create_token(request: HttpRequest, payload: TokenIn) -> Any:
+    """Create a personal API token (from a browser session only); the secret is in ``token``, once."""
+    created = token_services.token_create(actor=request.auth, name=payload.name, max_role=payload.max_role)
+    created.token.secret = created.secret  # type: ignore[attr-defined]  # on this response only
+    return Status(201, created.token)
+
+
+@tokens.delete("/tokens/{token_id}", response={200: TokenOut, **error_responses(404)}, auth=roles("viewer"))
+def revoke_token(request: HttpRequest, token_id: DbId) -> Any:
+    """Revoke a token: your own, or anyone's as an admin. Revoking twice changes nothing."""
+    token = get_or_404(ApiToken, "API token", pk=token_id)
+    if token.user_id != request.auth.pk and "admin" not in request.api_roles:  # type: ignore[attr-defined]
+        raise Http404(f"There is no API token with id {token_id}.")  # others' tokens are not even confirmed
+    return token_services.token_revoke(actor=request.auth, token=token)
+
+
+api.add_router("", tokens)
+api.add_router("", rules_router)
+api.add_router("", agents_router)

@@ -1,0 +1,158 @@
+"""How the API knows who is calling and what they may do, and the one error shape it answers with.
+
+Two ways in, tried in this order on every operation:
+
+* ``Authorization: Bearer llamon_...``: a personal API token (programs). A token that is
+  present but unknown or revoked is a 401 at once (the session is not tried instead).
+* The Django session cookie (the browser), with CSRF enforced for unsafe methods.
+
+Each operation declares the role it needs with :func:`roles` (``auth=roles("editor")``): the
+request holds its user's roles *now* (capped by the token's ``max_role``); too low a role is a
+403, no credentials a 401. The authorization-matrix test reads the declared ``role`` back.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from django import forms
+from django.conf import settings
+from django.db.models import Model
+from django.http import Http404, HttpRequest
+from ninja import Field, Schema
+from ninja.errors import AuthenticationError, AuthorizationError, HttpError
+from ninja.security import APIKeyCookie, HttpBearer
+from ninja.utils import check_csrf
+
+from llamon_web.roles import ROLES, Role
+from llamon_web.token_services import token_authenticate, token_roles
+
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
+# Ids and revisions as the database can hold them (SQLite integers are 64-bit signed): a larger
+# number is a 422 here rather than an OverflowError (500) in the query.
+DbId = Annotated[int, Field(ge=1, le=2**63 - 1)]
+Revision = Annotated[int, Field(ge=0, le=2**63 - 1)]
+
+
+class ErrorOut(Schema):
+    """Every 4xx answer: a sentence a person can act on, the field at fault, and the details."""
+
+    detail: str
+    field: str | None = None
+    errors: list[dict[str, Any]] | None = None
+
+
+def error_responses(*codes: int) -> dict[int, type[ErrorOut]]:
+    """``{code: ErrorOut}`` for an operation's declared errors (401 and 403 are always possible)."""
+    # 400: a body that is not JSON; 422: a body or parameter of the wrong shape.
+    return dict.fromkeys(sorted({400, 401, 403, 422, *codes}), ErrorOut)
+
+
+class FormInvalid(Exception):
+    """A Django form (the pages' own validation, reused by the API) refused the input: a 422."""
+
+    def __init__(self, form: forms.Form, *, field_prefix: str = "") -> None:
+        self.form = form
+        self.field_prefix = field_prefix
+        super().__init__(form.errors.as_text())
+
+    def body(self) -> dict[str, Any]:
+        """The ErrorOut body: the first message as ``detail`` with its field, all of them in ``errors``."""
+        errors = [
+            {"field": None if name == "__all__" else self.field_prefix + name, "message": str(message)}
+            for name, messages in self.form.errors.items()
+            for message in messages
+        ]
+        first = errors[0] if errors else {"field": None, "message": "The input is not valid."}
+        return {"detail": first["message"], "field": first["field"], "errors": errors}
+
+
+class _RoleCheck:
+    role: Role
+    session_only: bool = False
+
+    def _grant(self, request: HttpRequest, user: Any, token: Any) -> Any:
+        roles = token_roles(user=user, token=token)
+        request.api_token = token  # type: ignore[attr-defined]
+        request.api_roles = roles  # type: ignore[attr-defined]
+        if not getattr(user, "is_superuser", False):
+            # Services check roles again with has_role(actor, ...): make them see the token's cap.
+            user._llamon_roles = roles
+        if self.role not in roles:
+            held = max((r for r in roles), key=ROLES.index, default=None)
+            raise AuthorizationError(
+                message=f"This operation needs the {self.role} role"
+                + (
+                    f"; this {'token' if token else 'account'} acts as {held}."
+                    if held
+                    else "; you hold no role."
+                )
+            )
+        return user
+
+
+class TokenAuth(_RoleCheck, HttpBearer):
+    """``Authorization: Bearer <token>``: a personal API token acting with its user's roles."""
+
+    def __init__(self, role: Role, *, session_only: bool = False) -> None:
+        self.role = role
+        self.session_only = session_only
+        super().__init__()
+
+    def authenticate(self, request: HttpRequest, token: str) -> Any:
+        found = token_authenticate(token.strip())
+        if found is None:
+            raise AuthenticationError(message="The API token is unknown, revoked, or its user is inactive.")
+        if self.session_only:
+            raise AuthorizationError(
+                message="This operation is only available from a logged-in browser session."
+            )
+        user, api_token = found
+        return self._grant(request, user, api_token)
+
+
+class SessionAuth(_RoleCheck, APIKeyCookie):
+    """The browser's session cookie; unsafe methods need the CSRF token (``X-CSRFToken`` header)."""
+
+    param_name = settings.SESSION_COOKIE_NAME
+
+    def __init__(self, role: Role) -> None:
+        self.role = role
+        super().__init__(csrf=False)  # checked below, only for a logged-in user's unsafe request
+
+    def authenticate(self, request: HttpRequest, key: str | None) -> Any:
+        user = getattr(request, "user", None)
+        if user is None or not user.is_authenticated:
+            return None
+        if request.method not in SAFE_METHODS and check_csrf(request):
+            raise HttpError(
+                403,
+                "CSRF check failed: send the csrftoken cookie's value in an X-CSRFToken header "
+                "(or use an API token instead of the session).",
+            )
+        return self._grant(request, user, None)
+
+
+def roles(role: Role, *, session_only: bool = False) -> list[Any]:
+    """The ``auth=`` of an operation that needs ``role`` (a token first, then the session)."""
+    return [TokenAuth(role, session_only=session_only), SessionAuth(role)]
+
+
+def api_has_role(request: HttpRequest, role: Role) -> bool:
+    """Whether this API request holds ``role`` (the token's cap included)."""
+    return role in getattr(request, "api_roles", set())
+
+
+def require_api_role(request: HttpRequest, role: Role, why: str) -> None:
+    """Raise a 403 unless the request holds ``role``; ``why`` completes "This needs the <role> role: ..."."""
+    if not api_has_role(request, role):
+        raise AuthorizationError(message=f"This needs the {role} role: {why}")
+
+
+def get_or_404(model: type[Model], what: str, **lookup: Any) -> Any:
+    """One object, or a 404 whose message says what was not found ("There is no rule set with id 7.")."""
+    found = model._default_manager.filter(**lookup).first()
+    if found is None:
+        shown = ", ".join(f"{'id' if k == 'pk' else k.removesuffix('_id')} {v}" for k, v in lookup.items())
+        raise Http404(f"There is no {what} with {shown}.")
+    return found

@@ -1,0 +1,38 @@
+"""Personal API tokens: programs authenticate as their user with ``Authorization: Bearer <token>``."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+
+class ApiToken(models.Model):
+    """A personal API token. Only a SHA-256 of the secret is stored; the secret is shown once.
+
+    The token acts with its user's roles *at the time of use* (a role removed from the user is
+    removed from their tokens at once); ``max_role`` optionally caps it lower (e.g. a viewer-only
+    token for a served agent that only reads the registry).
+    """
+
+    ROLE_CHOICES = [("viewer", "viewer"), ("editor", "editor"), ("admin", "admin")]
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=100)
+    # The public part of the token (``llamon_<prefix>_<secret>``): shown in lists, used to find the row.
+    prefix = models.CharField(max_length=16, db_index=True)
+    token_hash = models.CharField(max_length=64, unique=True)
+    max_role = models.CharField(max_length=8, choices=ROLE_CHOICES, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.name} (llamon_{self.prefix}_…)"
+
+    @property
+    def active(self) -> bool:
+        """Whether the token still authenticates (not revoked)."""
+        return self.revoked_at is None

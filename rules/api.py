@@ -1,0 +1,552 @@
+"""The rules app's API: MCP servers, the registry, rule sets, rules, versions, export/import, evaluate, cases, audit.
+
+Handlers authorize (``auth=roles(...)``), validate (a schema, or the pages' own form), make one
+service or selector call and return. Domain errors become ErrorOut responses in llamon_web.api.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.http import Http404, HttpRequest
+from ninja import Path, Query, Router, Status
+
+from llamon_web.api_auth import DbId, FormInvalid, error_responses, get_or_404, require_api_role, roles
+from rules import cases, engine, exporting, mcp_services, selectors, services
+from rules.forms import RuleForm, TesterForm
+from rules.models import McpServer, Rule, RuleSet, RuleSetVersion, TestCase
+from rules.schemas import (
+    AuditFilterIn,
+    AuditPageOut,
+    CaseIn,
+    CaseOut,
+    CasePatchIn,
+    DiffOut,
+    EvaluateIn,
+    EvaluateOut,
+    ExportOut,
+    ImportIn,
+    McpServerIn,
+    McpServerOut,
+    McpServerPatchIn,
+    PublishIn,
+    RegistrySpecOut,
+    ReorderIn,
+    RestoreIn,
+    RuleIn,
+    RuleOut,
+    RulePatchIn,
+    RuleSetIn,
+    RuleSetOut,
+    RuleSetPatchIn,
+    SuiteOut,
+    ToolCallIn,
+    ToolCallOut,
+    ToolsDiffOut,
+    ToolsPyOut,
+    VersionDetailOut,
+    VersionOut,
+)
+
+router = Router()
+VIEWER, EDITOR, ADMIN = roles("viewer"), roles("editor"), roles("admin")
+
+
+# --- MCP servers ---------------------------------------------------------------------------------
+
+SERVERS = ["mcp-servers"]
+
+
+@router.get(
+    "/mcp-servers", response={200: list[McpServerOut], **error_responses()}, auth=VIEWER, tags=SERVERS
+)
+def list_mcp_servers(request: HttpRequest) -> Any:
+    """Every registered MCP server with its tools and health."""
+    return selectors.mcp_server_list()
+
+
+@router.post("/mcp-servers", response={201: McpServerOut, **error_responses()}, auth=ADMIN, tags=SERVERS)
+def create_mcp_server(request: HttpRequest, payload: McpServerIn) -> Any:
+    """Register a server (admin): the URL guard and the stdio allow-list apply, as on the page."""
+    return Status(201, mcp_services.mcp_server_create(actor=request.auth, **payload.dict()))
+
+
+@router.get(
+    "/mcp-servers/{server_id}",
+    response={200: McpServerOut, **error_responses(404)},
+    auth=VIEWER,
+    tags=SERVERS,
+)
+def get_mcp_server(request: HttpRequest, server_id: DbId) -> Any:
+    """One server with its tools."""
+    return get_or_404(McpServer, "MCP server", pk=server_id)
+
+
+@router.patch(
+    "/mcp-servers/{server_id}",
+    response={200: McpServerOut, **error_responses(404)},
+    auth=ADMIN,
+    tags=SERVERS,
+)
+def update_mcp_server(request: HttpRequest, server_id: DbId, payload: McpServerPatchIn) -> Any:
+    """Change a server's settings (admin); absent fields keep their value."""
+    server = get_or_404(McpServer, "MCP server", pk=server_id)
+    return mcp_services.mcp_server_update(
+        actor=request.auth, server=server, **payload.dict(exclude_unset=True)
+    )
+
+
+@router.delete(
+    "/mcp-servers/{server_id}", response={204: None, **error_responses(404)}, auth=ADMIN, tags=SERVERS
+)
+def delete_mcp_server(request: HttpRequest, server_id: DbId) -> Any:
+    """Remove a server (admin); rules naming it stay, flagged as unknown."""
+    mcp_services.mcp_server_delete(
+        actor=request.auth, server=get_or_404(McpServer, "MCP server", pk=server_id)
+    )
+    return Status(204, None)
+
+
+@router.post(
+    "/mcp-servers/{server_id}/refresh",
+    response={200: ToolsDiffOut, **error_responses(404)},
+    auth=ADMIN,
+    tags=SERVERS,
+)
+def refresh_mcp_server_tools(request: HttpRequest, server_id: DbId) -> Any:
+    """Ask the server for its tools (admin); answers what changed since the last refresh."""
+    server = get_or_404(McpServer, "MCP server", pk=server_id)
+    diff = mcp_services.mcp_server_refresh_tools(actor=request.auth, server=server)
+    return {**diff.to_json(), "tools": server.tools}
+
+
+@router.post(
+    "/mcp-servers/{server_id}/call",
+    response={200: ToolCallOut, **error_responses(404)},
+    auth=EDITOR,
+    tags=SERVERS,
+)
+def call_mcp_tool(request: HttpRequest, server_id: DbId, payload: ToolCallIn) -> Any:
+    """Call one tool (editor) with arguments checked against its input schema; the raw result and latency."""
+    server = get_or_404(McpServer, "MCP server", pk=server_id)
+    result, latency_ms = mcp_services.mcp_server_call_tool(
+        actor=request.auth, server=server, tool_name=payload.tool, arguments=payload.arguments
+    )
+    return {"result": result, "latency_ms": latency_ms}
+
+
+# --- Registry (what llamon_agent.mcp.HttpRegistry reads) ------------------------------------------
+
+REGISTRY = ["registry"]
+
+
+@router.get(
+    "/registry", response={200: dict[str, RegistrySpecOut], **error_responses()}, auth=VIEWER, tags=REGISTRY
+)
+def registry(request: HttpRequest) -> Any:
+    """Every enabled server as ``{mcp_id: spec}``, in McpServerSpec's JSON shape."""
+    return {
+        s.mcp_id: selectors.mcp_server_spec(server=s).to_registry_json()
+        for s in selectors.mcp_server_list().filter(enabled=True)
+    }
+
+
+@router.get(
+    "/registry/{mcp_id}", response={200: RegistrySpecOut, **error_responses(404)}, auth=VIEWER, tags=REGISTRY
+)
+def registry_entry(request: HttpRequest, mcp_id: str = Path(..., max_length=64)) -> Any:
+    """One enabled server's spec; 404 for an unknown or disabled mcp_id."""
+    server = selectors.mcp_server_list().filter(mcp_id=mcp_id, enabled=True).first()
+    if server is None:
+        raise Http404(f"The registry has no enabled MCP server {mcp_id!r}.")
+    return selectors.mcp_server_spec(server=server).to_registry_json()
+
+
+# --- Rule sets -----------------------------------------------------------------------------------
+
+SETS = ["rule-sets"]
+
+
+def _rule_set(rule_set_id: int) -> RuleSet:
+    return get_or_404(RuleSet, "rule set", pk=rule_set_id)
+
+
+@router.get("/rule-sets", response={200: list[RuleSetOut], **error_responses()}, auth=VIEWER, tags=SETS)
+def list_rule_sets(request: HttpRequest) -> Any:
+    """Every rule set with its rule count and latest version number."""
+    return selectors.rule_set_list()
+
+
+@router.post("/rule-sets", response={201: RuleSetOut, **error_responses()}, auth=EDITOR, tags=SETS)
+def create_rule_set(request: HttpRequest, payload: RuleSetIn) -> Any:
+    """Create an empty rule set (editor)."""
+    return Status(201, services.rule_set_create(actor=request.auth, **payload.dict()))
+
+
+@router.post(
+    "/rule-sets/import", response={201: RuleSetOut, **error_responses(404, 409)}, auth=EDITOR, tags=SETS
+)
+def import_rule_set(request: HttpRequest, payload: ImportIn) -> Any:
+    """Import an exported document as a new rule set, or into an existing draft with ``replace`` (editor)."""
+    replace = _rule_set(payload.replace) if payload.replace is not None else None
+    rule_set = exporting.rule_set_import_json(
+        actor=request.auth, data=payload.data, name=payload.name, replace=replace, revision=payload.revision
+    )
+    return Status(201, rule_set)
+
+
+@router.get(
+    "/rule-sets/{rule_set_id}", response={200: RuleSetOut, **error_responses(404)}, auth=VIEWER, tags=SETS
+)
+def get_rule_set(request: HttpRequest, rule_set_id: DbId) -> Any:
+    """One rule set (its ``revision`` is what writes send back)."""
+    return _rule_set(rule_set_id)
+
+
+@router.patch(
+    "/rule-sets/{rule_set_id}",
+    response={200: RuleSetOut, **error_responses(404, 409)},
+    auth=EDITOR,
+    tags=SETS,
+)
+def update_rule_set(request: HttpRequest, rule_set_id: DbId, payload: RuleSetPatchIn) -> Any:
+    """Rename a rule set or change its description (editor; optimistic revision)."""
+    return services.rule_set_update(
+        actor=request.auth, rule_set=_rule_set(rule_set_id), **payload.dict(exclude_unset=True)
+    )
+
+
+@router.delete(
+    "/rule-sets/{rule_set_id}", response={204: None, **error_responses(404)}, auth=EDITOR, tags=SETS
+)
+def delete_rule_set(request: HttpRequest, rule_set_id: DbId) -> Any:
+    """Delete a rule set with its rules, versions and cases (editor); refused while an agent uses it."""
+    services.rule_set_delete(actor=request.auth, rule_set=_rule_set(rule_set_id))
+    return Status(204, None)
+
+
+@router.get(
+    "/rule-sets/{rule_set_id}/rules",
+    response={200: list[RuleOut], **error_responses(404)},
+    auth=VIEWER,
+    tags=SETS,
+)
+def list_rules(request: HttpRequest, rule_set_id: DbId) -> Any:
+    """The draft's rules in evaluation order."""
+    return selectors.rule_list(rule_set=_rule_set(rule_set_id))
+
+
+@router.post(
+    "/rule-sets/{rule_set_id}/rules",
+    response={201: RuleOut, **error_responses(404)},
+    auth=EDITOR,
+    tags=SETS,
+)
+def create_rule(request: HttpRequest, rule_set_id: DbId, payload: RuleIn) -> Any:
+    """Append a rule to the draft (editor); expressions are compiled, errors name the field."""
+    return Status(
+        201, services.rule_create(actor=request.auth, rule_set=_rule_set(rule_set_id), **payload.dict())
+    )
+
+
+@router.get(
+    "/rule-sets/{rule_set_id}/rules/{rule_id}",
+    response={200: RuleOut, **error_responses(404)},
+    auth=VIEWER,
+    tags=SETS,
+)
+def get_rule(request: HttpRequest, rule_set_id: DbId, rule_id: DbId) -> Any:
+    """One rule of the draft."""
+    return get_or_404(Rule, "rule", pk=rule_id, rule_set_id=rule_set_id)
+
+
+@router.patch(
+    "/rule-sets/{rule_set_id}/rules/{rule_id}",
+    response={200: RuleOut, **error_responses(404, 409)},
+    auth=EDITOR,
+    tags=SETS,
+)
+def update_rule(request: HttpRequest, rule_set_id: DbId, rule_id: DbId, payload: RulePatchIn) -> Any:
+    """Change a rule (editor); ``revision`` must be the rule's current one, else 409 and nothing is overwritten."""
+    rule = get_or_404(Rule, "rule", pk=rule_id, rule_set_id=rule_set_id)
+    changes = payload.dict(exclude_unset=True)
+    return services.rule_update(actor=request.auth, rule=rule, **changes)
+
+
+@router.delete(
+    "/rule-sets/{rule_set_id}/rules/{rule_id}",
+    response={204: None, **error_responses(404)},
+    auth=EDITOR,
+    tags=SETS,
+)
+def delete_rule(request: HttpRequest, rule_set_id: DbId, rule_id: DbId) -> Any:
+    """Remove a rule from the draft (editor)."""
+    services.rule_delete(
+        actor=request.auth, rule=get_or_404(Rule, "rule", pk=rule_id, rule_set_id=rule_set_id)
+    )
+    return Status(204, None)
+
+
+@router.post(
+    "/rule-sets/{rule_set_id}/reorder",
+    response={200: list[RuleOut], **error_responses(404, 409)},
+    auth=EDITOR,
+    tags=SETS,
+)
+def reorder_rules(request: HttpRequest, rule_set_id: DbId, payload: ReorderIn) -> Any:
+    """Put the draft's rules in a new order (editor): every rule id once."""
+    rule_set = services.rule_set_reorder(
+        actor=request.auth, rule_set=_rule_set(rule_set_id), order=payload.order, revision=payload.revision
+    )
+    return selectors.rule_list(rule_set=rule_set)
+
+
+@router.post(
+    "/rule-sets/{rule_set_id}/publish",
+    response={201: VersionOut, **error_responses(404, 409)},
+    auth=EDITOR,
+    tags=SETS,
+)
+def publish_rule_set(request: HttpRequest, rule_set_id: DbId, payload: PublishIn) -> Any:
+    """Freeze the draft into the next immutable version (editor)."""
+    return Status(
+        201, services.rule_set_publish(actor=request.auth, rule_set=_rule_set(rule_set_id), **payload.dict())
+    )
+
+
+@router.get(
+    "/rule-sets/{rule_set_id}/versions",
+    response={200: list[VersionOut], **error_responses(404)},
+    auth=VIEWER,
+    tags=SETS,
+)
+def list_versions(request: HttpRequest, rule_set_id: DbId) -> Any:
+    """Published versions, newest first."""
+    return selectors.version_list(rule_set=_rule_set(rule_set_id))
+
+
+@router.get(
+    "/rule-sets/{rule_set_id}/versions/{number}",
+    response={200: VersionDetailOut, **error_responses(404)},
+    auth=VIEWER,
+    tags=SETS,
+)
+def get_version(request: HttpRequest, rule_set_id: DbId, number: DbId) -> Any:
+    """One version with its frozen rules."""
+    return get_or_404(RuleSetVersion, "version", rule_set_id=rule_set_id, number=number)
+
+
+@router.post(
+    "/rule-sets/{rule_set_id}/versions/{number}/restore",
+    response={200: RuleSetOut, **error_responses(404, 409)},
+    auth=EDITOR,
+    tags=SETS,
+)
+def restore_version(request: HttpRequest, rule_set_id: DbId, number: DbId, payload: RestoreIn) -> Any:
+    """Replace the draft's rules with a version's (editor); the version is unchanged."""
+    rule_set = _rule_set(rule_set_id)
+    version = get_or_404(RuleSetVersion, "version", rule_set_id=rule_set_id, number=number)
+    return services.rule_set_restore(
+        actor=request.auth, rule_set=rule_set, version=version, revision=payload.revision
+    )
+
+
+@router.get(
+    "/rule-sets/{rule_set_id}/diff",
+    response={200: DiffOut, **error_responses(404)},
+    auth=VIEWER,
+    tags=SETS,
+)
+def diff_versions(
+    request: HttpRequest,
+    rule_set_id: DbId,
+    a: str = Query("draft", max_length=20, description="A version number, or 'draft'."),
+    b: str = Query("draft", max_length=20, description="A version number, or 'draft'."),
+) -> Any:
+    """Rule-by-rule differences between two versions (or a version and the draft)."""
+    rule_set = _rule_set(rule_set_id)
+    sides = {key: _side(rule_set, value) for key, value in (("a", a), ("b", b))}
+    rows = selectors.version_diff(old=sides["a"][1], new=sides["b"][1])
+    return {"a": sides["a"][0], "b": sides["b"][0], "rows": rows}
+
+
+def _side(rule_set: RuleSet, value: str) -> tuple[str, list[dict[str, Any]]]:
+    if value == "draft":
+        return "draft", engine.rule_set_snapshot(rule_set)
+    number = int(value) if value.isdigit() and len(value) < 10 else -1
+    version = (
+        get_or_404(RuleSetVersion, "version", rule_set_id=rule_set.pk, number=number) if number > 0 else None
+    )
+    if version is None:
+        raise Http404(f"There is no version {value!r} of rule set {rule_set.name!r}.")
+    return f"v{version.number}", version.content
+
+
+@router.get(
+    "/rule-sets/{rule_set_id}/export",
+    response={200: ExportOut, **error_responses(404)},
+    auth=VIEWER,
+    tags=SETS,
+)
+def export_rule_set(request: HttpRequest, rule_set_id: DbId) -> Any:
+    """The draft and its cases as a llamon-ruleset/1 document (imports back exactly)."""
+    return exporting.rule_set_export_json(_rule_set(rule_set_id))
+
+
+@router.get(
+    "/rule-sets/{rule_set_id}/export/tools-py",
+    response={200: ToolsPyOut, **error_responses(404)},
+    auth=VIEWER,
+    tags=SETS,
+)
+def export_tools_py(request: HttpRequest, rule_set_id: DbId) -> Any:
+    """The draft as an ``app/tools.py`` of @deterministic_tool functions (source in ``source``)."""
+    return {"filename": "tools.py", "source": exporting.rule_set_export_tools_py(_rule_set(rule_set_id))}
+
+
+# --- Evaluate (the live tester) ------------------------------------------------------------------
+
+
+@router.post(
+    "/rule-sets/{rule_set_id}/evaluate",
+    response={200: EvaluateOut, **error_responses(404)},
+    auth=VIEWER,
+    tags=SETS,
+)
+def evaluate_rule_set(request: HttpRequest, rule_set_id: DbId, payload: EvaluateIn) -> Any:
+    """The pre-step of the draft on one request, as the live tester shows it; ``execute`` needs the editor role."""
+    rule_set = _rule_set(rule_set_id)
+    if payload.execute:
+        require_api_role(request, "editor", "executing calls real tools.")
+    sample = _tester_request(payload)
+    snapshot = engine.rule_set_snapshot(rule_set)
+    if payload.draft_rule is not None:
+        edit = RuleForm(data=payload.draft_rule.dict())
+        if not edit.is_valid():
+            raise FormInvalid(edit, field_prefix="draft_rule.")
+        snapshot = engine.apply_draft_edit(snapshot, edit.cleaned_data, original_name=payload.original_name)
+    servers = engine.servers_by_id(engine.snapshot_mcp_ids(snapshot))
+    backend = engine.live_backend(servers) if payload.execute else None
+    evaluation = engine.evaluate(
+        snapshot, sample, servers=servers, backend=backend, dry_run=not payload.execute
+    )
+    data = evaluation.to_json()
+    return {**data, "request": sample.to_json(), "expected": cases.case_expected_from_outcome(data)}
+
+
+def _tester_request(payload: EvaluateIn) -> Any:
+    """The request exactly as the live tester's form builds it (same parsing, same messages)."""
+    form = TesterForm(
+        {
+            "query": payload.query,
+            "context": _as_text(payload.context),
+            "data": _as_text(payload.data),
+            "files": _as_text(payload.files),
+        }
+    )
+    if not form.is_valid():
+        raise FormInvalid(form)
+    return form.to_request()
+
+
+def _as_text(value: Any) -> str:
+    return "" if value is None else json.dumps(value, ensure_ascii=False)
+
+
+# --- Test cases ----------------------------------------------------------------------------------
+
+CASES = ["cases"]
+
+
+@router.get(
+    "/rule-sets/{rule_set_id}/cases",
+    response={200: list[CaseOut], **error_responses(404)},
+    auth=VIEWER,
+    tags=CASES,
+)
+def list_cases(request: HttpRequest, rule_set_id: DbId) -> Any:
+    """The rule set's regression cases with their last results."""
+    return _rule_set(rule_set_id).cases.order_by("name", "id")
+
+
+@router.post(
+    "/rule-sets/{rule_set_id}/cases",
+    response={201: CaseOut, **error_responses(404)},
+    auth=EDITOR,
+    tags=CASES,
+)
+def create_case(request: HttpRequest, rule_set_id: DbId, payload: CaseIn) -> Any:
+    """Add a regression case (editor): an input and its expected outcome."""
+    return Status(
+        201, cases.case_create(actor=request.auth, rule_set=_rule_set(rule_set_id), **payload.dict())
+    )
+
+
+@router.post(
+    "/rule-sets/{rule_set_id}/cases/run",
+    response={200: SuiteOut, **error_responses(404)},
+    auth=EDITOR,
+    tags=CASES,
+)
+def run_cases(request: HttpRequest, rule_set_id: DbId) -> Any:
+    """Dry-run every case on the draft (editor: results are stored) and report pass, fail and changes."""
+    suite = cases.suite_run(rule_set=_rule_set(rule_set_id))
+    return {
+        "total": len(suite.results), "passed": suite.passed, "failed": suite.failed, "ok": suite.ok,
+        "results": [
+            {"case_id": r.case.pk, "name": r.case.name, "passed": r.result.passed, "previous_passed": r.previous_passed,
+             "changed": r.changed, "problems": r.result.problems, "diff": r.result.diff}
+            for r in suite.results
+        ],
+    }  # fmt: skip
+
+
+@router.get(
+    "/rule-sets/{rule_set_id}/cases/{case_id}",
+    response={200: CaseOut, **error_responses(404)},
+    auth=VIEWER,
+    tags=CASES,
+)
+def get_case(request: HttpRequest, rule_set_id: DbId, case_id: DbId) -> Any:
+    """One case."""
+    return get_or_404(TestCase, "test case", pk=case_id, rule_set_id=rule_set_id)
+
+
+@router.patch(
+    "/rule-sets/{rule_set_id}/cases/{case_id}",
+    response={200: CaseOut, **error_responses(404)},
+    auth=EDITOR,
+    tags=CASES,
+)
+def update_case(request: HttpRequest, rule_set_id: DbId, case_id: DbId, payload: CasePatchIn) -> Any:
+    """Change a case's name, input or expected outcome (editor)."""
+    case = get_or_404(TestCase, "test case", pk=case_id, rule_set_id=rule_set_id)
+    return cases.case_update(actor=request.auth, case=case, **payload.dict(exclude_unset=True))
+
+
+@router.delete(
+    "/rule-sets/{rule_set_id}/cases/{case_id}",
+    response={204: None, **error_responses(404)},
+    auth=EDITOR,
+    tags=CASES,
+)
+def delete_case(request: HttpRequest, rule_set_id: DbId, case_id: DbId) -> Any:
+    """Remove a case (editor)."""
+    cases.case_delete(
+        actor=request.auth, case=get_or_404(TestCase, "test case", pk=case_id, rule_set_id=rule_set_id)
+    )
+    return Status(204, None)
+
+
+# --- Audit ---------------------------------------------------------------------------------------
+
+
+@router.get("/audit", response={200: AuditPageOut, **error_responses()}, auth=VIEWER, tags=["audit"])
+def list_audit(request: HttpRequest, filters: Query[AuditFilterIn]) -> Any:
+    """Audit events, newest first, filtered by actor, object type, action prefix, time and object text."""
+    events = selectors.audit_list(
+        actor=filters.actor, object_type=filters.object_type, action=filters.action,
+        since=filters.since, until=filters.until, query=filters.q,
+    )  # fmt: skip
+    return {"count": events.count(), "items": list(events[filters.offset : filters.offset + filters.limit])}

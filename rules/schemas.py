@@ -1,0 +1,392 @@
+"""API schemas of the rules app: MCP servers, the registry, rule sets, rules, versions, evaluate, cases, audit."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from ninja import Field, ModelSchema, Schema
+
+from llamon_agent.expr import MAX_QUERY_CHARS
+from llamon_web.api_auth import DbId, Revision
+from rules.mcp_selectors import command_line
+from rules.models import AuditEvent, McpServer, Rule, RuleSet, RuleSetVersion, TestCase
+
+# --- MCP servers ----------------------------------------------------------------------------------
+
+
+class ToolOut(Schema):
+    name: str
+    description: str = ""
+    input_schema: dict[str, Any] = Field(default_factory=dict)
+
+
+class McpServerIn(Schema):
+    """A server to register. stdio: ``command`` + ``args`` (no shell); http: ``url``. Names, never values."""
+
+    mcp_id: str = Field(max_length=64, examples=["order-service"])
+    transport: Literal["stdio", "http"]
+    description: str = Field("", max_length=10_000)
+    command: str = Field("", max_length=500)
+    args: list[str] = Field(default_factory=list, max_length=100)
+    env_names: list[str] = Field(default_factory=list, max_length=50)
+    url: str = Field("", max_length=2000)
+    header_names: list[str] = Field(default_factory=list, max_length=50)
+    timeout_s: float = 30.0
+    enabled: bool = True
+
+
+class McpServerPatchIn(Schema):
+    """The fields to change; absent fields keep their value."""
+
+    mcp_id: str | None = Field(None, max_length=64)
+    transport: Literal["stdio", "http"] | None = None
+    description: str | None = Field(None, max_length=10_000)
+    command: str | None = Field(None, max_length=500)
+    args: list[str] | None = Field(None, max_length=100)
+    env_names: list[str] | None = Field(None, max_length=50)
+    url: str | None = Field(None, max_length=2000)
+    header_names: list[str] | None = Field(None, max_length=50)
+    timeout_s: float | None = None
+    enabled: bool | None = None
+
+
+class McpServerOut(ModelSchema):
+    args: list[str]
+    env_names: list[str]
+    header_names: list[str]
+    tools: list[ToolOut]
+    command_line: str
+    healthy: bool | None
+
+    class Meta:
+        model = McpServer
+        fields = [
+            "id", "mcp_id", "description", "transport", "command", "url", "timeout_s", "enabled",
+            "tools_hash", "tools_refreshed_at", "last_error", "last_checked_at", "created_at", "updated_at",
+        ]  # fmt: skip
+
+    @staticmethod
+    def resolve_command_line(obj: McpServer) -> str:
+        return command_line(command=obj.command, args=list(obj.args))
+
+
+class ToolsDiffOut(Schema):
+    added: list[str]
+    removed: list[str]
+    changed: dict[str, list[str]]
+    first: bool
+    tools: list[ToolOut]
+
+
+class ToolCallIn(Schema):
+    tool: str = Field(max_length=200)
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+class ToolCallOut(Schema):
+    result: Any
+    latency_ms: float
+
+
+class RegistrySpecOut(Schema):
+    """One registry entry, in ``llamon_agent.mcp.McpServerSpec``'s JSON shape."""
+
+    mcp_id: str
+    transport: Literal["stdio", "http"]
+    command: str | None
+    args: list[str]
+    env: list[str]
+    url: str | None
+    headers: list[str]
+    timeout_s: float
+
+
+# --- Rule sets, rules, versions --------------------------------------------------------------------
+
+
+class RuleSetIn(Schema):
+    name: str = Field(max_length=100)
+    description: str = Field("", max_length=10_000)
+
+
+class RuleSetPatchIn(Schema):
+    name: str | None = Field(None, max_length=100)
+    description: str | None = Field(None, max_length=10_000)
+    revision: Revision = Field(description="The rule set revision you saw; a stale one is refused with 409.")
+
+
+class RuleSetOut(ModelSchema):
+    rule_count: int
+    latest_version: int | None
+
+    class Meta:
+        model = RuleSet
+        fields = ["id", "name", "description", "revision", "created_at", "updated_at"]
+
+    @staticmethod
+    def resolve_rule_count(obj: RuleSet) -> int:
+        count = getattr(obj, "rule_count", None)
+        return obj.rules.count() if count is None else count
+
+    @staticmethod
+    def resolve_latest_version(obj: RuleSet) -> int | None:
+        if hasattr(obj, "latest_version"):
+            return obj.latest_version
+        latest = obj.versions.order_by("-number").first()
+        return latest.number if latest else None
+
+
+class RuleIn(Schema):
+    """A rule: ``when`` and ``params`` are expressions (docs/expressions.md)."""
+
+    name: str = Field(max_length=100)
+    description: str = Field("", max_length=10_000)
+    mcp_id: str = Field(max_length=64)
+    tool_name: str = Field(max_length=200)
+    when: str = Field(max_length=20_000)
+    params: str = Field("{}", max_length=20_000)
+    stop: bool = False
+    enabled: bool = True
+
+
+class RulePatchIn(Schema):
+    """The fields to change, and the rule ``revision`` you saw (a stale one is refused with 409)."""
+
+    revision: Revision
+    name: str | None = Field(None, max_length=100)
+    description: str | None = Field(None, max_length=10_000)
+    mcp_id: str | None = Field(None, max_length=64)
+    tool_name: str | None = Field(None, max_length=200)
+    when: str | None = Field(None, max_length=20_000)
+    params: str | None = Field(None, max_length=20_000)
+    stop: bool | None = None
+    enabled: bool | None = None
+
+
+class RuleOut(ModelSchema):
+    class Meta:
+        model = Rule
+        fields = [
+            "id", "name", "description", "mcp_id", "tool_name", "when", "params", "stop", "enabled",
+            "position", "revision", "updated_at",
+        ]  # fmt: skip
+
+
+class ReorderIn(Schema):
+    order: list[int] = Field(
+        max_length=10_000, description="Every rule id of the set, each once, in the new order."
+    )
+    revision: Revision | None = None
+
+
+class PublishIn(Schema):
+    message: str = Field("", max_length=500)
+    revision: Revision | None = None
+
+
+class RestoreIn(Schema):
+    revision: Revision | None = None
+
+
+class VersionOut(ModelSchema):
+    author: str | None
+
+    class Meta:
+        model = RuleSetVersion
+        fields = ["id", "number", "content_hash", "tool_schema_hash", "message", "created_at"]
+
+    @staticmethod
+    def resolve_author(obj: RuleSetVersion) -> str | None:
+        return obj.author.get_username() if obj.author else None
+
+
+class SnapshotRuleOut(Schema):
+    name: str
+    description: str
+    mcp_id: str
+    tool_name: str
+    when: str
+    params: str
+    stop: bool
+    enabled: bool
+
+
+class VersionDetailOut(ModelSchema):
+    author: str | None
+    content: list[SnapshotRuleOut]
+
+    class Meta:
+        model = RuleSetVersion
+        fields = ["id", "number", "content_hash", "tool_schema_hash", "message", "created_at"]
+
+    @staticmethod
+    def resolve_author(obj: RuleSetVersion) -> str | None:
+        return obj.author.get_username() if obj.author else None
+
+
+class DiffRowOut(Schema):
+    name: str
+    change: Literal["added", "removed", "changed", "moved"]
+    position: int | None = None
+    old_position: int | None = None
+    fields: list[dict[str, Any]] | None = None
+    before: dict[str, Any] | None = None
+    after: dict[str, Any] | None = None
+
+
+class DiffOut(Schema):
+    a: str
+    b: str
+    rows: list[DiffRowOut]
+
+
+# --- Export and import -----------------------------------------------------------------------------
+
+
+class ExportCaseOut(Schema):
+    name: str
+    input: dict[str, Any]
+    expected: dict[str, Any]
+
+
+class ExportOut(Schema):
+    """A ``llamon-ruleset/1`` document (docs/rulesets.md)."""
+
+    format: str
+    name: str
+    description: str
+    rules: list[SnapshotRuleOut]
+    cases: list[ExportCaseOut]
+
+
+class ToolsPyOut(Schema):
+    filename: str
+    source: str
+
+
+class ImportIn(Schema):
+    data: dict[str, Any] = Field(description="An exported llamon-ruleset/1 document.")
+    name: str | None = Field(None, max_length=100, description="A new set's name (default: the file's).")
+    replace: DbId | None = Field(None, description="Replace the draft rules of this rule set id instead.")
+    revision: Revision | None = None
+
+
+# --- Evaluate --------------------------------------------------------------------------------------
+
+
+class EvaluateIn(Schema):
+    """A sample request, parsed exactly as the live tester parses it."""
+
+    query: str = Field("", max_length=MAX_QUERY_CHARS)
+    context: dict[str, Any] | None = None
+    data: list[dict[str, Any]] | dict[str, Any] | None = Field(
+        None, description="DataParts: a list of objects, one object, or a whole A2A message (0.3 or 1.0)."
+    )
+    files: list[dict[str, Any]] | dict[str, Any] | None = Field(
+        None, description='FileParts: [{"name", "mimeType", "uri", "size"}]'
+    )
+    execute: bool = Field(False, description="Really call the tools (editor role); default: dry run.")
+    draft_rule: RuleIn | None = Field(None, description="An unsaved edit of one rule to try on the draft.")
+    original_name: str | None = Field(
+        None, max_length=100, description="The rule draft_rule replaces (absent: appended)."
+    )
+
+
+class RuleRecordOut(Schema):
+    rule: str
+    mcp_id: str
+    status: str
+    tool_name: str | None = None
+    params: Any = None
+    result: Any = None
+    duration_ms: float | None = None
+    error: str | None = None
+    tool_exists: bool | None = None
+
+
+class EvaluateOut(Schema):
+    ok: bool
+    error: str | None
+    dry_run: bool
+    calls: int
+    duration_ms: float
+    results: list[dict[str, Any]]
+    records: list[RuleRecordOut]
+    schema_errors: dict[str, list[str]]
+    block: str
+    request: dict[str, Any]
+    expected: dict[str, Any]
+
+
+# --- Test cases ------------------------------------------------------------------------------------
+
+
+class CaseIn(Schema):
+    name: str = Field(max_length=200)
+    input: dict[str, Any] = Field(description="{query, context, a2a_data, a2a_files}")
+    expected: dict[str, Any] = Field(
+        description="{must_fire: [...], must_not_fire: [...], error: str | null}"
+    )
+
+
+class CasePatchIn(Schema):
+    name: str | None = Field(None, max_length=200)
+    input: dict[str, Any] | None = None
+    expected: dict[str, Any] | None = None
+
+
+class CaseOut(ModelSchema):
+    input: dict[str, Any]
+    expected: dict[str, Any]
+    last_outcome: dict[str, Any] | None
+
+    class Meta:
+        model = TestCase
+        fields = ["id", "name", "last_passed", "last_run_at", "created_at"]
+
+
+class CaseResultOut(Schema):
+    case_id: int
+    name: str
+    passed: bool
+    previous_passed: bool | None
+    changed: bool
+    problems: list[str]
+    diff: list[dict[str, Any]]
+
+
+class SuiteOut(Schema):
+    total: int
+    passed: int
+    failed: int
+    ok: bool
+    results: list[CaseResultOut]
+
+
+# --- Audit -----------------------------------------------------------------------------------------
+
+
+class AuditEventOut(ModelSchema):
+    before: Any
+    after: Any
+
+    class Meta:
+        model = AuditEvent
+        fields = ["id", "actor_name", "action", "object_type", "object_id", "object_repr", "created_at"]
+
+
+class AuditPageOut(Schema):
+    count: int
+    items: list[AuditEventOut]
+
+
+class AuditFilterIn(Schema):
+    actor: str = Field("", max_length=150)
+    object_type: str = Field("", max_length=64)
+    action: str = Field("", max_length=64)
+    since: datetime | None = None
+    until: datetime | None = None
+    q: str = Field("", max_length=200)
+    limit: int = Field(50, ge=1, le=500)
+    offset: int = Field(0, ge=0, le=10**9)
