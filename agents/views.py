@@ -14,6 +14,7 @@ from django_htmx.middleware import HtmxDetails
 from agents import selectors, services
 from agents.errors import AgentError
 from agents.forms import AgentForm, PrivacyForm, RunFilterForm, RunStartForm
+from agents.graph_svg import flow_graph
 from agents.models import Agent, Run
 from llamon_web.roles import has_role, require_role
 
@@ -96,6 +97,7 @@ def run_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         "run": run, "steps": steps, "last_seq": _settled_seq(steps, after=0),
         "diagnostics": selectors.run_diagnostics(run=run) if run.finished else [],
         "can_edit": has_role(request.user, "editor"),
+        "flow_graph": flow_graph(steps) if run.source == Run.Source.FLOW else None,
     })  # fmt: skip
 
 

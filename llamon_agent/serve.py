@@ -1,0 +1,351 @@
+"""Serving a project over A2A with a2a-sdk: an agent card, ``SendMessage`` (1.0) and ``message/send`` (0.3).
+
+``llamon run PATH`` comes here. The project is loaded, its MCP servers are bound from the
+registry (a file or a llamon-web), and every A2A message goes through
+:func:`llamon_agent.a2a.to_request` to a runner:
+
+* react projects: :func:`llamon_agent.react.arun_agent` (guardrails, the deterministic
+  pre-step on the pooled MCP sessions, the ReAct loop); the pre-step logs
+  ``Deterministic pre-step 완료: N건`` per request on the ``llamon_agent`` logger;
+* flow projects: ``build_graph(settings)`` once at start-up, then
+  :func:`llamon_agent.flow.arun_flow` per request (node steps in the trace).
+
+The reply is one agent ``Message`` holding the answer, or the error text for a failed run
+(the seed: a failed pre-step *answers* with its error message); its metadata says
+``{"status": ..., "error": ...}``. With a trace URL each run is also sent to llamon-web
+(:mod:`llamon_agent.trace_http`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from llamon_agent.a2a import A2AFormatError, to_request
+from llamon_agent.mcp.errors import McpError, RegistryError, UnknownServerError
+from llamon_agent.tools import AgentRequest
+from llamon_agent.trace import TraceSink
+
+if TYPE_CHECKING:
+    from starlette.applications import Starlette
+
+    from llamon_agent.project import Project
+    from llamon_agent.settings import Settings
+    from llamon_agent.trace_http import HttpTraceExporter
+
+logger = logging.getLogger("llamon_agent")
+
+A2A_PROTOCOL_VERSION = "1.0"
+FinishStatus = Literal["succeeded", "failed", "timed_out", "cancelled"]
+
+
+class ServeError(Exception):
+    """The project cannot be served (registry missing or unreachable, build_graph failed); one readable line."""
+
+
+@dataclass
+class Outcome:
+    """How one request ended, in the ingest API's terms."""
+
+    status: FinishStatus
+    answer: str
+    error: str
+    error_kind: str = ""
+    duration_ms: float = 0.0
+
+    @property
+    def text(self) -> str:
+        """What the A2A reply says: the answer, or the error for a failed run."""
+        return self.answer if self.status == "succeeded" else self.error
+
+
+class Runner(Protocol):
+    """Answers one request (a react agent or a flow)."""
+
+    name: str
+    kind: Literal["react", "flow"]
+    source: Literal["served", "flow"]
+    description: str
+
+    async def answer(self, request: AgentRequest, sink: TraceSink | None) -> Outcome: ...
+
+
+# --------------------------------------------------------------------------- runners
+
+
+class ReactRunner:
+    """A react project's agent on the process pool's MCP sessions."""
+
+    kind: Literal["react", "flow"] = "react"
+    source: Literal["served", "flow"] = "served"
+
+    def __init__(self, spec: Any, backend: Any, react_tools: list[Any], description: str = "") -> None:
+        self.spec = spec
+        self.name = spec.name
+        self.backend = backend
+        self.react_tools = react_tools
+        self.description = description or f"{spec.name}: a llamon ReAct agent with a deterministic pre-step"
+
+    async def answer(self, request: AgentRequest, sink: TraceSink | None) -> Outcome:
+        """Run the agent (never raises for a failing run)."""
+        from llamon_agent.react import arun_agent
+
+        result = await arun_agent(
+            self.spec, request, backend=self.backend, react_tools=self.react_tools, sink=sink
+        )
+        status: FinishStatus = {"succeeded": "succeeded", "cancelled": "cancelled"}.get(
+            result.status, "failed"
+        )  # type: ignore[assignment]
+        # The worker's mapping (agents/runtime.py): a guardrail refusal is a failed run of kind "guardrail".
+        kind = "" if status == "succeeded" else ("guardrail" if result.status == "blocked" else result.status)
+        return Outcome(status, result.answer or "", result.error or "", kind, result.duration_ms)
+
+
+class FlowRunner:
+    """A flow project's compiled graph."""
+
+    kind: Literal["react", "flow"] = "flow"
+    source: Literal["served", "flow"] = "flow"
+
+    def __init__(self, graph: Any, name: str, description: str = "") -> None:
+        from llamon_agent.flow import graph_view
+
+        self.graph = graph
+        self.name = name
+        self.view = graph_view(graph)  # once: sent as the first trace event of every run
+        self.description = description or f"{name}: a llamon flow (LangGraph)"
+
+    async def answer(self, request: AgentRequest, sink: TraceSink | None) -> Outcome:
+        """Invoke the graph (never raises for a failing flow)."""
+        from llamon_agent.flow import arun_flow
+
+        result = await arun_flow(self.graph, request, sink=sink, view=self.view)
+        status: FinishStatus = "succeeded" if result.status == "succeeded" else "failed"
+        return Outcome(
+            status,
+            result.answer or "",
+            result.error or "",
+            "" if status == "succeeded" else "flow",
+            result.duration_ms,
+        )
+
+
+async def prepare_runner(project: Project, settings: Settings) -> ReactRunner | FlowRunner:
+    """Bind the project's MCP servers and build its runner; ServeError when it cannot serve."""
+    description = _description(project)
+    if project.kind == "flow":
+        assert project.build_graph is not None
+        try:
+            graph = await project.build_graph(settings)
+        except (McpError, RegistryError) as exc:
+            raise ServeError(f"build_graph could not bind its MCP servers: {exc}") from exc
+        except Exception as exc:
+            raise ServeError(f"build_graph failed: {type(exc).__name__}: {exc}") from exc
+        if graph is None or not hasattr(graph, "ainvoke"):
+            raise ServeError("build_graph must return a compiled graph (e.g. Flow(...).compile()), got None")
+        return FlowRunner(graph, project.name, description)
+
+    from llamon_agent.mcp.pool import PoolToolBackend, get_pool
+
+    spec = project.agent_spec(settings)
+    pool = get_pool()
+    bound = await _bind_servers(project.mcp_ids(settings), settings, pool)
+    react_tools: list[Any] = []
+    for mcp_id in spec.react_mcp_ids:
+        if mcp_id in bound:
+            react_tools.extend(await pool.langchain_tools(mcp_id))
+    return ReactRunner(spec, PoolToolBackend(pool, bound), react_tools, description)
+
+
+async def _bind_servers(mcp_ids: list[str], settings: Settings, pool: Any) -> list[str]:
+    """Register each server the registry knows and open its session; an unknown id is logged, not fatal.
+
+    Not fatal on purpose: the pre-step then fails each request with the seed's
+    ``MCP '<id>'의 tool이 로드되지 않음``, which is what the seed's troubleshooting table expects.
+    """
+    if not mcp_ids:
+        return []
+    from llamon_agent.mcp.registry import registry_from_settings
+
+    try:
+        registry = registry_from_settings(settings)
+    except RegistryError as exc:
+        raise ServeError(str(exc)) from exc
+    bound: list[str] = []
+    for mcp_id in mcp_ids:
+        try:
+            spec = (await registry.get([mcp_id]))[mcp_id]
+        except UnknownServerError as exc:
+            logger.error("MCP server %r is not in the registry: %s", mcp_id, exc)
+            continue
+        except RegistryError as exc:
+            raise ServeError(str(exc)) from exc
+        pool.register(spec)
+        try:
+            tools = await pool.list_tools(mcp_id)
+        except McpError as exc:
+            # Registered anyway: the pool reconnects, and a request gets the call's own error.
+            logger.error("MCP server %r did not start: %s", mcp_id, exc)
+        else:
+            logger.info(
+                "bound MCP server %s (%d tools: %s)", mcp_id, len(tools), ", ".join(t.name for t in tools)
+            )
+        bound.append(mcp_id)
+    return bound
+
+
+def _description(project: Project) -> str:
+    for name in ("app.agent", "app.graph", "app.tools"):
+        module = project.modules.get(name)
+        doc = (getattr(module, "__doc__", None) or "").strip()
+        if doc:
+            return doc.splitlines()[0]
+    return ""
+
+
+# --------------------------------------------------------------------------- trace export
+
+
+def trace_exporter(settings: Settings) -> HttpTraceExporter | None:
+    """The llamon-web to send traces to: ``trace_url``, else the registry's llamon-web; None when neither."""
+    from llamon_agent.trace_http import HttpTraceExporter
+
+    url = settings.trace_url
+    token = settings.trace_token
+    if not url and settings.registry_url and not settings.registry_file:
+        url = settings.registry_url
+        token = token or settings.registry_token
+    if not url:
+        return None
+    return HttpTraceExporter(url, token.get_secret_value() if token is not None else None)
+
+
+# --------------------------------------------------------------------------- A2A
+
+
+def agent_card(runner: Runner, url: str) -> Any:
+    """The A2A 1.0 agent card of a served project (JSON-RPC at ``url``)."""
+    from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill
+
+    return AgentCard(
+        name=runner.name,
+        description=runner.description,
+        version="1.0.0",
+        supported_interfaces=[
+            AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version=A2A_PROTOCOL_VERSION)
+        ],
+        capabilities=AgentCapabilities(streaming=False),
+        default_input_modes=["text/plain", "application/json"],
+        default_output_modes=["text/plain"],
+        skills=[
+            AgentSkill(
+                id=runner.kind,
+                name=runner.name,
+                description=runner.description,
+                tags=["llamon", runner.kind],
+            )
+        ],
+    )
+
+
+def _executor(runner: Runner, exporter: HttpTraceExporter | None) -> Any:
+    from a2a.helpers import new_text_message
+    from a2a.server.agent_execution import AgentExecutor
+    from a2a.utils.errors import InvalidParamsError
+
+    class LlamonExecutor(AgentExecutor):
+        """Answers each A2A message with one agent message (the answer, or the run's error)."""
+
+        async def execute(self, context: Any, event_queue: Any) -> None:
+            try:
+                request = to_request(context.message)
+            except A2AFormatError as exc:
+                raise InvalidParamsError(message=str(exc)) from exc
+            started = time.perf_counter()
+            sink = (
+                exporter.sink(source=runner.source, agent_name=runner.name, request=request)
+                if exporter is not None
+                else None
+            )
+            try:
+                outcome = await runner.answer(request, sink)
+            except Exception as exc:  # a runner bug: still answer, and close the traced run
+                logger.exception("request failed inside the %s runner", runner.kind)
+                outcome = Outcome("failed", "", f"internal error: {type(exc).__name__}: {exc}", "internal")
+            if sink is not None:
+                sink.finish(
+                    outcome.status, answer=outcome.answer, error=outcome.error, error_kind=outcome.error_kind
+                )
+            logger.info(
+                "answered %s request: %s in %.0f ms",
+                runner.kind,
+                outcome.status,
+                (time.perf_counter() - started) * 1000.0,
+            )
+            message = new_text_message(outcome.text, context_id=context.context_id, task_id=context.task_id)
+            message.metadata.update(
+                {"status": outcome.status, "error": outcome.error, "errorKind": outcome.error_kind}
+            )
+            await event_queue.enqueue_event(message)
+
+        async def cancel(self, context: Any, event_queue: Any) -> None:
+            return None  # one reply per message: nothing long-running to cancel
+
+    return LlamonExecutor()
+
+
+def build_app(runner: Runner, url: str, exporter: HttpTraceExporter | None = None) -> Starlette:
+    """The Starlette app: the agent card, and JSON-RPC at ``/`` for A2A 1.0 and 0.3 clients."""
+    from a2a.server.request_handlers import DefaultRequestHandler
+    from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
+    from a2a.server.tasks import InMemoryTaskStore
+    from starlette.applications import Starlette
+
+    card = agent_card(runner, url)
+    handler = DefaultRequestHandler(
+        agent_executor=_executor(runner, exporter), task_store=InMemoryTaskStore(), agent_card=card
+    )
+    routes = [
+        *create_agent_card_routes(card),
+        *create_jsonrpc_routes(handler, rpc_url="/", enable_v0_3_compat=True),
+    ]
+    return Starlette(routes=routes)
+
+
+async def serve(
+    project: Project, *, host: str = "127.0.0.1", port: int = 8001, settings: Settings | None = None
+) -> None:
+    """Bind, build and serve ``project`` until interrupted (uvicorn on this event loop)."""
+    import uvicorn
+
+    settings = settings or project.settings()
+    runner = await prepare_runner(project, settings)
+    exporter = trace_exporter(settings)
+    url = f"http://{host}:{port}/"
+    app = build_app(runner, url, exporter)
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off"))
+
+    async def announce() -> None:
+        while not server.started and not server.should_exit:
+            await asyncio.sleep(0.05)
+        if server.started:
+            traced = f"; traces to {exporter.url}" if exporter is not None else ""
+            logger.info(
+                "serving %s (%s) over A2A at %s (card: %s.well-known/agent-card.json)%s",
+                runner.name,
+                runner.kind,
+                url,
+                url,
+                traced,
+            )
+
+    announcer = asyncio.create_task(announce())
+    try:
+        await server.serve()
+    finally:
+        announcer.cancel()
+        if exporter is not None:
+            await asyncio.to_thread(exporter.close, 10.0)
