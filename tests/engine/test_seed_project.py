@@ -14,5 +14,4 @@ def test_the_seed_projects_own_tests_pass_in_their_own_rootdir() -> None:
         [sys.executable, "-m", "pytest", "-q"], cwd=SEED_PROJECT, capture_output=True, text=True, timeout=120
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert f"rootdir: {SEED_PROJECT}" in result.stdout or "2 passed" in result.stdout
     assert "2 passed" in result.stdout
