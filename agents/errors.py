@@ -16,4 +16,7 @@ class AgentConflictError(AgentError):
     """Refused because the object changed meanwhile or is in a state that forbids it (the API's 409)."""
 
 
+SERVED_LOST = (
+    "served agent stopped reporting: no trace event for {seconds} s (it stopped or lost its connection)"
+)
 WORKER_LOST = "worker lost: no heartbeat for {seconds} s (the worker process died or was killed)"

@@ -12,7 +12,7 @@ from typing import Any
 
 from agents.errors import AgentError
 from agents.models import Agent, Run
-from agents.services import privacy_get, run_finish
+from agents.services import llm_url_check, privacy_get, run_finish
 from agents.sink import DbStepSink
 from llamon_agent.tools import AgentRequest
 from rules import engine
@@ -111,6 +111,8 @@ def execute_claimed_run(*, run_id: int) -> None:
         )
         return
     try:
+        if agent.model_provider == Agent.Provider.OPENAI:
+            llm_url_check(agent.model_base_url)  # again at run time: what a name resolves to can change
         rules = agent_rules(agent)
         spec = agent_spec(agent, rules)
     except (AgentError, ValueError) as exc:

@@ -17,7 +17,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from agents.errors import WORKER_LOST, AgentConflictError, AgentError
+from agents.errors import SERVED_LOST, WORKER_LOST, AgentConflictError, AgentError
 from agents.models import Agent, PrivacySettings, Run, RunStep, WorkerHeartbeat
 from llamon_agent.expr import MAX_DATA_BYTES, MAX_QUERY_CHARS
 from llamon_agent.tools import AgentRequest
@@ -185,23 +185,33 @@ def run_execute(*, run_id: int) -> None:
         execute_claimed_run(run_id=run_id)
 
 
-def runs_reap(*, stale_after_s: int | None = None) -> int:
-    """Fail running runs whose heartbeat stopped (their worker died); returns how many."""
+def runs_reap(*, stale_after_s: int | None = None, served_stale_after_s: int | None = None) -> int:
+    """Fail running runs that stopped showing signs of life; returns how many.
+
+    Worker runs beat every LLAMON_RUN_HEARTBEAT_S, so a stale heartbeat means the worker died.
+    Served and flow runs beat with every batch of trace events they send (one LLM turn can
+    take minutes without any), so they get the longer LLAMON_SERVED_STALE_AFTER_S.
+    """
     stale_after_s = stale_after_s or settings.LLAMON_RUN_STALE_AFTER_S
-    cutoff = timezone.now() - timedelta(seconds=stale_after_s)
-    stale = list(
-        Run.objects.filter(status=Run.Status.RUNNING, heartbeat_at__lt=cutoff).values_list("pk", flat=True)
+    served_stale_after_s = served_stale_after_s or settings.LLAMON_SERVED_STALE_AFTER_S
+    worker_runs = Run.objects.filter(source=Run.Source.WORKER)
+    served_runs = Run.objects.exclude(source=Run.Source.WORKER)
+    return _reap(worker_runs, stale_after_s, WORKER_LOST, "worker_lost") + _reap(
+        served_runs, served_stale_after_s, SERVED_LOST, "served_lost"
     )
+
+
+def _reap(runs: Any, stale_after_s: int, message: str, kind: str) -> int:
+    cutoff = timezone.now() - timedelta(seconds=stale_after_s)
+    stale = list(runs.filter(status=Run.Status.RUNNING, heartbeat_at__lt=cutoff).values_list("pk", flat=True))
+    error = message.format(seconds=stale_after_s)
     for run_id in stale:
         updated = Run.objects.filter(pk=run_id, status=Run.Status.RUNNING, heartbeat_at__lt=cutoff).update(
-            status=Run.Status.FAILED,
-            error=WORKER_LOST.format(seconds=stale_after_s),
-            error_kind="worker_lost",
-            finished_at=timezone.now(),
+            status=Run.Status.FAILED, error=error, error_kind=kind, finished_at=timezone.now()
         )
         if updated:
             RunStep.objects.filter(run_id=run_id, status="running").update(status="interrupted")
-            logger.warning("run %s failed: %s", run_id, WORKER_LOST.format(seconds=stale_after_s))
+            logger.warning("run %s failed: %s", run_id, error)
     return len(stale)
 
 
@@ -222,6 +232,17 @@ def privacy_get() -> PrivacySettings:
 
 
 # --- Agents -------------------------------------------------------------------------------------
+
+
+def llm_url_check(url: str) -> None:
+    """An LLM endpoint gets the MCP URL policy: the worker would otherwise fetch any address an editor types."""
+    from rules.urlguard import UnsafeUrlError, check_mcp_url_configured
+
+    try:
+        check_mcp_url_configured(url)
+    except UnsafeUrlError as exc:
+        raise AgentError(f"The model's base URL is refused: {exc}", field="model_base_url") from None
+
 
 AGENT_FIELDS = (
     "name", "description", "system_prompt", "rule_set_id", "rule_set_mode", "pinned_version_id", "model_provider",
@@ -257,6 +278,8 @@ def _agent_validate(agent: Agent) -> None:
             "An OpenAI-compatible model needs its base URL (e.g. http://127.0.0.1:11434/v1).",
             field="model_base_url",
         )
+    if agent.model_provider == Agent.Provider.OPENAI:
+        llm_url_check(agent.model_base_url)
     if agent.model_provider == Agent.Provider.SCRIPTED and not agent.model_script:
         raise AgentError("A scripted model needs at least one reply.", field="model_script")
     if not 1 <= agent.max_iterations <= 50:
@@ -416,6 +439,7 @@ def run_ingest(
             a2a_files=request.a2a_files,
             created_by=actor if getattr(actor, "is_authenticated", False) else None,
             started_at=timezone.now(),
+            heartbeat_at=timezone.now(),
             **_lookup_ids(request),
         )
     else:
@@ -434,6 +458,7 @@ def run_ingest(
         sink.emit(event)
     prestep = sum(1 for e in events if e.kind == "rule" and e.phase == "end" and e.status == "ok")
     counts = {
+        "heartbeat_at": timezone.now(),  # every batch is a sign of life (see runs_reap)
         "llm_calls": F("llm_calls") + sink.counts["llm"],
         "tool_calls": F("tool_calls") + sink.counts["tool"],
         "prestep_calls": F("prestep_calls") + prestep,

@@ -19,6 +19,7 @@ import secrets
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, get_args, runtime_checkable
 
@@ -277,3 +278,23 @@ def span(
         raise
     finally:
         s.finish()
+
+
+# --- The trace a piece of code runs under (flows: MCP calls inside nodes become tool steps) ----
+
+_CURRENT: ContextVar[tuple[TraceSink, str | None] | None] = ContextVar("llamon_trace", default=None)
+
+
+@contextmanager
+def traced(sink: TraceSink | None, parent: str | None = None) -> Iterator[None]:
+    """Make ``sink`` (and the parent step) the trace of the code in the block and the tasks it starts."""
+    token = _CURRENT.set((sink, parent) if sink is not None else None)
+    try:
+        yield
+    finally:
+        _CURRENT.reset(token)
+
+
+def current_trace() -> tuple[TraceSink, str | None] | None:
+    """The (sink, parent step id) set by :func:`traced`, or None outside any."""
+    return _CURRENT.get()

@@ -19,7 +19,7 @@ from langchain_core.callbacks import BaseCallbackHandler
 
 from llamon_agent.flow.graph_view import GRAPH_EVENT_NAME, graph_view
 from llamon_agent.tools import AgentRequest
-from llamon_agent.trace import Span, TraceSink, jsonable, start_span
+from llamon_agent.trace import Span, TraceSink, jsonable, start_span, traced
 
 FlowStatus = Literal["succeeded", "failed", "cancelled"]
 NO_ANSWER = "the flow ended without an answer: a node should set 'answer' (text) or 'output' in the state"
@@ -107,9 +107,11 @@ async def arun_flow(
     tracer = NodeTracer(sink, parent=graph_span.id)
     state: dict[str, Any] = {}
     try:
-        final = await graph.ainvoke(
-            request.to_json(), config={"callbacks": [tracer], "recursion_limit": recursion_limit}
-        )
+        # MCPHandle.call inside the nodes (tasks inherit this context) records its calls as tool steps.
+        with traced(sink, graph_span.id):
+            final = await graph.ainvoke(
+                request.to_json(), config={"callbacks": [tracer], "recursion_limit": recursion_limit}
+            )
         state = dict(final) if isinstance(final, dict) else {"output": final}
         answer = answer_text(state)
         status: FlowStatus = "succeeded" if answer is not None else "failed"

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from llamon_agent.mcp.errors import MCPNotBoundError, UnknownServerError, UnknownToolError
 from llamon_agent.mcp.results import Normalized
 from llamon_agent.mcp.spec import McpServerSpec
+from llamon_agent.trace import current_trace, jsonable, start_span
 
 if TYPE_CHECKING:
     from langchain_core.tools import BaseTool
@@ -94,7 +95,24 @@ class MCPHandle:
         pool = self._current_pool()
         pool.register(self._specs[target])
         await self._check_tool(pool, target, tool_name)
-        return await pool.call_tool(target, tool_name, params or {}, timeout=timeout)
+        traced = current_trace()
+        if traced is None:
+            return await pool.call_tool(target, tool_name, params or {}, timeout=timeout)
+        # Inside a traced flow: the call is a tool step, stored before it starts.
+        sink, parent = traced
+        step = start_span(
+            sink, "tool", tool_name, input=jsonable(params or {}), parent=parent, meta={"mcp_id": target}
+        )
+        try:
+            result = await pool.call_tool(target, tool_name, params or {}, timeout=timeout)
+        except BaseException as exc:
+            step.fail(str(exc) or type(exc).__name__)
+            raise
+        else:
+            step.output = jsonable(result)
+            return result
+        finally:
+            step.finish()
 
     def call_sync(
         self,

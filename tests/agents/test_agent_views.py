@@ -131,3 +131,35 @@ def test_a_bad_redaction_pattern_is_refused(admin_client) -> None:
         reverse("agents:privacy"), {"redaction_patterns": "(x", "retention_days": "14"}
     )
     assert response.status_code == 400 and "not a valid regular expression" in response.content.decode()
+
+
+@pytest.mark.parametrize(
+    ("url", "allow_private"),
+    [
+        ("http://169.254.169.254/latest/meta-data/", True),  # metadata: always refused
+        ("http://[fe80::1]/v1", True),  # link-local: always refused
+        ("http://127.0.0.1:11434/v1", False),  # loopback without LLAMON_ALLOW_PRIVATE_MCP
+        ("http://10.0.0.5/v1", False),
+        ("file:///etc/passwd", True),
+    ],
+)
+def test_an_llm_endpoint_gets_the_mcp_url_policy(editor_client, settings, url, allow_private) -> None:
+    settings.LLAMON_ALLOW_PRIVATE_MCP = allow_private
+    response = editor_client.post(
+        reverse("agents:create"),
+        _agent_post(model_provider="openai-compatible", model_name="m", model_base_url=url),
+    )
+    assert response.status_code == 400
+    assert "The model&#x27;s base URL is refused" in response.content.decode()
+    assert not Agent.objects.exists()
+
+
+def test_a_loopback_llm_endpoint_is_fine_when_private_addresses_are_allowed(editor_client, settings) -> None:
+    settings.LLAMON_ALLOW_PRIVATE_MCP = True
+    response = editor_client.post(
+        reverse("agents:create"),
+        _agent_post(
+            model_provider="openai-compatible", model_name="m", model_base_url="http://127.0.0.1:11434/v1"
+        ),
+    )
+    assert response.status_code == 302

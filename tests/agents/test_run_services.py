@@ -245,3 +245,46 @@ def test_diagnostics_flag_an_llm_call_that_repeats_a_pre_step_call(agent) -> Non
     )
     messages = [d["message"] for d in run_diagnostics(run=run)]
     assert any("same params the pre-step rule route already used" in m for m in messages)
+
+
+def test_the_reaper_fails_served_runs_that_stopped_sending_traces_with_their_own_bound(agent) -> None:
+    old = timezone.now() - timedelta(seconds=120)
+    served = Run.objects.create(
+        query="q", source=Run.Source.SERVED, status=Run.Status.RUNNING, heartbeat_at=old
+    )
+    worker = Run.objects.create(agent=agent, query="q", status=Run.Status.RUNNING, heartbeat_at=old)
+    assert services.runs_reap(stale_after_s=30, served_stale_after_s=600) == 1  # the worker run only
+    served.refresh_from_db()
+    assert served.status == Run.Status.RUNNING
+    assert services.runs_reap(stale_after_s=30, served_stale_after_s=60) == 1
+    served.refresh_from_db()
+    worker.refresh_from_db()
+    assert served.status == Run.Status.FAILED and served.error_kind == "served_lost"
+    assert served.error.startswith("served agent stopped reporting: no trace event for 60 s")
+    assert worker.error_kind == "worker_lost"
+
+
+def test_every_ingested_batch_is_a_sign_of_life() -> None:
+    run, _ = services.run_ingest(
+        actor=None,
+        run=None,
+        events=[],
+        source="served",
+        agent=None,
+        agent_name="bot",
+        request=AgentRequest(query="q"),
+        finish=None,
+    )
+    Run.objects.filter(pk=run.pk).update(heartbeat_at=timezone.now() - timedelta(seconds=900))
+    services.run_ingest(
+        actor=None,
+        run=run,
+        events=[],
+        source="served",
+        agent=None,
+        agent_name="bot",
+        request=None,
+        finish=None,
+    )
+    assert services.runs_reap(served_stale_after_s=600) == 0
+    assert Run.objects.get(pk=run.pk).status == Run.Status.RUNNING
