@@ -432,7 +432,9 @@ class _Checker:
 
     def check_Attribute(self, node: ast.Attribute, bound: frozenset[str], in_comp: bool) -> None:
         self._check_attr_name(node)
-        if node.attr in _GUARDED_METHODS:
+        # Calls reach methods through check_Call; here a method would be a value, e.g. a sort key
+        # (sorted(words, key=query.count) makes a helper call a method once per item: quadratic).
+        if node.attr in _GUARDED_METHODS or (node.attr in METHOD_NAMES and node.attr not in CTX_ATTRS):
             raise self.src.attr_error(node, f".{node.attr}() can only be called, not used as a value")
         self.check(node.value, bound, in_comp)
 

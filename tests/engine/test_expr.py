@@ -765,3 +765,13 @@ def test_namespace_exposes_only_documented_names() -> None:
     documented = set(expr.CTX_NAMES) | set(expr.HELPER_NAMES) | set(expr.BUILTIN_NAMES)
     assert visible == documented - {"data_get"}  # data_get is rewritten to a hidden helper
     assert namespace["__builtins__"] == {}
+
+
+@pytest.mark.parametrize(
+    "source",
+    ["sorted(query.split(), key=query.count)", "max(a2a_data or [], key=context.get)", "[query.find][0]"],
+)
+def test_methods_cannot_be_passed_as_values(source: str) -> None:
+    """A method as a value (e.g. a sort key) would be called once per item: refused when saved."""
+    with pytest.raises(ExprError, match=r"can only be called, not used as a value"):
+        compile_when(source)
