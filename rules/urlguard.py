@@ -69,8 +69,12 @@ def default_resolver(host: str, port: int) -> list[str]:
     return [str(info[4][0]) for info in infos]
 
 
-def check_mcp_url(url: str, *, allow_private: bool, resolver: Resolver | None = None) -> None:
-    """Raise UnsafeUrlError unless ``url`` is an http(s) URL whose host and every resolved address are allowed."""
+def check_mcp_url(url: str, *, allow_private: bool, resolver: Resolver | None = None) -> list[str]:
+    """Raise UnsafeUrlError unless ``url`` is an http(s) URL whose host and every resolved address are allowed.
+
+    Returns the addresses a host name resolved to (all checked; empty for an address literal):
+    the pool connects to them rather than resolving the name again.
+    """
     if not isinstance(url, str) or not url:
         raise UnsafeUrlError("Enter the server's URL, like https://mcp.example.com/mcp.")
     if len(url) > MAX_URL_LENGTH:
@@ -100,7 +104,7 @@ def check_mcp_url(url: str, *, allow_private: bool, resolver: Resolver | None = 
     address = parse_host_address(host)
     if address is not None:
         _check_address(address, shown=host, allow_private=allow_private)
-        return
+        return []
 
     if "%" in host:
         raise UnsafeUrlError(f"The host name {host!r} is percent-encoded; write it plainly.")
@@ -112,12 +116,12 @@ def check_mcp_url(url: str, *, allow_private: bool, resolver: Resolver | None = 
     address = parse_host_address(name)
     if address is not None:
         _check_address(address, shown=f"{host} ({name})", allow_private=allow_private)
-        return
+        return []
     if name in METADATA_HOSTS:
         raise UnsafeUrlError(f"{name} is a cloud metadata service; it is always refused.")
     if (name == "localhost" or name.endswith(".localhost")) and not allow_private:
         raise UnsafeUrlError(f"{name} is a loopback name; {PRIVATE_HINT}.")
-    _check_resolved(name, port, allow_private=allow_private, resolver=resolver or default_resolver)
+    return _check_resolved(name, port, allow_private=allow_private, resolver=resolver or default_resolver)
 
 
 def parse_host_address(host: str) -> IPAddress | None:
@@ -168,13 +172,14 @@ def _legacy_ipv4(labels: list[str]) -> int | None:
     return value * 256 ** (4 - len(head)) + last
 
 
-def _check_resolved(name: str, port: int, *, allow_private: bool, resolver: Resolver) -> None:
+def _check_resolved(name: str, port: int, *, allow_private: bool, resolver: Resolver) -> list[str]:
     try:
         raw = list(resolver(name, port))
     except (OSError, UnicodeError) as exc:
         raise UnsafeUrlError(f"The host name {name} does not resolve ({exc}).") from None
     if not raw:
         raise UnsafeUrlError(f"The host name {name} does not resolve to any address.")
+    checked: list[str] = []
     for item in raw:
         try:
             # A scope id ("fe80::1%eth0") is not part of the address.
@@ -184,6 +189,8 @@ def _check_resolved(name: str, port: int, *, allow_private: bool, resolver: Reso
                 f"The host name {name} resolves to {item!r}, which is not an IP address."
             ) from None
         _check_address(address, shown=f"{name} (resolves to {address})", allow_private=allow_private)
+        checked.append(str(address))
+    return checked
 
 
 def _embedded_v4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
@@ -238,8 +245,10 @@ def configured_resolver() -> Resolver:
     return import_string(dotted) if dotted else default_resolver
 
 
-def check_mcp_url_configured(url: str) -> None:
+def check_mcp_url_configured(url: str) -> list[str]:
     """:func:`check_mcp_url` with the project's settings (``LLAMON_ALLOW_PRIVATE_MCP``, ``LLAMON_URL_RESOLVER``)."""
     from django.conf import settings
 
-    check_mcp_url(url, allow_private=bool(settings.LLAMON_ALLOW_PRIVATE_MCP), resolver=configured_resolver())
+    return check_mcp_url(
+        url, allow_private=bool(settings.LLAMON_ALLOW_PRIVATE_MCP), resolver=configured_resolver()
+    )

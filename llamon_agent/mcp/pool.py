@@ -38,7 +38,7 @@ import os
 import re
 import threading
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -70,7 +70,10 @@ logger = logging.getLogger("llamon_agent.mcp")
 
 T = TypeVar("T")
 StdioAllowed = Callable[[McpServerSpec], bool]
-HttpGuard = Callable[[str], None]
+# Called with a URL before each connect; raises to refuse it. It may return the addresses it
+# checked: the connection then goes to the first one, so the name is not resolved a second time
+# (a name that changes between the check and the connect cannot redirect it: DNS rebinding).
+HttpGuard = Callable[[str], Sequence[str] | None]
 
 _GRACEFUL_EXIT_S = 2.0  # a child gets this long to exit after its stdin closes (MCP stdio shutdown)
 _KILL_WAIT_S = 2.0  # then SIGTERM, and SIGKILL after this long
@@ -281,14 +284,27 @@ async def _pump_stderr(process: Any, link: _Link, mcp_id: str) -> None:
 # --------------------------------------------------------------------------- HTTP transport
 
 
+def pin_request(request: httpx.Request, pins: Mapping[str, str]) -> None:
+    """Send ``request`` to the pinned address of its host; the Host header and TLS name stay the name."""
+    host = request.url.host
+    address = pins.get(host)
+    if address is None:
+        return
+    request.url = request.url.copy_with(host=address)
+    # httpx set the Host header from the original URL; TLS must check the certificate of the name.
+    request.extensions = {**request.extensions, "sni_hostname": host}
+
+
 class _TaggingTransport(httpx.AsyncBaseTransport):
     """httpx transport that tells the pool which requests never reached the server."""
 
-    def __init__(self, link: _Link) -> None:
+    def __init__(self, link: _Link, pins: Mapping[str, str] | None = None) -> None:
         self._inner = httpx.AsyncHTTPTransport()
         self._link = link
+        self._pins = dict(pins or {})
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        pin_request(request, self._pins)
         try:
             return await self._inner.handle_async_request(request)
         except httpx.ConnectError:
@@ -311,18 +327,22 @@ async def _http_transport(
     spec: McpServerSpec, link: _Link, *, guard: HttpGuard | None
 ) -> AsyncIterator[tuple[Any, Any]]:
     url = spec.url or ""
+    pins: dict[str, str] = {}
     if guard is not None:
         try:
             # In a thread: the guard may resolve the host name, which blocks.
-            await anyio.to_thread.run_sync(guard, url)
+            checked = await anyio.to_thread.run_sync(guard, url)
         except Exception as exc:
             raise McpConnectionError.about(
                 f"refused to connect to {url}: {exc}", mcp_id=spec.mcp_id
             ) from None
+        host = httpx.URL(url).host
+        if checked and host:
+            pins[host] = str(checked[0])
     client = httpx.AsyncClient(
         headers=spec.header_pairs(dict(os.environ)),
         timeout=httpx.Timeout(30.0, read=300.0),
-        transport=_TaggingTransport(link),
+        transport=_TaggingTransport(link, pins),
         follow_redirects=False,
         # No proxy from the environment: the guard has checked this URL, not a proxy's.
         trust_env=False,
