@@ -130,10 +130,10 @@ def refresh_mcp_server_tools(request: HttpRequest, server_id: DbId) -> Any:
 def call_mcp_tool(request: HttpRequest, server_id: DbId, payload: ToolCallIn) -> Any:
     """Call one tool (editor) with arguments checked against its input schema; the raw result and latency."""
     server = get_or_404(McpServer, "MCP server", pk=server_id)
-    result, latency_ms = mcp_services.mcp_server_call_tool(
+    call = mcp_services.mcp_server_call_tool(
         actor=request.auth, server=server, tool_name=payload.tool, arguments=payload.arguments
     )
-    return {"result": result, "latency_ms": latency_ms}
+    return {"result": call.result, "raw": call.raw, "latency_ms": call.latency_ms}
 
 
 # --- Registry (what llamon_agent.mcp.HttpRegistry reads) ------------------------------------------

@@ -202,13 +202,23 @@ def mcp_server_refresh_tools(*, actor: Any, server: McpServer) -> ToolsDiff:
     return diff
 
 
+@dataclass(frozen=True)
+class ToolCall:
+    """One tool call from the server page: what the pre-step would store, what the server sent, how long."""
+
+    result: Any
+    raw: dict[str, Any]
+    latency_ms: float
+
+
 def mcp_server_call_tool(
     *, actor: Any, server: McpServer, tool_name: str, arguments: dict[str, Any]
-) -> tuple[Any, float]:
-    """Call one tool with arguments checked against its input schema first; returns (result, latency_ms).
+) -> ToolCall:
+    """Call one tool with arguments checked against its input schema first.
 
-    The result is what the pre-step would store (structured content, or text). Audited (tool name and
-    argument names; values may be personal data). Tool and connection failures raise McpServerError.
+    ``result`` is what the pre-step would store (structured content, or text); ``raw`` is the
+    server's CallToolResult as JSON (long binary data shortened). Audited (tool name and argument
+    names; values may be personal data). Tool and connection failures raise McpServerError.
     """
     if not has_role(actor, "editor"):
         raise PermissionDenied("Calling a tool needs the editor role.")
@@ -231,7 +241,9 @@ def mcp_server_call_tool(
     )  # fmt: skip
     started = time.perf_counter()
     try:
-        result = pool_for_server(server).call_tool_sync(server.mcp_id, tool_name, arguments)
+        raw, result = pool_for_server(server).call_tool_traced_sync(server.mcp_id, tool_name, arguments)
+        if isinstance(result, McpError):
+            raise result
     except (McpConnectionError, McpTimeoutError) as exc:
         _record_health(server, error=str(exc))
         raise McpServerError(f"The call failed: {_strip_where(exc)}") from None
@@ -241,7 +253,25 @@ def mcp_server_call_tool(
         raise McpServerError(f"The tool reported an error: {_strip_where(exc)}") from None
     latency_ms = (time.perf_counter() - started) * 1000
     _record_health(server, error="")
-    return result, latency_ms
+    return ToolCall(result=result, raw=_raw_json(raw), latency_ms=latency_ms)
+
+
+def _raw_json(raw: Any, *, max_data_chars: int = 200) -> dict[str, Any]:
+    """The CallToolResult as JSON, with base64 image/audio/blob data cut to a marker."""
+    data = raw.model_dump(mode="json", by_alias=True, exclude_none=True)
+    for block in data.get("content") or []:
+        for key in ("data", "blob"):
+            value = block.get(key) if isinstance(block, dict) else None
+            if isinstance(value, str) and len(value) > max_data_chars:
+                block[key] = f"<{len(value):,} base64 characters>"
+        resource = block.get("resource") if isinstance(block, dict) else None
+        if (
+            isinstance(resource, dict)
+            and isinstance(resource.get("blob"), str)
+            and len(resource["blob"]) > max_data_chars
+        ):
+            resource["blob"] = f"<{len(resource['blob']):,} base64 characters>"
+    return data
 
 
 def tools_diff(old: list[dict[str, Any]], new: list[dict[str, Any]], *, first: bool = False) -> ToolsDiff:

@@ -155,14 +155,15 @@ def tool_call(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         arguments = form.arguments()
         context["arguments_json"] = pretty_json(arguments)
         try:
-            result, latency_ms = mcp_server_call_tool(
+            call = mcp_server_call_tool(
                 actor=request.user, server=server, tool_name=tool_name, arguments=arguments
             )
         except McpServerError as exc:
             context["call_error"] = exc.message
         else:
-            context["result_json"] = pretty_json(result)
-            context["latency_ms"] = latency_ms
+            context["result_json"] = pretty_json(call.result)
+            context["raw_json"] = pretty_json(call.raw)
+            context["latency_ms"] = call.latency_ms
     template = f"{CALL_TEMPLATE}#tool-call" if request.htmx else CALL_TEMPLATE
     return render(request, template, context)
 

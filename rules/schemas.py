@@ -85,7 +85,8 @@ class ToolCallIn(Schema):
 
 
 class ToolCallOut(Schema):
-    result: Any
+    result: Any = Field(description="What the pre-step would store: structured content, or text.")
+    raw: dict[str, Any] = Field(description="The server's CallToolResult (long binary data shortened).")
     latency_ms: float
 
 

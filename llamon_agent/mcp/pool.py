@@ -507,6 +507,13 @@ class McpPool:
         """Blocking :meth:`call_tool` for plain threads (Django views, Celery tasks)."""
         return self._blocking(self._call_normalized, mcp_id, tool_name, params, timeout)
 
+    def call_tool_traced_sync(
+        self, mcp_id: str, tool_name: str, params: dict[str, Any] | None = None, timeout: float | None = None
+    ) -> tuple[types.CallToolResult, Normalized | McpError]:
+        """One call, both views: the raw ``CallToolResult`` and its normalized value (or the McpError
+        normalizing raised, e.g. for ``isError``). For pages that show what the server really sent."""
+        return self._blocking(self._call_both, mcp_id, tool_name, params, timeout)
+
     def langchain_tools_sync(self, mcp_id: str) -> list[BaseTool]:
         """Blocking :meth:`langchain_tools`."""
         return self._blocking(self._langchain_tools, mcp_id)
@@ -763,6 +770,17 @@ class McpPool:
         slot = self._slots.get(mcp_id)
         schema = slot.output_schema(tool_name) if slot is not None else None
         return normalize_result(result, mcp_id=mcp_id, tool_name=tool_name, output_schema=schema)
+
+    async def _call_both(
+        self, mcp_id: str, tool_name: str, params: dict[str, Any] | None, timeout: float | None
+    ) -> tuple[types.CallToolResult, Normalized | McpError]:
+        raw = await self._call(mcp_id, tool_name, params, timeout)
+        slot = self._slots.get(mcp_id)
+        schema = slot.output_schema(tool_name) if slot is not None else None
+        try:
+            return raw, normalize_result(raw, mcp_id=mcp_id, tool_name=tool_name, output_schema=schema)
+        except McpError as exc:
+            return raw, exc
 
     async def _call(
         self, mcp_id: str, tool_name: str, params: dict[str, Any] | None, timeout: float | None

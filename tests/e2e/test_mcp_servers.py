@@ -67,4 +67,6 @@ def test_admin_adds_refreshes_and_calls_the_knowledge_base(page, logged_in) -> N
     text = result.inner_text()
     assert '"doc_id": "KB-001"' in text and "환불" in text
     assert page.locator("#call-latency").inner_text().endswith(" ms")
+    page.get_by_text("Raw reply").click()
+    assert '"structuredContent"' in page.locator("#raw-json").inner_text()
     screenshot(page, "mcp-call-tool")

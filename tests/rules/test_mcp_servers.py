@@ -192,11 +192,15 @@ def test_failed_refresh_keeps_the_tools_and_records_the_error(kb, admin) -> None
 
 
 def test_call_tool_with_a_korean_query(kb, editor) -> None:
-    result, latency_ms = mcp_server_call_tool(
+    call = mcp_server_call_tool(
         actor=editor, server=kb, tool_name="search_docs", arguments={"q": "환불 규정"}
     )
-    assert result["count"] >= 1 and result["results"][0]["doc_id"].startswith("KB-")
-    assert latency_ms > 0
+    assert call.result["count"] >= 1 and call.result["results"][0]["doc_id"].startswith("KB-")
+    assert call.latency_ms > 0
+    # The raw reply is what the server sent: content blocks and the structured content.
+    assert call.raw["isError"] is False
+    assert call.raw["structuredContent"] == call.result
+    assert call.raw["content"][0]["type"] == "text"
     event = AuditEvent.objects.get(action="mcp_server.call_tool")
     assert event.after == {"tool": "search_docs", "argument_names": ["q"]}
 
