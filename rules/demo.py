@@ -196,7 +196,7 @@ def _seed_agent(actor: Any, rule_set: RuleSet) -> tuple[Any, bool]:
         rule_set=rule_set,
         rule_set_mode="latest",
         model_provider="offline",
-        output_masks=["card_number"],
+        output_masks=["card_number", "email"],
     )
     return agent_save(actor=actor, agent=agent), True
 

@@ -13,6 +13,9 @@ def test_home_shows_services_and_demo_servers(viewer_client) -> None:
     html = response.content.decode()
     assert response.status_code == 200
     assert "order-service" in html and "knowledge-base" in html
+    assert 'id="home-rule-sets"' in html and "seed-rules" in html
+    assert 'id="home-agents"' in html and "seed-demo" in html
+    assert 'id="home-runs"' in html and "주문 조회 부탁해 A-1001" in html  # the demo's queued runs
     assert "database" in html and "broker" in html
     assert 'hx-headers=\'{"x-csrftoken"' in html
     assert "htmx" in html  # the script tag from django-htmx
