@@ -157,7 +157,11 @@ def params_schema_errors(server: McpServer | None, tool_name: str | None, params
     if server is None or tool_name is None:
         return []
     tool = next((t for t in server.tools if t["name"] == tool_name), None)
-    schema = (tool or {}).get("input_schema") or {}
+    return schema_errors((tool or {}).get("input_schema") or {}, params)
+
+
+def schema_errors(schema: Mapping[str, Any], value: Any, *, limit: int = 20) -> list[str]:
+    """Why ``value`` does not fit a JSON schema, as short readable lines; empty when it fits (or no schema)."""
     if not schema:
         return []
     validator_cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
@@ -165,13 +169,12 @@ def params_schema_errors(server: McpServer | None, tool_name: str | None, params
         validator_cls.check_schema(schema)
     except jsonschema.SchemaError as exc:
         return [f"the tool's input schema is itself invalid: {exc.message}"]
-    errors = sorted(validator_cls(schema).iter_errors(params), key=lambda e: list(e.absolute_path))
-    return [_schema_message(e) for e in errors[:20]]
-
-
-def _schema_message(error: jsonschema.ValidationError) -> str:
-    where = "/".join(str(p) for p in error.absolute_path)
-    return f"{where}: {error.message}" if where else error.message
+    found = sorted(validator_cls(schema).iter_errors(value), key=lambda e: list(map(str, e.absolute_path)))
+    lines = []
+    for error in found[:limit]:
+        where = "/".join(str(p) for p in error.absolute_path)
+        lines.append(f"{where}: {error.message}" if where else error.message)
+    return lines
 
 
 def live_backend(servers: Mapping[str, McpServer]) -> Any:

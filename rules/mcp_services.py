@@ -14,7 +14,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import jsonschema
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, transaction
@@ -24,7 +23,7 @@ from llamon_agent.mcp import McpError, McpServerSpec
 from llamon_agent.mcp.errors import McpConnectionError, McpTimeoutError
 from llamon_agent.mcp.spec import ENV_NAME_RE, MCP_ID_RE
 from llamon_web.roles import has_role
-from rules.engine import tools_hash
+from rules.engine import schema_errors, tools_hash
 from rules.errors import RuleError
 from rules.models import McpServer
 from rules.pool import pool_for_server, pool_forget, stdio_refusal
@@ -230,7 +229,7 @@ def mcp_server_call_tool(
         )
     if not isinstance(arguments, dict):
         raise McpServerError("The arguments must be a JSON object.", field="arguments")
-    errors = arguments_errors(tool.get("input_schema") or {}, arguments)
+    errors = schema_errors(tool.get("input_schema") or {}, arguments)
     if errors:
         raise McpServerError(
             "The arguments do not fit the tool's input schema: " + "; ".join(errors), field="arguments"
@@ -290,25 +289,6 @@ def tools_diff(old: list[dict[str, Any]], new: list[dict[str, Any]], *, first: b
         if changes:
             diff.changed[name] = changes
     return diff
-
-
-def arguments_errors(schema: dict[str, Any], arguments: dict[str, Any]) -> list[str]:
-    """Why ``arguments`` do not fit ``schema`` (jsonschema), as short readable lines; empty when they fit."""
-    if not schema:
-        return []
-    validator_cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    try:
-        validator_cls.check_schema(schema)
-    except jsonschema.SchemaError as exc:
-        return [f"the tool's input schema is itself invalid ({exc.message})"]
-    found = sorted(
-        validator_cls(schema).iter_errors(arguments), key=lambda e: list(map(str, e.absolute_path))
-    )
-    lines = []
-    for error in found[:20]:
-        where = "/".join(str(p) for p in error.absolute_path)
-        lines.append(f"{where}: {error.message}" if where else error.message)
-    return lines
 
 
 # --------------------------------------------------------------------------- validation
