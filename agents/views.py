@@ -4,24 +4,19 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.core.paginator import Paginator
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseStopPolling
-from django_htmx.middleware import HtmxDetails
 
 from agents import selectors, services
 from agents.errors import AgentError
 from agents.forms import AgentForm, PrivacyForm, RunFilterForm, RunStartForm
 from agents.graph_svg import flow_graph
 from agents.models import Agent, Run
+from llamon_web.http import HtmxHttpRequest
 from llamon_web.roles import has_role, require_role
-
-
-class HtmxHttpRequest(HttpRequest):
-    htmx: HtmxDetails
-
 
 # --- Agents -------------------------------------------------------------------------------------
 

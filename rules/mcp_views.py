@@ -9,11 +9,11 @@ this app runs. Every page works without JavaScript; htmx requests get the swappe
 from __future__ import annotations
 
 from django.contrib import messages
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
-from django_htmx.middleware import HtmxDetails
 
+from llamon_web.http import HtmxHttpRequest
 from llamon_web.roles import require_role
 from rules.mcp_forms import McpServerForm, ToolCallForm
 from rules.mcp_selectors import (
@@ -43,10 +43,6 @@ CALL_TEMPLATE = "rules/mcp/tool_call.html"
 CONFIRM_MESSAGE = (
     "Check the full command line below: it is exactly what will run. Press Save again to save it."
 )
-
-
-class HtmxHttpRequest(HttpRequest):
-    htmx: HtmxDetails
 
 
 @require_role("viewer")

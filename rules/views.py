@@ -12,8 +12,8 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect, trigger_client_event
-from django_htmx.middleware import HtmxDetails
 
+from llamon_web.http import HtmxHttpRequest
 from llamon_web.roles import has_role, require_role
 from rules import cases, engine, exporting, selectors, services
 from rules.cases import case_expected_from_outcome, suite_run
@@ -21,11 +21,6 @@ from rules.checks import rule_set_problems
 from rules.errors import RuleError, StaleEditError
 from rules.forms import AuditFilterForm, PublishForm, RuleForm, RuleSetForm, TesterForm
 from rules.models import Rule, RuleSet, RuleSetVersion, TestCase
-
-
-class HtmxHttpRequest(HttpRequest):
-    htmx: HtmxDetails
-
 
 # --- Rule sets ----------------------------------------------------------------------------------
 
