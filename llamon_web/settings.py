@@ -74,6 +74,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "llamon_web.middleware.HtmxMessagesMiddleware",
 ]
 
 ROOT_URLCONF = "llamon_web.urls"

@@ -59,3 +59,23 @@ def test_server_list_escapes_untrusted_text(viewer_client) -> None:
     html = viewer_client.get(reverse("servers:list")).content.decode()
     assert "<script>alert(1)</script>" not in html
     assert "&lt;script&gt;" in html
+
+
+def test_htmx_responses_carry_pending_messages_out_of_band(editor_client) -> None:
+    """A refused htmx action shows its message although only one region is swapped (and only once)."""
+    from rules import services
+    from rules.models import McpServer
+
+    McpServer.objects.create(mcp_id="s", transport="http", url="http://127.0.0.1:9/mcp")
+    rule_set = services.rule_set_create(actor=None, name="m")
+    rule = services.rule_create(
+        actor=None, rule_set=rule_set, name="r", mcp_id="s", tool_name="t", when="True", params="{}"
+    )
+    url = reverse("rules:rule_move", args=[rule_set.pk, rule.pk])
+    html = editor_client.post(url, {"direction": "sideways"}, HTTP_HX_REQUEST="true").content.decode()
+    assert 'id="messages" role="status" hx-swap-oob="true"' in html
+    assert html.count("direction must be") == 1
+    # Without htmx the message waits for the redirected full page, where base.html shows it.
+    response = editor_client.post(url, {"direction": "sideways"}, follow=True)
+    assert response.content.decode().count("direction must be") == 1
+    assert 'hx-swap-oob="true"' not in response.content.decode().split('id="messages"')[1][:40]

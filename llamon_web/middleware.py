@@ -1,0 +1,39 @@
+"""Middleware of the page shell."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.template.loader import render_to_string
+
+
+class HtmxMessagesMiddleware:
+    """Flash messages reach the page on htmx swaps too.
+
+    An htmx response replaces one region, so messages added while handling it (a refused move,
+    a stale edit) would otherwise wait for the next full page. They are appended to the response
+    and swapped out of band into the ``#messages`` list that base.html always renders.
+    """
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        if not getattr(request, "htmx", False) or response.streaming or "HX-Redirect" in response:
+            return response
+        if not 200 <= response.status_code < 300 and response.status_code not in (409, 422):
+            return response
+        if not response.get("Content-Type", "").startswith("text/html"):
+            return response
+        storage = messages.get_messages(request)
+        if storage.used:  # the response's own template showed them already
+            return response
+        pending = list(storage)
+        if pending:
+            response.content += render_to_string(
+                "_messages.html", {"messages": pending, "oob": True}
+            ).encode()
+        return response
