@@ -35,6 +35,7 @@ fmt: install
 	$(VENV)/bin/ruff format .
 
 bench: install
+	$(PY) benchmarks/bench_expr.py
 	$(PY) benchmarks/bench_prestep.py
 	$(PY) benchmarks/bench_mcp.py
 	$(PY) benchmarks/bench_tester.py
