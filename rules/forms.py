@@ -95,6 +95,8 @@ def _compiled(source: str, compiler: Any) -> str:
 class TesterForm(forms.Form):
     """A sample request: query, context, DataParts (or a whole pasted A2A message) and FileParts."""
 
+    _message: AgentRequest | None = None  # a pasted A2A message, parsed by clean()
+
     query = forms.CharField(
         required=False, max_length=MAX_QUERY_CHARS, widget=forms.Textarea(attrs={"rows": 2})
     )
@@ -171,7 +173,7 @@ class TesterForm(forms.Form):
         if isinstance(cleaned.get("data"), dict):
             # A pasted A2A message is parsed now so that its errors land on the DataParts field.
             try:
-                self.to_request()
+                self._message = to_request(cleaned["data"])
             except A2AFormatError as exc:
                 self.add_error("data", f"Not a valid A2A message: {exc}")
         return cleaned
@@ -181,8 +183,8 @@ class TesterForm(forms.Form):
         data = self.cleaned_data
         query, context = data.get("query") or "", dict(data.get("context") or {})
         a2a_data, files = data.get("data"), data.get("files")
-        if isinstance(a2a_data, dict):  # a whole A2A message
-            message = to_request(a2a_data)
+        if isinstance(a2a_data, dict):  # a whole A2A message, parsed once by clean()
+            message = self._message if self._message is not None else to_request(a2a_data)
             query = query or message.query
             context = {**message.context, **context}
             files = files if files is not None else message.a2a_files
