@@ -16,6 +16,7 @@ from agents.services import llm_url_check, privacy_get, run_finish
 from agents.sink import DbStepSink
 from llamon_agent.tools import AgentRequest
 from rules import engine
+from rules.urlguard import configured_policy
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +83,7 @@ def agent_spec(agent: Agent, rules: RulesRef):
         react_mcp_ids=[s.mcp_id for s in agent.react_servers.all()],
         max_iterations=agent.max_iterations,
         answer_from_prestep=agent.answer_from_prestep,
+        url_policy=configured_policy(),  # the model's client connects only where this policy allows
     )
 
 

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from langchain_core.runnables import Runnable
 
     from llamon_agent.settings import Settings
+    from llamon_agent.urlguard import UrlPolicy
 
 Provider = Literal["offline", "scripted", "openai-compatible"]
 
@@ -127,19 +128,28 @@ class ModelConfig(BaseModel):
         return self.provider
 
 
-def make_chat_model(config: ModelConfig) -> BaseChatModel:
-    """A chat model for ``config``; :class:`ModelConfigError` when it cannot be made."""
+def make_chat_model(config: ModelConfig, *, url_policy: UrlPolicy | None = None) -> BaseChatModel:
+    """A chat model for ``config``; :class:`ModelConfigError` when it cannot be made.
+
+    ``url_policy``: where the openai-compatible client may connect (None: the engine's default,
+    :data:`llamon_agent.net.DEFAULT_POLICY`); see :func:`_openai_compatible`.
+    """
     if config.provider == "offline":
         return OfflineChatModel()
     if config.provider == "scripted":
         if config.script is None:
             raise ModelConfigError("the scripted model needs a script: a list of replies")
         return ScriptedChatModel(script=config.script)
-    return _openai_compatible(config)
+    return _openai_compatible(config, url_policy)
 
 
-def _openai_compatible(config: ModelConfig) -> BaseChatModel:
+OPENAI_DEFAULT_BASE_URL = "https://api.openai.com/v1"
+
+
+def _openai_compatible(config: ModelConfig, url_policy: UrlPolicy | None = None) -> BaseChatModel:
     from langchain_openai import ChatOpenAI
+
+    from llamon_agent.net import guarded_async_client, guarded_client
 
     key = read_api_key(config.api_key_env)
     kwargs: dict[str, Any] = {}
@@ -147,9 +157,16 @@ def _openai_compatible(config: ModelConfig) -> BaseChatModel:
         kwargs["temperature"] = config.temperature
     if config.max_tokens is not None:
         kwargs["max_tokens"] = config.max_tokens
+    # The variables the openai client would read itself: the guarded clients must know the server.
+    base_url = (
+        config.base_url
+        or os.environ.get("OPENAI_API_BASE")
+        or os.environ.get("OPENAI_BASE_URL")
+        or OPENAI_DEFAULT_BASE_URL
+    )
     return ChatOpenAI(
         model=config.model,
-        base_url=config.base_url,
+        base_url=base_url,
         api_key=key,  # type: ignore[arg-type]
         timeout=config.timeout_s,
         # One retry covers a dropped keep-alive connection; more would only delay the
@@ -157,6 +174,10 @@ def _openai_compatible(config: ModelConfig) -> BaseChatModel:
         max_retries=1,
         # vLLM, Ollama and llama.cpp speak chat completions, not OpenAI's Responses API.
         use_responses_api=False,
+        # The openai client follows redirects and resolves the name itself: these clients reach
+        # only the endpoint's server, at addresses the policy checked (llamon_agent.net).
+        http_client=guarded_client(base_url, url_policy),
+        http_async_client=guarded_async_client(base_url, url_policy),
         **kwargs,
     )
 
@@ -444,6 +465,12 @@ def model_error_message(exc: BaseException, config: ModelConfig | None = None) -
         if isinstance(exc, openai.AuthenticationError):
             key = f" (read from {config.api_key_env})" if config is not None and config.api_key_env else ""
             return f"the LLM endpoint{where} refused the API key{key}: HTTP {exc.status_code}"
+        if isinstance(exc, openai.APIStatusError) and 300 <= exc.status_code < 400:
+            location = exc.response.headers.get("location", "?")
+            return (
+                f"the LLM endpoint{where} answered a redirect (HTTP {exc.status_code} to {_short(location)}), "
+                "which is not followed: set the base URL to the address that answers"
+            )
         if isinstance(exc, openai.APIStatusError):
             return f"the LLM endpoint{where} answered HTTP {exc.status_code}: {_short(exc.message)}"
         if isinstance(exc, openai.APIResponseValidationError):

@@ -49,6 +49,7 @@ from llamon_agent.prestep import (
 )
 from llamon_agent.tools import AgentRequest
 from llamon_agent.trace import Span, TraceSink, jsonable, start_span
+from llamon_agent.urlguard import UrlPolicy
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
@@ -99,6 +100,8 @@ class AgentSpec:
     react_mcp_ids: Sequence[str] = ()  # servers whose tools the ReAct loop may call
     max_iterations: int = 6  # model calls per run
     answer_from_prestep: bool = False  # DESIGN.md item 6
+    # Where the model's client may connect (None: llamon_agent.net.DEFAULT_POLICY).
+    url_policy: UrlPolicy | None = None
 
     def __post_init__(self) -> None:
         if self.max_iterations < 1:
@@ -586,7 +589,7 @@ def _build(
 ) -> Any:
     run.stage = "model"
     run.check_cancel()
-    model = chat_model if chat_model is not None else make_chat_model(spec.model)
+    model = chat_model if chat_model is not None else make_chat_model(spec.model, url_policy=spec.url_policy)
     run.model_name = str(getattr(model, "model_name", None) or spec.model.display_name)
     return create_agent(
         model,

@@ -21,8 +21,10 @@ from typing import Any, Literal
 
 import httpx
 
+from llamon_agent.net import DestinationRefused, guarded_client
 from llamon_agent.tools import AgentRequest
 from llamon_agent.trace import TraceEvent
+from llamon_agent.urlguard import UrlPolicy
 
 logger = logging.getLogger("llamon_agent.trace")
 
@@ -43,13 +45,15 @@ class HttpTraceExporter:
         batch_size: int = 200,
         timeout: float = 10.0,
         retries: int = 3,
+        url_policy: UrlPolicy | None = None,
     ) -> None:
         self.url = base_url.rstrip("/") + INGEST_PATH
         headers = {"Accept": "application/json"}
         if token:
             headers["Authorization"] = f"Bearer {token}"
         # One client (connection pool) for every run; httpx.Client is safe to share between threads.
-        self.client = httpx.Client(headers=headers, timeout=timeout, follow_redirects=False)
+        # It reaches only llamon-web's server, at addresses url_policy checked (llamon_agent.net).
+        self.client = guarded_client(self.url, url_policy, headers=headers, timeout=timeout)
         self.flush_interval = flush_interval
         self.batch_size = min(batch_size, MAX_BATCH)
         self.retries = retries
@@ -201,6 +205,9 @@ class HttpTraceSink:
         for attempt in range(self._exporter.retries):
             try:
                 response = self._exporter.client.post(self._exporter.url, json=body)
+            except DestinationRefused as exc:
+                reason = str(exc)
+                break  # refused before connecting: asking again gets the same answer
             except httpx.HTTPError as exc:
                 reason = f"{type(exc).__name__}: {exc}"
             else:

@@ -38,7 +38,7 @@ import os
 import re
 import threading
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -62,6 +62,7 @@ from llamon_agent.mcp.errors import (
 )
 from llamon_agent.mcp.results import Normalized, normalize_result
 from llamon_agent.mcp.spec import McpServerSpec
+from llamon_agent.net import DEFAULT_POLICY, DestinationRefused, guarded_async_client
 
 if TYPE_CHECKING:
     from langchain_core.tools import BaseTool
@@ -71,8 +72,9 @@ logger = logging.getLogger("llamon_agent.mcp")
 T = TypeVar("T")
 StdioAllowed = Callable[[McpServerSpec], bool]
 # Called with a URL before each connect; raises to refuse it. It may return the addresses it
-# checked: the connection then goes to the first one, so the name is not resolved a second time
-# (a name that changes between the check and the connect cannot redirect it: DNS rebinding).
+# checked: the connection then goes to those, so the name is not resolved a second time (a name
+# that changes between the check and the connect cannot redirect it: DNS rebinding). Without
+# one, the engine's default policy (llamon_agent.net.DEFAULT_POLICY) checks the URL.
 HttpGuard = Callable[[str], Sequence[str] | None]
 
 _GRACEFUL_EXIT_S = 2.0  # a child gets this long to exit after its stdin closes (MCP stdio shutdown)
@@ -284,35 +286,24 @@ async def _pump_stderr(process: Any, link: _Link, mcp_id: str) -> None:
 # --------------------------------------------------------------------------- HTTP transport
 
 
-def pin_request(request: httpx.Request, pins: Mapping[str, str]) -> None:
-    """Send ``request`` to the pinned address of its host; the Host header and TLS name stay the name."""
-    host = request.url.host
-    address = pins.get(host)
-    if address is None:
-        return
-    request.url = request.url.copy_with(host=address)
-    # httpx set the Host header from the original URL; TLS must check the certificate of the name.
-    request.extensions = {**request.extensions, "sni_hostname": host}
-
-
 class _TaggingTransport(httpx.AsyncBaseTransport):
     """httpx transport that tells the pool which requests never reached the server."""
 
-    def __init__(self, link: _Link, pins: Mapping[str, str] | None = None) -> None:
-        self._inner = httpx.AsyncHTTPTransport()
+    def __init__(self, link: _Link, inner: httpx.AsyncBaseTransport) -> None:
+        self._inner = inner
         self._link = link
-        self._pins = dict(pins or {})
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        pin_request(request, self._pins)
         try:
             return await self._inner.handle_async_request(request)
-        except httpx.ConnectError:
+        except httpx.ConnectError as exc:
             if request.method == "POST":
                 request_id = _guess_request_id(request.content.decode("utf-8", errors="replace"))
                 if request_id is not None:
                     self._link.unsent.add(request_id)
-            self._link.finish("could not connect to the server")
+            self._link.finish(
+                str(exc) if isinstance(exc, DestinationRefused) else "could not connect to the server"
+            )
             raise
         except (httpx.ReadError, httpx.RemoteProtocolError, httpx.WriteError):
             self._link.finish("the server closed the connection")
@@ -327,25 +318,20 @@ async def _http_transport(
     spec: McpServerSpec, link: _Link, *, guard: HttpGuard | None
 ) -> AsyncIterator[tuple[Any, Any]]:
     url = spec.url or ""
-    pins: dict[str, str] = {}
-    if guard is not None:
-        try:
-            # In a thread: the guard may resolve the host name, which blocks.
-            checked = await anyio.to_thread.run_sync(guard, url)
-        except Exception as exc:
-            raise McpConnectionError.about(
-                f"refused to connect to {url}: {exc}", mcp_id=spec.mcp_id
-            ) from None
-        host = httpx.URL(url).host
-        if checked and host:
-            pins[host] = str(checked[0])
-    client = httpx.AsyncClient(
+    check = guard or DEFAULT_POLICY.check
+    try:
+        # In a thread: the guard may resolve the host name, which blocks.
+        checked = await anyio.to_thread.run_sync(check, url)
+    except Exception as exc:
+        raise McpConnectionError.about(f"refused to connect to {url}: {exc}", mcp_id=spec.mcp_id) from None
+    # The session connects to these addresses only (a guard returning None leaves the name to httpx),
+    # and refuses any request (a redirect included) that leaves the server of ``url``.
+    client = guarded_async_client(
+        url,
+        pinned=list(checked or []),
+        transport=lambda inner: _TaggingTransport(link, inner),
         headers=spec.header_pairs(dict(os.environ)),
         timeout=httpx.Timeout(30.0, read=300.0),
-        transport=_TaggingTransport(link, pins),
-        follow_redirects=False,
-        # No proxy from the environment: the guard has checked this URL, not a proxy's.
-        trust_env=False,
     )
     async with client, streamable_http_client(url, http_client=client) as (read_stream, write_stream, _):
         yield read_stream, write_stream

@@ -10,13 +10,16 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote
 
 from pydantic import ValidationError
 
 from llamon_agent.mcp.errors import RegistryError, UnknownServerError
 from llamon_agent.mcp.spec import McpServerSpec
+
+if TYPE_CHECKING:
+    from llamon_agent.urlguard import UrlPolicy
 
 
 class Registry(Protocol):
@@ -98,10 +101,18 @@ class FileRegistry:
 class HttpRegistry:
     """A llamon-web registry: ``GET {base_url}/api/registry[/{mcp_id}]`` with a bearer token."""
 
-    def __init__(self, base_url: str, token: str | None = None, *, timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        token: str | None = None,
+        *,
+        timeout: float = 10.0,
+        url_policy: UrlPolicy | None = None,
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.token = token
         self.timeout = timeout
+        self.url_policy = url_policy  # None: llamon_agent.net's default (private allowed, metadata never)
 
     async def get(self, mcp_ids: Iterable[str]) -> dict[str, McpServerSpec]:
         """The specs of ``mcp_ids``, one request each; UnknownServerError on 404."""
@@ -131,10 +142,13 @@ class HttpRegistry:
         }
 
     def _client(self, httpx: Any) -> Any:
+        from llamon_agent.net import guarded_async_client
+
         headers = {"Accept": "application/json"}
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
-        return httpx.AsyncClient(headers=headers, timeout=self.timeout, follow_redirects=False)
+        # Reaches only the registry's server, at checked addresses; a redirect is answered as an error.
+        return guarded_async_client(self.base_url, self.url_policy, headers=headers, timeout=self.timeout)
 
     async def _get_json(self, client: Any, url: str, *, mcp_id: str | None = None) -> Any:
         import httpx
@@ -150,6 +164,12 @@ class HttpRegistry:
         if response.status_code in (401, 403):
             raise RegistryError(
                 f"registry {self.base_url} refused the token (HTTP {response.status_code}); check LLAMON_REGISTRY_TOKEN"
+            )
+        if response.is_redirect:
+            raise RegistryError(
+                f"registry {self.base_url}: GET {url} answered a redirect (HTTP {response.status_code} to "
+                f"{response.headers.get('location', '?')}), which is not followed: set LLAMON_REGISTRY_URL "
+                "to the address that answers"
             )
         if response.status_code != 200:
             raise RegistryError(f"registry {self.base_url}: GET {url} answered HTTP {response.status_code}")

@@ -9,9 +9,10 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import httpx
+import pytest
 
 from llamon_agent.mcp import McpPool, McpServerSpec
-from llamon_agent.mcp.pool import pin_request
+from llamon_agent.net import DestinationRefused, guarded_async_client
 from tests.conftest import free_port, wait_for_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,26 +36,37 @@ def test_a_pinned_request_goes_to_the_checked_address_with_the_name_as_host() ->
     port = server.server_address[1]
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
+    url = f"http://mcp.rebind.invalid:{port}/mcp"
+
+    async def send() -> httpx.Response:
+        # What the pool builds for a session: the guard's addresses pinned, never looked up again.
+        async with guarded_async_client(url, _no_lookup, pinned=["127.0.0.1"]) as client:
+            return await client.get(url)
+
     try:
-        request = httpx.Request("GET", f"http://mcp.rebind.invalid:{port}/mcp")
-        pin_request(request, {"mcp.rebind.invalid": "127.0.0.1"})
-        assert request.extensions["sni_hostname"] == "mcp.rebind.invalid"
-
-        async def send() -> httpx.Response:
-            async with httpx.AsyncClient(trust_env=False) as client:
-                return await client.send(request)
-
         response = asyncio.run(send())
     finally:
         server.shutdown()
     assert response.status_code == 200 and response.text == "pinned"
+    assert (
+        str(response.request.url) == url
+    )  # the caller's request keeps the name (redirects resolve against it)
     assert seen == [f"mcp.rebind.invalid:{port}"]
 
 
-def test_a_request_to_another_host_is_not_rewritten() -> None:
-    request = httpx.Request("GET", "http://127.0.0.1:9/mcp")
-    pin_request(request, {"mcp.example.test": "127.0.0.2"})
-    assert request.url.host == "127.0.0.1" and "sni_hostname" not in request.extensions
+def _no_lookup(url: str) -> list[str]:
+    raise AssertionError(f"a pinned client looked {url} up again")
+
+
+def test_a_pinned_client_refuses_a_request_to_another_host() -> None:
+    async def send() -> None:
+        async with guarded_async_client(
+            "http://mcp.example.test/mcp", _no_lookup, pinned=["127.0.0.2"]
+        ) as client:
+            await client.get("http://127.0.0.1:9/mcp")
+
+    with pytest.raises(DestinationRefused, match="may only reach http://mcp.example.test:80"):
+        asyncio.run(send())
 
 
 def test_the_pool_uses_the_address_its_guard_returned(tmp_path) -> None:
