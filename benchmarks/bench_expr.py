@@ -1,18 +1,29 @@
 """Expression evaluation: ours (allow-listed, compiled once, namespace built once per request) beside
-plain ``eval`` of the same text (the naive and unsafe way) and a Python lambda (the floor).
+plain ``eval`` of the same text (the naive and unsafe way) and a Python lambda (the floor); and
+ours with the run-time cost budget beside ours without it, measured side by side in one run.
 
 Prints the figures quoted in docs/performance.md ("Expressions"). Run: .venv/bin/python benchmarks/bench_expr.py
 """
 
 from __future__ import annotations
 
+import ast
 import sys
 import timeit
+import types
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from llamon_agent.expr import build_namespace, compile_params, compile_when, contains_any  # noqa: E402
+from llamon_agent import expr  # noqa: E402
+from llamon_agent.expr import (  # noqa: E402
+    CostMeter,
+    build_namespace,
+    compile_params,
+    compile_when,
+    contains_any,
+    expression_rule,
+)
 from llamon_agent.tools import DeterministicContext, ToolInfo  # noqa: E402
 
 CTX = DeterministicContext(
@@ -36,8 +47,43 @@ def best_us(stmt, number: int = 20_000) -> float:
     return min(timeit.repeat(stmt, number=number, repeat=5)) / number * 1e6
 
 
+def unmetered(source: str, kind: str):
+    """The same checked expression evaluated as before the cost budget: the same function-per-run
+    call, no meter (these ordinary rules use none of the size-checked helpers, so the only
+    rewrite they ever had is none), params copied and size-checked the same way."""
+    tree, _ = expr._parse(source)
+    func = ast.FunctionDef(
+        name="f",
+        args=ast.arguments(posonlyargs=[], args=[], vararg=None, kwonlyargs=[], kw_defaults=[], defaults=[]),
+        body=[ast.Return(value=tree.body)],
+        decorator_list=[],
+        returns=None,
+        type_comment=None,
+    )
+    module = ast.fix_missing_locations(ast.Module(body=[func], type_ignores=[]))
+    code = next(c for c in compile(module, "<expr>", "exec").co_consts if isinstance(c, types.CodeType))
+
+    def evaluate(namespace):
+        value = types.FunctionType(code, namespace)()
+        if kind == "when":
+            return bool(value)
+        return expr._json_value(value, 0, [expr.MAX_DATA_BYTES])
+
+    return evaluate
+
+
+def side_by_side(with_budget, without_budget, rounds: int = 40, number: int = 5_000) -> tuple[float, float]:
+    """Best per-evaluation time of each, alternating rounds so that machine noise hits both alike."""
+    best_with = best_without = float("inf")
+    for _ in range(rounds):
+        best_without = min(best_without, timeit.timeit(without_budget, number=number) / number * 1e6)
+        best_with = min(best_with, timeit.timeit(with_budget, number=number) / number * 1e6)
+    return best_with, best_without
+
+
 def main() -> None:
-    ns = build_namespace(CTX)
+    # One namespace serves every timed evaluation: give its request an unlimited budget.
+    ns = build_namespace(CTX, meter=CostMeter(expr_budget=1_000_000, request_budget=10**18))
     print("Expression evaluation, microseconds per evaluation (best of 5)")
     print(f"{'expression':55} {'ours':>7} {'eval':>7} {'lambda':>7}")
     for kind, source, floor in CASES:
@@ -48,6 +94,35 @@ def main() -> None:
         naive = best_us(lambda code=code, g=naive_globals: eval(code, g))  # noqa: S307 - the unsafe baseline
         plain = best_us(lambda floor=floor: floor(CTX))
         print(f"{source[:55]:55} {ours:7.2f} {naive:7.2f} {plain:7.2f}")
+    print()
+    print(
+        "Cost budget overhead: ours with the budget vs the same evaluation without it (best of 40 x 5,000, alternating)"
+    )
+    print(f"{'expression':55} {'budget':>7} {'none':>7} {'overhead':>9}")
+    for kind, source, _floor in CASES:
+        compiled = (compile_when if kind == "when" else compile_params)(source)
+        plain_eval = unmetered(source, kind)
+        assert plain_eval(ns) == compiled.evaluate(ns)
+        with_budget, without_budget = side_by_side(
+            lambda compiled=compiled: compiled.evaluate(ns), lambda f=plain_eval: f(ns)
+        )
+        overhead = (with_budget / without_budget - 1) * 100
+        print(f"{source[:55]:55} {with_budget:7.2f} {without_budget:7.2f} {overhead:8.0f}%")
+    # A whole rule as the pre-step runs it: when, then params, and the request's accounting.
+    rule = expression_rule(name="route_order_lookup", mcp_id="order-service", tool_name="get_order",
+                           when=CASES[0][1], params='{"query": ctx.query}')  # fmt: skip
+    when_plain, params_plain = unmetered(CASES[0][1], "when"), unmetered('{"query": ctx.query}', "params")
+
+    def rule_without(namespace=ns):
+        if not when_plain(namespace):
+            return None
+        return {"tool_name": "get_order", "params": params_plain(namespace)}
+
+    assert rule.evaluate_ns(ns) == rule_without()
+    with_budget, without_budget = side_by_side(lambda: rule.evaluate_ns(ns), rule_without)
+    overhead = (with_budget / without_budget - 1) * 100
+    label = "seed rule that fires (evaluate_ns: when + params)"
+    print(f"{label:55} {with_budget:7.2f} {without_budget:7.2f} {overhead:8.0f}%")
     print()
     print(
         f"build_namespace (once per request and server): {best_us(lambda: build_namespace(CTX), 5_000):.2f} us"

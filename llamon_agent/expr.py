@@ -645,16 +645,34 @@ def _static_pair(left: ast.AST, op: ast.cmpop, right: ast.AST) -> int | None:
     return 0 if _scalar(left) or _scalar(right) else None
 
 
+def _static_contains(node: ast.Call) -> int | None:
+    """Query reads of ``contains_any/contains_all(query or query.lower(), [literal texts])``, else None."""
+    func = node.func
+    if not (isinstance(func, ast.Name) and func.id in ("contains_any", "contains_all")):
+        return None
+    if node.keywords or len(node.args) != 2:
+        return None
+    text, words = node.args
+    lowered = _query_ref(text)
+    if lowered is None or not isinstance(words, (ast.List, ast.Tuple, ast.Set)):
+        return None
+    if not all(_scalar(w) and type(w.value) is str for w in words.elts):
+        return None
+    return len(words.elts) + (READ_CHARS_PER_UNIT // BUILT_CHARS_PER_UNIT if lowered else 0)
+
+
 class _Guard(ast.NodeTransformer):
     """Route data-dependent operations through the hidden helpers: size-checked and metered.
 
-    Also counts the static cost charged when an evaluation begins: ``nodes`` (every node of
-    the tree runs at most once outside a comprehension body) and ``scans`` (query reads of
-    the plain comparisons above); a comprehension's body is charged per item instead.
+    Also counts the static cost that ExpressionRule charges to the request per evaluation:
+    ``nodes`` (every node of the tree runs at most once outside a comprehension body) and
+    ``scans`` (query reads of the plain comparisons above); a comprehension's body is charged
+    per item, to the evaluation's own budget.
     """
 
     def __init__(self) -> None:
         self.scans = 0
+        self.metered = False  # whether any operation charges the meter at run time
         self._in_body = False
         self._body_scans = 0
 
@@ -666,6 +684,7 @@ class _Guard(ast.NodeTransformer):
     def _metered(
         self, name: str, args: list[ast.expr], keywords: list[ast.keyword], like: ast.AST
     ) -> ast.Call:
+        self.metered = True
         return self._call(name, [_meter_name(like), *args], keywords, like)
 
     def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
@@ -692,11 +711,7 @@ class _Guard(ast.NodeTransformer):
         operands = [node.left, *node.comparators]
         costs = [_static_pair(operands[i], op, operands[i + 1]) for i, op in enumerate(node.ops)]
         if all(cost is not None for cost in costs):
-            scans = sum(costs)  # type: ignore[arg-type]
-            if self._in_body:
-                self._body_scans += scans
-            else:
-                self.scans += scans
+            self._count_reads(sum(costs))  # type: ignore[arg-type]
             # query.lower() as the right of `in` is already counted: leave it a plain call.
             node.left = self.visit(node.left)
             node.comparators = [c if _query_ref(c) is True else self.visit(c) for c in node.comparators]
@@ -713,7 +728,17 @@ class _Guard(ast.NodeTransformer):
         node.left, node.comparators = weigh[0], weigh[1:]
         return node
 
+    def _count_reads(self, reads: int) -> None:
+        if self._in_body:
+            self._body_scans += reads
+        else:
+            self.scans += reads
+
     def visit_Call(self, node: ast.Call) -> ast.AST:
+        reads = _static_contains(node)
+        if reads is not None:  # contains_any(query, ["a", "b"]): the keyword hot path stays plain
+            self._count_reads(reads)
+            return node
         self.generic_visit(node)
         func = node.func
         if isinstance(func, ast.Name):
@@ -772,9 +797,10 @@ class _Guard(ast.NodeTransformer):
         return self._comprehension(node, [node.key, node.value])
 
 
-def _compile(tree: ast.Expression, name: str) -> tuple[types.CodeType, int, int]:
+def _compile(tree: ast.Expression, name: str) -> tuple[types.CodeType, int, int, bool]:
     """The expression as the code of a zero-argument function (run with per-request globals),
-    with its static cost: (code, nodes, query scans), see :class:`_Guard`."""
+    with its static cost and whether it charges the meter: (code, nodes, query scans, metered),
+    see :class:`_Guard`."""
     nodes = sum(1 for _ in ast.walk(tree.body))
     guard = _Guard()
     body = guard.visit(tree).body
@@ -796,7 +822,7 @@ def _compile(tree: ast.Expression, name: str) -> tuple[types.CodeType, int, int]
         raise ExprError(f"the expression cannot be compiled: {exc}") from None
     for const in code.co_consts:
         if isinstance(const, types.CodeType) and const.co_name == name:
-            return const, nodes, guard.scans
+            return const, nodes, guard.scans, guard.metered
     raise ExprError("the expression cannot be compiled")  # pragma: no cover - compile() always emits it
 
 
@@ -1130,11 +1156,13 @@ class CostMeter:
     """The cost budget of one request: ``expr_budget`` per evaluation, ``request_budget`` for all.
 
     :func:`build_namespace` puts one in the namespace (``meter=`` shares one between the
-    namespaces of one request, as the pre-step does); :meth:`CompiledExpr.evaluate` starts
-    each evaluation with :meth:`begin` and the rewritten operations charge it.
+    namespaces of one request, as the pre-step does). Each :meth:`CompiledExpr.evaluate`
+    starts with ``left = expr_budget`` and the rewritten operations charge ``left``; each
+    :meth:`ExpressionRule.evaluate_ns` (the pre-step's call) then takes what its evaluations
+    spent, plus their static cost, from ``pool``, and refuses to start once ``pool`` is spent.
     """
 
-    __slots__ = ("expr_budget", "request_budget", "left", "granted", "used", "qcost")
+    __slots__ = ("expr_budget", "request_budget", "left", "pool", "qcost")
 
     def __init__(self, expr_budget: int | None = None, request_budget: int | None = None) -> None:
         if expr_budget is None or request_budget is None:
@@ -1148,38 +1176,25 @@ class CostMeter:
                 raise ValueError(f"{name} must be a positive whole number of cost units, not {value!r}")
         self.expr_budget = expr_budget
         self.request_budget = request_budget
-        self.left = 0  # what the current evaluation may still spend
-        self.granted = 0  # what it was given
-        self.used = 0  # what earlier evaluations spent (the current one is committed at the next begin)
+        self.left = expr_budget  # what the current evaluation may still spend
+        self.pool = request_budget  # what the request's rules may still spend
         self.qcost = 1  # reading the query once (set by build_namespace)
 
     @property
     def spent(self) -> int:
-        """Units spent by every evaluation so far, the current one included."""
-        return self.used + self.granted - self.left
-
-    def begin(self, static: int, scans: int) -> None:
-        """Start an evaluation: commit the previous one, grant min(expr budget, what the request has left)."""
-        used = self.used = self.used + self.granted - self.left
-        room = self.request_budget - used
-        if room < self.expr_budget:
-            self.granted = room if room > 0 else 0
-        else:
-            self.granted = self.expr_budget
-        left = self.left = self.granted - static - scans * self.qcost
-        if left < 0:
-            self.exceeded()
+        """Units the request's rules have spent so far (ExpressionRule evaluations)."""
+        return self.request_budget - self.pool
 
     def exceeded(self) -> None:
-        self.left = min(self.left, 0)
-        if self.granted < self.expr_budget:
-            raise CostBudgetExceeded(
-                f"request cost budget of {self.request_budget:,} units exceeded: the rules evaluated "
-                "for this request did too much work together"
-            )
         raise CostBudgetExceeded(
             f"cost budget of {self.expr_budget:,} units exceeded: the expression does too much work "
             "(see the cost table in docs/expressions.md)"
+        )
+
+    def request_exceeded(self) -> None:
+        raise CostBudgetExceeded(
+            f"request cost budget of {self.request_budget:,} units exceeded: the rules evaluated "
+            "before this one did too much work together"
         )
 
 
@@ -1823,34 +1838,53 @@ def _params(value: Any, meter: CostMeter) -> dict[str, Any]:
     except _NotJson as exc:
         path = "params" + "".join(reversed(exc.path))
         raise ExprError("params: " + exc.template.replace("{path}", path)) from None
-    _charge(meter, 1 + (MAX_DATA_BYTES - budget[0]) // BUILT_CHARS_PER_UNIT)  # the copy
+    # The copy, charged to the request (ExpressionRule); one copy is capped by MAX_DATA_BYTES.
+    meter.left -= 1 + (MAX_DATA_BYTES - budget[0]) // BUILT_CHARS_PER_UNIT
     return params
 
 
 class CompiledExpr:
     """A checked, compiled expression: call it with a ctx, or ``evaluate`` a prebuilt namespace."""
 
-    __slots__ = ("source", "kind", "required_keywords", "static_cost", "_code", "_scans", "_src")
+    __slots__ = ("source", "kind", "required_keywords", "static_cost", "query_reads", "_code", "_src")
 
     def __init__(
         self,
         source: str,
         kind: str,
-        compiled: tuple[types.CodeType, int, int],
+        compiled: tuple[types.CodeType, int, int, bool],
         keywords: frozenset[tuple[str, bool]] | None,
         src: _Source,
     ) -> None:
         self.source = source
         self.kind = kind  # "when" or "params"
         self.required_keywords = keywords
-        # Charged when each evaluation begins: one unit per node, plus each plain query read.
-        self._code, self.static_cost, self._scans = compiled
+        # Charged to the request by ExpressionRule: one unit per node, plus each plain query read.
+        self._code, self.static_cost, self.query_reads, _ = compiled
         self._src = src
 
     def evaluate(self, namespace: dict[str, Any]) -> Any:
-        """Run against a :func:`build_namespace` result: a bool for ``when``, a dict for ``params``."""
+        """Run against a :func:`build_namespace` result: a bool for ``when``, a dict for ``params``.
+
+        The evaluation gets the meter's whole ``expr_budget`` (CostBudgetExceeded past it).
+        """
+        namespace[_METER].left = namespace[_METER].expr_budget
+        try:  # the body of run(), inline: a call would cost more than the budget's reset
+            value = types.FunctionType(self._code, namespace)()
+        except ExprError as exc:
+            if exc.line is None:
+                exc.line, exc.column = _position(self._src, exc.__traceback__)
+            raise
+        except Exception as exc:
+            line, column = _position(self._src, exc.__traceback__)
+            raise ExprError(_runtime_reason(exc), line, column) from exc
+        if self.kind == "when":
+            return bool(value)
+        return _params(value, namespace[_METER])
+
+    def run(self, namespace: dict[str, Any]) -> Any:
+        """:meth:`evaluate` on what the meter has left (ExpressionRule runs when and params on one budget)."""
         try:
-            namespace[_METER].begin(self.static_cost, self._scans)
             # A fresh function per run binds this request's globals; no eval(), so no
             # "exec" audit event and names resolve with the fast global lookup.
             value = types.FunctionType(self._code, namespace)()
@@ -1872,11 +1906,32 @@ class CompiledExpr:
         return f"CompiledExpr({self.kind}: {self.source!r})"
 
 
+class _UnmeteredExpr(CompiledExpr):
+    """An expression with no operation that charges the meter (most rules: keyword tests,
+    comparisons, dict lookups): its work is bounded by its static cost, which ExpressionRule
+    charges to the request, so an evaluation needs no budget of its own and skips the reset."""
+
+    __slots__ = ()
+
+    evaluate = CompiledExpr.run
+
+
+def _compiled_expr(
+    source: str,
+    kind: str,
+    compiled: tuple[types.CodeType, int, int, bool],
+    keywords: frozenset[tuple[str, bool]] | None,
+    src: _Source,
+) -> CompiledExpr:
+    cls = CompiledExpr if compiled[3] else _UnmeteredExpr
+    return cls(source, kind, compiled, keywords, src)
+
+
 def compile_when(source: str) -> CompiledExpr:
     """Check and compile a ``when`` expression: callable ``(ctx) -> bool``; ExprError if not allowed."""
     tree, src = _parse(source)
     keywords = _requirement(tree.body)
-    return CompiledExpr(source, "when", _compile(tree, "<when>"), keywords, src)
+    return _compiled_expr(source, "when", _compile(tree, "<when>"), keywords, src)
 
 
 _NOT_A_DICT = (
@@ -1899,7 +1954,7 @@ def compile_params(source: str) -> CompiledExpr:
         isinstance(tree.body, ast.UnaryOp) and isinstance(tree.body.op, ast.Not)
     ):
         raise src.node_error(tree.body, 'params must give a dict such as {"q": query}')
-    return CompiledExpr(source, "params", _compile(tree, "<params>"), None, src)
+    return _compiled_expr(source, "params", _compile(tree, "<params>"), None, src)
 
 
 # --- the keyword index hint -------------------------------------------------------------------
@@ -2110,16 +2165,33 @@ class ExpressionRule:
         self.params_source = params
         self.compiled_when = compiled_when
         self.compiled_params = compiled_params
+        # Charged per evaluation: every node, and each plain read of the query (its length).
+        self._static = compiled_when.static_cost + compiled_params.static_cost
+        self._reads = compiled_when.query_reads + compiled_params.query_reads
         self.__name__ = self.__qualname__ = name  # read by code that names rules like functions
         self.__llamon_rule__ = RuleInfo(
             name=name, mcp_id=mcp_id, stop=self.stop, keywords=compiled_when.required_keywords
         )
 
     def evaluate_ns(self, namespace: dict[str, Any]) -> dict[str, Any] | None:
-        """The rule's tool call on a prebuilt namespace, or None when ``when`` is falsy."""
-        if not self.compiled_when.evaluate(namespace):
-            return None
-        return {"tool_name": self.tool_name, "params": self.compiled_params.evaluate(namespace)}
+        """The rule's tool call on a prebuilt namespace, or None when ``when`` is falsy.
+
+        ``when`` and ``params`` share one evaluation budget, which starts charged with their
+        static cost (nodes, plain query reads); what they spent is then taken from the
+        request's budget (the namespace's CostMeter). Once that is spent, it raises
+        CostBudgetExceeded before evaluating anything.
+        """
+        meter = namespace[_METER]
+        if meter.pool < 0:
+            meter.request_exceeded()
+        budget = meter.expr_budget
+        meter.left = budget - self._static - self._reads * meter.qcost
+        try:
+            if not self.compiled_when.run(namespace):
+                return None
+            return {"tool_name": self.tool_name, "params": self.compiled_params.run(namespace)}
+        finally:
+            meter.pool -= budget - meter.left
 
     def __call__(self, ctx: DeterministicContext) -> dict[str, Any] | None:
         return self.evaluate_ns(build_namespace(ctx))

@@ -25,7 +25,6 @@ from llamon_agent.expr import (
     CostMeter,
     ExprError,
     build_namespace,
-    compile_params,
     compile_when,
     expression_rule,
 )
@@ -135,33 +134,38 @@ ORDINARY = [
 ]
 
 
+def _rule(when: str, params: str = "{}"):
+    return expression_rule(name="r", mcp_id="svc", tool_name="t", when=when, params=params)
+
+
 @pytest.mark.parametrize("source", ORDINARY)
 def test_ordinary_rules_fit_easily_even_on_a_request_at_the_caps(source: str) -> None:
     namespace = build_namespace(BIG_CTX)
-    compile_when(source).evaluate(namespace)
+    _rule(source).evaluate_ns(namespace)
     assert namespace["__llamon_meter"].spent < DEFAULT_EXPR_BUDGET // 4
 
 
-def test_static_cost_is_charged_even_without_helpers() -> None:
+def test_static_cost_is_charged_to_the_request_even_without_helpers() -> None:
     meter = CostMeter(expr_budget=1_000, request_budget=10_000)
     namespace = build_namespace(DeterministicContext(query="주문"), meter=meter)
-    compiled = compile_when('"주문" in query and "조회" not in query')
-    compiled.evaluate(namespace)
-    assert meter.spent == compiled.static_cost + 2  # two reads of a short query, one unit each
+    rule = _rule('"주문" in query and "조회" not in query')
+    rule.evaluate_ns(namespace)
+    # two reads of a short query (one unit each), then the params {} (static 1, copy 1)
+    assert meter.spent == rule.compiled_when.static_cost + 2 + rule.compiled_params.static_cost + 1
 
 
 def test_a_long_query_makes_plain_keyword_reads_cost_more() -> None:
     # "w" in query is left as plain Python (the hot path) but charged by the query's length.
     short, long = CostMeter(10**6, 10**7), CostMeter(10**6, 10**7)
-    compiled = compile_when('"없는말" in query')
-    compiled.evaluate(build_namespace(DeterministicContext(query="a"), meter=short))
-    compiled.evaluate(build_namespace(DeterministicContext(query=QUERY), meter=long))
+    rule = _rule('"없는말" in query')
+    rule.evaluate_ns(build_namespace(DeterministicContext(query="a"), meter=short))
+    rule.evaluate_ns(build_namespace(DeterministicContext(query=QUERY), meter=long))
     assert long.spent - short.spent == len(QUERY) // 64
 
 
 def test_params_copy_is_charged() -> None:
     meter = CostMeter(10**6, 10**7)
-    compile_params('{"data": a2a_data}').evaluate(build_namespace(BIG_CTX, meter=meter))
+    _rule("True", '{"data": a2a_data}').evaluate_ns(build_namespace(BIG_CTX, meter=meter))
     assert meter.spent > 10_000  # ~150 KB copied, at 8 characters a unit
 
 
@@ -243,16 +247,28 @@ def test_request_budget_in_a_live_run_keeps_the_error_contract(caplog: pytest.Lo
 
 
 def test_without_a_request_budget_10_000_costly_rules_would_add_up() -> None:
-    # The same rules each fit the per-evaluation budget: only the request budget stops them.
+    # The same rule each fits the per-evaluation budget: only the request budget stops them.
     meter = CostMeter(expr_budget=DEFAULT_EXPR_BUDGET, request_budget=DEFAULT_REQUEST_BUDGET)
     namespace = build_namespace(DeterministicContext(query=QUERY), meter=meter)
-    compiled = compile_when(COSTLY_WHEN)
+    rule = _rule(COSTLY_WHEN)
     evaluations = 0
     with pytest.raises(CostBudgetExceeded, match="request cost budget of 10,000,000 units"):
         for _ in range(10_000):
-            compiled.evaluate(namespace)
+            rule.evaluate_ns(namespace)
             evaluations += 1
     assert 10 <= evaluations <= 25
+
+
+def test_many_keyword_reads_of_a_long_query_add_up_to_the_request_budget() -> None:
+    # Plain `"w" in query` reads, no helper at all: 10,000 such rules on a 32,000-character
+    # query are stopped by their static cost alone.
+    reads = " or ".join(f'"없는말{i}" in query' for i in range(150))
+    meter = CostMeter(expr_budget=DEFAULT_EXPR_BUDGET, request_budget=DEFAULT_REQUEST_BUDGET)
+    namespace = build_namespace(DeterministicContext(query=QUERY), meter=meter)
+    rule = _rule(reads)
+    with pytest.raises(CostBudgetExceeded, match="request cost budget"):
+        for _ in range(10_000):
+            rule.evaluate_ns(namespace)
 
 
 # --- property: anything the checker accepts is bounded --------------------------------------------
@@ -319,4 +335,4 @@ def test_any_accepted_expression_finishes_or_raises_expr_error(
     except ExprError:
         pass
     # Charges come before the work, or right after one capped operation: the overrun is small.
-    assert meter.spent <= 200_000 + 300_000
+    assert 200_000 - meter.left <= 200_000 + 300_000
