@@ -81,9 +81,48 @@ def side_by_side(with_budget, without_budget, rounds: int = 40, number: int = 5_
     return best_with, best_without
 
 
+def hostile() -> None:
+    """Each attack of tests/engine/test_expr_budget.py on a request at the caps: time to the
+    budget error and peak memory (tracemalloc), the worst over the set."""
+    import time
+    import tracemalloc
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from tests.engine.test_expr_budget import ATTACKS, BIG_CTX
+
+    print(
+        f"Hostile expressions at the default budget ({expr.DEFAULT_EXPR_BUDGET:,} units), request at the caps"
+    )
+    print(f"{'attack':45} {'ms':>7} {'peak MB':>8}")
+    worst_ms = worst_mb = 0.0
+    for name, source in ATTACKS.items():
+        compiled = compile_when(source)
+        best = float("inf")
+        for _ in range(3):
+            namespace = build_namespace(BIG_CTX)
+            started = time.perf_counter()
+            try:
+                compiled.evaluate(namespace)
+            except expr.CostBudgetExceeded:
+                pass
+            best = min(best, (time.perf_counter() - started) * 1e3)
+        namespace = build_namespace(BIG_CTX)
+        tracemalloc.start()
+        try:
+            compiled.evaluate(namespace)
+        except expr.CostBudgetExceeded:
+            pass
+        peak = tracemalloc.get_traced_memory()[1] / 2**20
+        tracemalloc.stop()
+        worst_ms, worst_mb = max(worst_ms, best), max(worst_mb, peak)
+        print(f"{name[:45]:45} {best:7.1f} {peak:8.1f}")
+    print(f"{'worst':45} {worst_ms:7.1f} {worst_mb:8.1f}")
+    print()
+
+
 def main() -> None:
     # One namespace serves every timed evaluation: give its request an unlimited budget.
-    ns = build_namespace(CTX, meter=CostMeter(expr_budget=1_000_000, request_budget=10**18))
+    ns = build_namespace(CTX, meter=CostMeter(expr_budget=expr.DEFAULT_EXPR_BUDGET, request_budget=10**18))
     print("Expression evaluation, microseconds per evaluation (best of 5)")
     print(f"{'expression':55} {'ours':>7} {'eval':>7} {'lambda':>7}")
     for kind, source, floor in CASES:
@@ -134,3 +173,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    hostile()

@@ -1059,7 +1059,7 @@ def _check_text_size(value: Any) -> int:
             left -= 4
         if left < 0:
             raise ExprError(f"the text would be longer than {MAX_RESULT_CHARS:,} characters")
-    return 1 + visited + (MAX_RESULT_CHARS - left) // BUILT_CHARS_PER_UNIT
+    return 1 + 4 * visited + (MAX_RESULT_CHARS - left) // BUILT_CHARS_PER_UNIT  # a Python walk
 
 
 def _str(value: Any = "") -> str:
@@ -1139,9 +1139,9 @@ def _round(number: Any, ndigits: Any = None) -> Any:
 # A unit is about one step of the interpreter: one syntax-tree node evaluated, one item
 # visited, built or compared, READ_CHARS_PER_UNIT characters read, BUILT_CHARS_PER_UNIT
 # characters built. The defaults keep one evaluation under ~50 ms and ~64 MB at worst.
-DEFAULT_EXPR_BUDGET = 1_000_000  # units per evaluation of one when or params
-DEFAULT_REQUEST_BUDGET = 10_000_000  # units per request, every rule's evaluations together
-READ_CHARS_PER_UNIT = 64  # scanning text (in, find, count, ==, startswith ...)
+DEFAULT_EXPR_BUDGET = 250_000  # units per evaluation of one when or params
+DEFAULT_REQUEST_BUDGET = 2_500_000  # units per request, every rule's evaluations together
+READ_CHARS_PER_UNIT = 16  # scanning text (in, find, count, ==, startswith ...)
 BUILT_CHARS_PER_UNIT = 8  # building text (+, join, slices, lower, str(), f-strings ...)
 REGEX_CHARS_PER_UNIT = 16  # a regex search: len(text) x program size / 16
 REGEX_COMPILE_UNITS = 8  # per instruction of a regex's compiled program, at every call
@@ -1162,7 +1162,7 @@ class CostMeter:
     spent, plus their static cost, from ``pool``, and refuses to start once ``pool`` is spent.
     """
 
-    __slots__ = ("expr_budget", "request_budget", "left", "pool", "qcost")
+    __slots__ = ("expr_budget", "request_budget", "left", "pool", "qcost", "weights")
 
     def __init__(self, expr_budget: int | None = None, request_budget: int | None = None) -> None:
         if expr_budget is None or request_budget is None:
@@ -1179,6 +1179,7 @@ class CostMeter:
         self.left = expr_budget  # what the current evaluation may still spend
         self.pool = request_budget  # what the request's rules may still spend
         self.qcost = 1  # reading the query once (set by build_namespace)
+        self.weights: dict[int, tuple[Any, int]] = {}  # id -> (value, _weight), see _weight
 
     @property
     def spent(self) -> int:
@@ -1207,17 +1208,22 @@ def _charge(meter: CostMeter, cost: int) -> None:
 _SEQUENCES = frozenset({list, tuple, set, frozenset})
 
 
-def _weight(value: Any, limit: int) -> int:
+def _weight(value: Any, meter: CostMeter) -> int:
     """What reading ``value`` whole costs (compared, hashed, searched): items plus characters.
 
-    The walk stops once it passes ``limit`` (what the meter has left), so it costs no more
-    than what it charges.
+    The walk stops once it passes what the meter has left, so it costs no more than what it
+    charges. A finished walk is remembered for the request (with the value, so that its id
+    cannot be reused): comparing a big request value in a loop walks it once.
     """
     kind = type(value)
     if kind is str:
         return 1 + len(value) // READ_CHARS_PER_UNIT
     if kind is not dict and kind not in _SEQUENCES:
         return 1
+    known = meter.weights.get(id(value))
+    if known is not None and known[0] is value:
+        return known[1]
+    limit = meter.left
     total = 0
     stack = [value]
     while stack and total <= limit:
@@ -1233,6 +1239,8 @@ def _weight(value: Any, limit: int) -> int:
             stack.extend(item)
         else:
             total += 1
+    if not stack:
+        meter.weights[id(value)] = (value, total)
     return total
 
 
@@ -1296,21 +1304,21 @@ def _m_compare(meter: CostMeter, left: Any, right: Any, op: int) -> Any:
         if kind is str:
             cost = 1 + (len(right) + (len(left) if type(left) is str else 0)) // READ_CHARS_PER_UNIT
         elif kind is dict or kind is set or kind is frozenset:
-            cost = _weight(left, meter.left)  # hashing the key
+            cost = _weight(left, meter)  # hashing the key
         else:
-            cost = 1 + _weight(right, meter.left)  # each item compared, at most its own size
+            cost = 1 + _weight(right, meter)  # each item compared, at most its own size
     else:
         # == and < stop at the first difference: at most the smaller side is read.
-        cost = _weight(left, meter.left)
+        cost = _weight(left, meter)
         if cost > 1:
-            cost = min(cost, _weight(right, cost))
+            cost = min(cost, _weight(right, meter))
     _charge(meter, cost)
     return _COMPARE_OPS[op](left, right)
 
 
 def _m_weigh(meter: CostMeter, value: Any) -> Any:
     """An operand of a chained comparison: charged by its size, returned unchanged."""
-    _charge(meter, _weight(value, meter.left))
+    _charge(meter, _weight(value, meter))
     return value
 
 
@@ -1348,7 +1356,7 @@ def _sort_key_cost(namespace_key: Any, weight: int) -> int:
 def _items_weight(meter: CostMeter, items: Any) -> int:
     if type(items) is str:
         return 1 + len(items)  # sorted("...") and max("...") handle one character at a time
-    return _weight(items, meter.left)
+    return _weight(items, meter)
 
 
 def _m_sorted(meter: CostMeter, values: Any, *, key: Any = None, reverse: Any = False) -> Any:
@@ -1364,19 +1372,19 @@ def _m_min_max(builtin: Any) -> Any:
             args = (_sized(args[0]),)
             weight = _items_weight(meter, args[0])
         else:
-            weight = _weight(args, meter.left)
+            weight = _weight(args, meter)
         _charge(meter, weight + _sort_key_cost(kwargs.get("key"), weight))
         return builtin(*args, **kwargs)
 
     return metered
 
 
-def _m_reduce(builtin: Any) -> Any:
+def _m_reduce(builtin: Any, per_item: int = 1) -> Any:
     """any(), all(), sum(): a generator's items were charged as made; a container's here."""
 
     def metered(meter: CostMeter, values: Any, *args: Any, **kwargs: Any) -> Any:
         if type(values) in _SIZED:
-            _charge(meter, 1 + len(values))
+            _charge(meter, 1 + per_item * len(values))
         return builtin(values, *args, **kwargs)
 
     return metered
@@ -1386,7 +1394,7 @@ def _m_convert(builtin: Any) -> Any:
     """int() and float(): reading a text is charged; an int stays within 64 bits, like literals."""
 
     def metered(meter: CostMeter, *args: Any, **kwargs: Any) -> Any:
-        _charge(meter, _weight(args, meter.left))
+        _charge(meter, _weight(args, meter))
         value = builtin(*args, **kwargs)
         if type(value) is int and not -MAX_INT <= value <= MAX_INT:
             raise ExprError("the integer result is too large (the limit is 64 bits)")
@@ -1449,14 +1457,20 @@ def _m_replace(meter: CostMeter, text: Any, *args: Any, **kwargs: Any) -> str:
 _FREE_METHODS = frozenset({"get", "keys", "values", "items"})
 
 
+_CASE_METHODS = frozenset({"lower", "upper", "casefold"})  # a Unicode table lookup per character
+_SPLIT_METHODS = frozenset({"split", "rsplit", "splitlines", "partition", "rpartition"})
+PIECE_UNITS = 8  # a new text object made by split(): allocation dominates
+
+
 def _m_method(meter: CostMeter, value: Any, name: str, *args: Any, **kwargs: Any) -> Any:
     """value.name(*args): charged by what it reads before, and by what it built after."""
     method = getattr(value, name)
-    cost = _weight(value, meter.left)
-    for arg in args:
-        cost += _weight(arg, meter.left)
-    for arg in kwargs.values():
-        cost += _weight(arg, meter.left)
+    cost = _weight(value, meter)
+    for arg in (*args, *kwargs.values()):
+        # a set method iterates its argument, hashing every item (a text: every character)
+        cost += _weight(arg, meter) if type(arg) is not str or type(value) is str else 1 + len(arg)
+    if name in _CASE_METHODS and type(value) is str:
+        cost += len(value)
     _charge(meter, cost)
     result = method(*args, **kwargs)
     kind = type(result)
@@ -1464,8 +1478,10 @@ def _m_method(meter: CostMeter, value: Any, name: str, *args: Any, **kwargs: Any
         if result is not value:
             _charge(meter, _result_cost(result))
     elif kind in _SEQUENCES:
-        read = len(value) // BUILT_CHARS_PER_UNIT if type(value) is str else 0  # the pieces' characters
-        _charge(meter, _result_cost(result) + read)
+        if name in _SPLIT_METHODS and type(value) is str:  # the pieces: objects and characters
+            _charge(meter, 1 + PIECE_UNITS * len(result) + len(value) // BUILT_CHARS_PER_UNIT)
+        else:
+            _charge(meter, _result_cost(result))
     return result
 
 
@@ -1522,7 +1538,7 @@ _METERED_CALLS: dict[str, Any] = {
     "max": _m_min_max(max),
     "any": _m_reduce(any),
     "all": _m_reduce(all),
-    "sum": _m_reduce(_sum),
+    "sum": _m_reduce(_sum, per_item=4),  # a Python loop checking each item
     "contains_any": _m_contains_any,
     "contains_all": _m_contains_all,
     "re_search": _m_regex(re_search),

@@ -38,8 +38,8 @@ def _check_http_url(value: str | None) -> str | None:
 
 # The cost budgets of routing-rule expressions (docs/expressions.md, "Cost budget"); the
 # defaults are llamon_agent.expr.DEFAULT_EXPR_BUDGET and DEFAULT_REQUEST_BUDGET.
-DEFAULT_EXPR_COST_BUDGET = 1_000_000
-DEFAULT_REQUEST_COST_BUDGET = 10_000_000
+DEFAULT_EXPR_COST_BUDGET = 250_000
+DEFAULT_REQUEST_COST_BUDGET = 2_500_000
 _MAX_COST_BUDGET = 10**10
 
 

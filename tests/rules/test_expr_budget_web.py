@@ -11,7 +11,7 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from llamon_agent.expr import MAX_QUERY_CHARS
+from llamon_agent.expr import DEFAULT_EXPR_BUDGET, MAX_QUERY_CHARS
 from llamon_agent.prestep import PRESTEP_FAILED
 from rules import services
 from rules.models import McpServer, Rule
@@ -62,6 +62,6 @@ def test_viewer_tester_with_a_hostile_draft_answers_with_the_budget_error(viewer
     html = response.content.decode()
     assert response.status_code == 200
     assert "Includes your unsaved edit" in html  # the hostile draft is what ran
-    assert "cost budget of 1,000,000 units exceeded" in html
+    assert f"cost budget of {DEFAULT_EXPR_BUDGET:,} units exceeded" in html
     assert f"{PRESTEP_FAILED}: route_order_lookup:" in html
     assert Rule.objects.get(pk=rule.pk).when == '"주문" in query'  # nothing saved
