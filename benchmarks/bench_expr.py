@@ -67,7 +67,12 @@ def unmetered(source: str, kind: str):
         value = types.FunctionType(code, namespace)()
         if kind == "when":
             return bool(value)
-        return expr._json_value(value, 0, [expr.MAX_DATA_BYTES])
+        if type(value) is not dict:  # what _params did before the budget: check, copy
+            raise expr.ExprError("params must give a dict")
+        try:
+            return expr._json_value(value, 0, [expr.MAX_DATA_BYTES])
+        except expr._NotJson as exc:
+            raise expr.ExprError(exc.template) from None
 
     return evaluate
 

@@ -1059,7 +1059,7 @@ def _check_text_size(value: Any) -> int:
             left -= 4
         if left < 0:
             raise ExprError(f"the text would be longer than {MAX_RESULT_CHARS:,} characters")
-    return 1 + 4 * visited + (MAX_RESULT_CHARS - left) // BUILT_CHARS_PER_UNIT  # a Python walk
+    return 1 + 8 * visited + (MAX_RESULT_CHARS - left) // 4  # a Python walk, then formatting
 
 
 def _str(value: Any = "") -> str:
