@@ -8,7 +8,9 @@ Prints the figures quoted in docs/performance.md ("Expressions"). Run: .venv/bin
 from __future__ import annotations
 
 import ast
+import functools
 import sys
+import time
 import timeit
 import types
 from pathlib import Path
@@ -78,18 +80,22 @@ def unmetered(source: str, kind: str):
 
 
 def side_by_side(with_budget, without_budget, rounds: int = 40, number: int = 5_000) -> tuple[float, float]:
-    """Best per-evaluation time of each, alternating rounds so that machine noise hits both alike."""
+    """Best per-evaluation CPU time of each, alternating rounds so that machine noise hits both
+    alike (process CPU time: the other processes sharing the cores do not count)."""
     best_with = best_without = float("inf")
     for _ in range(rounds):
-        best_without = min(best_without, timeit.timeit(without_budget, number=number) / number * 1e6)
-        best_with = min(best_with, timeit.timeit(with_budget, number=number) / number * 1e6)
+        for stmt, which in ((without_budget, 0), (with_budget, 1)):
+            per_call = timeit.Timer(stmt, timer=time.process_time).timeit(number=number) / number * 1e6
+            if which:
+                best_with = min(best_with, per_call)
+            else:
+                best_without = min(best_without, per_call)
     return best_with, best_without
 
 
 def hostile() -> None:
     """Each attack of tests/engine/test_expr_budget.py on a request at the caps: time to the
     budget error and peak memory (tracemalloc), the worst over the set."""
-    import time
     import tracemalloc
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -140,7 +146,7 @@ def main() -> None:
         print(f"{source[:55]:55} {ours:7.2f} {naive:7.2f} {plain:7.2f}")
     print()
     print(
-        "Cost budget overhead: ours with the budget vs the same evaluation without it (best of 40 x 5,000, alternating)"
+        "Cost budget overhead: ours with the budget vs the same evaluation without it (CPU time, best of 40 x 5,000, alternating)"
     )
     print(f"{'expression':55} {'budget':>7} {'none':>7} {'overhead':>9}")
     for kind, source, _floor in CASES:
@@ -155,13 +161,21 @@ def main() -> None:
     # A whole rule as the pre-step runs it: when, then params, and the request's accounting.
     rule = expression_rule(name="route_order_lookup", mcp_id="order-service", tool_name="get_order",
                            when=CASES[0][1], params='{"query": ctx.query}')  # fmt: skip
-    when_plain, params_plain = unmetered(CASES[0][1], "when"), unmetered('{"query": ctx.query}', "params")
 
-    def rule_without(namespace=ns):
-        if not when_plain(namespace):
-            return None
-        return {"tool_name": "get_order", "params": params_plain(namespace)}
+    class Plain:  # an expression as before the budget: evaluate() without the meter
+        def __init__(self, source, kind):
+            self.evaluate = unmetered(source, kind)
 
+    class RuleWithout:  # ExpressionRule.evaluate_ns as it was before the budget
+        compiled_when, compiled_params = Plain(CASES[0][1], "when"), Plain('{"query": ctx.query}', "params")
+        tool_name = "get_order"
+
+        def evaluate_ns(self, namespace):
+            if not self.compiled_when.evaluate(namespace):
+                return None
+            return {"tool_name": self.tool_name, "params": self.compiled_params.evaluate(namespace)}
+
+    rule_without = functools.partial(RuleWithout().evaluate_ns, ns)
     assert rule.evaluate_ns(ns) == rule_without()
     with_budget, without_budget = side_by_side(lambda: rule.evaluate_ns(ns), rule_without)
     overhead = (with_budget / without_budget - 1) * 100

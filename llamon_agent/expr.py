@@ -1845,7 +1845,10 @@ def _json_value(value: Any, depth: int, budget: list[int]) -> Any:
     return value
 
 
-def _params(value: Any, meter: CostMeter) -> dict[str, Any]:
+_FREE_COPY_BYTES = 1_024  # copying params this small costs about one node: not charged
+
+
+def _params(value: Any, namespace: dict[str, Any]) -> dict[str, Any]:
     if type(value) is not dict:
         raise ExprError(f'params must give a dict such as {{"q": query}}, not {_type_name(value)}')
     budget = [MAX_DATA_BYTES]
@@ -1854,8 +1857,9 @@ def _params(value: Any, meter: CostMeter) -> dict[str, Any]:
     except _NotJson as exc:
         path = "params" + "".join(reversed(exc.path))
         raise ExprError("params: " + exc.template.replace("{path}", path)) from None
-    # The copy, charged to the request (ExpressionRule); one copy is capped by MAX_DATA_BYTES.
-    meter.left -= 1 + (MAX_DATA_BYTES - budget[0]) // BUILT_CHARS_PER_UNIT
+    if budget[0] < MAX_DATA_BYTES - _FREE_COPY_BYTES:
+        # A big copy, charged to the request (ExpressionRule); one copy is capped by MAX_DATA_BYTES.
+        namespace[_METER].left -= 1 + (MAX_DATA_BYTES - budget[0]) // BUILT_CHARS_PER_UNIT
     return params
 
 
@@ -1896,7 +1900,7 @@ class CompiledExpr:
             raise ExprError(_runtime_reason(exc), line, column) from exc
         if self.kind == "when":
             return bool(value)
-        return _params(value, namespace[_METER])
+        return _params(value, namespace)
 
     def run(self, namespace: dict[str, Any]) -> Any:
         """:meth:`evaluate` on what the meter has left (ExpressionRule runs when and params on one budget)."""
@@ -1913,7 +1917,7 @@ class CompiledExpr:
             raise ExprError(_runtime_reason(exc), line, column) from exc
         if self.kind == "when":
             return bool(value)
-        return _params(value, namespace[_METER])
+        return _params(value, namespace)
 
     def __call__(self, ctx: DeterministicContext) -> Any:
         return self.evaluate(build_namespace(ctx))
