@@ -8,13 +8,15 @@ conditions paste in unchanged, checked once when saved and then run as bytecode:
    parser work is spent on hostile input;
 2. caps on the tree (depth, node count) and a strict allow-list of node types, names,
    helpers, methods and literals;
-3. a rewrite of the operations whose cost depends on data (``+``, ``*``, ``%``, ``join``,
-   ``replace``, comprehension loops, ``data_get``) into size-checked hidden helpers;
+3. a rewrite of the operations whose cost depends on data (``+``, ``join``, ``replace``,
+   slices, comparisons, method calls, builtins, helpers, comprehension loops, ...) into
+   size-checked hidden helpers that also charge a run-time cost budget (:class:`CostMeter`);
 4. ``compile()`` into the code of a function whose globals are one per-request namespace
    (``build_namespace``) with empty ``__builtins__``.
 
-Time is bounded by construction (capped request size x capped expression, no loops except
-one comprehension level over request data), never by signals. At run time an expression
+Time and memory are bounded by counting, never by signals: caps bound what one operation
+may build, the cost budget bounds how much work one evaluation and one request may do
+(CostBudgetExceeded, see docs/expressions.md "Cost budget"). At run time an expression
 raises only :class:`ExprError`.
 """
 
