@@ -1181,7 +1181,7 @@ class CostMeter:
         self.left = expr_budget  # what the current evaluation may still spend
         self.pool = request_budget  # what the request's rules may still spend
         self.qcost = 1  # reading the query once (set by build_namespace)
-        self.weights: dict[int, tuple[Any, int]] = {}  # id -> (value, _weight), see _weight
+        self.weights: dict[int, tuple[Any, int]] = {}  # identity -> (value, _weight), see _weight
 
     @property
     def spent(self) -> int:
@@ -1210,6 +1210,10 @@ def _charge(meter: CostMeter, cost: int) -> None:
 _SEQUENCES = frozenset({list, tuple, set, frozenset})
 
 
+# An identity key without id(), which raises a "builtins.id" audit event on every call.
+_identity = object.__hash__
+
+
 def _weight(value: Any, meter: CostMeter) -> int:
     """What reading ``value`` whole costs (compared, hashed, searched): items plus characters.
 
@@ -1222,7 +1226,7 @@ def _weight(value: Any, meter: CostMeter) -> int:
         return 1 + len(value) // READ_CHARS_PER_UNIT
     if kind is not dict and kind not in _SEQUENCES:
         return 1
-    known = meter.weights.get(id(value))
+    known = meter.weights.get(_identity(value))
     if known is not None and known[0] is value:
         return known[1]
     limit = meter.left
@@ -1242,7 +1246,7 @@ def _weight(value: Any, meter: CostMeter) -> int:
         else:
             total += 1
     if not stack:
-        meter.weights[id(value)] = (value, total)
+        meter.weights[_identity(value)] = (value, total)
     return total
 
 
