@@ -8,13 +8,15 @@ conditions paste in unchanged, checked once when saved and then run as bytecode:
    parser work is spent on hostile input;
 2. caps on the tree (depth, node count) and a strict allow-list of node types, names,
    helpers, methods and literals;
-3. a rewrite of the operations whose cost depends on data (``+``, ``*``, ``%``, ``join``,
-   ``replace``, comprehension loops, ``data_get``) into size-checked hidden helpers;
+3. a rewrite of the operations whose cost depends on data (``+``, ``join``, ``replace``,
+   slices, comparisons, method calls, builtins, helpers, comprehension loops, ...) into
+   size-checked hidden helpers that also charge a run-time cost budget (:class:`CostMeter`);
 4. ``compile()`` into the code of a function whose globals are one per-request namespace
    (``build_namespace``) with empty ``__builtins__``.
 
-Time is bounded by construction (capped request size x capped expression, no loops except
-one comprehension level over request data), never by signals. At run time an expression
+Time and memory are bounded by counting, never by signals: caps bound what one operation
+may build, the cost budget bounds how much work one evaluation and one request may do
+(CostBudgetExceeded, see docs/expressions.md "Cost budget"). At run time an expression
 raises only :class:`ExprError`.
 """
 
@@ -51,7 +53,15 @@ __all__ = [
     "MAX_RULE_NAME_CHARS",
     "MAX_SOURCE_CHARS",
     "MAX_STR_LITERAL_CHARS",
+    "BUILT_CHARS_PER_UNIT",
+    "DEFAULT_EXPR_BUDGET",
+    "DEFAULT_REQUEST_BUDGET",
+    "READ_CHARS_PER_UNIT",
+    "REGEX_CHARS_PER_UNIT",
+    "REGEX_COMPILE_UNITS",
     "CompiledExpr",
+    "CostBudgetExceeded",
+    "CostMeter",
     "ExprError",
     "ExpressionRule",
     "build_namespace",
@@ -589,32 +599,165 @@ def _is_literal(node: ast.AST) -> bool:
     return False
 
 
-# --- the rewrite to size-checked helpers ----------------------------------------------------------
-class _Guard(ast.NodeTransformer):
-    """Route data-dependent operations through the hidden, size-checked helpers."""
+# --- the rewrite to size-checked and metered helpers ----------------------------------------------
+def _meter_name(like: ast.AST) -> ast.Name:
+    return ast.copy_location(ast.Name(id=_METER, ctx=ast.Load()), like)
 
-    _BINOP_HELPERS = {ast.Add: "__llamon_add", ast.Mult: "__llamon_mul", ast.Mod: "__llamon_mod"}
+
+def _is_query(node: ast.AST) -> bool:
+    """``query`` or ``ctx.query``: always the request's text (the names cannot be rebound)."""
+    return _query_ref(node) is False
+
+
+def _is_dict_or_set(node: ast.AST) -> bool:
+    """``context``/``ctx.context`` (a dict) or ``tool_names`` (a set): ``in`` is a hash lookup."""
+    if _is_tool_names(node):
+        return True
+    if isinstance(node, ast.Name):
+        return node.id == "context"
+    return (
+        isinstance(node, ast.Attribute)
+        and node.attr == "context"
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "ctx"
+    )
+
+
+def _scalar(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and type(node.value) in (str, int, float, bool, type(None))
+
+
+def _static_pair(left: ast.AST, op: ast.cmpop, right: ast.AST) -> int | None:
+    """Query reads one comparison costs when that is known from its shape, else None.
+
+    Comparing with a literal text or number reads at most the literal; ``is`` reads nothing;
+    ``"w" in query`` reads the query once (``query.lower()``: once more to build the copy, at
+    the building rate); ``"w" in context`` hashes the literal. These stay plain Python.
+    """
+    if isinstance(op, (ast.Is, ast.IsNot)):
+        return 0
+    if isinstance(op, (ast.In, ast.NotIn)):
+        if not _scalar(left):
+            return None
+        if _is_query(right):
+            return 1
+        if _query_ref(right) is True:  # query.lower(): read, then build a copy
+            return 1 + READ_CHARS_PER_UNIT // BUILT_CHARS_PER_UNIT
+        return 0 if _is_dict_or_set(right) else None
+    return 0 if _scalar(left) or _scalar(right) else None
+
+
+def _static_contains(node: ast.Call) -> int | None:
+    """Query reads of ``contains_any/contains_all(query or query.lower(), [literal texts])``, else None."""
+    func = node.func
+    if not (isinstance(func, ast.Name) and func.id in ("contains_any", "contains_all")):
+        return None
+    if node.keywords or len(node.args) != 2:
+        return None
+    text, words = node.args
+    lowered = _query_ref(text)
+    if lowered is None or not isinstance(words, (ast.List, ast.Tuple, ast.Set)):
+        return None
+    if not all(_scalar(w) and type(w.value) is str for w in words.elts):
+        return None
+    return len(words.elts) + (READ_CHARS_PER_UNIT // BUILT_CHARS_PER_UNIT if lowered else 0)
+
+
+class _Guard(ast.NodeTransformer):
+    """Route data-dependent operations through the hidden helpers: size-checked and metered.
+
+    Also counts the static cost that ExpressionRule charges to the request per evaluation:
+    ``nodes`` (every node of the tree runs at most once outside a comprehension body) and
+    ``scans`` (query reads of the plain comparisons above); a comprehension's body is charged
+    per item, to the evaluation's own budget.
+    """
+
+    def __init__(self) -> None:
+        self.scans = 0
+        self.metered = False  # whether any operation charges the meter at run time
+        self._in_body = False
+        self._body_scans = 0
 
     @staticmethod
     def _call(name: str, args: list[ast.expr], keywords: list[ast.keyword], like: ast.AST) -> ast.Call:
         func = ast.copy_location(ast.Name(id=name, ctx=ast.Load()), like)
         return ast.copy_location(ast.Call(func=func, args=args, keywords=keywords), like)
 
+    def _metered(
+        self, name: str, args: list[ast.expr], keywords: list[ast.keyword], like: ast.AST
+    ) -> ast.Call:
+        self.metered = True
+        return self._call(name, [_meter_name(like), *args], keywords, like)
+
     def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
         self.generic_visit(node)
-        helper = self._BINOP_HELPERS.get(type(node.op))
-        if helper is None:  # - / // cannot build anything bigger than their operands
+        if isinstance(node.op, ast.Add):
+            return self._metered("__llamon_add", [node.left, node.right], [], node)
+        if isinstance(node.op, ast.Mult):  # numbers only, within 64 bits: constant cost
+            return self._call("__llamon_mul", [node.left, node.right], [], node)
+        if isinstance(node.op, ast.Mod):
+            return self._call("__llamon_mod", [node.left, node.right], [], node)
+        return node  # - / // on numbers cannot build anything bigger than their operands
+
+    def visit_Subscript(self, node: ast.Subscript) -> ast.AST:
+        self.generic_visit(node)
+        if not isinstance(node.slice, ast.Slice):
+            return node  # an index or a key: constant cost
+        bounds = [
+            part if part is not None else ast.copy_location(ast.Constant(value=None), node)
+            for part in (node.slice.lower, node.slice.upper, node.slice.step)
+        ]
+        return self._metered("__llamon_slice", [node.value, *bounds], [], node)
+
+    def visit_Compare(self, node: ast.Compare) -> ast.AST:
+        operands = [node.left, *node.comparators]
+        costs = [_static_pair(operands[i], op, operands[i + 1]) for i, op in enumerate(node.ops)]
+        if all(cost is not None for cost in costs):
+            self._count_reads(sum(costs))  # type: ignore[arg-type]
+            # query.lower() as the right of `in` is already counted: leave it a plain call.
+            node.left = self.visit(node.left)
+            node.comparators = [c if _query_ref(c) is True else self.visit(c) for c in node.comparators]
             return node
-        return self._call(helper, [node.left, node.right], [], node)
+        self.generic_visit(node)
+        if len(node.ops) == 1:
+            op = ast.copy_location(ast.Constant(value=_COMPARE_INDEX[type(node.ops[0])]), node)
+            if not isinstance(node.ops[0], (ast.Is, ast.IsNot)):
+                return self._metered("__llamon_cmp", [node.left, node.comparators[0], op], [], node)
+        weigh = [
+            part if _scalar(part) else self._metered("__llamon_weigh", [part], [], part)
+            for part in (node.left, *node.comparators)
+        ]
+        node.left, node.comparators = weigh[0], weigh[1:]
+        return node
+
+    def _count_reads(self, reads: int) -> None:
+        if self._in_body:
+            self._body_scans += reads
+        else:
+            self.scans += reads
 
     def visit_Call(self, node: ast.Call) -> ast.AST:
+        reads = _static_contains(node)
+        if reads is not None:  # contains_any(query, ["a", "b"]): the keyword hot path stays plain
+            self._count_reads(reads)
+            return node
         self.generic_visit(node)
         func = node.func
-        if isinstance(func, ast.Name) and func.id == "data_get":
-            parts = ast.copy_location(ast.Name(id="a2a_data", ctx=ast.Load()), func)
-            return self._call("__llamon_data_get", [parts, *node.args], node.keywords, node)
-        if isinstance(func, ast.Attribute) and func.attr in _GUARDED_METHODS:
-            return self._call(_GUARDED_METHODS[func.attr], [func.value, *node.args], node.keywords, node)
+        if isinstance(func, ast.Name):
+            if func.id == "data_get":
+                parts = ast.copy_location(ast.Name(id="a2a_data", ctx=ast.Load()), func)
+                return self._metered("__llamon_data_get", [parts, *node.args], node.keywords, node)
+            if func.id in _METERED_CALLS:
+                return self._metered(f"__llamon_m_{func.id}", node.args, node.keywords, node)
+            return node  # len, bool, abs, round: constant cost
+        if isinstance(func, ast.Attribute):
+            if func.attr in _GUARDED_METHODS:
+                return self._metered(
+                    _GUARDED_METHODS[func.attr], [func.value, *node.args], node.keywords, node
+                )
+            if func.attr not in _FREE_METHODS:
+                name = ast.copy_location(ast.Constant(value=func.attr), func)
+                return self._metered("__llamon_method", [func.value, name, *node.args], node.keywords, node)
         return node
 
     def visit_JoinedStr(self, node: ast.JoinedStr) -> ast.AST:
@@ -623,21 +766,46 @@ class _Guard(ast.NodeTransformer):
         args: list[ast.expr] = []
         for part in node.values:
             if isinstance(part, ast.FormattedValue):
-                helper = {114: "__llamon_repr", 97: "__llamon_ascii"}.get(part.conversion, "str")
-                args.append(self._call(helper, [part.value], [], part))
+                helper = {114: "__llamon_repr", 97: "__llamon_ascii"}.get(part.conversion, "__llamon_str")
+                args.append(self._metered(helper, [part.value], [], part))
             else:
                 args.append(part)
-        return self._call("__llamon_fstr", args, [], node)
+        return self._metered("__llamon_fstr", args, [], node)
 
-    def visit_comprehension(self, node: ast.comprehension) -> ast.AST:
-        self.generic_visit(node)
-        node.iter = self._call("__llamon_iter", [node.iter], [], node.iter)
+    def _comprehension(self, node: Any, body: list[ast.AST]) -> ast.AST:
+        gen = node.generators[0]
+        nodes = sum(1 for part in [*body, gen.target, *gen.ifs] for _ in ast.walk(part))
+        gen.iter = self.visit(gen.iter)  # evaluated once, before the loop
+        self._in_body, self._body_scans = True, 0
+        try:
+            gen.target = self.visit(gen.target)
+            gen.ifs = [self.visit(cond) for cond in gen.ifs]
+            for field in ("elt", "key", "value"):
+                if hasattr(node, field):
+                    setattr(node, field, self.visit(getattr(node, field)))
+        finally:
+            self._in_body = False
+        per_item = [ast.copy_location(ast.Constant(value=v), gen.iter) for v in (nodes, self._body_scans)]
+        gen.iter = self._metered("__llamon_iter", [gen.iter, *per_item], [], gen.iter)
         return node
 
+    def visit_ListComp(self, node: ast.ListComp) -> ast.AST:
+        return self._comprehension(node, [node.elt])
 
-def _compile(tree: ast.Expression, name: str) -> types.CodeType:
-    """The expression as the code of a zero-argument function (run with per-request globals)."""
-    body = _Guard().visit(tree).body
+    visit_SetComp = visit_ListComp
+    visit_GeneratorExp = visit_ListComp
+
+    def visit_DictComp(self, node: ast.DictComp) -> ast.AST:
+        return self._comprehension(node, [node.key, node.value])
+
+
+def _compile(tree: ast.Expression, name: str) -> tuple[types.CodeType, int, int, bool]:
+    """The expression as the code of a zero-argument function (run with per-request globals),
+    with its static cost and whether it charges the meter: (code, nodes, query scans, metered),
+    see :class:`_Guard`."""
+    nodes = sum(1 for _ in ast.walk(tree.body))
+    guard = _Guard()
+    body = guard.visit(tree).body
     func = ast.FunctionDef(
         name=name,
         args=ast.arguments(posonlyargs=[], args=[], vararg=None, kwonlyargs=[], kw_defaults=[], defaults=[]),
@@ -656,7 +824,7 @@ def _compile(tree: ast.Expression, name: str) -> types.CodeType:
         raise ExprError(f"the expression cannot be compiled: {exc}") from None
     for const in code.co_consts:
         if isinstance(const, types.CodeType) and const.co_name == name:
-            return const
+            return const, nodes, guard.scans, guard.metered
     raise ExprError("the expression cannot be compiled")  # pragma: no cover - compile() always emits it
 
 
@@ -862,17 +1030,20 @@ def _replace(text: Any, *args: Any, **kwargs: Any) -> str:
     return text.replace(old, new, count)
 
 
-def _check_text_size(value: Any) -> None:
+def _check_text_size(value: Any) -> int:
     """Refuse to turn a value into text that would exceed MAX_RESULT_CHARS, before building it.
 
     The walk stops as soon as the budget is spent, so its cost is bounded too: a list that
     refers to the whole request data a thousand times is refused after reading a little of it.
+    Returns the work in cost units (items visited, plus the text's estimated size).
     """
     left = MAX_RESULT_CHARS
+    visited = 0
     stack = [value]
     while stack:
         item = stack.pop()
         kind = type(item)
+        visited += 1
         if kind is str:
             left -= len(item) + 2
         elif kind is dict:
@@ -884,10 +1055,13 @@ def _check_text_size(value: Any) -> None:
             left -= 2 + 2 * len(item)
             if left >= 0:
                 stack.extend(item)
+        elif kind is _CtxView:  # its text quotes the whole query (escapes can quadruple it)
+            left -= 4 * len(item.query) + 12
         else:
             left -= 4
         if left < 0:
             raise ExprError(f"the text would be longer than {MAX_RESULT_CHARS:,} characters")
+    return 1 + 8 * visited + (MAX_RESULT_CHARS - left) // 4  # a Python walk, then formatting
 
 
 def _str(value: Any = "") -> str:
@@ -956,6 +1130,445 @@ def _round(number: Any, ndigits: Any = None) -> Any:
     return round(number, ndigits)
 
 
+# --- the run-time cost budget -------------------------------------------------------------------
+# Caps bound what one operation may build; they cannot bound how often an expression repeats
+# work (a comprehension runs its body up to MAX_ITER_ITEMS times, a 4,000-character expression
+# can call sorted(query) 196 times). So every evaluation also has a cost budget, as CEL has in
+# Kubernetes: each operation is charged in proportion to its work before (or, for results
+# bounded by a cap, right after) it runs, and an evaluation that spends more than its budget
+# raises CostBudgetExceeded. One CostMeter per request also caps all evaluations together.
+#
+# A unit is about one step of the interpreter: one syntax-tree node evaluated, one item
+# visited, built or compared, READ_CHARS_PER_UNIT characters read, BUILT_CHARS_PER_UNIT
+# characters built. The defaults keep one evaluation under ~50 ms and ~64 MB at worst.
+DEFAULT_EXPR_BUDGET = 250_000  # units per evaluation of one when or params
+DEFAULT_REQUEST_BUDGET = 2_500_000  # units per request, every rule's evaluations together
+READ_CHARS_PER_UNIT = 16  # scanning text (in, find, count, ==, startswith ...)
+BUILT_CHARS_PER_UNIT = 8  # building text (+, join, slices, lower, str(), f-strings ...)
+REGEX_CHARS_PER_UNIT = 16  # a regex search: len(text) x program size / 16
+REGEX_COMPILE_UNITS = 8  # per instruction of a regex's compiled program, at every call
+SORT_KEYS = ("len", "str", "int", "float", "abs", "bool")  # the key= a sort or min/max may use
+
+
+class CostBudgetExceeded(ExprError):
+    """An evaluation (or a request's evaluations together) did more work than its cost budget."""
+
+
+class CostMeter:
+    """The cost budget of one request: ``expr_budget`` per evaluation, ``request_budget`` for all.
+
+    :func:`build_namespace` puts one in the namespace (``meter=`` shares one between the
+    namespaces of one request, as the pre-step does). Each :meth:`CompiledExpr.evaluate`
+    starts with ``left = expr_budget`` and the rewritten operations charge ``left``; each
+    :meth:`ExpressionRule.evaluate_ns` (the pre-step's call) then takes what its evaluations
+    spent, plus their static cost, from ``pool``, and refuses to start once ``pool`` is spent.
+    """
+
+    __slots__ = ("expr_budget", "request_budget", "left", "pool", "qcost", "weights")
+
+    def __init__(self, expr_budget: int | None = None, request_budget: int | None = None) -> None:
+        if expr_budget is None or request_budget is None:
+            from llamon_agent.settings import cost_budgets
+
+            defaults = cost_budgets()
+            expr_budget = defaults.expr_cost_budget if expr_budget is None else expr_budget
+            request_budget = defaults.request_cost_budget if request_budget is None else request_budget
+        for name, value in (("expr_budget", expr_budget), ("request_budget", request_budget)):
+            if type(value) is not int or value < 1:
+                raise ValueError(f"{name} must be a positive whole number of cost units, not {value!r}")
+        self.expr_budget = expr_budget
+        self.request_budget = request_budget
+        self.left = expr_budget  # what the current evaluation may still spend
+        self.pool = request_budget  # what the request's rules may still spend
+        self.qcost = 1  # reading the query once (set by build_namespace)
+        self.weights: dict[int, tuple[Any, int]] = {}  # identity -> (value, _weight), see _weight
+
+    @property
+    def spent(self) -> int:
+        """Units the request's rules have spent so far (ExpressionRule evaluations)."""
+        return self.request_budget - self.pool
+
+    def exceeded(self) -> None:
+        raise CostBudgetExceeded(
+            f"cost budget of {self.expr_budget:,} units exceeded: the expression does too much work "
+            "(see the cost table in docs/expressions.md)"
+        )
+
+    def request_exceeded(self) -> None:
+        raise CostBudgetExceeded(
+            f"request cost budget of {self.request_budget:,} units exceeded: the rules evaluated "
+            "before this one did too much work together"
+        )
+
+
+def _charge(meter: CostMeter, cost: int) -> None:
+    left = meter.left = meter.left - cost
+    if left < 0:
+        meter.exceeded()
+
+
+_SEQUENCES = frozenset({list, tuple, set, frozenset})
+
+
+# An identity key without id(), which raises a "builtins.id" audit event on every call.
+_identity = object.__hash__
+
+
+def _weight(value: Any, meter: CostMeter) -> int:
+    """What reading ``value`` whole costs (compared, hashed, searched): items plus characters.
+
+    The walk stops once it passes what the meter has left, so it costs no more than what it
+    charges. A finished walk is remembered for the request (with the value, so that its id
+    cannot be reused): comparing a big request value in a loop walks it once.
+    """
+    kind = type(value)
+    if kind is str:
+        return 1 + len(value) // READ_CHARS_PER_UNIT
+    if kind is not dict and kind not in _SEQUENCES:
+        return 1
+    known = meter.weights.get(_identity(value))
+    if known is not None and known[0] is value:
+        return known[1]
+    limit = meter.left
+    total = 0
+    stack = [value]
+    while stack and total <= limit:
+        item = stack.pop()
+        kind = type(item)
+        if kind is str:
+            total += 1 + len(item) // READ_CHARS_PER_UNIT
+        elif kind is dict:
+            total += 1 + len(item)
+            stack.extend(item.values())
+        elif kind in _SEQUENCES:
+            total += 1 + len(item)
+            stack.extend(item)
+        else:
+            total += 1
+    if not stack:
+        meter.weights[_identity(value)] = (value, total)
+    return total
+
+
+def _result_cost(value: Any) -> int:
+    """What building ``value`` cost: characters built, or items (2 each: pointer and object)."""
+    kind = type(value)
+    if kind is str:
+        return 1 + len(value) // BUILT_CHARS_PER_UNIT
+    if kind in _SEQUENCES or kind is dict:
+        return 1 + 2 * len(value)
+    return 1
+
+
+def _m_add(meter: CostMeter, left: Any, right: Any) -> Any:
+    kind = type(left)
+    if kind is type(right):
+        if kind is str:
+            _charge(meter, 1 + (len(left) + len(right)) // BUILT_CHARS_PER_UNIT)
+        elif kind is list or kind is tuple:
+            _charge(meter, 1 + len(left) + len(right))
+    return _add(left, right)
+
+
+def _m_slice(meter: CostMeter, value: Any, lower: Any, upper: Any, step: Any) -> Any:
+    where = slice(lower, upper, step)
+    try:
+        size = len(value)
+    except TypeError:
+        return value[where]  # the type's own error
+    count = len(range(*where.indices(size)))
+    _charge(meter, 1 + (count // BUILT_CHARS_PER_UNIT if type(value) is str else count))
+    return value[where]
+
+
+_COMPARE_OPS: tuple[Any, ...] = (
+    lambda a, b: a == b,
+    lambda a, b: a != b,
+    lambda a, b: a < b,
+    lambda a, b: a <= b,
+    lambda a, b: a > b,
+    lambda a, b: a >= b,
+    lambda a, b: a in b,
+    lambda a, b: a not in b,
+)
+_COMPARE_INDEX = {
+    ast.Eq: 0,
+    ast.NotEq: 1,
+    ast.Lt: 2,
+    ast.LtE: 3,
+    ast.Gt: 4,
+    ast.GtE: 5,
+    ast.In: 6,
+    ast.NotIn: 7,
+}
+
+
+def _m_compare(meter: CostMeter, left: Any, right: Any, op: int) -> Any:
+    """One comparison whose operands' sizes are not known when the rule is saved."""
+    if op >= 6:  # in / not in
+        kind = type(right)
+        if kind is str:
+            cost = 1 + (len(right) + (len(left) if type(left) is str else 0)) // READ_CHARS_PER_UNIT
+        elif kind is dict or kind is set or kind is frozenset:
+            cost = _weight(left, meter)  # hashing the key
+        else:
+            cost = 1 + _weight(right, meter)  # each item compared, at most its own size
+    else:
+        # == and < stop at the first difference: at most the smaller side is read.
+        cost = _weight(left, meter)
+        if cost > 1:
+            cost = min(cost, _weight(right, meter))
+    _charge(meter, cost)
+    return _COMPARE_OPS[op](left, right)
+
+
+def _m_weigh(meter: CostMeter, value: Any) -> Any:
+    """An operand of a chained comparison: charged by its size, returned unchanged."""
+    _charge(meter, _weight(value, meter))
+    return value
+
+
+def _m_iter(meter: CostMeter, values: Any, nodes: int, scans: int) -> Any:
+    """A comprehension's iterable, charging each item the work of one pass through the body."""
+    return _metered_items(meter, _iter(values), nodes + 1 + scans * meter.qcost)
+
+
+def _metered_items(meter: CostMeter, values: Any, cost: int) -> Any:
+    for value in values:
+        left = meter.left = meter.left - cost
+        if left < 0:
+            meter.exceeded()
+        yield value
+
+
+def _sized(values: Any) -> Any:
+    """A comprehension's generator as a list (its items were charged as they were made)."""
+    return values if type(values) in _SIZED else list(values)
+
+
+_SIZED = frozenset({list, tuple, set, frozenset, dict, str})
+
+
+def _sort_key_cost(namespace_key: Any, weight: int) -> int:
+    if namespace_key is None:
+        return 0
+    if namespace_key in (len, abs, bool):
+        return weight
+    if namespace_key in (_str, int, float):
+        return weight * (READ_CHARS_PER_UNIT // BUILT_CHARS_PER_UNIT)
+    raise ExprError(f"key= can be one of {', '.join(SORT_KEYS)}")
+
+
+def _items_weight(meter: CostMeter, items: Any) -> int:
+    if type(items) is str:
+        return 1 + len(items)  # sorted("...") and max("...") handle one character at a time
+    return _weight(items, meter)
+
+
+def _m_sorted(meter: CostMeter, values: Any, *, key: Any = None, reverse: Any = False) -> Any:
+    items = _sized(values)
+    weight = _items_weight(meter, items)
+    _charge(meter, weight * max(1, len(items).bit_length()) + _sort_key_cost(key, weight))
+    return sorted(items, key=key, reverse=reverse)
+
+
+def _m_min_max(builtin: Any) -> Any:
+    def metered(meter: CostMeter, *args: Any, **kwargs: Any) -> Any:
+        if len(args) == 1:
+            args = (_sized(args[0]),)
+            weight = _items_weight(meter, args[0])
+        else:
+            weight = _weight(args, meter)
+        _charge(meter, weight + _sort_key_cost(kwargs.get("key"), weight))
+        return builtin(*args, **kwargs)
+
+    return metered
+
+
+def _m_reduce(builtin: Any, per_item: int = 1) -> Any:
+    """any(), all(), sum(): a generator's items were charged as made; a container's here."""
+
+    def metered(meter: CostMeter, values: Any, *args: Any, **kwargs: Any) -> Any:
+        if type(values) in _SIZED:
+            _charge(meter, 1 + per_item * len(values))
+        return builtin(values, *args, **kwargs)
+
+    return metered
+
+
+def _m_convert(builtin: Any) -> Any:
+    """int() and float(): reading a text is charged; an int stays within 64 bits, like literals."""
+
+    def metered(meter: CostMeter, *args: Any, **kwargs: Any) -> Any:
+        _charge(meter, _weight(args, meter))
+        value = builtin(*args, **kwargs)
+        if type(value) is int and not -MAX_INT <= value <= MAX_INT:
+            raise ExprError("the integer result is too large (the limit is 64 bits)")
+        return value
+
+    return metered
+
+
+def _m_str(meter: CostMeter, value: Any = "") -> str:
+    kind = type(value)
+    if kind is str or value is None or kind is int or kind is float or kind is bool:
+        _charge(meter, 1)
+        return value if kind is str else str(value)
+    _charge(meter, _check_text_size(value))
+    return str(value)
+
+
+def _m_repr(meter: CostMeter, value: Any) -> str:
+    if type(value) is str:  # escapes make a text up to 4x longer
+        _charge(meter, 1 + 4 * len(value) // BUILT_CHARS_PER_UNIT)
+        return repr(value)
+    _charge(meter, _check_text_size(value))
+    return repr(value)
+
+
+def _m_ascii(meter: CostMeter, value: Any) -> str:
+    _charge(meter, _check_text_size(value))
+    text = _ascii(value)
+    _charge(meter, _result_cost(text))
+    return text
+
+
+def _m_fstr(meter: CostMeter, *parts: str) -> str:
+    size = 0
+    for part in parts:
+        size += len(part)
+    _charge(meter, 1 + len(parts) + size // BUILT_CHARS_PER_UNIT)
+    return _fstr(*parts)
+
+
+def _m_join(meter: CostMeter, sep: Any, *args: Any, **kwargs: Any) -> str:
+    if len(args) == 1 and not kwargs and type(args[0]) is types.GeneratorType:
+        args = (list(args[0]),)
+    if len(args) == 1 and type(args[0]) in _SIZED:
+        _charge(meter, 1 + len(args[0]))
+    text = _join(sep, *args, **kwargs)
+    _charge(meter, _result_cost(text))
+    return text
+
+
+def _m_replace(meter: CostMeter, text: Any, *args: Any, **kwargs: Any) -> str:
+    if type(text) is str:
+        _charge(meter, 1 + len(text) // READ_CHARS_PER_UNIT)
+    result = _replace(text, *args, **kwargs)
+    _charge(meter, _result_cost(result))
+    return result
+
+
+# Methods whose cost does not depend on the data: left as plain calls (dict lookups, views).
+_FREE_METHODS = frozenset({"get", "keys", "values", "items"})
+
+
+_CASE_METHODS = frozenset({"lower", "upper", "casefold"})  # a Unicode table lookup per character
+_SPLIT_METHODS = frozenset({"split", "rsplit", "splitlines", "partition", "rpartition"})
+PIECE_UNITS = 8  # a new text object made by split(): allocation dominates
+
+
+def _m_method(meter: CostMeter, value: Any, name: str, *args: Any, **kwargs: Any) -> Any:
+    """value.name(*args): charged by what it reads before, and by what it built after."""
+    method = getattr(value, name)
+    cost = _weight(value, meter)
+    for arg in (*args, *kwargs.values()):
+        # a set method iterates its argument, hashing every item (a text: every character)
+        cost += _weight(arg, meter) if type(arg) is not str or type(value) is str else 1 + len(arg)
+    if name in _CASE_METHODS and type(value) is str:
+        cost += len(value)
+    _charge(meter, cost)
+    result = method(*args, **kwargs)
+    kind = type(result)
+    if kind is str:
+        if result is not value:
+            _charge(meter, _result_cost(result))
+    elif kind in _SEQUENCES:
+        if name in _SPLIT_METHODS and type(value) is str:  # the pieces: objects and characters
+            _charge(meter, 1 + PIECE_UNITS * len(result) + len(value) // BUILT_CHARS_PER_UNIT)
+        else:
+            _charge(meter, _result_cost(result))
+    return result
+
+
+def _m_contains_any(meter: CostMeter, text: Any, words: Any) -> bool:
+    """contains_any, each word searched for in the text (the hot path of keyword rules: inline)."""
+    if type(text) is not str or type(words) not in _WORD_CONTAINERS:
+        _charge(meter, 1 + (len(words) if type(words) in _SIZED else 0))
+        return contains_any(text, words)
+    left = meter.left = meter.left - 1 - len(words) * (1 + len(text) // READ_CHARS_PER_UNIT)
+    if left < 0:
+        meter.exceeded()
+    for word in words:
+        if type(word) is not str:
+            raise _word_error("contains_any", word)
+        if word in text:
+            return True
+    return False
+
+
+def _m_contains_all(meter: CostMeter, text: Any, words: Any) -> bool:
+    size = len(text) if type(text) is str else 0
+    _charge(meter, 1 + (len(words) if type(words) in _SIZED else 1) * (1 + size // READ_CHARS_PER_UNIT))
+    return contains_all(text, words)
+
+
+def _m_regex(helper: Any) -> Any:
+    """re_search / re_find: RE2 is linear in the text, times the size of the pattern's program."""
+
+    def metered(meter: CostMeter, pattern: Any, *args: Any, **kwargs: Any) -> Any:
+        text = args[0] if args else kwargs.get("text")
+        if type(pattern) is str:
+            _charge(meter, 1 + len(pattern))
+            program = _regex(pattern).programsize
+            size = len(text) if type(text) is str else 0
+            _charge(meter, program * REGEX_COMPILE_UNITS + size * program // REGEX_CHARS_PER_UNIT)
+        return helper(pattern, *args, **kwargs)
+
+    return metered
+
+
+def _m_data_get(meter: CostMeter, parts: Any, *args: Any, **kwargs: Any) -> Any:
+    _charge(meter, 1 + (len(parts) if type(parts) is list else 0))
+    return _data_get(parts, *args, **kwargs)
+
+
+# Calls of these names become calls of their metered version (the name stays bound to the
+# plain one: passed as a value, e.g. sorted(words, key=str), it is charged by the caller).
+_METERED_CALLS: dict[str, Any] = {
+    "str": _m_str,
+    "int": _m_convert(int),
+    "float": _m_convert(float),
+    "sorted": _m_sorted,
+    "min": _m_min_max(min),
+    "max": _m_min_max(max),
+    "any": _m_reduce(any),
+    "all": _m_reduce(all),
+    "sum": _m_reduce(_sum, per_item=4),  # a Python loop checking each item
+    "contains_any": _m_contains_any,
+    "contains_all": _m_contains_all,
+    "re_search": _m_regex(re_search),
+    "re_find": _m_regex(re_find),
+}
+_METERED_NAMESPACE: dict[str, Any] = {
+    **{f"__llamon_m_{name}": fn for name, fn in _METERED_CALLS.items()},
+    "__llamon_add": _m_add,
+    "__llamon_slice": _m_slice,
+    "__llamon_cmp": _m_compare,
+    "__llamon_weigh": _m_weigh,
+    "__llamon_iter": _m_iter,
+    "__llamon_method": _m_method,
+    "__llamon_join": _m_join,
+    "__llamon_replace": _m_replace,
+    "__llamon_data_get": _m_data_get,
+    "__llamon_str": _m_str,
+    "__llamon_repr": _m_repr,
+    "__llamon_ascii": _m_ascii,
+    "__llamon_fstr": _m_fstr,
+}
+_METER = "__llamon_meter"
+
+
 _EMPTY_BUILTINS: dict[str, Any] = {}  # never written: expressions cannot store anything
 _BASE_NAMESPACE: dict[str, Any] = {
     # Must be present: without it a function's builtins fall back to the real ones.
@@ -980,16 +1593,9 @@ _BASE_NAMESPACE: dict[str, Any] = {
     "round": _round,
     "sum": _sum,
     # Hidden helpers: user code cannot name them (a leading "_" is refused), only the rewrite.
-    "__llamon_add": _add,
     "__llamon_mul": _mul,
     "__llamon_mod": _mod,
-    "__llamon_join": _join,
-    "__llamon_replace": _replace,
-    "__llamon_iter": _iter,
-    "__llamon_data_get": _data_get,
-    "__llamon_repr": _repr,
-    "__llamon_ascii": _ascii,
-    "__llamon_fstr": _fstr,
+    **_METERED_NAMESPACE,
 }
 
 
@@ -1057,7 +1663,16 @@ def _tool_name(tool: Any) -> str:
 class _CtxView:
     """The read-only ``ctx`` an expression sees: JSON-like copies of one request for one server."""
 
-    __slots__ = ("query", "context", "a2a_data", "a2a_files", "tool_names", "_tools", "_mcp_tools")
+    __slots__ = (
+        "query",
+        "context",
+        "a2a_data",
+        "a2a_files",
+        "tool_names",
+        "_tools",
+        "_mcp_tools",
+        "_mcp_error",
+    )
 
     def __init__(
         self,
@@ -1074,21 +1689,32 @@ class _CtxView:
         self.tool_names = frozenset(_tool_name(t) for t in tools)
         self._tools = tools
         self._mcp_tools: list[dict[str, Any]] | None = None
+        self._mcp_error: ExprError | None = None
 
     @property
     def mcp_tools(self) -> list[dict[str, Any]]:
         # Built on first use: schemas can be large and most rules only need tool_names.
         if self._mcp_tools is None:
+            if self._mcp_error is not None:  # once per request: a comprehension must not redo the walk
+                raise ExprError(self._mcp_error.reason)
             budget = _Budget(MAX_DATA_BYTES)
-            self._mcp_tools = [_plain(_tool_dict(t), budget) for t in self._tools]
+            try:
+                self._mcp_tools = [_plain(_tool_dict(t), budget) for t in self._tools]
+            except ExprError as exc:
+                self._mcp_error = exc
+                raise
         return self._mcp_tools
 
     def __repr__(self) -> str:
         return f"ctx(query={self.query!r})"
 
 
-def build_namespace(ctx: DeterministicContext) -> dict[str, Any]:
-    """The evaluation globals for one request on one server; build once, reuse for every rule."""
+def build_namespace(ctx: DeterministicContext, *, meter: CostMeter | None = None) -> dict[str, Any]:
+    """The evaluation globals for one request on one server; build once, reuse for every rule.
+
+    ``meter`` is the request's cost budget (share one between the namespaces of a request);
+    by default a new one with the budgets of :func:`llamon_agent.settings.cost_budgets`.
+    """
     query = ctx.query
     if type(query) is not str:
         query = "" if query is None else str(query)
@@ -1108,6 +1734,10 @@ def build_namespace(ctx: DeterministicContext) -> dict[str, Any]:
     namespace["a2a_data"] = a2a_data
     namespace["a2a_files"] = a2a_files
     namespace["tool_names"] = view.tool_names
+    if meter is None:
+        meter = CostMeter()
+    meter.qcost = 1 + len(query) // READ_CHARS_PER_UNIT
+    namespace[_METER] = meter
     return namespace
 
 
@@ -1221,37 +1851,65 @@ def _json_value(value: Any, depth: int, budget: list[int]) -> Any:
     return value
 
 
-def _params(value: Any) -> dict[str, Any]:
+_FREE_COPY_BYTES = 1_024  # copying params this small costs about one node: not charged
+
+
+def _params(value: Any, namespace: dict[str, Any]) -> dict[str, Any]:
     if type(value) is not dict:
         raise ExprError(f'params must give a dict such as {{"q": query}}, not {_type_name(value)}')
+    budget = [MAX_DATA_BYTES]
     try:
-        return _json_value(value, 0, [MAX_DATA_BYTES])
+        params = _json_value(value, 0, budget)
     except _NotJson as exc:
         path = "params" + "".join(reversed(exc.path))
         raise ExprError("params: " + exc.template.replace("{path}", path)) from None
+    if budget[0] < MAX_DATA_BYTES - _FREE_COPY_BYTES:
+        # A big copy, charged to the request (ExpressionRule); one copy is capped by MAX_DATA_BYTES.
+        namespace[_METER].left -= 1 + (MAX_DATA_BYTES - budget[0]) // BUILT_CHARS_PER_UNIT
+    return params
 
 
 class CompiledExpr:
     """A checked, compiled expression: call it with a ctx, or ``evaluate`` a prebuilt namespace."""
 
-    __slots__ = ("source", "kind", "required_keywords", "_code", "_src")
+    __slots__ = ("source", "kind", "required_keywords", "static_cost", "query_reads", "_code", "_src")
 
     def __init__(
         self,
         source: str,
         kind: str,
-        code: types.CodeType,
+        compiled: tuple[types.CodeType, int, int, bool],
         keywords: frozenset[tuple[str, bool]] | None,
         src: _Source,
     ) -> None:
         self.source = source
         self.kind = kind  # "when" or "params"
         self.required_keywords = keywords
-        self._code = code
+        # Charged to the request by ExpressionRule: one unit per node, plus each plain query read.
+        self._code, self.static_cost, self.query_reads, _ = compiled
         self._src = src
 
     def evaluate(self, namespace: dict[str, Any]) -> Any:
-        """Run against a :func:`build_namespace` result: a bool for ``when``, a dict for ``params``."""
+        """Run against a :func:`build_namespace` result: a bool for ``when``, a dict for ``params``.
+
+        The evaluation gets the meter's whole ``expr_budget`` (CostBudgetExceeded past it).
+        """
+        namespace[_METER].left = namespace[_METER].expr_budget
+        try:  # the body of run(), inline: a call would cost more than the budget's reset
+            value = types.FunctionType(self._code, namespace)()
+        except ExprError as exc:
+            if exc.line is None:
+                exc.line, exc.column = _position(self._src, exc.__traceback__)
+            raise
+        except Exception as exc:
+            line, column = _position(self._src, exc.__traceback__)
+            raise ExprError(_runtime_reason(exc), line, column) from exc
+        if self.kind == "when":
+            return bool(value)
+        return _params(value, namespace)
+
+    def run(self, namespace: dict[str, Any]) -> Any:
+        """:meth:`evaluate` on what the meter has left (ExpressionRule runs when and params on one budget)."""
         try:
             # A fresh function per run binds this request's globals; no eval(), so no
             # "exec" audit event and names resolve with the fast global lookup.
@@ -1265,7 +1923,7 @@ class CompiledExpr:
             raise ExprError(_runtime_reason(exc), line, column) from exc
         if self.kind == "when":
             return bool(value)
-        return _params(value)
+        return _params(value, namespace)
 
     def __call__(self, ctx: DeterministicContext) -> Any:
         return self.evaluate(build_namespace(ctx))
@@ -1274,11 +1932,32 @@ class CompiledExpr:
         return f"CompiledExpr({self.kind}: {self.source!r})"
 
 
+class _UnmeteredExpr(CompiledExpr):
+    """An expression with no operation that charges the meter (most rules: keyword tests,
+    comparisons, dict lookups): its work is bounded by its static cost, which ExpressionRule
+    charges to the request, so an evaluation needs no budget of its own and skips the reset."""
+
+    __slots__ = ()
+
+    evaluate = CompiledExpr.run
+
+
+def _compiled_expr(
+    source: str,
+    kind: str,
+    compiled: tuple[types.CodeType, int, int, bool],
+    keywords: frozenset[tuple[str, bool]] | None,
+    src: _Source,
+) -> CompiledExpr:
+    cls = CompiledExpr if compiled[3] else _UnmeteredExpr
+    return cls(source, kind, compiled, keywords, src)
+
+
 def compile_when(source: str) -> CompiledExpr:
     """Check and compile a ``when`` expression: callable ``(ctx) -> bool``; ExprError if not allowed."""
     tree, src = _parse(source)
     keywords = _requirement(tree.body)
-    return CompiledExpr(source, "when", _compile(tree, "<when>"), keywords, src)
+    return _compiled_expr(source, "when", _compile(tree, "<when>"), keywords, src)
 
 
 _NOT_A_DICT = (
@@ -1301,7 +1980,7 @@ def compile_params(source: str) -> CompiledExpr:
         isinstance(tree.body, ast.UnaryOp) and isinstance(tree.body.op, ast.Not)
     ):
         raise src.node_error(tree.body, 'params must give a dict such as {"q": query}')
-    return CompiledExpr(source, "params", _compile(tree, "<params>"), None, src)
+    return _compiled_expr(source, "params", _compile(tree, "<params>"), None, src)
 
 
 # --- the keyword index hint -------------------------------------------------------------------
@@ -1512,16 +2191,33 @@ class ExpressionRule:
         self.params_source = params
         self.compiled_when = compiled_when
         self.compiled_params = compiled_params
+        # Charged per evaluation: every node, and each plain read of the query (its length).
+        self._static = compiled_when.static_cost + compiled_params.static_cost
+        self._reads = compiled_when.query_reads + compiled_params.query_reads
         self.__name__ = self.__qualname__ = name  # read by code that names rules like functions
         self.__llamon_rule__ = RuleInfo(
             name=name, mcp_id=mcp_id, stop=self.stop, keywords=compiled_when.required_keywords
         )
 
     def evaluate_ns(self, namespace: dict[str, Any]) -> dict[str, Any] | None:
-        """The rule's tool call on a prebuilt namespace, or None when ``when`` is falsy."""
-        if not self.compiled_when.evaluate(namespace):
-            return None
-        return {"tool_name": self.tool_name, "params": self.compiled_params.evaluate(namespace)}
+        """The rule's tool call on a prebuilt namespace, or None when ``when`` is falsy.
+
+        ``when`` and ``params`` share one evaluation budget, which starts charged with their
+        static cost (nodes, plain query reads); what they spent is then taken from the
+        request's budget (the namespace's CostMeter). Once that is spent, it raises
+        CostBudgetExceeded before evaluating anything.
+        """
+        meter = namespace[_METER]
+        if meter.pool < 0:
+            meter.request_exceeded()
+        budget = meter.expr_budget
+        meter.left = budget - self._static - self._reads * meter.qcost
+        try:
+            if not self.compiled_when.run(namespace):
+                return None
+            return {"tool_name": self.tool_name, "params": self.compiled_params.run(namespace)}
+        finally:
+            meter.pool -= budget - meter.left
 
     def __call__(self, ctx: DeterministicContext) -> dict[str, Any] | None:
         return self.evaluate_ns(build_namespace(ctx))

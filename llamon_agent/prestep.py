@@ -32,6 +32,11 @@ Decisions beyond the seed (documented here because callers rely on them):
   outcome is the same with ``use_index=False``. To keep that true when an expression
   namespace cannot be built (request over the expression caps), the namespace is built at
   the first expression rule's position even when that rule is not a candidate.
+- Expression rules share one cost budget per request (``request_budget``, besides each
+  evaluation's ``expr_budget``; defaults from ``LLAMON_REQUEST_COST_BUDGET`` and
+  ``LLAMON_EXPR_COST_BUDGET``, see docs/expressions.md): once it is spent, every later
+  expression rule fails with ``request cost budget of N units exceeded`` through the usual
+  error path, so 10,000 costly rules cannot add up to more than one request's worth.
 """
 
 from __future__ import annotations
@@ -324,11 +329,18 @@ def run_prestep(
     sink: TraceSink | None = None,
     use_index: bool = True,
     trace_parent: str | None = None,
+    expr_budget: int | None = None,
+    request_budget: int | None = None,
 ) -> PrestepOutcome:
-    """Run the rules on ``request``: bind check, evaluate in order, call tools (unless dry run)."""
+    """Run the rules on ``request``: bind check, evaluate in order, call tools (unless dry run).
+
+    ``expr_budget`` and ``request_budget`` are the expression cost budgets in units (per
+    evaluation, and for the whole request); ``None`` takes them from the settings.
+    """
     started = time.perf_counter()
     compiled = compile_rules(rules_or_compiled, use_index=use_index)
     run = _PrestepRun(compiled, _as_request(request), backend, dry_run, sink, trace_parent)
+    run.budgets = (expr_budget, request_budget)
     run.execute(use_index=use_index)
     return run.outcome(round((time.perf_counter() - started) * 1000.0, 3))
 
@@ -342,6 +354,8 @@ async def arun_prestep(
     sink: TraceSink | None = None,
     use_index: bool = True,
     trace_parent: str | None = None,
+    expr_budget: int | None = None,
+    request_budget: int | None = None,
 ) -> PrestepOutcome:
     """:func:`run_prestep` on a worker thread: the backend's calls block, the event loop must not."""
     return await asyncio.to_thread(
@@ -353,6 +367,8 @@ async def arun_prestep(
         sink=sink,
         use_index=use_index,
         trace_parent=trace_parent,
+        expr_budget=expr_budget,
+        request_budget=request_budget,
     )
 
 
@@ -403,6 +419,8 @@ class _PrestepRun:
         self.probe: int | None = None  # a non-candidate rule evaluated only as a namespace probe
         self.indexed = False
         self.namespace_failed = False
+        self.budgets: tuple[int | None, int | None] = (None, None)
+        self.meter: Any = None  # the request's expression CostMeter, made with the first namespace
 
     # -- phases
 
@@ -640,10 +658,13 @@ class _PrestepRun:
     def _namespace(self, mcp_id: str) -> dict[str, Any]:
         ns = self.namespaces.get(mcp_id)
         if ns is None:
-            from llamon_agent.expr import build_namespace  # lazy: plain-function rule sets never need it
+            # lazy: plain-function rule sets never need it
+            from llamon_agent.expr import CostMeter, build_namespace
 
             try:
-                ns = self.namespaces[mcp_id] = build_namespace(self._context(mcp_id))
+                if self.meter is None:
+                    self.meter = CostMeter(*self.budgets)
+                ns = self.namespaces[mcp_id] = build_namespace(self._context(mcp_id), meter=self.meter)
             except Exception:
                 self.namespace_failed = True
                 raise

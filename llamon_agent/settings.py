@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -35,8 +36,15 @@ def _check_http_url(value: str | None) -> str | None:
     return value
 
 
-class Settings(BaseSettings):
-    """Registry, LLM and trace settings from ``LLAMON_*`` variables, `.env`, or keyword arguments."""
+# The cost budgets of routing-rule expressions (docs/expressions.md, "Cost budget"); the
+# defaults are llamon_agent.expr.DEFAULT_EXPR_BUDGET and DEFAULT_REQUEST_BUDGET.
+DEFAULT_EXPR_COST_BUDGET = 250_000
+DEFAULT_REQUEST_COST_BUDGET = 2_500_000
+_MAX_COST_BUDGET = 10**10
+
+
+class CostBudgets(BaseSettings):
+    """``LLAMON_EXPR_COST_BUDGET`` (units per evaluation) and ``LLAMON_REQUEST_COST_BUDGET`` (per request)."""
 
     model_config = SettingsConfigDict(
         env_prefix=ENV_PREFIX,
@@ -46,6 +54,25 @@ class Settings(BaseSettings):
         extra="ignore",
         validate_default=True,
     )
+
+    expr_cost_budget: int = Field(default=DEFAULT_EXPR_COST_BUDGET, ge=1_000, le=_MAX_COST_BUDGET)
+    request_cost_budget: int = Field(default=DEFAULT_REQUEST_COST_BUDGET, ge=1_000, le=_MAX_COST_BUDGET)
+
+    def __init__(self, **values: Any) -> None:
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:
+            raise SettingsError(_readable(exc)) from exc
+
+
+@lru_cache(maxsize=1)
+def cost_budgets() -> CostBudgets:
+    """The cost budgets from the environment and `.env`, read once (``cost_budgets.cache_clear()`` to re-read)."""
+    return CostBudgets()
+
+
+class Settings(CostBudgets):
+    """Registry, LLM, trace and expression-budget settings from ``LLAMON_*`` variables, `.env`, or keyword arguments."""
 
     registry_url: str | None = None
     registry_token: SecretStr | None = None

@@ -1,0 +1,339 @@
+"""The run-time cost budget of expressions: every allowed operation is O(1) or charged.
+
+Each hostile shape below passes every compile-time cap yet, before the budget, multiplied
+work (minutes to hours, or gigabytes, on a request at the caps). Now each raises
+CostBudgetExceeded, naming the budget. No timing is asserted (pytest-timeout guards a
+hang); memory is measured with tracemalloc.
+"""
+
+from __future__ import annotations
+
+import logging
+import tracemalloc
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from llamon_agent import settings as llamon_settings
+from llamon_agent.expr import (
+    DEFAULT_EXPR_BUDGET,
+    DEFAULT_REQUEST_BUDGET,
+    MAX_QUERY_CHARS,
+    MAX_SOURCE_CHARS,
+    READ_CHARS_PER_UNIT,
+    CostBudgetExceeded,
+    CostMeter,
+    ExprError,
+    build_namespace,
+    compile_when,
+    expression_rule,
+)
+from llamon_agent.prestep import PRESTEP_FAILED, RuleStatus, StaticToolBackend, run_prestep
+from llamon_agent.settings import CostBudgets, SettingsError
+from llamon_agent.tools import AgentRequest, DeterministicContext, ToolInfo
+
+BUDGET_ERROR = f"cost budget of {DEFAULT_EXPR_BUDGET:,} units exceeded"
+# A request at the caps: a 32,000-character query of words, and ~200 KB of request data.
+QUERY = ("주문 조회 order 12345 " * 2000)[:MAX_QUERY_CHARS]
+NUMBERS = list(range(20_000))
+DEEP = {"list": NUMBERS[:3_000], "nested": [{"k": str(i)} for i in range(1_000)]}
+PATTERNS = [f"(?:[a-z]{{1,30}}){{30}}{i}" for i in range(150)]  # each a ~1,800-instruction program
+BIG_CTX = DeterministicContext(
+    query=QUERY,
+    context={"chatbotId": "premium-support", "userId": "C-1"},
+    a2a_data=[
+        {"list": NUMBERS, "words": [f"w{i}" for i in range(3_000)], "patterns": PATTERNS},
+        dict(DEEP),
+        dict(DEEP),
+    ],
+    mcp_tools=[ToolInfo("search_docs")],
+)
+LOOP = "for x in query[:10000]"
+
+
+def _chain(term: str, joiner: str, room: int, most: int = 190) -> str:
+    """``term joiner term ...`` as long as the expression caps allow (length, 1,000 nodes)."""
+    count = min(most, (MAX_SOURCE_CHARS - room) // (len(term) + len(joiner)))
+    return joiner.join([term] * count)
+
+
+ATTACKS = {
+    "sorted x196 in a generator": f"any(({_chain('sorted(query)', ' and ', 60, 196)}) and 0 {LOOP})",
+    "query+query+query per item": f"[query+query+query {LOOP}]",
+    "query+query+query list literal": "[" + _chain("query+query+query", ", ", 4, 90) + "]",
+    "sorted list literal, no loop": "[" + _chain("sorted(query)", ", ", 4) + "]",
+    "loop variable in query, per item": f"[x in query {LOOP}]",
+    "literal in query, per item": f'all("없는말" in query or 1 {LOOP})',
+    "join of split per item": f'[" ".join(query.split()) {LOOP}]',
+    "deep == per item": f"[a2a_data[1] == a2a_data[2] {LOOP}]",
+    "membership in a big list": f"[len(x) in a2a_data[0]['list'] {LOOP}]",
+    "catastrophic-size regex program": f'[re_search("(?:[a-z]{{1,30}}){{30}}x", query) {LOOP}]',
+    "a new regex per item": "[re_search(p, '') for p in a2a_data[0]['patterns']]",
+    "str() of data per item": f"[str(a2a_data[0]['list'][:5000]) {LOOP}]",
+    "f-string per item": f'[f"{{query}}{{query}}{{query}}" {LOOP}]',
+    "replace per item": f'[query.replace("주", "주문") {LOOP}]',
+    "split per item": f"[query.split() {LOOP}]",
+    "slice per item": f"[query[1:] {LOOP}]",
+    "upper per item": f"[query.upper() {LOOP}]",
+    "contains_any of many words": f"[contains_any(query, a2a_data[0]['words']) {LOOP}]",
+    "max of the query per item": f"[max(query) {LOOP}]",
+    "set union per item": f"[tool_names.union(query) {LOOP}]",
+    "sum of a big list per item": f"[sum(a2a_data[0]['list']) {LOOP}]",
+    "dict comprehension building texts": f"{{x + str(len(query)): query + x {LOOP}}}",
+    "sorted items of data per item": f"[sorted(a2a_data[1]['list']) {LOOP}]",
+    "startswith a tuple per item": f"[query.startswith((query[:900], query[1:901])) {LOOP}]",
+    "count per item": f'[query.count("주") {LOOP}]',
+    "chained comparison of data per item": f"[a2a_data[1] == a2a_data[2] == a2a_data[1] {LOOP}]",
+}
+
+
+def test_there_are_at_least_15_distinct_attacks() -> None:
+    assert len(ATTACKS) >= 15
+    assert all(len(source) <= MAX_SOURCE_CHARS for source in ATTACKS.values())
+
+
+@pytest.mark.parametrize("source", list(ATTACKS.values()), ids=list(ATTACKS))
+def test_attack_raises_the_budget_error(source: str) -> None:
+    compiled = compile_when(source)  # within every compile-time cap
+    with pytest.raises(CostBudgetExceeded, match=BUDGET_ERROR) as info:
+        compiled.evaluate(build_namespace(BIG_CTX))
+    assert isinstance(info.value, ExprError)  # the pre-step's error path, unchanged
+
+
+@pytest.mark.parametrize("source", list(ATTACKS.values()), ids=list(ATTACKS))
+def test_attack_stays_within_64_mb(source: str) -> None:
+    compiled = compile_when(source)
+    namespace = build_namespace(BIG_CTX)
+    tracemalloc.start()
+    try:
+        with pytest.raises(CostBudgetExceeded):
+            compiled.evaluate(namespace)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 * 1024 * 1024, f"peak {peak / 2**20:.1f} MB"
+
+
+def test_the_error_says_where_and_which_budget() -> None:
+    with pytest.raises(CostBudgetExceeded) as info:
+        compile_when(f"[query.upper() {LOOP}]").evaluate(build_namespace(BIG_CTX))
+    assert str(info.value).startswith("line 1, column ")
+    assert BUDGET_ERROR in str(info.value)
+
+
+ORDINARY = [
+    '"주문" in ctx.query and "조회" in ctx.query',
+    'ctx.context.get("chatbotId") == "premium-support"',
+    '"search_docs" in tool_names and "검색" in ctx.query',
+    'contains_any(query, ["환불", "배송", "조회"])',
+    're_find(r"\\d{5}", query) == "12345"',
+    'any(t["name"].startswith("search") for t in ctx.mcp_tools)',
+    "len(query) > 3 and query.split()[0] == '주문'",
+    'query.lower().count("order") > 10',
+    'f"{query[:20]}!" != ""',
+]
+
+
+def _rule(when: str, params: str = "{}"):
+    return expression_rule(name="r", mcp_id="svc", tool_name="t", when=when, params=params)
+
+
+@pytest.mark.parametrize("source", ORDINARY)
+def test_ordinary_rules_fit_easily_even_on_a_request_at_the_caps(source: str) -> None:
+    namespace = build_namespace(BIG_CTX)
+    _rule(source).evaluate_ns(namespace)
+    assert namespace["__llamon_meter"].spent < DEFAULT_EXPR_BUDGET // 2
+
+
+def test_static_cost_is_charged_to_the_request_even_without_helpers() -> None:
+    meter = CostMeter(expr_budget=1_000, request_budget=10_000)
+    namespace = build_namespace(DeterministicContext(query="주문"), meter=meter)
+    rule = _rule('"주문" in query and "조회" not in query')
+    rule.evaluate_ns(namespace)
+    # two reads of a short query (one unit each), then the params {} (static 1; a tiny copy is free)
+    assert meter.spent == rule.compiled_when.static_cost + 2 + rule.compiled_params.static_cost
+
+
+def test_a_long_query_makes_plain_keyword_reads_cost_more() -> None:
+    # "w" in query is left as plain Python (the hot path) but charged by the query's length.
+    short, long = CostMeter(10**6, 10**7), CostMeter(10**6, 10**7)
+    rule = _rule('"없는말" in query')
+    rule.evaluate_ns(build_namespace(DeterministicContext(query="a"), meter=short))
+    rule.evaluate_ns(build_namespace(DeterministicContext(query=QUERY), meter=long))
+    assert long.spent - short.spent == len(QUERY) // READ_CHARS_PER_UNIT
+
+
+def test_params_copy_is_charged() -> None:
+    meter = CostMeter(10**6, 10**7)
+    _rule("True", '{"data": a2a_data}').evaluate_ns(build_namespace(BIG_CTX, meter=meter))
+    assert meter.spent > 10_000  # ~150 KB copied, at 8 characters a unit
+
+
+def test_int_results_stay_within_64_bits() -> None:
+    with pytest.raises(ExprError, match="the integer result is too large"):
+        compile_when('int("99999999999999999999999") > 0').evaluate(build_namespace(BIG_CTX))
+
+
+def test_sort_keys_are_limited_to_cheap_builtins() -> None:
+    namespace = build_namespace(BIG_CTX)
+    assert compile_when("sorted(query.split()[:5], key=len)[0] != ''").evaluate(namespace)
+    with pytest.raises(ExprError, match="key= can be one of len, str"):
+        compile_when("sorted(query.split()[:5], key=sorted)").evaluate(namespace)
+
+
+def test_a_small_budget_from_the_settings_is_used_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LLAMON_EXPR_COST_BUDGET", "5000")
+    monkeypatch.setenv("LLAMON_REQUEST_COST_BUDGET", "20000")
+    llamon_settings.cost_budgets.cache_clear()
+    try:
+        meter = build_namespace(BIG_CTX)["__llamon_meter"]
+        assert (meter.expr_budget, meter.request_budget) == (5_000, 20_000)
+        with pytest.raises(CostBudgetExceeded, match="cost budget of 5,000 units exceeded"):
+            compile_when("sorted(query[:2000]) == []").evaluate(build_namespace(BIG_CTX))
+    finally:
+        monkeypatch.delenv("LLAMON_EXPR_COST_BUDGET")
+        monkeypatch.delenv("LLAMON_REQUEST_COST_BUDGET")
+        llamon_settings.cost_budgets.cache_clear()
+
+
+def test_defaults_match_the_settings_and_bad_values_are_refused() -> None:
+    budgets = CostBudgets(_env_file=None)
+    assert (budgets.expr_cost_budget, budgets.request_cost_budget) == (
+        DEFAULT_EXPR_BUDGET,
+        DEFAULT_REQUEST_BUDGET,
+    )
+    with pytest.raises(SettingsError, match="LLAMON_EXPR_COST_BUDGET"):
+        CostBudgets(_env_file=None, expr_cost_budget="lots")
+    with pytest.raises(SettingsError, match="LLAMON_REQUEST_COST_BUDGET"):
+        CostBudgets(_env_file=None, request_cost_budget=0)
+    with pytest.raises(ValueError, match="expr_budget must be a positive"):
+        CostMeter(expr_budget=0, request_budget=10)
+
+
+# --- the per-request budget in the pre-step -------------------------------------------------------
+COSTLY_WHEN = "len(sorted(query[:8000])) < 0"  # ~105,000 units, never fires
+
+
+def _costly_rules(count: int) -> list:
+    return [
+        expression_rule(name=f"costly_{i}", mcp_id="svc", tool_name="t", when=COSTLY_WHEN, params="{}")
+        for i in range(count)
+    ] + [expression_rule(name="cheap", mcp_id="svc", tool_name="t", when="True", params="{}")]
+
+
+REQUEST = AgentRequest(query=QUERY)
+BACKEND = StaticToolBackend({"svc": ["t"]}, call=lambda *_: "ok")
+
+
+def test_request_budget_ends_the_remaining_rules_with_a_clear_error() -> None:
+    outcome = run_prestep(_costly_rules(40), REQUEST, backend=BACKEND, dry_run=True, request_budget=500_000)
+    statuses = [rec.status for rec in outcome.records]
+    spent_ok = statuses.index(RuleStatus.ERROR)
+    assert 3 <= spent_ok <= 7  # the first rules fit, then the request's budget is spent
+    assert all(s is RuleStatus.ERROR for s in statuses[spent_ok:])  # the cheap last rule too
+    reason = "request cost budget of 500,000 units exceeded"
+    assert all(reason in rec.error for rec in outcome.records[spent_ok:])
+    assert outcome.error.startswith(f"{PRESTEP_FAILED}: costly_{spent_ok}: ")
+    assert reason in outcome.error
+
+
+def test_request_budget_in_a_live_run_keeps_the_error_contract(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="llamon_agent")
+    outcome = run_prestep(_costly_rules(40), REQUEST, backend=BACKEND, request_budget=500_000)
+    assert not outcome.ok and outcome.calls == 0
+    assert outcome.error.startswith(f"{PRESTEP_FAILED}: costly_")
+    assert "request cost budget of 500,000 units exceeded" in outcome.error
+    assert "완료" not in caplog.text  # the seed's 완료 line means "completed"; this did not
+
+
+def test_without_a_request_budget_10_000_costly_rules_would_add_up() -> None:
+    # The same rule each fits the per-evaluation budget: only the request budget stops them.
+    meter = CostMeter(expr_budget=DEFAULT_EXPR_BUDGET, request_budget=DEFAULT_REQUEST_BUDGET)
+    namespace = build_namespace(DeterministicContext(query=QUERY), meter=meter)
+    rule = _rule(COSTLY_WHEN)
+    evaluations = 0
+    with pytest.raises(CostBudgetExceeded, match=f"request cost budget of {DEFAULT_REQUEST_BUDGET:,} units"):
+        for _ in range(10_000):
+            rule.evaluate_ns(namespace)
+            evaluations += 1
+    assert 15 <= evaluations <= 30
+
+
+def test_many_keyword_reads_of_a_long_query_add_up_to_the_request_budget() -> None:
+    # Plain `"w" in query` reads, no helper at all: 10,000 such rules on a 32,000-character
+    # query are stopped by their static cost alone.
+    reads = " or ".join(f'"없는말{i}" in query' for i in range(150))
+    meter = CostMeter(expr_budget=DEFAULT_EXPR_BUDGET, request_budget=DEFAULT_REQUEST_BUDGET)
+    namespace = build_namespace(DeterministicContext(query=QUERY), meter=meter)
+    rule = _rule(reads)
+    with pytest.raises(CostBudgetExceeded, match="request cost budget"):
+        for _ in range(10_000):
+            rule.evaluate_ns(namespace)
+
+
+# --- property: anything the checker accepts is bounded --------------------------------------------
+_ATOMS = ["query", "context", "a2a_data", "tool_names", "ctx.mcp_tools", "1", '"주"', "a2a_data[0]"]
+_WRAP = [
+    "sorted({})",
+    "max({})",
+    "str({})",
+    "len({})",
+    "{} + {}",
+    "{}[1:]",
+    "{}.upper()",
+    "{}.split()",
+    '"-".join({})',
+    "[{}, {}]",
+    "{} == {}",
+    "{} in {}",
+    "any({} for x in query)",
+    "[{} for x in a2a_data[0]['list']]",
+    "{{x: {} for x in query.split()}}",
+    "contains_any({}, {})",
+    're_search("[a-z]+", {})',
+    'f"{{{}}}{{{}}}"',
+    "sum({})",
+    "{}.count({})",
+]
+
+
+@st.composite
+def _hostile(draw: st.DrawFn, depth: int = 0) -> str:
+    if depth >= 3 or draw(st.integers(0, 2)) == 0:
+        return draw(st.sampled_from(_ATOMS))
+    shape = draw(st.sampled_from(_WRAP))
+    parts = [draw(_hostile(depth + 1)) for _ in range(shape.count("{}"))]
+    return shape.format(*parts)
+
+
+@st.composite
+def _requests(draw: st.DrawFn) -> DeterministicContext:
+    size = draw(st.sampled_from([0, 10, 1_000, MAX_QUERY_CHARS]))
+    text = draw(st.sampled_from(["주문 조회 ", "a", "ab cd ", "9"]))
+    items = draw(st.sampled_from([0, 10, 20_000]))
+    return DeterministicContext(
+        query=(text * size)[:size],
+        context={"k": "v" * draw(st.sampled_from([0, 50_000]))},
+        a2a_data=[{"list": list(range(items))}],
+        mcp_tools=[ToolInfo("search_docs")],
+    )
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(source=_hostile(), ctx=_requests(), repeat=st.integers(1, 12))
+def test_any_accepted_expression_finishes_or_raises_expr_error(
+    source: str, ctx: DeterministicContext, repeat: int
+) -> None:
+    source = "[" + ", ".join([source] * repeat) + "]"  # repetition multiplies the work
+    try:
+        compiled = compile_when(source)
+    except ExprError:
+        return  # refused when saved
+    meter = CostMeter(expr_budget=200_000, request_budget=2_000_000)
+    try:
+        compiled.evaluate(build_namespace(ctx, meter=meter))
+    except ExprError:
+        pass
+    # Charges come before the work, or right after one capped operation: the overrun is small.
+    assert 200_000 - meter.left <= 200_000 + 300_000
