@@ -26,6 +26,8 @@ from llamon_agent.expr import (  # noqa: E402
     contains_any,
     expression_rule,
 )
+from llamon_agent.expr import checker as expr_checker  # noqa: E402
+from llamon_agent.expr import compiled as expr_compiled  # noqa: E402
 from llamon_agent.tools import DeterministicContext, ToolInfo  # noqa: E402
 
 CTX = DeterministicContext(
@@ -53,7 +55,7 @@ def unmetered(source: str, kind: str):
     """The same checked expression evaluated as before the cost budget: the same function-per-run
     call, no meter (these ordinary rules use none of the size-checked helpers, so the only
     rewrite they ever had is none), params copied and size-checked the same way."""
-    tree, _ = expr._parse(source)
+    tree, _ = expr_checker._parse(source)
     func = ast.FunctionDef(
         name="f",
         args=ast.arguments(posonlyargs=[], args=[], vararg=None, kwonlyargs=[], kw_defaults=[], defaults=[]),
@@ -72,8 +74,8 @@ def unmetered(source: str, kind: str):
         if type(value) is not dict:  # what _params did before the budget: check, copy
             raise expr.ExprError("params must give a dict")
         try:
-            return expr._json_value(value, 0, [expr.MAX_DATA_BYTES])
-        except expr._NotJson as exc:
+            return expr_compiled._json_value(value, 0, [expr.MAX_DATA_BYTES])
+        except expr_compiled._NotJson as exc:
             raise expr.ExprError(exc.template) from None
 
     return evaluate

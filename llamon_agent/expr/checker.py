@@ -1,0 +1,411 @@
+"""Parsing and the allow-list check: caps on the text and the tree, allowed nodes, names, helpers and methods."""
+
+from __future__ import annotations
+
+import ast
+import io
+import math
+import tokenize
+import warnings
+from collections.abc import Iterable
+from typing import Any
+
+from llamon_agent.expr.errors import ExprError, _Source
+from llamon_agent.expr.helpers import _regex
+from llamon_agent.expr.limits import (
+    _BIDI,
+    _CALLABLE,
+    _FILENAME,
+    _GUARDED_METHODS,
+    _NAMES_HINT,
+    _RESERVED,
+    CTX_ATTRS,
+    CTX_NAMES,
+    MAX_DEPTH,
+    MAX_INT,
+    MAX_NESTING,
+    MAX_NODES,
+    MAX_SOURCE_CHARS,
+    MAX_STR_LITERAL_CHARS,
+    METHOD_NAMES,
+)
+
+
+def _pre_scan(src: _Source) -> None:
+    """Caps on the raw tokens: bracket nesting and balance (before any parsing)."""
+    depth = 0
+    significant = 0
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(src.text).readline):
+            if tok.type in (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.ENDMARKER):
+                continue
+            if tok.type in (tokenize.INDENT, tokenize.DEDENT):
+                continue
+            significant += 1
+            if tok.type != tokenize.OP:
+                continue
+            if tok.string in "([{":
+                depth += 1
+                if depth > MAX_NESTING:
+                    line, col = tok.start
+                    raise ExprError(f"brackets are nested more than {MAX_NESTING} levels deep", line, col + 1)
+            elif tok.string in ")]}":
+                depth -= 1
+                if depth < 0:
+                    line, col = tok.start
+                    raise ExprError(f"unmatched '{tok.string}'", line, col + 1)
+    except (tokenize.TokenError, SyntaxError):
+        return  # the parser reports this one below, with a better message
+    if significant == 0:
+        raise ExprError("the expression is empty")
+
+
+def _parse(source: Any) -> tuple[ast.Expression, _Source]:
+    """Parse and fully check one expression; ExprError for anything not allowed."""
+    if not isinstance(source, str):
+        raise ExprError("the expression must be text")
+    if len(source) > MAX_SOURCE_CHARS:  # before any parsing work: a 1 MB expression stops here
+        raise ExprError(f"the expression is longer than {MAX_SOURCE_CHARS:,} characters")
+    if not source.strip():
+        raise ExprError("the expression is empty")
+    if "\x00" in source:
+        raise ExprError("the expression contains a NUL character")
+    bidi = _BIDI.search(source)
+    if bidi:
+        before = source[: bidi.start()]
+        line = before.count("\n") + 1
+        raise ExprError(
+            "the expression contains an invisible text-direction character",
+            line,
+            len(before) - (before.rfind("\n") + 1) + 1,
+        )
+    src = _Source(source)
+    _pre_scan(src)
+    try:
+        with warnings.catch_warnings():
+            # "\d" in a plain string keeps its backslash, as authors of patterns expect; the
+            # DeprecationWarning would only reach the server log.
+            warnings.simplefilter("ignore")
+            tree = ast.parse(src.wrapped, filename=_FILENAME, mode="eval")
+    except SyntaxError as exc:
+        if src.is_synthetic_line(exc.lineno):
+            line, column = src.char_position(exc.lineno, 0)
+            raise ExprError("the expression is incomplete", line, column) from None
+        line, column = src.char_position(exc.lineno, (exc.offset or 1) - 1)
+        raise ExprError(f"syntax error: {exc.msg}", line, column) from None
+    except (RecursionError, MemoryError):
+        raise ExprError("the expression is nested too deeply") from None
+    except ValueError as exc:
+        raise ExprError(f"syntax error: {exc}") from None
+    _check_size(tree, src)
+    _Checker(src).check(tree.body, frozenset(), in_comp=False)
+    return tree, src
+
+
+def _check_size(tree: ast.AST, src: _Source) -> None:
+    """Node-count and depth caps, iteratively (the checker that follows is recursive)."""
+    count = 0
+    stack: list[tuple[ast.AST, int]] = [(tree, 0)]
+    while stack:
+        node, depth = stack.pop()
+        count += 1
+        if count > MAX_NODES:
+            raise ExprError(f"the expression is too big (more than {MAX_NODES:,} parts)")
+        if depth > MAX_DEPTH:
+            raise src.node_error(node, f"the expression is nested more than {MAX_DEPTH} levels deep")
+        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
+
+
+_OPERATOR_REASONS: dict[type, str] = {
+    ast.Pow: "the ** operator is not allowed",
+    ast.LShift: "the << operator is not allowed",
+    ast.RShift: "the >> operator is not allowed",
+    ast.BitOr: "the | operator is not allowed; use or / .union()",
+    ast.BitAnd: "the & operator is not allowed; use and / .intersection()",
+    ast.BitXor: "the ^ operator is not allowed",
+    ast.MatMult: "the @ operator is not allowed",
+    ast.Invert: "the ~ operator is not allowed",
+}
+_NODE_REASONS: dict[type, str] = {
+    ast.Lambda: "lambda is not allowed; use a helper or a comprehension",
+    ast.NamedExpr: "the := operator is not allowed",
+    ast.Starred: "* unpacking is not allowed",
+    ast.Await: "await is not allowed",
+    ast.Yield: "yield is not allowed",
+    ast.YieldFrom: "yield is not allowed",
+}
+_BINOPS = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod)
+_UNARYOPS = (ast.Not, ast.USub, ast.UAdd)
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
+
+
+class _Checker:
+    """The allow-list: every node, name, attribute, call and literal is checked here."""
+
+    def __init__(self, src: _Source) -> None:
+        self.src = src
+
+    def fail(self, node: ast.AST, reason: str) -> ExprError:
+        return self.src.node_error(node, reason)
+
+    def check(self, node: ast.AST, bound: frozenset[str], in_comp: bool) -> None:
+        method = getattr(self, "check_" + type(node).__name__, None)
+        if method is None:
+            reason = _NODE_REASONS.get(type(node))
+            if reason is None:
+                reason = f"this kind of expression ({type(node).__name__}) is not allowed"
+            raise self.fail(node, reason)
+        method(node, bound, in_comp)
+
+    def check_all(self, nodes: Iterable[ast.AST | None], bound: frozenset[str], in_comp: bool) -> None:
+        for child in nodes:
+            if child is not None:
+                self.check(child, bound, in_comp)
+
+    # literals
+    def check_Constant(self, node: ast.Constant, bound: frozenset[str], in_comp: bool) -> None:
+        value = node.value
+        if value is None or isinstance(value, bool):
+            return
+        if isinstance(value, str):
+            if len(value) > MAX_STR_LITERAL_CHARS:
+                raise self.fail(node, f"a text literal is longer than {MAX_STR_LITERAL_CHARS:,} characters")
+            return
+        if isinstance(value, int):
+            if abs(value) > MAX_INT:
+                raise self.fail(node, "this number is too large (the limit is 64 bits)")
+            return
+        if isinstance(value, float):
+            if not math.isfinite(value):
+                raise self.fail(node, "this number is too large")
+            return
+        if isinstance(value, bytes):
+            raise self.fail(node, "bytes literals (b'...') are not allowed; use text")
+        if isinstance(value, complex):
+            raise self.fail(node, "complex numbers are not allowed")
+        raise self.fail(node, f"the literal {value!r} is not allowed")
+
+    def check_JoinedStr(self, node: ast.JoinedStr, bound: frozenset[str], in_comp: bool) -> None:
+        self.check_all(node.values, bound, in_comp)
+
+    def check_FormattedValue(self, node: ast.FormattedValue, bound: frozenset[str], in_comp: bool) -> None:
+        # A format spec can ask for any width ("{x:>999999999}"): refuse specs altogether.
+        if node.format_spec is not None:
+            raise self.fail(node, "format specs in f-strings (the part after ':') are not allowed")
+        self.check(node.value, bound, in_comp)
+
+    def check_List(self, node: ast.List, bound: frozenset[str], in_comp: bool) -> None:
+        self.check_all(node.elts, bound, in_comp)
+
+    check_Tuple = check_List
+    check_Set = check_List
+
+    def check_Dict(self, node: ast.Dict, bound: frozenset[str], in_comp: bool) -> None:
+        for key, value in zip(node.keys, node.values, strict=True):
+            if key is None:
+                raise self.fail(value, "** unpacking is not allowed")
+            self.check(key, bound, in_comp)
+            self.check(value, bound, in_comp)
+
+    # operators
+    def check_BoolOp(self, node: ast.BoolOp, bound: frozenset[str], in_comp: bool) -> None:
+        self.check_all(node.values, bound, in_comp)
+
+    def check_BinOp(self, node: ast.BinOp, bound: frozenset[str], in_comp: bool) -> None:
+        if not isinstance(node.op, _BINOPS):
+            raise self.fail(node, _OPERATOR_REASONS.get(type(node.op), "this operator is not allowed"))
+        self.check(node.left, bound, in_comp)
+        self.check(node.right, bound, in_comp)
+
+    def check_UnaryOp(self, node: ast.UnaryOp, bound: frozenset[str], in_comp: bool) -> None:
+        if not isinstance(node.op, _UNARYOPS):
+            raise self.fail(node, _OPERATOR_REASONS.get(type(node.op), "this operator is not allowed"))
+        self.check(node.operand, bound, in_comp)
+
+    def check_Compare(self, node: ast.Compare, bound: frozenset[str], in_comp: bool) -> None:
+        operands = [node.left, *node.comparators]
+        for i, op in enumerate(node.ops):
+            if isinstance(op, (ast.Is, ast.IsNot)):
+                for side in operands[i : i + 2]:
+                    if isinstance(side, ast.Constant) and not any(
+                        side.value is v for v in (None, True, False)
+                    ):
+                        raise self.fail(
+                            side, "use == to compare with a value; 'is' is for None, True and False"
+                        )
+        self.check(node.left, bound, in_comp)
+        self.check_all(node.comparators, bound, in_comp)
+
+    def check_IfExp(self, node: ast.IfExp, bound: frozenset[str], in_comp: bool) -> None:
+        self.check_all((node.test, node.body, node.orelse), bound, in_comp)
+
+    # names, attributes, subscripts
+    def check_Name(self, node: ast.Name, bound: frozenset[str], in_comp: bool) -> None:
+        name = node.id
+        if name.startswith("_"):
+            raise self.fail(node, f"name {name!r} is not allowed: names starting with '_' are reserved")
+        if name in bound:
+            return
+        if name == "data_get":
+            raise self.fail(node, "data_get can only be called, as data_get(key) or data_get(key, default)")
+        if name in _RESERVED:
+            return
+        raise self.fail(node, f"name {name!r} is not allowed; {_NAMES_HINT}")
+
+    def check_Attribute(self, node: ast.Attribute, bound: frozenset[str], in_comp: bool) -> None:
+        self._check_attr_name(node)
+        # Calls reach methods through check_Call; here a method would be a value, e.g. a sort key
+        # (sorted(words, key=query.count) makes a helper call a method once per item: quadratic).
+        if node.attr in _GUARDED_METHODS or (node.attr in METHOD_NAMES and node.attr not in CTX_ATTRS):
+            raise self.src.attr_error(node, f".{node.attr}() can only be called, not used as a value")
+        self.check(node.value, bound, in_comp)
+
+    def _check_attr_name(self, node: ast.Attribute) -> None:
+        attr = node.attr
+        if attr.startswith("_"):
+            raise self.src.attr_error(
+                node, f"attribute {attr!r} is not allowed: names starting with '_' are never reachable"
+            )
+        if attr in ("format", "format_map"):
+            raise self.src.attr_error(
+                node, f'.{attr}() is not allowed; use an f-string such as f"order {{query}}"'
+            )
+        if attr in CTX_ATTRS or attr in METHOD_NAMES:
+            return
+        if attr in ("name", "description", "input_schema"):
+            raise self.src.attr_error(
+                node,
+                f"attribute {attr!r} is not allowed: the tools in ctx.mcp_tools are dicts, "
+                f'use t["{attr}"] (or tool_names for the names)',
+            )
+        raise self.src.attr_error(
+            node,
+            f"attribute {attr!r} is not allowed; use ctx's fields (query, context, a2a_data, a2a_files, "
+            "mcp_tools, tool_names) or an allowed method (see docs/expressions.md)",
+        )
+
+    def check_Subscript(self, node: ast.Subscript, bound: frozenset[str], in_comp: bool) -> None:
+        self.check(node.value, bound, in_comp)
+        self.check(node.slice, bound, in_comp)
+
+    def check_Slice(self, node: ast.Slice, bound: frozenset[str], in_comp: bool) -> None:
+        self.check_all((node.lower, node.upper, node.step), bound, in_comp)
+
+    # calls
+    def check_Call(self, node: ast.Call, bound: frozenset[str], in_comp: bool) -> None:
+        func = node.func
+        if isinstance(func, ast.Name):
+            if func.id.startswith("_") or func.id in bound or func.id not in _RESERVED:
+                self.check_Name(func, bound, in_comp)  # the precise "not allowed" reason
+                raise self.fail(func, f"{func.id} cannot be called; only helpers and methods can be called")
+            if func.id not in _CALLABLE:
+                raise self.fail(func, f"{func.id} cannot be called; only helpers and methods can be called")
+            if func.id in ("re_search", "re_find") and node.args:
+                pattern = node.args[0]
+                if isinstance(pattern, ast.Constant) and isinstance(pattern.value, str):
+                    try:  # a literal pattern is checked when the rule is saved, not at the first request
+                        _regex(pattern.value)
+                    except ExprError as exc:
+                        raise self.fail(pattern, exc.reason) from None
+        elif isinstance(func, ast.Attribute):
+            self._check_attr_name(func)
+            self.check(func.value, bound, in_comp)
+        else:
+            raise self.fail(
+                node, "only helpers (such as contains_any) and methods (such as .get) can be called"
+            )
+        for arg in node.args:
+            self.check(arg, bound, in_comp)
+        for kw in node.keywords:
+            if kw.arg is None:
+                raise self.fail(kw.value, "** unpacking is not allowed")
+            if kw.arg.startswith("_"):
+                raise self.fail(kw.value, f"keyword argument {kw.arg!r} is not allowed")
+            self.check(kw.value, bound, in_comp)
+
+    # comprehensions
+    def _check_comprehension(
+        self, node: ast.AST, generators: list[ast.comprehension], parts: list[ast.AST], in_comp: bool
+    ) -> None:
+        if in_comp:
+            raise self.fail(node, "comprehensions cannot be nested; use one level")
+        if len(generators) != 1:
+            raise self.fail(node, "a comprehension can have only one 'for'")
+        gen = generators[0]
+        if gen.is_async:
+            raise self.fail(node, "async comprehensions are not allowed")
+        # The iterable is evaluated outside the loop: no loop variables are visible there.
+        self.check(gen.iter, frozenset(), in_comp=True)
+        if not _is_request_data(gen.iter):
+            raise self.fail(
+                gen.iter,
+                "a comprehension must loop over request data: ctx, query, context, a2a_data, "
+                "a2a_files, tool_names, something reached from them, or data_get(...) "
+                "(with `or []` as a fallback); for a fixed list of words use contains_any(query, [...])",
+            )
+        names = frozenset(self._targets(gen.target))
+        self.check_all(gen.ifs, names, in_comp=True)
+        self.check_all(parts, names, in_comp=True)
+
+    def _targets(self, target: ast.AST) -> list[str]:
+        if isinstance(target, ast.Name):
+            if target.id.startswith("_"):
+                raise self.fail(
+                    target, f"name {target.id!r} is not allowed: names starting with '_' are reserved"
+                )
+            if target.id in _RESERVED:
+                raise self.fail(target, f"{target.id!r} cannot be used as a loop variable")
+            return [target.id]
+        if isinstance(target, ast.Tuple):
+            names: list[str] = []
+            for elt in target.elts:
+                if not isinstance(elt, ast.Name):
+                    raise self.fail(elt, "a loop variable must be a name or a tuple of names")
+                names.extend(self._targets(elt))
+            return names
+        raise self.fail(target, "a loop variable must be a name or a tuple of names")
+
+    def check_ListComp(self, node: ast.ListComp, bound: frozenset[str], in_comp: bool) -> None:
+        self._check_comprehension(node, node.generators, [node.elt], in_comp)
+
+    check_SetComp = check_ListComp
+    check_GeneratorExp = check_ListComp
+
+    def check_DictComp(self, node: ast.DictComp, bound: frozenset[str], in_comp: bool) -> None:
+        self._check_comprehension(node, node.generators, [node.key, node.value], in_comp)
+
+
+def _is_request_data(node: ast.AST) -> bool:
+    """Whether a comprehension's iterable comes from the request (its size is capped)."""
+    if isinstance(node, ast.Name):
+        return node.id in CTX_NAMES
+    if isinstance(node, (ast.Attribute, ast.Subscript)):
+        return _is_request_data(node.value)
+    if isinstance(node, ast.Call):
+        if isinstance(node.func, ast.Attribute):
+            return _is_request_data(node.func.value)
+        if isinstance(node.func, ast.Name):
+            if node.func.id == "data_get":
+                return True
+            return node.func.id == "sorted" and bool(node.args) and _is_request_data(node.args[0])
+        return False
+    if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or):
+        return _is_request_data(node.values[0]) and all(
+            _is_request_data(v) or _is_literal(v) for v in node.values[1:]
+        )
+    if isinstance(node, ast.IfExp):
+        return all(_is_request_data(v) or _is_literal(v) for v in (node.body, node.orelse))
+    return False
+
+
+def _is_literal(node: ast.AST) -> bool:
+    if isinstance(node, ast.Constant):
+        return True
+    if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+        return all(_is_literal(e) for e in node.elts)
+    if isinstance(node, ast.Dict):
+        return all(
+            k is not None and _is_literal(k) and _is_literal(v)
+            for k, v in zip(node.keys, node.values, strict=True)
+        )
+    return False

@@ -1,0 +1,243 @@
+"""Compiled expressions: evaluating a checked expression and turning run-time failures into ExprError."""
+
+from __future__ import annotations
+
+import ast
+import math
+import types
+from typing import Any
+
+from llamon_agent.expr.budget import _METER, BUILT_CHARS_PER_UNIT
+from llamon_agent.expr.checker import _parse
+from llamon_agent.expr.errors import ExprError, _Source, _type_name
+from llamon_agent.expr.guard import _compile
+from llamon_agent.expr.hints import _requirement
+from llamon_agent.expr.limits import _FILENAME, MAX_DATA_BYTES, MAX_DEPTH
+from llamon_agent.expr.namespace import build_namespace
+from llamon_agent.tools import DeterministicContext
+
+
+def _position(src: _Source, tb: types.TracebackType | None) -> tuple[int | None, int | None]:
+    """Where in the expression a run-time error happened, from the innermost expression frame."""
+    found: tuple[types.CodeType, int] | None = None
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if code.co_filename == _FILENAME:
+            found = (code, tb.tb_lasti)
+        tb = tb.tb_next
+    if found is None:
+        return None, None
+    code, lasti = found
+    for index, (lineno, _end, col, _end_col) in enumerate(code.co_positions()):
+        if index == lasti // 2:  # co_positions has one entry per 2-byte code unit
+            return src.byte_position(lineno, col)
+    return None, None
+
+
+def _runtime_reason(exc: BaseException) -> str:
+    if isinstance(exc, KeyError):
+        key = exc.args[0] if exc.args else None
+        return f"key {key!r} is missing; use .get({key!r}) for optional keys"
+    if isinstance(exc, IndexError):
+        return f"{exc}; check len() first"
+    if isinstance(exc, ZeroDivisionError):
+        return "division by zero"
+    if isinstance(exc, RecursionError):
+        return "the data is nested too deeply"
+    if isinstance(exc, MemoryError):
+        return "out of memory"
+    if isinstance(exc, AttributeError):
+        return f"{exc}"
+    if isinstance(exc, TypeError):
+        return f"wrong type: {exc}"
+    if isinstance(exc, ValueError):
+        if "integer string conversion" in str(exc):
+            return "the number has too many digits"  # the Python hint about sys.* means nothing here
+        return f"wrong value: {exc}"
+    if isinstance(exc, OverflowError):
+        return f"number too large: {exc}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+class _NotJson(Exception):
+    """A params value JSON cannot carry; the path to it is collected on the way out."""
+
+    def __init__(self, template: str) -> None:
+        super().__init__(template)
+        self.template = template  # "{path}" marks where the path goes
+        self.path: list[str] = []
+
+
+def _json_value(value: Any, depth: int, budget: list[int]) -> Any:
+    """A JSON-ready copy of params (never aliasing the shared namespace), size-capped."""
+    kind = type(value)
+    if kind is str:
+        budget[0] -= len(value) + 2
+    elif value is None or kind is bool or kind is int:
+        budget[0] -= 4
+    elif kind is float:
+        if not math.isfinite(value):
+            raise _NotJson(f"{{path}} is {value}, which JSON cannot carry")
+        budget[0] -= 4
+    elif kind is dict or kind is list or kind is tuple:
+        if depth > 2 * MAX_DEPTH:
+            raise _NotJson("{path} is nested too deeply")
+        budget[0] -= 2
+        if kind is dict:
+            out: dict[str, Any] = {}
+            for key, item in value.items():
+                if type(key) is not str:
+                    raise _NotJson(f"the key {key!r} in {{path}} is not a text; keys must be texts")
+                budget[0] -= len(key) + 3
+                try:
+                    out[key] = _json_value(item, depth + 1, budget)
+                except _NotJson as exc:
+                    exc.path.append(f"[{key!r}]")
+                    raise
+            value = out
+        else:
+            items: list[Any] = []
+            for index, item in enumerate(value):
+                try:
+                    items.append(_json_value(item, depth + 1, budget))
+                except _NotJson as exc:
+                    exc.path.append(f"[{index}]")
+                    raise
+            value = items
+    else:
+        raise _NotJson(f"{{path}} is a {_type_name(value)}, which JSON cannot carry")
+    if budget[0] < 0:
+        raise ExprError(f"params would be larger than {MAX_DATA_BYTES:,} bytes")
+    return value
+
+
+_FREE_COPY_BYTES = 1_024  # copying params this small costs about one node: not charged
+
+
+def _params(value: Any, namespace: dict[str, Any]) -> dict[str, Any]:
+    if type(value) is not dict:
+        raise ExprError(f'params must give a dict such as {{"q": query}}, not {_type_name(value)}')
+    budget = [MAX_DATA_BYTES]
+    try:
+        params = _json_value(value, 0, budget)
+    except _NotJson as exc:
+        path = "params" + "".join(reversed(exc.path))
+        raise ExprError("params: " + exc.template.replace("{path}", path)) from None
+    if budget[0] < MAX_DATA_BYTES - _FREE_COPY_BYTES:
+        # A big copy, charged to the request (ExpressionRule); one copy is capped by MAX_DATA_BYTES.
+        namespace[_METER].left -= 1 + (MAX_DATA_BYTES - budget[0]) // BUILT_CHARS_PER_UNIT
+    return params
+
+
+class CompiledExpr:
+    """A checked, compiled expression: call it with a ctx, or ``evaluate`` a prebuilt namespace."""
+
+    __slots__ = ("source", "kind", "required_keywords", "static_cost", "query_reads", "_code", "_src")
+
+    def __init__(
+        self,
+        source: str,
+        kind: str,
+        compiled: tuple[types.CodeType, int, int, bool],
+        keywords: frozenset[tuple[str, bool]] | None,
+        src: _Source,
+    ) -> None:
+        self.source = source
+        self.kind = kind  # "when" or "params"
+        self.required_keywords = keywords
+        # Charged to the request by ExpressionRule: one unit per node, plus each plain query read.
+        self._code, self.static_cost, self.query_reads, _ = compiled
+        self._src = src
+
+    def evaluate(self, namespace: dict[str, Any]) -> Any:
+        """Run against a :func:`build_namespace` result: a bool for ``when``, a dict for ``params``.
+
+        The evaluation gets the meter's whole ``expr_budget`` (CostBudgetExceeded past it).
+        """
+        namespace[_METER].left = namespace[_METER].expr_budget
+        try:  # the body of run(), inline: a call would cost more than the budget's reset
+            value = types.FunctionType(self._code, namespace)()
+        except ExprError as exc:
+            if exc.line is None:
+                exc.line, exc.column = _position(self._src, exc.__traceback__)
+            raise
+        except Exception as exc:
+            line, column = _position(self._src, exc.__traceback__)
+            raise ExprError(_runtime_reason(exc), line, column) from exc
+        if self.kind == "when":
+            return bool(value)
+        return _params(value, namespace)
+
+    def run(self, namespace: dict[str, Any]) -> Any:
+        """:meth:`evaluate` on what the meter has left (ExpressionRule runs when and params on one budget)."""
+        try:
+            # A fresh function per run binds this request's globals; no eval(), so no
+            # "exec" audit event and names resolve with the fast global lookup.
+            value = types.FunctionType(self._code, namespace)()
+        except ExprError as exc:
+            if exc.line is None:
+                exc.line, exc.column = _position(self._src, exc.__traceback__)
+            raise
+        except Exception as exc:  # anything else becomes an ExprError (the pre-step's error path)
+            line, column = _position(self._src, exc.__traceback__)
+            raise ExprError(_runtime_reason(exc), line, column) from exc
+        if self.kind == "when":
+            return bool(value)
+        return _params(value, namespace)
+
+    def __call__(self, ctx: DeterministicContext) -> Any:
+        return self.evaluate(build_namespace(ctx))
+
+    def __repr__(self) -> str:
+        return f"CompiledExpr({self.kind}: {self.source!r})"
+
+
+class _UnmeteredExpr(CompiledExpr):
+    """An expression with no operation that charges the meter (most rules: keyword tests,
+    comparisons, dict lookups): its work is bounded by its static cost, which ExpressionRule
+    charges to the request, so an evaluation needs no budget of its own and skips the reset."""
+
+    __slots__ = ()
+
+    evaluate = CompiledExpr.run
+
+
+def _compiled_expr(
+    source: str,
+    kind: str,
+    compiled: tuple[types.CodeType, int, int, bool],
+    keywords: frozenset[tuple[str, bool]] | None,
+    src: _Source,
+) -> CompiledExpr:
+    cls = CompiledExpr if compiled[3] else _UnmeteredExpr
+    return cls(source, kind, compiled, keywords, src)
+
+
+def compile_when(source: str) -> CompiledExpr:
+    """Check and compile a ``when`` expression: callable ``(ctx) -> bool``; ExprError if not allowed."""
+    tree, src = _parse(source)
+    keywords = _requirement(tree.body)
+    return _compiled_expr(source, "when", _compile(tree, "<when>"), keywords, src)
+
+
+_NOT_A_DICT = (
+    ast.Constant,
+    ast.List,
+    ast.Tuple,
+    ast.Set,
+    ast.ListComp,
+    ast.SetComp,
+    ast.GeneratorExp,
+    ast.Compare,
+    ast.JoinedStr,
+)
+
+
+def compile_params(source: str) -> CompiledExpr:
+    """Check and compile a ``params`` expression: callable ``(ctx) -> dict``; ExprError if not allowed."""
+    tree, src = _parse(source)
+    if isinstance(tree.body, _NOT_A_DICT) or (
+        isinstance(tree.body, ast.UnaryOp) and isinstance(tree.body.op, ast.Not)
+    ):
+        raise src.node_error(tree.body, 'params must give a dict such as {"q": query}')
+    return _compiled_expr(source, "params", _compile(tree, "<params>"), None, src)

@@ -1,0 +1,248 @@
+"""The rewrite of data-dependent operations into size-checked, metered hidden helpers, and compiling to bytecode."""
+
+from __future__ import annotations
+
+import ast
+import types
+import warnings
+from typing import Any
+
+from llamon_agent.expr.budget import (
+    _COMPARE_INDEX,
+    _FREE_METHODS,
+    _METER,
+    _METERED_CALLS,
+    BUILT_CHARS_PER_UNIT,
+    READ_CHARS_PER_UNIT,
+)
+from llamon_agent.expr.errors import ExprError
+from llamon_agent.expr.hints import _is_tool_names, _query_ref
+from llamon_agent.expr.limits import _FILENAME, _GUARDED_METHODS
+
+
+def _meter_name(like: ast.AST) -> ast.Name:
+    return ast.copy_location(ast.Name(id=_METER, ctx=ast.Load()), like)
+
+
+def _is_query(node: ast.AST) -> bool:
+    """``query`` or ``ctx.query``: always the request's text (the names cannot be rebound)."""
+    return _query_ref(node) is False
+
+
+def _is_dict_or_set(node: ast.AST) -> bool:
+    """``context``/``ctx.context`` (a dict) or ``tool_names`` (a set): ``in`` is a hash lookup."""
+    if _is_tool_names(node):
+        return True
+    if isinstance(node, ast.Name):
+        return node.id == "context"
+    return (
+        isinstance(node, ast.Attribute)
+        and node.attr == "context"
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "ctx"
+    )
+
+
+def _scalar(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and type(node.value) in (str, int, float, bool, type(None))
+
+
+def _static_pair(left: ast.AST, op: ast.cmpop, right: ast.AST) -> int | None:
+    """Query reads one comparison costs when that is known from its shape, else None.
+
+    Comparing with a literal text or number reads at most the literal; ``is`` reads nothing;
+    ``"w" in query`` reads the query once (``query.lower()``: once more to build the copy, at
+    the building rate); ``"w" in context`` hashes the literal. These stay plain Python.
+    """
+    if isinstance(op, (ast.Is, ast.IsNot)):
+        return 0
+    if isinstance(op, (ast.In, ast.NotIn)):
+        if not _scalar(left):
+            return None
+        if _is_query(right):
+            return 1
+        if _query_ref(right) is True:  # query.lower(): read, then build a copy
+            return 1 + READ_CHARS_PER_UNIT // BUILT_CHARS_PER_UNIT
+        return 0 if _is_dict_or_set(right) else None
+    return 0 if _scalar(left) or _scalar(right) else None
+
+
+def _static_contains(node: ast.Call) -> int | None:
+    """Query reads of ``contains_any/contains_all(query or query.lower(), [literal texts])``, else None."""
+    func = node.func
+    if not (isinstance(func, ast.Name) and func.id in ("contains_any", "contains_all")):
+        return None
+    if node.keywords or len(node.args) != 2:
+        return None
+    text, words = node.args
+    lowered = _query_ref(text)
+    if lowered is None or not isinstance(words, (ast.List, ast.Tuple, ast.Set)):
+        return None
+    if not all(_scalar(w) and type(w.value) is str for w in words.elts):
+        return None
+    return len(words.elts) + (READ_CHARS_PER_UNIT // BUILT_CHARS_PER_UNIT if lowered else 0)
+
+
+class _Guard(ast.NodeTransformer):
+    """Route data-dependent operations through the hidden helpers: size-checked and metered.
+
+    Also counts the static cost that ExpressionRule charges to the request per evaluation:
+    ``nodes`` (every node of the tree runs at most once outside a comprehension body) and
+    ``scans`` (query reads of the plain comparisons above); a comprehension's body is charged
+    per item, to the evaluation's own budget.
+    """
+
+    def __init__(self) -> None:
+        self.scans = 0
+        self.metered = False  # whether any operation charges the meter at run time
+        self._in_body = False
+        self._body_scans = 0
+
+    @staticmethod
+    def _call(name: str, args: list[ast.expr], keywords: list[ast.keyword], like: ast.AST) -> ast.Call:
+        func = ast.copy_location(ast.Name(id=name, ctx=ast.Load()), like)
+        return ast.copy_location(ast.Call(func=func, args=args, keywords=keywords), like)
+
+    def _metered(
+        self, name: str, args: list[ast.expr], keywords: list[ast.keyword], like: ast.AST
+    ) -> ast.Call:
+        self.metered = True
+        return self._call(name, [_meter_name(like), *args], keywords, like)
+
+    def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
+        self.generic_visit(node)
+        if isinstance(node.op, ast.Add):
+            return self._metered("__llamon_add", [node.left, node.right], [], node)
+        if isinstance(node.op, ast.Mult):  # numbers only, within 64 bits: constant cost
+            return self._call("__llamon_mul", [node.left, node.right], [], node)
+        if isinstance(node.op, ast.Mod):
+            return self._call("__llamon_mod", [node.left, node.right], [], node)
+        return node  # - / // on numbers cannot build anything bigger than their operands
+
+    def visit_Subscript(self, node: ast.Subscript) -> ast.AST:
+        self.generic_visit(node)
+        if not isinstance(node.slice, ast.Slice):
+            return node  # an index or a key: constant cost
+        bounds = [
+            part if part is not None else ast.copy_location(ast.Constant(value=None), node)
+            for part in (node.slice.lower, node.slice.upper, node.slice.step)
+        ]
+        return self._metered("__llamon_slice", [node.value, *bounds], [], node)
+
+    def visit_Compare(self, node: ast.Compare) -> ast.AST:
+        operands = [node.left, *node.comparators]
+        costs = [_static_pair(operands[i], op, operands[i + 1]) for i, op in enumerate(node.ops)]
+        if all(cost is not None for cost in costs):
+            self._count_reads(sum(costs))  # type: ignore[arg-type]
+            # query.lower() as the right of `in` is already counted: leave it a plain call.
+            node.left = self.visit(node.left)
+            node.comparators = [c if _query_ref(c) is True else self.visit(c) for c in node.comparators]
+            return node
+        self.generic_visit(node)
+        if len(node.ops) == 1:
+            op = ast.copy_location(ast.Constant(value=_COMPARE_INDEX[type(node.ops[0])]), node)
+            if not isinstance(node.ops[0], (ast.Is, ast.IsNot)):
+                return self._metered("__llamon_cmp", [node.left, node.comparators[0], op], [], node)
+        weigh = [
+            part if _scalar(part) else self._metered("__llamon_weigh", [part], [], part)
+            for part in (node.left, *node.comparators)
+        ]
+        node.left, node.comparators = weigh[0], weigh[1:]
+        return node
+
+    def _count_reads(self, reads: int) -> None:
+        if self._in_body:
+            self._body_scans += reads
+        else:
+            self.scans += reads
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        reads = _static_contains(node)
+        if reads is not None:  # contains_any(query, ["a", "b"]): the keyword hot path stays plain
+            self._count_reads(reads)
+            return node
+        self.generic_visit(node)
+        func = node.func
+        if isinstance(func, ast.Name):
+            if func.id == "data_get":
+                parts = ast.copy_location(ast.Name(id="a2a_data", ctx=ast.Load()), func)
+                return self._metered("__llamon_data_get", [parts, *node.args], node.keywords, node)
+            if func.id in _METERED_CALLS:
+                return self._metered(f"__llamon_m_{func.id}", node.args, node.keywords, node)
+            return node  # len, bool, abs, round: constant cost
+        if isinstance(func, ast.Attribute):
+            if func.attr in _GUARDED_METHODS:
+                return self._metered(
+                    _GUARDED_METHODS[func.attr], [func.value, *node.args], node.keywords, node
+                )
+            if func.attr not in _FREE_METHODS:
+                name = ast.copy_location(ast.Constant(value=func.attr), func)
+                return self._metered("__llamon_method", [func.value, name, *node.args], node.keywords, node)
+        return node
+
+    def visit_JoinedStr(self, node: ast.JoinedStr) -> ast.AST:
+        # f"{a}{b}..." as one size-checked call: many parts, each a big value, add up.
+        self.generic_visit(node)
+        args: list[ast.expr] = []
+        for part in node.values:
+            if isinstance(part, ast.FormattedValue):
+                helper = {114: "__llamon_repr", 97: "__llamon_ascii"}.get(part.conversion, "__llamon_str")
+                args.append(self._metered(helper, [part.value], [], part))
+            else:
+                args.append(part)
+        return self._metered("__llamon_fstr", args, [], node)
+
+    def _comprehension(self, node: Any, body: list[ast.AST]) -> ast.AST:
+        gen = node.generators[0]
+        nodes = sum(1 for part in [*body, gen.target, *gen.ifs] for _ in ast.walk(part))
+        gen.iter = self.visit(gen.iter)  # evaluated once, before the loop
+        self._in_body, self._body_scans = True, 0
+        try:
+            gen.target = self.visit(gen.target)
+            gen.ifs = [self.visit(cond) for cond in gen.ifs]
+            for field in ("elt", "key", "value"):
+                if hasattr(node, field):
+                    setattr(node, field, self.visit(getattr(node, field)))
+        finally:
+            self._in_body = False
+        per_item = [ast.copy_location(ast.Constant(value=v), gen.iter) for v in (nodes, self._body_scans)]
+        gen.iter = self._metered("__llamon_iter", [gen.iter, *per_item], [], gen.iter)
+        return node
+
+    def visit_ListComp(self, node: ast.ListComp) -> ast.AST:
+        return self._comprehension(node, [node.elt])
+
+    visit_SetComp = visit_ListComp
+    visit_GeneratorExp = visit_ListComp
+
+    def visit_DictComp(self, node: ast.DictComp) -> ast.AST:
+        return self._comprehension(node, [node.key, node.value])
+
+
+def _compile(tree: ast.Expression, name: str) -> tuple[types.CodeType, int, int, bool]:
+    """The expression as the code of a zero-argument function (run with per-request globals),
+    with its static cost and whether it charges the meter: (code, nodes, query scans, metered),
+    see :class:`_Guard`."""
+    nodes = sum(1 for _ in ast.walk(tree.body))
+    guard = _Guard()
+    body = guard.visit(tree).body
+    func = ast.FunctionDef(
+        name=name,
+        args=ast.arguments(posonlyargs=[], args=[], vararg=None, kwonlyargs=[], kw_defaults=[], defaults=[]),
+        body=[ast.copy_location(ast.Return(value=body), body)],
+        decorator_list=[],
+        returns=None,
+        type_comment=None,
+    )
+    module = ast.Module(body=[ast.copy_location(func, body)], type_ignores=[])
+    ast.fix_missing_locations(module)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # compile-time SyntaxWarnings would only reach the log
+            code = compile(module, _FILENAME, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+        raise ExprError(f"the expression cannot be compiled: {exc}") from None
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType) and const.co_name == name:
+            return const, nodes, guard.scans, guard.metered
+    raise ExprError("the expression cannot be compiled")  # pragma: no cover - compile() always emits it

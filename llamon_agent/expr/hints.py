@@ -1,0 +1,170 @@
+"""The keyword index hint: which query literals a `when` expression requires, for the pre-step's prefilter."""
+
+from __future__ import annotations
+
+import ast
+
+from llamon_agent.expr.checker import _parse
+
+
+def _query_ref(node: ast.AST) -> bool | None:
+    """False for ``query``/``ctx.query``, True for their ``.lower()``, None for anything else."""
+    if isinstance(node, ast.Name) and node.id == "query":
+        return False
+    if (
+        isinstance(node, ast.Attribute)
+        and node.attr == "query"
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "ctx"
+    ):
+        return False
+    if (
+        isinstance(node, ast.Call)
+        and not node.args
+        and not node.keywords
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "lower"
+        and _query_ref(node.func.value) is False
+    ):
+        return True
+    return None
+
+
+def _literal_words(node: ast.AST) -> list[str] | None:
+    if isinstance(node, (ast.List, ast.Tuple, ast.Set)) and node.elts:
+        words = [e.value for e in node.elts if isinstance(e, ast.Constant) and type(e.value) is str]
+        if len(words) == len(node.elts):
+            return words
+    return None
+
+
+def _is_tool_names(node: ast.AST) -> bool:
+    if isinstance(node, ast.Name):
+        return node.id == "tool_names"
+    return (
+        isinstance(node, ast.Attribute)
+        and node.attr == "tool_names"
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "ctx"
+    )
+
+
+def _is_safe_get(node: ast.AST) -> bool:
+    """``context.get("k")``, ``ctx.context.get("k", <constant>)`` or ``data_get("k", ...)``: never raise."""
+    if not isinstance(node, ast.Call) or node.keywords or not 1 <= len(node.args) <= 2:
+        return False
+    if not all(isinstance(a, ast.Constant) for a in node.args) or type(node.args[0].value) is not str:
+        return False
+    func = node.func
+    if isinstance(func, ast.Name):
+        return func.id == "data_get"
+    if not isinstance(func, ast.Attribute) or func.attr != "get":
+        return False
+    target = func.value  # context is always a dict in the namespace, so .get cannot fail
+    if isinstance(target, ast.Name):
+        return target.id == "context"
+    return (
+        isinstance(target, ast.Attribute)
+        and target.attr == "context"
+        and isinstance(target.value, ast.Name)
+        and target.value.id == "ctx"
+    )
+
+
+def _is_safe(node: ast.AST) -> bool:
+    """Whether ``node`` provably never raises, whatever the request (a short, conservative list)."""
+    if isinstance(node, ast.Constant):
+        return True
+    if isinstance(node, ast.BoolOp):
+        return all(_is_safe(v) for v in node.values)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        return _is_safe(node.operand)
+    if isinstance(node, ast.Compare) and len(node.ops) == 1:
+        left, right, op = node.left, node.comparators[0], node.ops[0]
+        if isinstance(op, (ast.In, ast.NotIn)):
+            return (
+                isinstance(left, ast.Constant)
+                and type(left.value) is str
+                and (_query_ref(right) is not None or _is_tool_names(right))
+            )
+        if isinstance(op, (ast.Eq, ast.NotEq, ast.Is, ast.IsNot)):
+            # == between JSON values and a literal never raises
+            sides = (left, right)
+            plain = [
+                s
+                for s in sides
+                if isinstance(s, ast.Constant) or _is_safe_get(s) or _query_ref(s) is not None
+            ]
+            return len(plain) == 2 and any(isinstance(s, ast.Constant) for s in sides)
+        return False
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.keywords:
+        return (
+            node.func.id in ("contains_any", "contains_all")
+            and len(node.args) == 2
+            and _query_ref(node.args[0]) is not None
+            and isinstance(node.args[1], (ast.List, ast.Tuple, ast.Set))
+            and all(isinstance(e, ast.Constant) and type(e.value) is str for e in node.args[1].elts)
+        )
+    return False
+
+
+def _requirement(node: ast.AST) -> frozenset[tuple[str, bool]] | None:
+    """Literals one of which must occur in the query for ``node`` to be truthy; None if unknown.
+
+    Sound for errors too: when none of the literals occurs, ``node`` evaluates to a falsy
+    value *without raising*, so skipping the rule changes nothing, not even an ExprError.
+    """
+    if isinstance(node, ast.Compare):
+        if (
+            len(node.ops) == 1
+            and isinstance(node.ops[0], ast.In)
+            and isinstance(node.left, ast.Constant)
+            and type(node.left.value) is str
+            and node.left.value  # "" is in every text: no requirement
+        ):
+            lowered = _query_ref(node.comparators[0])
+            if lowered is not None:
+                return frozenset({(node.left.value, lowered)})
+        return None
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.keywords:
+        if node.func.id in ("contains_any", "contains_all") and len(node.args) == 2:
+            lowered = _query_ref(node.args[0])
+            words = _literal_words(node.args[1])
+            if lowered is None or words is None or ("" in words and node.func.id == "contains_any"):
+                return None
+            if node.func.id == "contains_any":
+                return frozenset((w, lowered) for w in words)
+            useful = [w for w in words if w]
+            if not useful:
+                return None
+            return frozenset({(max(useful, key=len), lowered)})  # the longest is likely the rarest
+        return None
+    if isinstance(node, ast.BoolOp):
+        parts = [_requirement(v) for v in node.values]
+        if isinstance(node.op, ast.And):
+            # Only a conjunct reached through never-raising ones: `context["k"] == 1 and "a" in
+            # query` raises when "k" is missing, and skipping it on "a" would hide that error.
+            known: list[frozenset[tuple[str, bool]]] = []
+            for value, part in zip(node.values, parts, strict=True):
+                if part is not None:
+                    known.append(part)
+                if not _is_safe(value):
+                    break
+            return min(known, key=len) if known else None
+        if any(p is None for p in parts):
+            return None
+        return frozenset().union(*parts)  # type: ignore[arg-type]
+    return None
+
+
+def required_keywords(source_or_tree: str | ast.AST) -> frozenset[tuple[str, bool]] | None:
+    """The keyword-index hint of a ``when``: (literal, lowered) pairs one of which it needs, or None."""
+    if isinstance(source_or_tree, str):
+        tree: ast.AST = _parse(source_or_tree)[0].body
+    elif isinstance(source_or_tree, ast.Expression):
+        tree = source_or_tree.body
+    elif isinstance(source_or_tree, ast.AST):
+        tree = source_or_tree
+    else:
+        raise TypeError("required_keywords() takes an expression's text or its syntax tree")
+    return _requirement(tree)

@@ -1,0 +1,98 @@
+"""Rules as data: a checked name, a compiled `when` and `params`, run by the pre-step like a function."""
+
+from __future__ import annotations
+
+import keyword
+from typing import Any
+
+from llamon_agent.expr.budget import _METER
+from llamon_agent.expr.compiled import compile_params, compile_when
+from llamon_agent.expr.errors import ExprError
+from llamon_agent.expr.limits import MAX_RULE_NAME_CHARS
+from llamon_agent.expr.namespace import build_namespace
+from llamon_agent.tools import DeterministicContext, RuleInfo
+
+
+def check_rule_name(name: Any) -> None:
+    """ExprError unless ``name`` is a Python identifier, not a keyword, of sane length."""
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ExprError(
+            f"the rule name {name!r} must be a Python identifier: letters, digits and _, not starting with a digit",
+            field="name",
+        )
+    if keyword.iskeyword(name):
+        raise ExprError(f"the rule name {name!r} is a Python keyword", field="name")
+    if len(name) > MAX_RULE_NAME_CHARS:
+        raise ExprError(f"the rule name is longer than {MAX_RULE_NAME_CHARS} characters", field="name")
+
+
+def _with_field(exc: ExprError, field: str) -> ExprError:
+    return ExprError(exc.reason, exc.line, exc.column, field=field)
+
+
+class ExpressionRule:
+    """A routing rule made of expressions; the pre-step runs it like a ``@deterministic_tool`` function."""
+
+    def __init__(
+        self, *, name: str, mcp_id: str, tool_name: str, when: str, params: str, stop: bool = False
+    ) -> None:
+        check_rule_name(name)
+        for field, value in (("mcp_id", mcp_id), ("tool_name", tool_name)):
+            if not isinstance(value, str) or not value.strip():
+                raise ExprError(f"{field} must be a non-empty text", field=field)
+        try:
+            compiled_when = compile_when(when)
+        except ExprError as exc:
+            raise _with_field(exc, "when") from None
+        try:
+            compiled_params = compile_params(params)
+        except ExprError as exc:
+            raise _with_field(exc, "params") from None
+        self.name = name
+        self.mcp_id = mcp_id
+        self.tool_name = tool_name
+        self.stop = bool(stop)
+        self.when_source = when
+        self.params_source = params
+        self.compiled_when = compiled_when
+        self.compiled_params = compiled_params
+        # Charged per evaluation: every node, and each plain read of the query (its length).
+        self._static = compiled_when.static_cost + compiled_params.static_cost
+        self._reads = compiled_when.query_reads + compiled_params.query_reads
+        self.__name__ = self.__qualname__ = name  # read by code that names rules like functions
+        self.__llamon_rule__ = RuleInfo(
+            name=name, mcp_id=mcp_id, stop=self.stop, keywords=compiled_when.required_keywords
+        )
+
+    def evaluate_ns(self, namespace: dict[str, Any]) -> dict[str, Any] | None:
+        """The rule's tool call on a prebuilt namespace, or None when ``when`` is falsy.
+
+        ``when`` and ``params`` share one evaluation budget, which starts charged with their
+        static cost (nodes, plain query reads); what they spent is then taken from the
+        request's budget (the namespace's CostMeter). Once that is spent, it raises
+        CostBudgetExceeded before evaluating anything.
+        """
+        meter = namespace[_METER]
+        if meter.pool < 0:
+            meter.request_exceeded()
+        budget = meter.expr_budget
+        meter.left = budget - self._static - self._reads * meter.qcost
+        try:
+            if not self.compiled_when.run(namespace):
+                return None
+            return {"tool_name": self.tool_name, "params": self.compiled_params.run(namespace)}
+        finally:
+            meter.pool -= budget - meter.left
+
+    def __call__(self, ctx: DeterministicContext) -> dict[str, Any] | None:
+        return self.evaluate_ns(build_namespace(ctx))
+
+    def __repr__(self) -> str:
+        return f"<expression rule {self.name} on {self.mcp_id}>"
+
+
+def expression_rule(
+    *, name: str, mcp_id: str, tool_name: str, when: str, params: str, stop: bool = False
+) -> ExpressionRule:
+    """Build a routing rule from a ``when`` and a ``params`` expression; ExprError (with ``field``) if invalid."""
+    return ExpressionRule(name=name, mcp_id=mcp_id, tool_name=tool_name, when=when, params=params, stop=stop)
