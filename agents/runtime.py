@@ -12,7 +12,7 @@ from typing import Any
 
 from agents.errors import AgentError
 from agents.models import Agent, Run
-from agents.services import llm_url_check, privacy_get, run_finish
+from agents.services import llm_key_env_check, llm_url_check, privacy_get, run_finish
 from agents.sink import DbStepSink
 from llamon_agent.tools import AgentRequest
 from rules import engine
@@ -113,6 +113,9 @@ def execute_claimed_run(*, run_id: int) -> None:
     try:
         if agent.model_provider == Agent.Provider.OPENAI:
             llm_url_check(agent.model_base_url)  # again at run time: what a name resolves to can change
+        if agent.model_provider == Agent.Provider.OPENAI and agent.model_api_key_env:
+            # Again at run time: an agent saved before the allow-list (or before it was narrowed).
+            llm_key_env_check(agent.model_api_key_env)
         rules = agent_rules(agent)
         spec = agent_spec(agent, rules)
     except (AgentError, ValueError) as exc:

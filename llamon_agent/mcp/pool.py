@@ -60,6 +60,7 @@ from llamon_agent.mcp.errors import (
     PoolUsageError,
     UnknownServerError,
 )
+from llamon_agent.envnames import EnvNamePolicy, header_env_name
 from llamon_agent.mcp.results import Normalized, normalize_result
 from llamon_agent.mcp.spec import McpServerSpec
 
@@ -404,11 +405,15 @@ class McpPool:
         stdio_allowed: StdioAllowed | None = None,
         http_guard: HttpGuard | None = None,
         *,
+        env_policy: EnvNamePolicy | None = None,
         connect_timeout_s: float = 30.0,
         max_message_bytes: int = 64 * 1024 * 1024,
     ) -> None:
         self.stdio_allowed = stdio_allowed
         self.http_guard = http_guard
+        # Checked each time a session opens: a spec saved before the allow-list (or before it was
+        # narrowed) must not hand a forbidden variable to a child or a header.
+        self.env_policy = env_policy
         self.connect_timeout_s = connect_timeout_s
         self.max_message_bytes = max_message_bytes
         self._pid = os.getpid()
@@ -676,6 +681,11 @@ class McpPool:
             self._doom_inflight(slot, link)
 
     def _transport(self, spec: McpServerSpec, link: _Link) -> Any:
+        if self.env_policy is not None:
+            names = spec.env if spec.transport == "stdio" else [header_env_name(h) for h in spec.headers]
+            reason = self.env_policy.first_refusal(names)
+            if reason is not None:
+                raise McpConnectionError.about(f"refusing to open a session: {reason}", mcp_id=spec.mcp_id)
         if spec.transport == "stdio":
             if self.stdio_allowed is not None and not self.stdio_allowed(spec):
                 raise McpConnectionError.about(
