@@ -58,7 +58,9 @@ def parse_patterns(entries: Iterable[str], *, setting: str) -> tuple[str, ...]:
                 f"{setting}: {entry!r} is not a variable name or a prefix ending in * (like LLAMON_LLM_KEY_*)"
             )
         if entry.endswith("*") and len(entry) < 4:
-            raise ValueError(f"{setting}: the prefix {entry!r} is too broad; use at least 3 characters before *")
+            raise ValueError(
+                f"{setting}: the prefix {entry!r} is too broad; use at least 3 characters before *"
+            )
         if reserved(entry.rstrip("*")):
             raise ValueError(f"{setting}: {entry!r} is one of this app's own settings and cannot be allowed")
         out.append(entry)
@@ -82,7 +84,9 @@ class EnvNamePolicy:
                 f"at most {MAX_NAME_CHARS} characters), never its value"
             )
         if reserved(name):
-            return f"{name} holds this app's own configuration or secrets and can never be used for {self.what}"
+            return (
+                f"{name} holds this app's own configuration or secrets and can never be used for {self.what}"
+            )
         if not self.allows(name):
             shown = ", ".join(self.allowed) or "(none)"
             return (

@@ -9,7 +9,9 @@ from llamon_agent.envnames import EnvNamePolicy
 
 def llm_key_policy() -> EnvNamePolicy:
     """Which variables an agent's API key variable may name (``LLAMON_LLM_KEY_ENVS``)."""
-    return EnvNamePolicy("LLAMON_LLM_KEY_ENVS", tuple(settings.LLAMON_LLM_KEY_ENVS), "an agent's API key variable")
+    return EnvNamePolicy(
+        "LLAMON_LLM_KEY_ENVS", tuple(settings.LLAMON_LLM_KEY_ENVS), "an agent's API key variable"
+    )
 
 
 def mcp_env_policy() -> EnvNamePolicy:
