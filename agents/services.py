@@ -476,12 +476,12 @@ def run_ingest(
             raise AgentConflictError(
                 f"Run {run.pk} has already finished ({run.status}); it takes no more events."
             )
-        if run.created_by_id is None or run.created_by_id != getattr(actor, "pk", None):
-            if not has_role(actor, "admin"):
-                # An editor could otherwise write steps into, or end, someone else's served run.
-                raise PermissionDenied(
-                    f"Run {run.pk} was started by another user: only they (or an admin) may add to it or finish it."
-                )
+        owner = run.created_by_id is not None and run.created_by_id == getattr(actor, "pk", None)
+        if not owner and not has_role(actor, "admin"):
+            # An editor could otherwise write steps into, or end, someone else's served run.
+            raise PermissionDenied(
+                f"Run {run.pk} was started by another user: only they (or an admin) may add to it or finish it."
+            )
     redact = redactor()
     sink = DbStepSink(run, redact=redact, resume=True)
     for event in events:

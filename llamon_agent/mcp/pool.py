@@ -51,6 +51,7 @@ from mcp.shared.exceptions import McpError as SdkMcpError
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
+from llamon_agent.envnames import EnvNamePolicy, header_env_name
 from llamon_agent.mcp.errors import (
     McpConnectionError,
     McpError,
@@ -60,7 +61,6 @@ from llamon_agent.mcp.errors import (
     PoolUsageError,
     UnknownServerError,
 )
-from llamon_agent.envnames import EnvNamePolicy, header_env_name
 from llamon_agent.mcp.results import Normalized, normalize_result
 from llamon_agent.mcp.spec import McpServerSpec
 
