@@ -395,7 +395,9 @@ def _checked_env_names(names: list[str], *, field: str) -> list[str]:
                 "never values: the value is read from the app's environment when the server is used.",
                 field=field,
             )
-    reason = mcp_env_policy().first_refusal(cleaned)  # after the shapes: a pasted value is the likelier mistake
+    reason = mcp_env_policy().first_refusal(
+        cleaned
+    )  # after the shapes: a pasted value is the likelier mistake
     if reason is not None:
         raise McpServerError(f"{reason}.", field=field)
     return list(dict.fromkeys(cleaned))

@@ -422,7 +422,9 @@ def test_add_an_http_server(admin_client, order_http) -> None:
     server = McpServer.objects.get(mcp_id="orders")
     assert response.status_code == 302
     assert (
-        server.url == order_http and server.header_names == ["X-Api-Key=LLAMON_MCP_ORDER_KEY"] and server.command == ""
+        server.url == order_http
+        and server.header_names == ["X-Api-Key=LLAMON_MCP_ORDER_KEY"]
+        and server.command == ""
     )
 
 
