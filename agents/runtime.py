@@ -6,6 +6,7 @@ Called on a Celery worker by agents.services.run_execute; nothing here is a view
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -87,12 +88,16 @@ def agent_spec(agent: Agent, rules: RulesRef):
 
 def redactor(*, patterns: list[str] | None = None, presets: list[str] | None = None) -> Callable[[Any], Any]:
     """The function applied to everything stored in steps (the privacy settings unless given)."""
-    from llamon_agent.guardrails import as_masks, mask_preset, redact
+    from llamon_agent.guardrails import Mask, as_masks, mask_preset, redact
+    from llamon_agent.mcp.pool import STDERR_MARKER
+    from rules.mcp_selectors import STDERR_HIDDEN
 
     if patterns is None or presets is None:
         privacy = privacy_get()
         patterns, presets = list(privacy.redaction_patterns), list(privacy.mask_presets)
     masks = as_masks(patterns) + [mask_preset(name) for name in presets]  # compiled once per run
+    # Runs are shown to viewers: an MCP error's stdio stderr tail (last in the message) is not kept.
+    masks.append(Mask("mcp_stderr", re.escape(STDERR_MARKER) + r"[\s\S]*", replacement=STDERR_HIDDEN))
     return lambda value: redact(value, masks)
 
 

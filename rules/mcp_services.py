@@ -26,6 +26,7 @@ from llamon_web.env_policy import mcp_env_policy
 from llamon_web.roles import has_role
 from rules.engine import schema_errors, tools_hash
 from rules.errors import RuleError
+from rules.mcp_selectors import mcp_error_for
 from rules.models import McpServer
 from rules.pool import pool_for_server, pool_forget, stdio_refusal
 from rules.services import MCP_SERVER_FIELDS, audit_record, snapshot
@@ -243,7 +244,8 @@ def mcp_server_call_tool(
             raise result
     except (McpConnectionError, McpTimeoutError) as exc:
         _record_health(server, error=str(exc))
-        raise McpServerError(f"The call failed: {_strip_where(exc)}") from None
+        shown = mcp_error_for(text=_strip_where(exc), admin=has_role(actor, "admin"))
+        raise McpServerError(f"The call failed: {shown}") from None
     except McpError as exc:
         # The server answered (with a tool error or a malformed reply): it is reachable.
         _record_health(server, error="")

@@ -16,7 +16,6 @@ from django.urls import reverse
 
 from agents.models import Agent, Run
 from agents.runtime import execute_claimed_run
-from llamon_agent.envnames import EnvNamePolicy, parse_patterns
 from rules.models import McpServer
 from tests.engine.test_models import FakeOpenAI
 from tests.rules.test_mcp_servers import _confirmed, _form
@@ -59,27 +58,6 @@ def _agent_form(**overrides: Any) -> dict[str, Any]:
         "input_max_chars": "4000", "input_blocked_patterns": "", "output_blocked_patterns": "",
         "max_iterations": "6", **overrides,
     }  # fmt: skip
-
-
-# --- the policy itself (no database) -------------------------------------------------------------
-
-
-def test_the_default_key_policy_admits_the_operator_names_only() -> None:
-    policy = EnvNamePolicy(
-        "LLAMON_LLM_KEY_ENVS", parse_patterns(["OPENAI_API_KEY", "LLAMON_LLM_KEY_*"], setting="X")
-    )
-    assert policy.allows("OPENAI_API_KEY") and policy.allows("LLAMON_LLM_KEY_VLLM")
-    for name in FORBIDDEN_KEY_NAMES:
-        assert not policy.allows(name), name
-        assert policy.refusal(name)
-
-
-def test_an_explicit_entry_admits_a_token_name_but_never_the_apps_own_settings() -> None:
-    policy = EnvNamePolicy("S", parse_patterns(["ORDERS_TOKEN"], setting="S"))
-    assert policy.allows("ORDERS_TOKEN") and not policy.allows("ORDERS_TOKEN_2")
-    for entry in ["SECRET_KEY", "LLAMON_ADMIN_PASSWORD", "DJANGO_*", "LLAMON_*", "bad name", "A*"]:
-        with pytest.raises(ValueError, match="S: "):
-            parse_patterns([entry], setting="S")
 
 
 def test_a_bad_allow_list_setting_stops_the_app_with_its_name(monkeypatch) -> None:
