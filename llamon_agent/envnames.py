@@ -83,16 +83,11 @@ class EnvNamePolicy:
                 f"{self.what} takes the NAME of an environment variable (letters, digits and '_', "
                 f"at most {MAX_NAME_CHARS} characters), never its value"
             )
+        shown = f"allowed: {', '.join(self.allowed) or '(none)'} (the operator sets {self.setting})"
         if reserved(name):
-            return (
-                f"{name} holds this app's own configuration or secrets and can never be used for {self.what}"
-            )
+            return f"{name} holds this app's own configuration or secrets and is never used for {self.what}; {shown}"
         if not self.allows(name):
-            shown = ", ".join(self.allowed) or "(none)"
-            return (
-                f"{name} is not a variable the operator allows for {self.what}; allowed: {shown} "
-                f"(the operator sets {self.setting})"
-            )
+            return f"{name} is not a variable the operator allows for {self.what}; {shown}"
         return None
 
     def allows(self, name: str) -> bool:
