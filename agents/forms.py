@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from django import forms
+from django.conf import settings
 
 from agents.models import Agent, PrivacySettings
 from llamon_agent.prestep import DEFAULT_PRESTEP_INSTRUCTION
@@ -70,6 +71,9 @@ class AgentForm(forms.ModelForm):
             "rule_set__name", "-number"
         )
         self.fields["pinned_version"].label_from_instance = lambda v: f"{v.rule_set.name} v{v.number}"
+        allowed = ", ".join(settings.LLAMON_LLM_KEY_ENVS) or "(none)"
+        key_env = self.fields["model_api_key_env"]
+        key_env.help_text = f"The NAME of the variable holding the key, one the operator allows: {allowed}."
         if not self.instance.pk and not self.initial.get("system_prompt"):
             self.initial["system_prompt"] = f"You are a helpful support agent.\n{DEFAULT_PRESTEP_INSTRUCTION}"
         if self.instance.pk:

@@ -6,13 +6,14 @@ Called on a Celery worker by agents.services.run_execute; nothing here is a view
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from agents.errors import AgentError
 from agents.models import Agent, Run
-from agents.services import llm_url_check, privacy_get, run_finish
+from agents.services import llm_key_env_check, llm_url_check, privacy_get, run_finish
 from agents.sink import DbStepSink
 from llamon_agent.tools import AgentRequest
 from rules import engine
@@ -89,12 +90,16 @@ def agent_spec(agent: Agent, rules: RulesRef):
 
 def redactor(*, patterns: list[str] | None = None, presets: list[str] | None = None) -> Callable[[Any], Any]:
     """The function applied to everything stored in steps (the privacy settings unless given)."""
-    from llamon_agent.guardrails import as_masks, mask_preset, redact
+    from llamon_agent.guardrails import Mask, as_masks, mask_preset, redact
+    from llamon_agent.mcp.pool import STDERR_MARKER
+    from rules.mcp_selectors import STDERR_HIDDEN
 
     if patterns is None or presets is None:
         privacy = privacy_get()
         patterns, presets = list(privacy.redaction_patterns), list(privacy.mask_presets)
     masks = as_masks(patterns) + [mask_preset(name) for name in presets]  # compiled once per run
+    # Runs are shown to viewers: an MCP error's stdio stderr tail (last in the message) is not kept.
+    masks.append(Mask("mcp_stderr", re.escape(STDERR_MARKER) + r"[\s\S]*", replacement=STDERR_HIDDEN))
     return lambda value: redact(value, masks)
 
 
@@ -115,6 +120,9 @@ def execute_claimed_run(*, run_id: int) -> None:
     try:
         if agent.model_provider == Agent.Provider.OPENAI:
             llm_url_check(agent.model_base_url)  # again at run time: what a name resolves to can change
+        if agent.model_provider == Agent.Provider.OPENAI and agent.model_api_key_env:
+            # Again at run time: an agent saved before the allow-list (or before it was narrowed).
+            llm_key_env_check(agent.model_api_key_env)
         rules = agent_rules(agent)
         spec = agent_spec(agent, rules)
     except (AgentError, ValueError) as exc:

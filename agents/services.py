@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
@@ -21,6 +22,7 @@ from agents.errors import SERVED_LOST, WORKER_LOST, AgentConflictError, AgentErr
 from agents.models import Agent, PrivacySettings, Run, RunStep, WorkerHeartbeat
 from llamon_agent.expr import MAX_DATA_BYTES, MAX_QUERY_CHARS
 from llamon_agent.tools import AgentRequest
+from llamon_web.roles import has_role
 from rules.services import audit_record
 
 logger = logging.getLogger(__name__)
@@ -244,6 +246,15 @@ def llm_url_check(url: str) -> None:
         raise AgentError(f"The model's base URL is refused: {exc}", field="model_base_url") from None
 
 
+def llm_key_env_check(name: str) -> None:
+    """An agent's key variable must be one the operator allows: its value is sent to the model endpoint."""
+    from llamon_web.env_policy import llm_key_policy
+
+    reason = llm_key_policy().refusal(name)
+    if reason is not None:
+        raise AgentError(f"The API key variable is refused: {reason}.", field="model_api_key_env")
+
+
 AGENT_FIELDS = (
     "name", "description", "system_prompt", "rule_set_id", "rule_set_mode", "pinned_version_id", "model_provider",
     "model_name", "model_base_url", "model_api_key_env", "model_script", "temperature", "input_max_chars",
@@ -280,6 +291,8 @@ def _agent_validate(agent: Agent) -> None:
         )
     if agent.model_provider == Agent.Provider.OPENAI:
         llm_url_check(agent.model_base_url)
+    if agent.model_api_key_env:
+        llm_key_env_check(agent.model_api_key_env)
     if agent.model_provider == Agent.Provider.SCRIPTED and not agent.model_script:
         raise AgentError("A scripted model needs at least one reply.", field="model_script")
     if not 1 <= agent.max_iterations <= 50:
@@ -426,6 +439,17 @@ def run_ingest(
     if run is None:
         if source not in (Run.Source.SERVED, Run.Source.FLOW):
             raise AgentError("Ingested runs have the source 'served' or 'flow'.", field="source")
+        if agent is None and not agent_name.strip():
+            raise AgentError(
+                "A new ingested run needs the agent it traces: send 'agent' (a registered agent's id) "
+                "or 'agent_name'. To add to a run, send its 'run_id'.",
+                field="agent_name",
+            )
+        if request is None and not events and finish is None:
+            raise AgentError(
+                "A new ingested run needs its 'request', some 'events' or its 'finish': this body holds nothing to record.",
+                field="events",
+            )
         request = request or AgentRequest(query="")
         request_check_size(request)
         run = Run.objects.create(
@@ -451,6 +475,12 @@ def run_ingest(
         if run.finished:
             raise AgentConflictError(
                 f"Run {run.pk} has already finished ({run.status}); it takes no more events."
+            )
+        owner = run.created_by_id is not None and run.created_by_id == getattr(actor, "pk", None)
+        if actor is not None and not owner and not has_role(actor, "admin"):  # None: the system itself
+            # An editor could otherwise write steps into, or end, someone else's served run.
+            raise PermissionDenied(
+                f"Run {run.pk} was started by another user: only they (or an admin) may add to it or finish it."
             )
     redact = redactor()
     sink = DbStepSink(run, redact=redact, resume=True)

@@ -75,9 +75,11 @@ class _RoleCheck:
         roles = token_roles(user=user, token=token)
         request.api_token = token  # type: ignore[attr-defined]
         request.api_roles = roles  # type: ignore[attr-defined]
-        if not getattr(user, "is_superuser", False):
-            # Services check roles again with has_role(actor, ...): make them see the token's cap.
-            user._llamon_roles = roles
+        # Services check roles again with has_role(actor, ...): make them see the token's cap,
+        # a superuser's included (a viewer-capped token must not list everyone's tokens).
+        user._llamon_roles = roles
+        if token is not None:
+            user._llamon_capped = True
         if self.role not in roles:
             held = max((r for r in roles), key=ROLES.index, default=None)
             raise AuthorizationError(
@@ -98,6 +100,14 @@ class TokenAuth(_RoleCheck, HttpBearer):
         self.role = role
         self.session_only = session_only
         super().__init__()
+
+    def __call__(self, request: HttpRequest) -> Any:
+        # ninja's HttpBearer logs the whole header when the scheme is not "Bearer" (with DEBUG on):
+        # a token sent as "Token x", "Basic ..." or bare would land in the log in clear.
+        scheme, _, token = (request.headers.get(self.header) or "").partition(" ")
+        if scheme.lower() != self.openapi_scheme:
+            return None
+        return self.authenticate(request, token)
 
     def authenticate(self, request: HttpRequest, token: str) -> Any:
         found = token_authenticate(token.strip())

@@ -68,6 +68,16 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in value.split(",") if item.strip()]
 
 
+def env_names(name: str, default: list[str]) -> tuple[str, ...]:
+    """A comma-separated allow-list of variable names or PREFIX* patterns (see llamon_agent.envnames)."""
+    from llamon_agent.envnames import parse_patterns
+
+    try:
+        return parse_patterns(env_list(name, default), setting=name)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
 def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
     """One of a fixed set of values."""
     value = (os.environ.get(name) or default).strip()

@@ -24,7 +24,7 @@ def user_roles(user: Any) -> set[str]:
     """The roles a user holds, higher roles implying the lower ones."""
     if user is None or isinstance(user, AnonymousUser) or not user.is_authenticated or not user.is_active:
         return set()
-    if user.is_superuser:
+    if user.is_superuser and not getattr(user, "_llamon_capped", False):
         return set(ROLES)
     cached = getattr(user, "_llamon_roles", None)
     if cached is None:

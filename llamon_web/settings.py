@@ -19,6 +19,7 @@ from llamon_web.config import (
     env_choice,
     env_int,
     env_list,
+    env_names,
     env_str,
     redis_url,
 )
@@ -190,6 +191,13 @@ LLAMON_LLM_PROVIDER = env_choice(
 LLAMON_LLM_BASE_URL = env_str("LLAMON_LLM_BASE_URL")
 LLAMON_LLM_MODEL = env_str("LLAMON_LLM_MODEL", "gpt-4o-mini")
 LLAMON_LLM_API_KEY_ENV = env_str("LLAMON_LLM_API_KEY_ENV", "OPENAI_API_KEY")
+# Which variables an agent's "API key variable" may name (exact names or PREFIX*): its value is
+# sent to the model endpoint, so an editor must not be able to name SECRET_KEY or DATABASE_URL.
+# The app's own settings are never allowed, whatever this says (llamon_agent.envnames).
+LLAMON_LLM_KEY_ENVS = env_names("LLAMON_LLM_KEY_ENVS", ["OPENAI_API_KEY", "LLAMON_LLM_KEY_*"])
+# Which variables an MCP server's env names and header names may read (passed to the stdio
+# child or sent as a header).
+LLAMON_MCP_ENV_NAMES = env_names("LLAMON_MCP_ENV_NAMES", ["LLAMON_MCP_*"])
 
 # --- MCP: which stdio executables may be spawned (None = any; tests restrict it).
 LLAMON_STDIO_ALLOWED_DIRS: list[Path] | None = None

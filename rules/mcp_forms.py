@@ -48,7 +48,10 @@ class McpServerForm(forms.Form):
     )  # fmt: skip
     env_names = forms.CharField(
         label="Environment variable names", required=False, widget=forms.Textarea(attrs={"rows": 2, "class": "code"}),
-        help_text="Names only (like ORDER_API_KEY), one per line: values come from the app's environment.",
+        help_text=(
+            "Names only (like LLAMON_MCP_ORDER_KEY), one per line: values come from the app's environment. "
+            "Allowed names are set by the operator in LLAMON_MCP_ENV_NAMES."
+        ),
     )  # fmt: skip
     url = forms.CharField(
         label="URL", required=False, max_length=2000, help_text="e.g. https://mcp.example.com/mcp"
@@ -56,7 +59,10 @@ class McpServerForm(forms.Form):
     header_names = forms.CharField(
         label="Headers from environment variables", required=False,
         widget=forms.Textarea(attrs={"rows": 2, "class": "code"}),
-        help_text="Header-Name=ENV_NAME, or just ENV_NAME for a bearer token; one per line.",
+        help_text=(
+            "Header-Name=ENV_NAME, or just ENV_NAME for a bearer token; one per line "
+            "(names allowed by LLAMON_MCP_ENV_NAMES)."
+        ),
     )  # fmt: skip
     timeout_s = forms.FloatField(
         label="Timeout (seconds)", initial=30.0, min_value=TIMEOUT_MIN_S, max_value=TIMEOUT_MAX_S,

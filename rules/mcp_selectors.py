@@ -10,7 +10,10 @@ from typing import Any
 
 from django.shortcuts import get_object_or_404
 
+from llamon_agent.mcp.pool import STDERR_MARKER
 from rules.models import AuditEvent, McpServer, Rule
+
+STDERR_HIDDEN = " (the server's stderr is shown to admins only)"
 
 
 @dataclass(frozen=True)
@@ -20,6 +23,14 @@ class LastRefresh:
     at: datetime
     actor_name: str
     diff: dict[str, Any]
+
+
+def mcp_error_for(*, text: str, admin: bool) -> str:
+    """An MCP error as a person may see it: a stdio child's stderr tail (it may echo what the child
+    was given) only for admins; the engine always puts it last, after STDERR_MARKER."""
+    if admin or STDERR_MARKER not in text:
+        return text
+    return text.split(STDERR_MARKER, 1)[0] + STDERR_HIDDEN
 
 
 def mcp_server_get(*, pk: int) -> McpServer:

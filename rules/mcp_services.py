@@ -22,9 +22,11 @@ from django.utils import timezone
 from llamon_agent.mcp import McpError, McpServerSpec
 from llamon_agent.mcp.errors import McpConnectionError, McpTimeoutError
 from llamon_agent.mcp.spec import ENV_NAME_RE, MCP_ID_RE
+from llamon_web.env_policy import mcp_env_policy
 from llamon_web.roles import has_role
 from rules.engine import schema_errors, tools_hash
 from rules.errors import RuleError
+from rules.mcp_selectors import mcp_error_for
 from rules.models import McpServer
 from rules.pool import pool_for_server, pool_forget, stdio_refusal
 from rules.services import MCP_SERVER_FIELDS, audit_record, snapshot
@@ -36,9 +38,6 @@ MAX_ARGS = 100
 MAX_ARG_CHARS = 4000
 MAX_NAMES = 50
 _HEADER_NAME_RE = re.compile(r"^[A-Za-z0-9-]+$")
-# Variables that hold this app's own secrets or configuration: a server may never be handed them.
-_APP_SECRET_NAMES = frozenset({"SECRET_KEY", "DATABASE_URL", "REDIS_URL", "LLAMON_TEST_REDIS_URL"})
-_APP_PREFIXES = ("LLAMON_", "DJANGO_", "CELERY_")
 
 
 class McpServerError(RuleError):
@@ -245,7 +244,8 @@ def mcp_server_call_tool(
             raise result
     except (McpConnectionError, McpTimeoutError) as exc:
         _record_health(server, error=str(exc))
-        raise McpServerError(f"The call failed: {_strip_where(exc)}") from None
+        shown = mcp_error_for(text=_strip_where(exc), admin=has_role(actor, "admin"))
+        raise McpServerError(f"The call failed: {shown}") from None
     except McpError as exc:
         # The server answered (with a tool error or a malformed reply): it is reachable.
         _record_health(server, error="")
@@ -391,21 +391,17 @@ def _checked_env_names(names: list[str], *, field: str) -> list[str]:
     if len(cleaned) > MAX_NAMES:
         raise McpServerError(f"At most {MAX_NAMES} names.", field=field)
     for name in cleaned:
-        if not ENV_NAME_RE.match(name):
+        if not ENV_NAME_RE.fullmatch(name):
             raise McpServerError(
-                f"{name!r} is not an environment variable name. Enter names only (like ORDER_API_KEY), "
+                f"{name!r} is not an environment variable name. Enter names only (like LLAMON_MCP_ORDER_KEY), "
                 "never values: the value is read from the app's environment when the server is used.",
                 field=field,
             )
-        if (
-            name in _APP_SECRET_NAMES
-            or name.startswith(_APP_PREFIXES)
-            or name == settings.LLAMON_LLM_API_KEY_ENV
-        ):
-            raise McpServerError(
-                f"{name} holds this app's own configuration or secrets and cannot be passed to an MCP server.",
-                field=field,
-            )
+    reason = mcp_env_policy().first_refusal(
+        cleaned
+    )  # after the shapes: a pasted value is the likelier mistake
+    if reason is not None:
+        raise McpServerError(f"{reason}.", field=field)
     return list(dict.fromkeys(cleaned))
 
 

@@ -1,4 +1,4 @@
-"""The MCP pool of the web (and worker) process, with this project's two guards installed.
+"""The MCP pool of the web (and worker) process, with this project's guards installed.
 
 * ``stdio_allowed``: with ``settings.LLAMON_STDIO_ALLOWED_DIRS`` set (tests set it to
   ``examples/`` and ``tests/servers/``), a stdio command runs only when the executable lives
@@ -7,6 +7,8 @@
   any command: only admins can save one.
 * ``http_guard``: :func:`rules.urlguard.check_mcp_url_configured`, so a URL is checked again,
   after resolution, each time a session is opened (not only when it was saved).
+* ``env_policy``: ``settings.LLAMON_MCP_ENV_NAMES``, checked again each time a session opens,
+  so a server saved before the allow-list cannot hand a forbidden variable to its child.
 
 Servers are registered from the database on demand (:func:`pool_for_server`); a changed
 spec replaces the old session.
@@ -26,6 +28,7 @@ from django.conf import settings
 
 from llamon_agent.mcp import McpServerSpec
 from llamon_agent.mcp.pool import McpPool, set_pool
+from llamon_web.env_policy import mcp_env_policy
 from rules.models import McpServer
 from rules.selectors import mcp_server_spec
 from rules.urlguard import check_mcp_url_configured
@@ -72,7 +75,9 @@ def web_pool() -> McpPool:
     global _pool
     with _lock:
         if _pool is None or _pool.closed:
-            _pool = McpPool(stdio_allowed=stdio_allowed, http_guard=check_mcp_url_configured)
+            _pool = McpPool(
+                stdio_allowed=stdio_allowed, http_guard=check_mcp_url_configured, env_policy=mcp_env_policy()
+            )
             # Also the engine's process-wide pool, so nothing in this process opens an unguarded one.
             set_pool(_pool)
         return _pool

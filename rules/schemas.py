@@ -70,6 +70,13 @@ class McpServerOut(ModelSchema):
     def resolve_command_line(obj: McpServer) -> str:
         return command_line(command=obj.command, args=list(obj.args))
 
+    @staticmethod
+    def resolve_last_error(obj: McpServer, context: dict[str, Any]) -> str:
+        from llamon_web.api_auth import api_has_role
+        from rules.mcp_selectors import mcp_error_for
+
+        return mcp_error_for(text=obj.last_error, admin=api_has_role(context["request"], "admin"))
+
 
 class ToolsDiffOut(Schema):
     added: list[str]

@@ -51,6 +51,7 @@ from mcp.shared.exceptions import McpError as SdkMcpError
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
+from llamon_agent.envnames import EnvNamePolicy, header_env_name
 from llamon_agent.mcp.errors import (
     McpConnectionError,
     McpError,
@@ -111,14 +112,43 @@ class _Link:
             self.done.set()
         self.kill = self.kill or kill
 
-    def describe(self) -> str:
-        """The cause plus the exit code and the tail of the child's stderr, for error messages."""
+    def describe(self, *, stderr: bool = True) -> str:
+        """The cause plus the exit code and the tail of the child's stderr, for error messages.
+
+        The stderr tail always comes last, after :data:`STDERR_MARKER`, so that an app can cut
+        it off for people who may not see it (it can hold what the child was given).
+        """
         text = self.cause or "the connection ended"
         if self.returncode is not None:
             text += f" (exit code {self.returncode})"
-        if self.stderr_tail:
-            text += "; last stderr lines: " + " | ".join(self.stderr_tail)
+        if stderr and self.stderr_tail:
+            text += STDERR_MARKER + " | ".join(self.stderr_tail)
         return text
+
+
+# What precedes a stdio child's stderr tail in every error message; everything after it is stderr.
+STDERR_MARKER = "; last stderr lines: "
+# Token-like strings a child may print: API keys (sk-..., llamon_..., ghp_..., xox...-, AKIA...),
+# JWTs, "Bearer x", "password=x"-style pairs and long unbroken base64/hex runs with a digit.
+_TOKENISH = re.compile(
+    r"(?i)\b(?:sk|pk|rk)-[A-Za-z0-9_-]{8,}"
+    r"|\bllamon_[A-Za-z0-9_-]{8,}"
+    r"|\bgh[pousr]_[A-Za-z0-9]{16,}"
+    r"|\bxox[abprs]-[A-Za-z0-9-]{8,}"
+    r"|\bAKIA[0-9A-Z]{16}\b"
+    r"|\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*"
+    r"|\bbearer\s+\S+"
+    r"|\b(?:password|passwd|pwd|secret|token|api[_-]?key|key)\b\s*[=:]\s*\S+"
+    r"|(?<![A-Za-z0-9+_=-])(?=[A-Za-z0-9+_=-]*\d)[A-Za-z0-9+_=-]{32,}"
+)
+
+
+def redact_stderr(line: str, secrets: Sequence[str] = ()) -> str:
+    """``line`` with the given secret values and token-like strings replaced by ``[redacted]``."""
+    for value in secrets:
+        if value:
+            line = line.replace(value, "[redacted]")
+    return _TOKENISH.sub("[redacted]", line)
 
 
 def child_env(spec: McpServerSpec, environ: dict[str, str] | None = None) -> dict[str, str]:
@@ -143,8 +173,12 @@ async def _stdio_transport(
     # to the child's env, lets a garbled reply hang its request until the timeout, does not
     # bound message size and does not tell us which request failed to be written.
     command = [spec.command or "", *spec.args]
+    env = child_env(spec)
+    # What the child was given may come back on its stderr: never let it reach a message or a log.
+    # Longest first, so a value containing another is replaced whole.
+    secrets = sorted((env[n] for n in spec.env if len(env.get(n, "")) >= 4), key=len, reverse=True)
     try:
-        process = await anyio.open_process(command, env=child_env(spec), start_new_session=True)
+        process = await anyio.open_process(command, env=env, start_new_session=True)
     except OSError as exc:
         raise McpConnectionError.about(
             f"could not start {command[0]!r}: {exc.strerror or exc}", mcp_id=spec.mcp_id
@@ -156,7 +190,7 @@ async def _stdio_transport(
         async with anyio.create_task_group() as tg:
             tg.start_soon(_pump_stdout, process, read_writer, link, max_message_bytes)
             tg.start_soon(_pump_stdin, process, write_reader, link)
-            tg.start_soon(_pump_stderr, process, link, spec.mcp_id)
+            tg.start_soon(_pump_stderr, process, link, spec.mcp_id, secrets)
             try:
                 yield read_stream, write_stream
             finally:
@@ -267,7 +301,7 @@ async def _pump_stdin(process: Any, source: Any, link: _Link) -> None:
                 return
 
 
-async def _pump_stderr(process: Any, link: _Link, mcp_id: str) -> None:
+async def _pump_stderr(process: Any, link: _Link, mcp_id: str, secrets: Sequence[str] = ()) -> None:
     # Drained so a chatty child never blocks on a full pipe; the tail goes into error messages.
     pending = b""
     try:
@@ -275,7 +309,7 @@ async def _pump_stderr(process: Any, link: _Link, mcp_id: str) -> None:
             *lines, pending = (pending + chunk).split(b"\n")
             pending = pending[-4096:]
             for raw in lines:
-                line = raw.decode("utf-8", errors="replace").rstrip()
+                line = redact_stderr(raw.decode("utf-8", errors="replace").rstrip(), secrets)
                 if line:
                     link.stderr_tail.append(line[:300])
                     logger.debug("[%s stderr] %s", mcp_id, line)
@@ -390,11 +424,15 @@ class McpPool:
         stdio_allowed: StdioAllowed | None = None,
         http_guard: HttpGuard | None = None,
         *,
+        env_policy: EnvNamePolicy | None = None,
         connect_timeout_s: float = 30.0,
         max_message_bytes: int = 64 * 1024 * 1024,
     ) -> None:
         self.stdio_allowed = stdio_allowed
         self.http_guard = http_guard
+        # Checked each time a session opens: a spec saved before the allow-list (or before it was
+        # narrowed) must not hand a forbidden variable to a child or a header.
+        self.env_policy = env_policy
         self.connect_timeout_s = connect_timeout_s
         self.max_message_bytes = max_message_bytes
         self._pid = os.getpid()
@@ -662,6 +700,11 @@ class McpPool:
             self._doom_inflight(slot, link)
 
     def _transport(self, spec: McpServerSpec, link: _Link) -> Any:
+        if self.env_policy is not None:
+            names = spec.env if spec.transport == "stdio" else [header_env_name(h) for h in spec.headers]
+            reason = self.env_policy.first_refusal(names)
+            if reason is not None:
+                raise McpConnectionError.about(f"refusing to open a session: {reason}", mcp_id=spec.mcp_id)
         if spec.transport == "stdio":
             if self.stdio_allowed is not None and not self.stdio_allowed(spec):
                 raise McpConnectionError.about(
@@ -679,7 +722,9 @@ class McpPool:
         else:
             reason = f"could not open a session: {_describe_exception(exc)}"
         if link.stderr_tail or link.returncode is not None:
-            reason += f" [{link.describe()}]"
+            reason += f" [{link.describe(stderr=False)}]"
+        if link.stderr_tail:
+            reason += STDERR_MARKER + " | ".join(link.stderr_tail)  # last: see STDERR_MARKER
         return McpConnectionError.about(reason, mcp_id=spec.mcp_id)
 
     def _doom_inflight(self, slot: _Slot, link: _Link) -> None:

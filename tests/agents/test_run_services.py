@@ -288,3 +288,19 @@ def test_every_ingested_batch_is_a_sign_of_life() -> None:
     )
     assert services.runs_reap(served_stale_after_s=600) == 0
     assert Run.objects.get(pk=run.pk).status == Run.Status.RUNNING
+
+
+def test_stored_run_data_keeps_no_mcp_stderr_tail() -> None:
+    from agents.runtime import redactor
+    from llamon_agent.mcp.pool import STDERR_MARKER
+
+    redact = redactor(patterns=[], presets=[])
+    stored = redact(
+        {"error": f"tool 'x': the session died (exit code 3){STDERR_MARKER}token=abc | more lines"}
+    )
+    assert stored["error"].startswith("tool 'x': the session died (exit code 3)")
+    assert (
+        "abc" not in stored["error"]
+        and "more lines" not in stored["error"]
+        and "admins only" in stored["error"]
+    )

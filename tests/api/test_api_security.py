@@ -152,12 +152,12 @@ def test_the_server_page_refuses_a_non_admin_stdio_post(client, make_user, marke
 def test_a_stdio_child_gets_only_the_env_vars_its_server_names(caller, monkeypatch) -> None:
     monkeypatch.setenv("SECRET_KEY", "s" * 60)
     monkeypatch.setenv("DATABASE_URL", "postgres://user:secret@db/llamon")
-    monkeypatch.setenv("ORDER_API_KEY", "k-123")
+    monkeypatch.setenv("LLAMON_MCP_ORDER_API_KEY", "k-123")
     admin = caller("token:admin")
     created = admin.post(
         "/api/mcp-servers",
         {"mcp_id": "envcheck", "transport": "stdio", "command": sys.executable, "args": [MISBEHAVING],
-         "env_names": ["ORDER_API_KEY"], "timeout_s": 20},
+         "env_names": ["LLAMON_MCP_ORDER_API_KEY"], "timeout_s": 20},
     )  # fmt: skip
     assert created.status_code == 201, created.content
     server_id = created.json()["id"]
@@ -165,10 +165,10 @@ def test_a_stdio_child_gets_only_the_env_vars_its_server_names(caller, monkeypat
     called = admin.post(f"/api/mcp-servers/{server_id}/call", {"tool": "whoami", "arguments": {}})
     assert called.status_code == 200, called.content
     names = set(called.json()["result"]["env"])
-    assert "ORDER_API_KEY" in names
+    assert "LLAMON_MCP_ORDER_API_KEY" in names
     assert not names & {"SECRET_KEY", "DATABASE_URL", "DJANGO_SETTINGS_MODULE", "LLAMON_VAR_DIR"}
     # Python itself may set LC_CTYPE when it coerces the C locale.
-    assert names - {"PATH", "HOME", "ORDER_API_KEY", "LC_CTYPE"} == set()
+    assert names - {"PATH", "HOME", "LLAMON_MCP_ORDER_API_KEY", "LC_CTYPE"} == set()
 
 
 def test_an_app_secret_cannot_be_named_for_a_stdio_child(caller) -> None:

@@ -116,8 +116,8 @@ def _confirmed(data: dict[str, str]) -> dict[str, str]:
 
 
 def test_create_stores_names_only_and_is_audited(admin) -> None:
-    server = _kb(admin, env_names=["KB_TOKEN", "KB_TOKEN"], description="help articles")
-    assert server.env_names == ["KB_TOKEN"]
+    server = _kb(admin, env_names=["LLAMON_MCP_KB_KEY", "LLAMON_MCP_KB_KEY"], description="help articles")
+    assert server.env_names == ["LLAMON_MCP_KB_KEY"]
     event = AuditEvent.objects.get(action="mcp_server.create", object_id=str(server.pk))
     assert event.actor == admin
     assert event.after["command"] == sys.executable and event.after["args"] == [KB_SCRIPT]
@@ -266,7 +266,7 @@ def test_duplicate_mcp_id_is_refused(kb, admin) -> None:
         (["SECRET_KEY"], "this app's own configuration or secrets"),
         (["DATABASE_URL"], "this app's own configuration or secrets"),
         (["LLAMON_ANYTHING"], "this app's own configuration or secrets"),
-        (["OPENAI_API_KEY"], "this app's own configuration or secrets"),
+        (["OPENAI_API_KEY"], "not a variable the operator allows"),
     ],
 )
 def test_bad_env_names_are_refused(admin, env_names, phrase) -> None:
@@ -416,13 +416,15 @@ def test_add_an_http_server(admin_client, order_http) -> None:
         url=order_http,
         command="",
         args="",
-        header_names="X-Api-Key=ORDER_KEY",
+        header_names="X-Api-Key=LLAMON_MCP_ORDER_KEY",
     )
     response = admin_client.post(reverse("servers:create"), data)
     server = McpServer.objects.get(mcp_id="orders")
     assert response.status_code == 302
     assert (
-        server.url == order_http and server.header_names == ["X-Api-Key=ORDER_KEY"] and server.command == ""
+        server.url == order_http
+        and server.header_names == ["X-Api-Key=LLAMON_MCP_ORDER_KEY"]
+        and server.command == ""
     )
 
 
@@ -440,7 +442,7 @@ def test_add_an_http_server(admin_client, order_http) -> None:
         ({"transport": "http", "url": ""}, "url", "Enter the server&#x27;s URL"),
         ({"command": ""}, "command", "Enter the command to run"),
         ({"command": "/bin/sh", "args": "-c\nid"}, "command", "outside the folders"),
-        ({"env_names": "MY_KEY, API KEY=secret"}, "env_names", "never values"),
+        ({"env_names": "LLAMON_MCP_KEY, API KEY=secret"}, "env_names", "never values"),
         ({"env_names": "SECRET_KEY"}, "env_names", "own configuration or secrets"),
         ({"timeout_s": "0"}, "timeout_s", "between 0.1 and 600 seconds"),
         ({"timeout_s": "601"}, "timeout_s", "between 0.1 and 600 seconds"),
