@@ -196,6 +196,10 @@ LLAMON_STDIO_ALLOWED_DIRS: list[Path] | None = None
 # --- MCP: the resolver the URL guard uses, a dotted path (None = the system's getaddrinfo).
 # Tests name a fake one so that no test ever sends a DNS query (rules.urlguard.configured_resolver).
 LLAMON_URL_RESOLVER: str | None = None
+# --- MCP: how many tools, and how many bytes of them (names, descriptions, schemas), a server may list.
+# A refresh past either is refused with the reason, and the tools stored before are kept.
+LLAMON_MCP_MAX_TOOLS = env_int("LLAMON_MCP_MAX_TOOLS", 1000, minimum=1)
+LLAMON_MCP_MAX_TOOLS_BYTES = env_int("LLAMON_MCP_MAX_TOOLS_BYTES", 2 * 1024 * 1024, minimum=1024)
 
 CELERY_BEAT_SCHEDULE = {
     "worker-ping": {"task": "agents.tasks.worker_ping", "schedule": float(CELERY_WORKER_HEARTBEAT_S)},
