@@ -144,9 +144,9 @@ def worker_env(redis: str | None) -> dict[str, str]:
 
 @contextmanager
 def celery_worker(
-    redis: str | None, *, concurrency: int = 1
+    redis: str | None, *, concurrency: int = 1, env: dict[str, str] | None = None
 ) -> Iterator[tuple[subprocess.Popen, OutputCollector]]:
-    """A real prefork Celery worker process on Redis (``redis`` URL) or on the embedded broker."""
+    """A real prefork Celery worker process on Redis (``redis`` URL) or on the embedded broker; ``env`` adds variables."""
     name = f"test-{uuid.uuid4().hex[:8]}@%h"
     proc = subprocess.Popen(
         [
@@ -155,7 +155,7 @@ def celery_worker(
             "--without-gossip", "--without-mingle", "--without-heartbeat",
         ],
         cwd=ROOT,
-        env=worker_env(redis),
+        env={**worker_env(redis), **(env or {})},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
