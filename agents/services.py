@@ -368,11 +368,14 @@ def run_save_as_case(*, actor: Any, run: Run, name: str) -> Any:
         "must_not_fire": [],
         "error": run.error if prestep_failed else None,
     }
+    from agents.runtime import redactor
+
+    redact = redactor()  # a case leaves the run (exports, other rule sets): it keeps the masked input
     case_input = {
-        "query": run.query,
-        "context": run.context,
-        "a2a_data": run.a2a_data,
-        "a2a_files": run.a2a_files,
+        "query": redact(run.query),
+        "context": redact(run.context),
+        "a2a_data": redact(run.a2a_data),
+        "a2a_files": redact(run.a2a_files),
     }
     try:
         return case_create(
@@ -391,6 +394,18 @@ def privacy_preview(*, patterns: list[str], presets: list[str], text: str) -> st
     from agents.runtime import redactor
 
     return redactor(patterns=patterns, presets=presets)(text)
+
+
+def privacy_preview_run(*, patterns: list[str], presets: list[str]) -> dict[str, Any] | None:
+    """The newest run's own input as pages, the API and exports would show it under these settings."""
+    from agents.runtime import redactor
+    from agents.selectors import RUN_INPUT_FIELDS
+
+    run = Run.objects.order_by("-created_at", "-id").first()
+    if run is None:
+        return None
+    redact = redactor(patterns=patterns, presets=presets)
+    return {"run": run.pk, **{field: redact(getattr(run, field)) for field in RUN_INPUT_FIELDS}}
 
 
 def privacy_update(
