@@ -210,10 +210,15 @@ def page(browser, live_server) -> Iterator[object]:
     )
     context.set_default_timeout(15_000)
     pg = context.new_page()
+    # Every browser test is also a Content-Security-Policy test: Chromium reports each blocked
+    # script, handler or style on the console, and any such report fails the test.
+    pg.csp_violations = []
+    pg.on("console", lambda m: "Content Security Policy" in m.text and pg.csp_violations.append(m.text))
     try:
         yield pg
     finally:
         context.close()
+    assert not pg.csp_violations, f"Content-Security-Policy violations: {pg.csp_violations}"
 
 
 @pytest.fixture
