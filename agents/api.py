@@ -143,7 +143,8 @@ def list_runs(request: HttpRequest, filters: Query[RunFilterIn]) -> Any:
     """Runs newest first, with the run list's filters (agent, status, rule, tool, ids, text, time)."""
     chosen = filters.dict(exclude={"limit", "offset"})
     runs = selectors.run_list(filters={k: v for k, v in chosen.items() if v not in (None, "")})
-    return {"count": runs.count(), "items": list(runs[filters.offset : filters.offset + filters.limit])}
+    items = selectors.runs_for_display(runs[filters.offset : filters.offset + filters.limit])
+    return {"count": runs.count(), "items": items}
 
 
 @router.post("/runs", response={202: RunAcceptedOut, **error_responses()}, auth=EDITOR, tags=RUNS)
@@ -186,8 +187,8 @@ def ingest_run(request: HttpRequest, payload: IngestIn) -> Any:
 
 @router.get("/runs/{run_id}", response={200: RunOut, **error_responses(404)}, auth=VIEWER, tags=RUNS)
 def get_run(request: HttpRequest, run_id: DbId) -> Any:
-    """One run: input, status, answer or error, counts."""
-    return get_or_404(Run, "run", pk=run_id)
+    """One run: input (masked by the privacy settings), status, answer or error, counts."""
+    return selectors.runs_for_display([get_or_404(Run, "run", pk=run_id)])[0]
 
 
 @router.get(
@@ -212,7 +213,8 @@ def list_run_steps(request: HttpRequest, run_id: DbId, after: int = Query(0, ge=
 @router.post("/runs/{run_id}/cancel", response={200: RunOut, **error_responses(404)}, auth=EDITOR, tags=RUNS)
 def cancel_run(request: HttpRequest, run_id: DbId) -> Any:
     """Cancel a queued run at once, or ask a running one to stop at its next step (editor)."""
-    return services.run_cancel(actor=request.auth, run=get_or_404(Run, "run", pk=run_id))
+    run = services.run_cancel(actor=request.auth, run=get_or_404(Run, "run", pk=run_id))
+    return selectors.runs_for_display([run])[0]
 
 
 @router.post(

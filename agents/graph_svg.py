@@ -129,19 +129,20 @@ def _ranks(ids: list[str], pairs: list[tuple[str, str]]) -> dict[str, int]:
         if node not in state:
             visit(node)
     indegree = dict.fromkeys(ids, 0)
-    forward = [(s, t) for s, t in pairs if (s, t) not in back]
-    for _, target in forward:
-        indegree[target] += 1
+    forward: dict[str, list[str]] = defaultdict(list)  # each node's edges once, not every edge per node
+    for source, target in pairs:
+        if (source, target) not in back:
+            forward[source].append(target)
+            indegree[target] += 1
     rank = dict.fromkeys(ids, 0)
     queue = deque(n for n in ids if indegree[n] == 0)
     while queue:
         node = queue.popleft()
-        for source, target in forward:
-            if source == node:
-                rank[target] = max(rank[target], rank[node] + 1)
-                indegree[target] -= 1
-                if indegree[target] == 0:
-                    queue.append(target)
+        for target in forward[node]:
+            rank[target] = max(rank[target], rank[node] + 1)
+            indegree[target] -= 1
+            if indegree[target] == 0:
+                queue.append(target)
     if END in rank:  # the end sits below everything, even after a short branch
         rank[END] = max((r for n, r in rank.items() if n != END), default=0) + 1
     return rank

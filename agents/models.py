@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
 from django.db import models
 
@@ -137,6 +139,13 @@ class Run(models.Model):
 
     def __str__(self) -> str:
         return f"run {self.pk} ({self.status})"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        # A run read for showing has its input masked (agents.selectors.runs_for_display): saving it
+        # would overwrite the real input the worker and a re-run need.
+        if getattr(self, "input_masked", False):
+            raise ValueError(f"run {self.pk} was read with its input masked for display; it cannot be saved")
+        super().save(*args, **kwargs)
 
     @property
     def finished(self) -> bool:

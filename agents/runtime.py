@@ -7,9 +7,13 @@ from __future__ import annotations
 
 import logging
 import re
+import signal
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from django.conf import settings
 
 from agents.errors import AgentError
 from agents.models import Agent, Run
@@ -20,6 +24,7 @@ from rules import engine
 from rules.urlguard import configured_policy
 
 logger = logging.getLogger(__name__)
+TIMED_OUT_MESSAGE = "The run took longer than {seconds} s and was stopped."
 
 
 @dataclass(frozen=True)
@@ -103,6 +108,44 @@ def redactor(*, patterns: list[str] | None = None, presets: list[str] | None = N
     return lambda value: redact(value, masks)
 
 
+def redactor_active() -> bool:
+    """Whether the privacy settings mask anything at all."""
+    privacy = privacy_get()
+    return bool(privacy.redaction_patterns or privacy.mask_presets)
+
+
+class soft_limit_watch:  # noqa: N801 (a context manager used like a function)
+    """Notes whether Celery's soft time limit fired during the block.
+
+    Celery signals the soft limit with SIGUSR1 to the worker child, whose handler raises
+    SoftTimeLimitExceeded wherever the code is; the engine catches it like any error of the
+    stage it interrupts. This wraps that handler (main thread, a handler installed) to keep a
+    note; elsewhere (tests in-process, threads) it does nothing and ``fired`` stays False.
+    """
+
+    def __init__(self) -> None:
+        self.fired = False
+        self._previous: Any = None
+
+    def __enter__(self) -> soft_limit_watch:
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        previous = signal.getsignal(signal.SIGUSR1)
+        if callable(previous):
+
+            def noted(signum: int, frame: Any) -> None:
+                self.fired = True
+                previous(signum, frame)
+
+            self._previous = previous
+            signal.signal(signal.SIGUSR1, noted)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGUSR1, self._previous)
+
+
 def execute_claimed_run(*, run_id: int) -> None:
     """Execute a run already claimed by this worker and record how it ended."""
     from llamon_agent.react import run_agent
@@ -149,20 +192,27 @@ def execute_claimed_run(*, run_id: int) -> None:
     request = AgentRequest(
         query=run.query, context=run.context, a2a_data=run.a2a_data, a2a_files=run.a2a_files
     )
-    result = run_agent(
-        spec, request, backend=backend, react_tools=react_tools, sink=sink, should_cancel=should_cancel
-    )
+    with soft_limit_watch() as soft_limit:
+        result = run_agent(
+            spec, request, backend=backend, react_tools=react_tools, sink=sink, should_cancel=should_cancel
+        )
     status = {"succeeded": Run.Status.SUCCEEDED, "cancelled": Run.Status.CANCELLED}.get(
         result.status, Run.Status.FAILED
     )
+    error, error_kind = redact(result.error or ""), result.status
+    if result.status == "failed" and soft_limit.fired:
+        # Celery's soft limit raised inside the engine (a tool listing or call, a model call),
+        # which recorded it as a failure of that stage: the run ran out of time.
+        status, error_kind = Run.Status.TIMED_OUT, "timeout"
+        error = f"{TIMED_OUT_MESSAGE.format(seconds=settings.LLAMON_RUN_SOFT_LIMIT_S)} ({error})"
     run_finish(
         run_id=run_id,
         status=status,
         answer=redact(result.answer or ""),
-        error=redact(result.error or ""),
+        error=error,
         error_kind=""
         if status == Run.Status.SUCCEEDED
-        else ("guardrail" if result.status == "blocked" else result.status),
+        else ("guardrail" if result.status == "blocked" else error_kind),
         llm_calls=result.llm_calls,
         tool_calls=result.tool_calls,
         prestep_calls=result.prestep.calls if result.prestep else 0,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import Any
 
@@ -40,12 +41,47 @@ def run_list(*, filters: dict[str, Any]) -> QuerySet[Run]:
         if filters.get(field):
             runs = runs.filter(**{field: filters[field]})
     if filters.get("q"):
-        runs = runs.filter(query__icontains=filters["q"])
+        runs = _search_unmasked(runs.filter(query__icontains=filters["q"]), filters["q"])
     if filters.get("since"):
         runs = runs.filter(created_at__gte=filters["since"])
     if filters.get("until"):
         runs = runs.filter(created_at__lte=filters["until"])
     return runs.distinct()
+
+
+# What a run was asked (its own input) as shown and exported: masked by the privacy settings.
+RUN_INPUT_FIELDS = ("query", "context", "a2a_data", "a2a_files", "user_id", "session_id", "chatbot_id")
+
+
+def runs_for_display(runs: Iterable[Run], *, redact: Callable[[Any], Any] | None = None) -> list[Run]:
+    """The runs with their own input masked by the privacy settings (pages, API, search results, cases).
+
+    The row keeps the real input: the worker runs on it and a re-run repeats it. Masking happens
+    when a run is read for showing, with the settings in force then, so a pattern added today also
+    hides yesterday's queries. The instances are marked and cannot be saved back (Run.save refuses).
+    """
+    from agents.runtime import redactor
+
+    redact = redact or redactor()
+    shown = list(runs)
+    for run in shown:
+        if getattr(run, "input_masked", False):
+            continue
+        for field in RUN_INPUT_FIELDS:
+            setattr(run, field, redact(getattr(run, field)))
+        run.input_masked = True
+    return shown
+
+
+def _search_unmasked(runs: QuerySet[Run], text: str) -> QuerySet[Run]:
+    """Keep only runs whose query matches ``text`` once masked: a search must not find what is hidden."""
+    from agents.runtime import redactor, redactor_active
+
+    if not redactor_active():
+        return runs
+    redact, wanted = redactor(), text.casefold()
+    hidden = [pk for pk, query in runs.values_list("pk", "query") if wanted not in redact(query).casefold()]
+    return runs.exclude(pk__in=hidden) if hidden else runs
 
 
 def run_steps(*, run: Run, after: int = 0) -> QuerySet[RunStep]:

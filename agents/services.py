@@ -198,9 +198,32 @@ def runs_reap(*, stale_after_s: int | None = None, served_stale_after_s: int | N
     served_stale_after_s = served_stale_after_s or settings.LLAMON_SERVED_STALE_AFTER_S
     worker_runs = Run.objects.filter(source=Run.Source.WORKER)
     served_runs = Run.objects.exclude(source=Run.Source.WORKER)
-    return _reap(worker_runs, stale_after_s, WORKER_LOST, "worker_lost") + _reap(
-        served_runs, served_stale_after_s, SERVED_LOST, "served_lost"
+    overdue = _reap_hard_limited(worker_runs, stale_after_s)
+    return (
+        overdue
+        + _reap(worker_runs, stale_after_s, WORKER_LOST, "worker_lost")
+        + _reap(served_runs, served_stale_after_s, SERVED_LOST, "served_lost")
     )
+
+
+def _reap_hard_limited(runs: Any, stale_after_s: int) -> int:
+    """Worker runs the hard time limit killed (silent, started longer ago than it): timed_out, not failed."""
+    now = timezone.now()
+    limit_s = settings.LLAMON_RUN_HARD_LIMIT_S
+    overdue = runs.filter(
+        status=Run.Status.RUNNING,
+        heartbeat_at__lt=now - timedelta(seconds=stale_after_s),
+        started_at__lte=now - timedelta(seconds=limit_s),
+    )
+    error = f"The run took longer than the hard limit of {limit_s} s and its worker process was stopped."
+    ids = list(overdue.values_list("pk", flat=True))
+    for run_id in ids:
+        if overdue.filter(pk=run_id).update(
+            status=Run.Status.TIMED_OUT, error=error, error_kind="timeout", finished_at=now
+        ):
+            RunStep.objects.filter(run_id=run_id, status="running").update(status="interrupted")
+            logger.warning("run %s timed out: %s", run_id, error)
+    return len(ids)
 
 
 def _reap(runs: Any, stale_after_s: int, message: str, kind: str) -> int:
@@ -358,11 +381,14 @@ def run_save_as_case(*, actor: Any, run: Run, name: str) -> Any:
         "must_not_fire": [],
         "error": run.error if prestep_failed else None,
     }
+    from agents.runtime import redactor
+
+    redact = redactor()  # a case leaves the run (exports, other rule sets): it keeps the masked input
     case_input = {
-        "query": run.query,
-        "context": run.context,
-        "a2a_data": run.a2a_data,
-        "a2a_files": run.a2a_files,
+        "query": redact(run.query),
+        "context": redact(run.context),
+        "a2a_data": redact(run.a2a_data),
+        "a2a_files": redact(run.a2a_files),
     }
     try:
         return case_create(
@@ -381,6 +407,18 @@ def privacy_preview(*, patterns: list[str], presets: list[str], text: str) -> st
     from agents.runtime import redactor
 
     return redactor(patterns=patterns, presets=presets)(text)
+
+
+def privacy_preview_run(*, patterns: list[str], presets: list[str]) -> dict[str, Any] | None:
+    """The newest run's own input as pages, the API and exports would show it under these settings."""
+    from agents.runtime import redactor
+    from agents.selectors import RUN_INPUT_FIELDS
+
+    run = Run.objects.order_by("-created_at", "-id").first()
+    if run is None:
+        return None
+    redact = redactor(patterns=patterns, presets=presets)
+    return {"run": run.pk, **{field: redact(getattr(run, field)) for field in RUN_INPUT_FIELDS}}
 
 
 def privacy_update(

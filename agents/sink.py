@@ -2,12 +2,15 @@
 
 A start event inserts the step row at once (autocommit), before the call it describes begins,
 so a worker killed mid-call leaves the step behind as evidence; the end event completes it.
-Everything stored passes through the privacy redaction first.
+Everything stored passes through the privacy redaction first, then through json_safe (a tool
+result may hold NaN or Infinity, which JSON columns refuse: they are stored as the strings
+"NaN", "Infinity" and "-Infinity", so the step is kept and shown).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -24,7 +27,8 @@ class DbStepSink:
 
     def __init__(self, run: Run, *, redact: Callable[[Any], Any] | None = None, resume: bool = False) -> None:
         self.run_id = run.pk
-        self._redact = redact or (lambda value: value)
+        redact = redact or (lambda value: value)
+        self._redact = lambda value: json_safe(redact(value))
         self._lock = threading.Lock()
         self._seq = RunStep.objects.filter(run_id=run.pk).count()
         self._rows: dict[str, tuple[int, int]] = {}  # event id -> (row pk, seq)
@@ -77,6 +81,19 @@ class DbStepSink:
             self._start(event)
             known = self._rows[event.id]
         RunStep.objects.filter(pk=known[0]).update(**fields)
+
+
+def json_safe(value: Any, _depth: int = 0) -> Any:
+    """``value`` with every non-finite float replaced by its name (JSON has no NaN or Infinity)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict | list | tuple) and _depth > 64:
+        return str(value)[:10_000]  # deeper than any real result: kept as text rather than lost
+    if isinstance(value, dict):
+        return {key: json_safe(item, _depth + 1) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(item, _depth + 1) for item in value]
+    return value
 
 
 def _call_fields(event: TraceEvent) -> dict[str, str]:

@@ -60,6 +60,7 @@ def run_list(request: HtmxHttpRequest) -> HttpResponse:
     form = RunFilterForm(request.GET or None)
     filters = form.cleaned_data if form.is_valid() else {}
     page = Paginator(selectors.run_list(filters=filters), 50).get_page(request.GET.get("page"))
+    page.object_list = selectors.runs_for_display(page.object_list)
     template = "agents/run_list.html#run-table" if request.htmx else "agents/run_list.html"
     return render(request, template, {"form": form, "page": page})
 
@@ -88,6 +89,7 @@ def run_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     """A run's input, live timeline, answer and diagnostics."""
     run = get_object_or_404(Run.objects.select_related("agent"), pk=pk)
     steps = list(selectors.run_steps(run=run))
+    selectors.runs_for_display([run])
     return render(request, "agents/run_detail.html", {
         "run": run, "steps": steps, "last_seq": _settled_seq(steps, after=0),
         "diagnostics": selectors.run_diagnostics(run=run) if run.finished else [],
@@ -160,6 +162,7 @@ def run_compare(request: HtmxHttpRequest) -> HttpResponse:
     if len(runs) != len(set(ids)):
         messages.error(request, "One of the runs to compare does not exist.")
         return redirect("agents:run_list")
+    selectors.runs_for_display(runs.values())
     return render(request, "agents/run_compare.html", {"a": runs[ids[0]], "b": runs[ids[1]]})
 
 
@@ -185,13 +188,17 @@ def privacy(request: HtmxHttpRequest) -> HttpResponse:
     """Redaction of stored traces (with a preview) and the retention period."""
     current = services.privacy_get()
     form = PrivacyForm(request.POST or None, instance=current)
-    preview = None
+    preview = preview_run = None
     if request.method == "POST" and form.is_valid():
         if "preview_only" in request.POST:
+            chosen = {k: form.cleaned_data[k] for k in ("redaction_patterns", "mask_presets")}
             preview = services.privacy_preview(
-                patterns=form.cleaned_data["redaction_patterns"],
-                presets=form.cleaned_data["mask_presets"],
+                patterns=chosen["redaction_patterns"],
+                presets=chosen["mask_presets"],
                 text=form.cleaned_data.get("preview") or "",
+            )
+            preview_run = services.privacy_preview_run(
+                patterns=chosen["redaction_patterns"], presets=chosen["mask_presets"]
             )
         else:
             services.privacy_update(
@@ -201,4 +208,5 @@ def privacy(request: HtmxHttpRequest) -> HttpResponse:
             messages.success(request, "Saved the privacy settings: they apply to steps stored from now on.")
             return redirect(reverse("agents:privacy"))
     status = 400 if request.method == "POST" and form.errors else 200
-    return render(request, "agents/privacy.html", {"form": form, "preview": preview}, status=status)
+    context = {"form": form, "preview": preview, "preview_run": preview_run}
+    return render(request, "agents/privacy.html", context, status=status)

@@ -7,6 +7,7 @@ default, so nothing insecure happens by accident) requires ``SECRET_KEY``.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 from dotenv import load_dotenv
@@ -59,6 +60,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django_htmx",
     "template_partials",
+    "axes",  # login throttling
     "ninja",  # serves the API docs' Swagger UI from the package (no CDN)
     "llamon_web",
     "rules",
@@ -76,6 +78,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "llamon_web.middleware.HtmxMessagesMiddleware",
+    "csp.middleware.CSPMiddleware",
+    "axes.middleware.AxesMiddleware",  # last, as django-axes asks
 ]
 
 ROOT_URLCONF = "llamon_web.urls"
@@ -105,6 +109,36 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
+# --- Login throttling (django-axes): after LLAMON_LOGIN_FAILURE_LIMIT failed logins for one username
+# from one address, that pair is refused (429, templates/registration/locked_out.html) for the cool-off.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("LLAMON_LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("LLAMON_LOGIN_COOLOFF_MINUTES", 15, minimum=1))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+AXES_VERBOSE = False
+
+# --- Content-Security-Policy (django-csp): scripts, styles, images and requests from this site only.
+# Templates use no inline scripts, handlers or style attributes; htmx runs without eval and without
+# its injected indicator style (base.html's htmx-config). SVG graphs are inline markup, not images.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        "img-src": ["'self'", "data:"],
+        "connect-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'self'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    },
+}
+
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
@@ -204,6 +238,10 @@ LLAMON_STDIO_ALLOWED_DIRS: list[Path] | None = None
 # --- MCP: the resolver the URL guard uses, a dotted path (None = the system's getaddrinfo).
 # Tests name a fake one so that no test ever sends a DNS query (rules.urlguard.configured_resolver).
 LLAMON_URL_RESOLVER: str | None = None
+# --- MCP: how many tools, and how many bytes of them (names, descriptions, schemas), a server may list.
+# A refresh past either is refused with the reason, and the tools stored before are kept.
+LLAMON_MCP_MAX_TOOLS = env_int("LLAMON_MCP_MAX_TOOLS", 1000, minimum=1)
+LLAMON_MCP_MAX_TOOLS_BYTES = env_int("LLAMON_MCP_MAX_TOOLS_BYTES", 2 * 1024 * 1024, minimum=1024)
 
 CELERY_BEAT_SCHEDULE = {
     "worker-ping": {"task": "agents.tasks.worker_ping", "schedule": float(CELERY_WORKER_HEARTBEAT_S)},

@@ -32,5 +32,6 @@ LLAMON_STDIO_ALLOWED_DIRS = [BASE_DIR / "examples", BASE_DIR / "tests" / "server
 CELERY_WORKER_HEARTBEAT_S = 1
 LLAMON_RUN_HEARTBEAT_S = 1
 LLAMON_RUN_STALE_AFTER_S = 4
-LLAMON_RUN_SOFT_LIMIT_S = 60
-LLAMON_RUN_HARD_LIMIT_S = 90
+# A worker started by a test may get shorter limits (tests/agents/test_run_limits.py).
+LLAMON_RUN_SOFT_LIMIT_S = int(os.environ.get("LLAMON_TEST_RUN_SOFT_LIMIT_S", "60"))
+LLAMON_RUN_HARD_LIMIT_S = int(os.environ.get("LLAMON_TEST_RUN_HARD_LIMIT_S", "90"))

@@ -8,7 +8,7 @@ from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from agents.selectors import agent_list, run_list, worker_live_list
+from agents.selectors import agent_list, run_list, runs_for_display, worker_live_list
 from llamon_web.health import check_broker, check_database
 from llamon_web.roles import require_role
 from rules.selectors import mcp_server_list, rule_set_list
@@ -29,7 +29,7 @@ def home(request: HttpRequest) -> HttpResponse:
             "workers": workers,
             "rule_sets": rule_set_list()[:8],
             "agents": agent_list()[:8],
-            "runs": run_list(filters={})[:8],
+            "runs": runs_for_display(run_list(filters={})[:8]),
         },
     )
 

@@ -8,6 +8,7 @@ only the *names* of the variables the app reads when it starts the child or send
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import time
@@ -170,6 +171,13 @@ def mcp_server_refresh_tools(*, actor: Any, server: McpServer) -> ToolsDiff:
         {"name": t.name, "description": t.description or "", "input_schema": dict(t.inputSchema or {})}
         for t in listed
     ]
+    too_many = _tools_over_cap(tools)
+    if too_many:
+        _record_health(server, error=too_many)
+        audit_record(
+            actor=actor, action="mcp_server.refresh_tools_failed", obj=server, after={"error": too_many}
+        )
+        raise McpServerError(f"Did not store the tools of {server.mcp_id}: {too_many}") from None
     with transaction.atomic():
         current = McpServer.objects.select_for_update().get(pk=server.pk)
         diff = tools_diff(current.tools, tools, first=current.tools_refreshed_at is None)
@@ -198,6 +206,23 @@ def mcp_server_refresh_tools(*, actor: Any, server: McpServer) -> ToolsDiff:
     for name in ("tools", "tools_hash", "tools_refreshed_at", "last_error", "last_checked_at"):
         setattr(server, name, getattr(current, name))
     return diff
+
+
+def _tools_over_cap(tools: list[dict[str, Any]]) -> str:
+    """Why a listed tool set is too large to store (settings LLAMON_MCP_MAX_TOOLS[_BYTES]); "" when it fits."""
+    max_tools, max_bytes = settings.LLAMON_MCP_MAX_TOOLS, settings.LLAMON_MCP_MAX_TOOLS_BYTES
+    if len(tools) > max_tools:
+        return (
+            f"it lists {len(tools):,} tools and the limit is {max_tools:,} (LLAMON_MCP_MAX_TOOLS); "
+            "the tools stored before are kept"
+        )
+    size = len(json.dumps(tools, ensure_ascii=False, default=str).encode())
+    if size > max_bytes:
+        return (
+            f"its tool list is {size:,} bytes and the limit is {max_bytes:,} (LLAMON_MCP_MAX_TOOLS_BYTES); "
+            "the tools stored before are kept"
+        )
+    return ""
 
 
 @dataclass(frozen=True)

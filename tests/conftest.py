@@ -144,9 +144,9 @@ def worker_env(redis: str | None) -> dict[str, str]:
 
 @contextmanager
 def celery_worker(
-    redis: str | None, *, concurrency: int = 1
+    redis: str | None, *, concurrency: int = 1, env: dict[str, str] | None = None
 ) -> Iterator[tuple[subprocess.Popen, OutputCollector]]:
-    """A real prefork Celery worker process on Redis (``redis`` URL) or on the embedded broker."""
+    """A real prefork Celery worker process on Redis (``redis`` URL) or on the embedded broker; ``env`` adds variables."""
     name = f"test-{uuid.uuid4().hex[:8]}@%h"
     proc = subprocess.Popen(
         [
@@ -155,7 +155,7 @@ def celery_worker(
             "--without-gossip", "--without-mingle", "--without-heartbeat",
         ],
         cwd=ROOT,
-        env=worker_env(redis),
+        env={**worker_env(redis), **(env or {})},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -210,10 +210,15 @@ def page(browser, live_server) -> Iterator[object]:
     )
     context.set_default_timeout(15_000)
     pg = context.new_page()
+    # Every browser test is also a Content-Security-Policy test: Chromium reports each blocked
+    # script, handler or style on the console, and any such report fails the test.
+    pg.csp_violations = []
+    pg.on("console", lambda m: "Content Security Policy" in m.text and pg.csp_violations.append(m.text))
     try:
         yield pg
     finally:
         context.close()
+    assert not pg.csp_violations, f"Content-Security-Policy violations: {pg.csp_violations}"
 
 
 @pytest.fixture

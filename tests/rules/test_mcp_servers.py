@@ -667,3 +667,49 @@ def test_an_editor_cannot_delete_or_refresh(editor_client, kb) -> None:
     assert editor_client.post(reverse("servers:delete", args=[kb.pk])).status_code == 403
     assert editor_client.post(reverse("servers:refresh", args=[kb.pk])).status_code == 403
     assert McpServer.objects.filter(pk=kb.pk).exists()
+
+
+# --------------------------------------------------------------------------- tool-list caps
+
+MISBEHAVING = str(ROOT / "tests" / "servers" / "misbehaving.py")
+
+
+@pytest.mark.parametrize(
+    ("args", "limits", "phrase"),
+    [
+        (
+            ["--extra-tools", "60"],
+            {"LLAMON_MCP_MAX_TOOLS": 50},
+            "lists 71 tools and the limit is 50",
+        ),  # 60 + its own 11
+        (
+            ["--extra-tools", "3", "--tool-description-bytes", "4000"],
+            {"LLAMON_MCP_MAX_TOOLS_BYTES": 8000},
+            "bytes and the limit is 8,000",
+        ),
+    ],
+)
+def test_a_tool_list_over_the_caps_is_refused_and_the_stored_tools_kept(
+    admin, settings, args, limits, phrase
+) -> None:
+    server = mcp_server_create(
+        actor=admin, mcp_id="misbehaving", transport="stdio", command=sys.executable, args=[MISBEHAVING]
+    )
+    mcp_server_refresh_tools(actor=admin, server=server)
+    server.refresh_from_db()
+    tools_before, hash_before = server.tools, server.tools_hash
+    assert 5 < len(tools_before) < 20
+    for name, value in limits.items():
+        setattr(settings, name, value)
+    server = mcp_server_update(actor=admin, server=server, args=[MISBEHAVING, *args])
+    with pytest.raises(McpServerError, match=f"Did not store the tools of misbehaving: .*{phrase}") as caught:
+        mcp_server_refresh_tools(actor=admin, server=server)
+    assert "the tools stored before are kept" in caught.value.message
+    server.refresh_from_db()
+    assert (server.tools, server.tools_hash) == (tools_before, hash_before)
+    assert server.healthy is False and phrase in server.last_error
+    assert AuditEvent.objects.filter(action="mcp_server.refresh_tools_failed").exists()
+
+
+def test_the_default_caps_are_1000_tools_and_2_mb(settings) -> None:
+    assert (settings.LLAMON_MCP_MAX_TOOLS, settings.LLAMON_MCP_MAX_TOOLS_BYTES) == (1000, 2 * 1024 * 1024)

@@ -1,7 +1,8 @@
 """An MCP server whose tools misbehave on request, for the pool's tests and benchmark.
 
 Run: ``python tests/servers/misbehaving.py`` (stdio) or ``... --http PORT`` (streamable HTTP
-on 127.0.0.1:PORT, endpoint ``/mcp``).
+on 127.0.0.1:PORT, endpoint ``/mcp``). ``--extra-tools N`` lists N more tools, each with a
+``--tool-description-bytes`` long description (a server whose tool list is too big to store).
 """
 
 from __future__ import annotations
@@ -108,10 +109,18 @@ def fail(message: str = "it broke") -> str:
     raise ValueError(message)
 
 
+def _extra_tool(value: str = "") -> str:
+    return value
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--http", type=int, metavar="PORT", help="serve streamable HTTP on 127.0.0.1:PORT")
+    parser.add_argument("--extra-tools", type=int, default=0, metavar="N", help="list N more tools")
+    parser.add_argument("--tool-description-bytes", type=int, default=20, metavar="B")
     args = parser.parse_args()
+    for i in range(args.extra_tools):
+        mcp.add_tool(_extra_tool, name=f"extra_{i:05d}", description="d" * args.tool_description_bytes)
     if args.http:
         mcp.settings.host = "127.0.0.1"
         mcp.settings.port = args.http

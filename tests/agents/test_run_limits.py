@@ -1,0 +1,109 @@
+"""Runs that run out of time end `timed_out` (soft limit on a real worker, hard limit via the reaper),
+and a tool result holding NaN or Infinity keeps its trace step."""
+
+from __future__ import annotations
+
+import math
+import sys
+from datetime import timedelta
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from agents import services
+from agents.models import Agent, Run, RunStep
+from agents.sink import DbStepSink
+from agents.tasks import run_execute_task
+from llamon_agent.tools import AgentRequest
+from llamon_agent.trace import start_span
+from rules import services as rule_services
+from rules.models import McpServer
+from tests.agents.test_runs_on_workers import MISBEHAVING, wait_for_run
+from tests.conftest import celery_worker
+
+
+@pytest.fixture
+def agent(db) -> Agent:
+    return Agent.objects.create(name="support", system_prompt="Be helpful.")
+
+
+@pytest.mark.django_db
+def test_the_reaper_marks_a_run_killed_by_the_hard_limit_timed_out(agent, settings) -> None:
+    settings.LLAMON_RUN_HARD_LIMIT_S = 50
+    old = timezone.now() - timedelta(seconds=60)
+    killed = Run.objects.create(
+        agent=agent, query="q", status=Run.Status.RUNNING, started_at=old, heartbeat_at=old
+    )
+    recent = timezone.now() - timedelta(seconds=40)  # started within the limit: its worker died
+    lost = Run.objects.create(
+        agent=agent, query="q", status=Run.Status.RUNNING, started_at=recent, heartbeat_at=recent
+    )
+    RunStep.objects.create(run=killed, seq=1, kind="tool", name="slow", started_at=old)
+    assert services.runs_reap(stale_after_s=30) == 2
+    killed.refresh_from_db()
+    lost.refresh_from_db()
+    assert (killed.status, killed.error_kind) == (Run.Status.TIMED_OUT, "timeout")
+    assert killed.error == (
+        "The run took longer than the hard limit of 50 s and its worker process was stopped."
+    )
+    assert killed.steps.get().status == "interrupted"
+    assert (lost.status, lost.error_kind) == (Run.Status.FAILED, "worker_lost")
+
+
+@pytest.mark.django_db
+def test_timed_out_runs_are_shown_and_filtered_in_pages_and_the_api(agent, viewer_client) -> None:
+    done = Run.objects.create(agent=agent, query="slow one", status=Run.Status.TIMED_OUT, error="too long")
+    Run.objects.create(agent=agent, query="fine one", status=Run.Status.SUCCEEDED)
+    html = viewer_client.get(reverse("agents:run_list"), {"status": "timed_out"}).content.decode()
+    assert "slow one" in html and "fine one" not in html
+    api = viewer_client.get("/api/runs", {"status": "timed_out"}).json()
+    assert [r["id"] for r in api["items"]] == [done.pk] and api["items"][0]["status"] == "timed_out"
+    page = viewer_client.get(reverse("agents:run_detail", args=[done.pk])).content.decode()
+    assert 'data-status="timed_out"' in page
+
+
+@pytest.mark.django_db
+def test_a_tool_result_with_nan_keeps_its_step(agent, viewer_client) -> None:
+    run = Run.objects.create(agent=agent, query="q", status=Run.Status.SUCCEEDED)
+    sink = DbStepSink(run)
+    span = start_span(sink, "tool", "get_score", input={"x": math.inf})
+    span.output = {"score": math.nan, "range": [-math.inf, 1.5], "nested": {"v": math.nan}}
+    span.finish()
+    step = RunStep.objects.get(run=run)
+    assert step.status == "ok"
+    assert step.input == {"x": "Infinity"}
+    assert step.output == {"score": "NaN", "range": ["-Infinity", 1.5], "nested": {"v": "NaN"}}
+    page = viewer_client.get(reverse("agents:run_detail", args=[run.pk])).content.decode()
+    assert "get_score" in page and "NaN" in page
+    assert viewer_client.get(f"/api/runs/{run.pk}/steps").status_code == 200
+
+
+@pytest.mark.services
+@pytest.mark.timeout(120)
+@pytest.mark.django_db(transaction=True)
+def test_a_run_past_its_soft_limit_on_a_worker_ends_timed_out(
+    redis_publisher, make_user, monkeypatch
+) -> None:
+    author = make_user("editor")
+    McpServer.objects.create(
+        mcp_id="misbehaving", transport="stdio", command=sys.executable, args=[MISBEHAVING], timeout_s=60,
+        tools=[{"name": "hang", "description": "", "input_schema": {}}],
+    )  # fmt: skip
+    rule_set = rule_services.rule_set_create(actor=author, name="slow")
+    rule_services.rule_create(
+        actor=author, rule_set=rule_set, name="slow_rule", mcp_id="misbehaving", tool_name="hang",
+        when='"hello" in query', params='{"seconds": 50}',
+    )  # fmt: skip
+    agent = Agent.objects.create(name="slow", system_prompt="p", rule_set=rule_set, rule_set_mode="draft")
+    # The message carries the limits of the process that sends it; the worker checks its own setting.
+    monkeypatch.setattr(run_execute_task, "soft_time_limit", 8)
+    monkeypatch.setattr(run_execute_task, "time_limit", 20)
+    limits = {"LLAMON_TEST_RUN_SOFT_LIMIT_S": "8", "LLAMON_TEST_RUN_HARD_LIMIT_S": "20"}
+    with celery_worker(redis_publisher, env=limits) as (_, output):
+        run = services.run_create(actor=None, agent=agent, request=AgentRequest(query="hello"))
+        run = wait_for_run(run.pk, timeout_s=60)
+    assert run.status == Run.Status.TIMED_OUT, (run.status, run.error, output.text()[-2000:])
+    assert run.error_kind == "timeout"
+    assert run.error.startswith("The run took longer than 8 s and was stopped.")
+    assert not run.steps.filter(status="running").exists()  # whatever was under way is settled
