@@ -137,14 +137,15 @@ CELERY_TASK_PUBLISH_RETRY_POLICY = {
     "interval_max": 1,
 }
 BROKER_DIR = VAR_DIR / "broker"
+LLAMON_REDIS_TRANSPORT_OPTIONS = {
+    "visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT", 3600),
+    # A Redis that is down or silent fails a publish within seconds instead of hanging it.
+    "socket_connect_timeout": LLAMON_BROKER_TIMEOUT_S,
+    "socket_timeout": LLAMON_BROKER_TIMEOUT_S,
+}
 if REDIS_URL:
     CELERY_BROKER_URL = REDIS_URL
-    CELERY_BROKER_TRANSPORT_OPTIONS = {
-        "visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT", 3600),
-        # A Redis that is down or silent fails a publish within seconds instead of hanging it.
-        "socket_connect_timeout": LLAMON_BROKER_TIMEOUT_S,
-        "socket_timeout": LLAMON_BROKER_TIMEOUT_S,
-    }
+    CELERY_BROKER_TRANSPORT_OPTIONS = LLAMON_REDIS_TRANSPORT_OPTIONS
 else:
     for _folder in ("queue", "processed", "control"):
         (BROKER_DIR / _folder).mkdir(parents=True, exist_ok=True)

@@ -137,9 +137,10 @@ class Stack:
 @pytest.fixture
 def stack(settings):
     built = Stack()
-    options = dict(settings.CELERY_BROKER_TRANSPORT_OPTIONS, socket_connect_timeout=2, socket_timeout=2)
     try:
-        with publishing_to(built.url, options):  # this process (the "web") publishes there too
+        with publishing_to(
+            built.url, settings.LLAMON_REDIS_TRANSPORT_OPTIONS
+        ):  # this process (the "web") publishes there too
             yield built
     finally:
         built.close()

@@ -7,6 +7,8 @@ Everything talks to a real redis-server: the test run's own, or a loopback port 
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
 import time
 from datetime import timedelta
 
@@ -22,7 +24,7 @@ from agents.tasks import SENT_AT_HEADER, runs_reap_task
 from llamon_agent.tools import AgentRequest
 from tests.agents.conftest import publishing_to
 from tests.agents.test_runs_on_workers import wait_for_run
-from tests.conftest import celery_worker, free_port
+from tests.conftest import celery_worker, free_port, require_executable, wait_for_port
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
 DOWN = "The run queue (the Celery broker) is unavailable, so the run was not started and nothing was kept."
@@ -37,8 +39,28 @@ def agent() -> Agent:
 def broker_down(settings):
     """Publishing goes to a loopback port nothing listens on (connection refused)."""
     url = f"redis://127.0.0.1:{free_port()}/0"
-    with publishing_to(url, dict(settings.CELERY_BROKER_TRANSPORT_OPTIONS, socket_connect_timeout=1)):
+    with publishing_to(url, settings.LLAMON_REDIS_TRANSPORT_OPTIONS):
         yield url
+
+
+@pytest.fixture
+def broker_frozen(settings):
+    """A redis-server that accepts connections but never answers (SIGSTOPped), as a hung host does."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [require_executable("redis-server", "redis-server"), "--bind", "127.0.0.1", "--port", str(port),
+         "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        wait_for_port(port, proc=proc)
+        proc.send_signal(signal.SIGSTOP)
+        with publishing_to(f"redis://127.0.0.1:{port}/0", settings.LLAMON_REDIS_TRANSPORT_OPTIONS):
+            yield
+    finally:
+        proc.send_signal(signal.SIGCONT)
+        proc.terminate()
+        proc.wait(timeout=10)
 
 
 def _queued_messages(url: str) -> list[dict]:
@@ -66,6 +88,17 @@ def test_the_api_answers_503_and_keeps_no_run_when_the_broker_is_down(
     assert response.json()["detail"].startswith(DOWN)
     assert not Run.objects.exists()  # nothing queued that no one will ever run
     assert time.monotonic() - started < 30  # it answered (a hang would hit the test's timeout)
+
+
+@pytest.mark.timeout(60)  # without socket timeouts the publish would wait forever on the frozen Redis
+def test_a_frozen_broker_is_a_503_too_not_a_hung_request(
+    editor_client, agent, broker_frozen, settings
+) -> None:
+    response = editor_client.post(
+        "/api/runs", {"agent": agent.pk, "query": "hello"}, content_type="application/json"
+    )
+    assert response.status_code == 503 and response.json()["detail"].startswith(DOWN)
+    assert not Run.objects.exists()
 
 
 def test_the_start_run_form_says_the_broker_is_down_keeps_the_input_and_no_run(
@@ -161,3 +194,18 @@ def test_a_worker_reads_the_reapers_sent_time_from_its_message(agent, empty_queu
         # Re-sent, so this worker now runs it (had it read no header, "now" would leave it queued).
         run = wait_for_run(run.pk)
     assert run.delivery_attempts == 1 and run.status == "succeeded", run.error
+
+
+def test_the_run_page_says_a_lost_message_was_sent_again_and_then_why_it_failed(
+    viewer_client, agent, settings
+) -> None:
+    settings.LLAMON_RUN_DELIVERY_ATTEMPTS = 0  # no re-send: the next pass fails it
+    run = Run.objects.create(agent=agent, agent_name=agent.name, query="x", delivery_attempts=1)
+    page = viewer_client.get(reverse("agents:run_detail", args=[run.pk])).content.decode()
+    assert (
+        "Waiting for a worker… (its task message was lost, e.g. by a broker restart, and was sent again: attempt 2)"
+        in page
+    )
+    assert services.runs_redeliver(sent_before=timezone.now() + timedelta(minutes=1))["failed"] == 1
+    page = viewer_client.get(reverse("agents:run_detail", args=[run.pk])).content.decode()
+    assert "never picked up by a worker (broker unavailable?): its task message was sent 2 times" in page
