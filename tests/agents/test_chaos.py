@@ -263,6 +263,9 @@ def test_chaos_every_run_ends_and_no_committed_step_is_lost(stack, slow_agent, e
         "  of which not_delivered": failed.filter(error_kind="not_delivered").count(),
         "failed without a reason": failed.filter(error="").count(),
         "re-sent by recovery (runs)": runs.filter(delivery_attempts__gt=0).count(),
+        "  of which then succeeded": runs.filter(
+            delivery_attempts__gt=0, status=Run.Status.SUCCEEDED
+        ).count(),
         "refused while broker down (503/error, nothing kept)": sum(refused.values()),
         "stuck (not ended)": runs.exclude(status__in=Run.FINISHED).count(),
         "committed steps lost": len(committed - _committed_steps()),
