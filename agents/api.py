@@ -147,9 +147,9 @@ def list_runs(request: HttpRequest, filters: Query[RunFilterIn]) -> Any:
     return {"count": runs.count(), "items": items}
 
 
-@router.post("/runs", response={202: RunAcceptedOut, **error_responses()}, auth=EDITOR, tags=RUNS)
+@router.post("/runs", response={202: RunAcceptedOut, **error_responses(503)}, auth=EDITOR, tags=RUNS)
 def create_run(request: HttpRequest, payload: RunCreateIn) -> Any:
-    """Queue a run on a worker (editor); 202 with its id. Parsed as the run page parses its form."""
+    """Queue a run on a worker (editor); 202 with its id, 503 (nothing kept) if the broker is down."""
     form = RunStartForm(
         {
             "agent": payload.agent,
@@ -218,7 +218,10 @@ def cancel_run(request: HttpRequest, run_id: DbId) -> Any:
 
 
 @router.post(
-    "/runs/{run_id}/rerun", response={202: RunAcceptedOut, **error_responses(404)}, auth=EDITOR, tags=RUNS
+    "/runs/{run_id}/rerun",
+    response={202: RunAcceptedOut, **error_responses(404, 503)},
+    auth=EDITOR,
+    tags=RUNS,
 )
 def rerun_run(request: HttpRequest, run_id: DbId) -> Any:
     """Run the same input again with the agent as it is now (editor); 202 with the new run's id."""

@@ -20,3 +20,10 @@ SERVED_LOST = (
     "served agent stopped reporting: no trace event for {seconds} s (it stopped or lost its connection)"
 )
 WORKER_LOST = "worker lost: no heartbeat for {seconds} s (the worker process died or was killed)"
+
+
+class BrokerUnavailableError(AgentError):
+    """The task could not be handed to the broker; nothing was queued (the API's 503)."""
+
+
+NOT_DELIVERED = "never picked up by a worker (broker unavailable?): its task message was sent {attempts} times and lost each time"

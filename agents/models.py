@@ -121,6 +121,9 @@ class Run(models.Model):
     prestep_calls = models.PositiveIntegerField(default=0)
 
     cancel_requested = models.BooleanField(default=False)
+    # Delivery: when the run's task message was last sent, and how many times recovery re-sent it.
+    queued_at = models.DateTimeField(null=True, blank=True)
+    delivery_attempts = models.PositiveSmallIntegerField(default=0)
     worker = models.CharField(max_length=255, blank=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"

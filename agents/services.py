@@ -15,10 +15,17 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 
-from agents.errors import SERVED_LOST, WORKER_LOST, AgentConflictError, AgentError
+from agents.errors import (
+    NOT_DELIVERED,
+    SERVED_LOST,
+    WORKER_LOST,
+    AgentConflictError,
+    AgentError,
+    BrokerUnavailableError,
+)
 from agents.models import Agent, PrivacySettings, Run, RunStep, WorkerHeartbeat
 from llamon_agent.expr import MAX_DATA_BYTES, MAX_QUERY_CHARS
 from llamon_agent.tools import AgentRequest
@@ -89,12 +96,35 @@ def run_create(*, actor: Any, agent: Agent, request: AgentRequest, rerun_of: Run
         a2a_files=request.a2a_files,
         created_by=actor if getattr(actor, "is_authenticated", False) else None,
         rerun_of=rerun_of,
+        queued_at=timezone.now(),
         **_lookup_ids(request),
     )
+    transaction.on_commit(lambda: run_publish(run_id=run.pk))
+    return run
+
+
+def run_publish(*, run_id: int) -> None:
+    """Hand a committed run to the broker; if the broker refuses, take the run back and say so.
+
+    Called once the run's row is committed (a worker must find it). When the broker is down the
+    run is deleted, so a 503 means "nothing was queued, try again" and a retry cannot make a
+    duplicate. If the message got through after all (a timeout after the write) and a worker
+    already claimed the run, it is not deleted and no error is raised.
+    """
+    from kombu.exceptions import OperationalError
+
     from agents.tasks import run_execute_task
 
-    transaction.on_commit(lambda: run_execute_task.delay(run.pk))
-    return run
+    try:
+        run_execute_task.delay(run_id)
+    except (OperationalError, OSError) as exc:
+        logger.warning("run %s: the broker refused its task message: %s", run_id, exc)
+        deleted, _ = Run.objects.filter(pk=run_id, status=Run.Status.QUEUED).delete()
+        if deleted:
+            raise BrokerUnavailableError(
+                "The run queue (the Celery broker) is unavailable, so the run was not started and "
+                "nothing was kept. Try again in a moment; /healthz shows whether the broker is back."
+            ) from None
 
 
 def run_rerun(*, actor: Any, run: Run) -> Run:
@@ -224,6 +254,43 @@ def _reap_hard_limited(runs: Any, stale_after_s: int) -> int:
             RunStep.objects.filter(run_id=run_id, status="running").update(status="interrupted")
             logger.warning("run %s timed out: %s", run_id, error)
     return len(ids)
+
+
+def runs_redeliver(*, sent_before: datetime | None = None) -> dict[str, int]:
+    """Re-send the task of queued worker runs whose message was lost; fail those re-sent too often.
+
+    ``sent_before`` is when the message of the task calling this was sent (the reaper's, see
+    agents.tasks). The queue is first in, first out, and that message has been taken by a
+    worker, so every message sent before it has been taken too: a worker run still queued whose
+    message was sent more than LLAMON_RUN_CLAIM_GRACE_S earlier lost it (a Redis restart, a
+    crash between commit and publish). A run waiting behind a backlog is never touched, since its
+    message is still ahead in the queue. Without ``sent_before`` (a direct call) it is now.
+
+    A lost run is sent again, at most LLAMON_RUN_DELIVERY_ATTEMPTS times; after that it fails
+    with NOT_DELIVERED. A duplicate message is harmless: the claim is conditional.
+    Returns ``{"resent": n, "failed": m}``.
+    """
+    cutoff = (sent_before or timezone.now()) - timedelta(seconds=settings.LLAMON_RUN_CLAIM_GRACE_S)
+    lost = Run.objects.filter(source=Run.Source.WORKER, status=Run.Status.QUEUED).filter(
+        Q(queued_at__lt=cutoff) | Q(queued_at__isnull=True, created_at__lt=cutoff)
+    )
+    counts = {"resent": 0, "failed": 0}
+    for run_id, attempts in lost.values_list("pk", "delivery_attempts"):
+        mine = Run.objects.filter(pk=run_id, status=Run.Status.QUEUED, delivery_attempts=attempts)
+        if attempts >= settings.LLAMON_RUN_DELIVERY_ATTEMPTS:
+            error = NOT_DELIVERED.format(attempts=attempts + 1)
+            if mine.update(
+                status=Run.Status.FAILED, error=error, error_kind="not_delivered", finished_at=timezone.now()
+            ):
+                counts["failed"] += 1
+                logger.warning("run %s failed: %s", run_id, error)
+        elif mine.update(delivery_attempts=attempts + 1, queued_at=timezone.now()):
+            from agents.tasks import run_execute_task
+
+            run_execute_task.delay(run_id)
+            counts["resent"] += 1
+            logger.warning("run %s: its task message was lost; sent again (attempt %s)", run_id, attempts + 2)
+    return counts
 
 
 def _reap(runs: Any, stale_after_s: int, message: str, kind: str) -> int:

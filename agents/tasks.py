@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import os
 import socket
+import time
+from datetime import UTC, datetime
 
 from celery import shared_task
 from celery.exceptions import SoftTimeLimitExceeded
+from celery.signals import before_task_publish
 from django.conf import settings
+
+SENT_AT_HEADER = "llamon_sent_at"
 
 
 @shared_task(acks_late=True, ignore_result=True)
@@ -40,12 +45,22 @@ def run_execute_task(run_id: int) -> None:
         )  # fmt: skip
 
 
-@shared_task(ignore_result=True)
-def runs_reap_task() -> None:
-    """Fail runs whose worker died (beat, every LLAMON_REAPER_PERIOD_S)."""
-    from agents.services import runs_reap
+@shared_task(bind=True, ignore_result=True)
+def runs_reap_task(self) -> None:
+    """Fail runs whose worker died, re-send lost run messages (beat, every LLAMON_REAPER_PERIOD_S)."""
+    from agents.services import runs_reap, runs_redeliver
 
     runs_reap()
+    sent_at = (self.request.headers or {}).get(SENT_AT_HEADER)
+    sent_before = datetime.fromtimestamp(sent_at, tz=UTC) if isinstance(sent_at, int | float) else None
+    runs_redeliver(sent_before=sent_before)
+
+
+@before_task_publish.connect(sender="agents.tasks.runs_reap_task")
+def _stamp_sent_at(headers: dict | None = None, **_: object) -> None:
+    """Stamp the reaper's message with when it was sent: runs_redeliver's "sent before" line."""
+    if headers is not None:
+        headers.setdefault(SENT_AT_HEADER, time.time())
 
 
 @shared_task(ignore_result=True)

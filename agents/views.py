@@ -11,7 +11,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django_htmx.http import HttpResponseStopPolling
 
 from agents import selectors, services
-from agents.errors import AgentError
+from agents.errors import AgentError, BrokerUnavailableError
 from agents.forms import AgentForm, PrivacyForm, RunFilterForm, RunStartForm
 from agents.graph_svg import flow_graph
 from agents.models import Agent, Run
@@ -70,6 +70,7 @@ def run_list(request: HtmxHttpRequest) -> HttpResponse:
 def run_start(request: HtmxHttpRequest) -> HttpResponse:
     """Start a run on a worker: an agent and a request (or a pasted A2A message)."""
     form = RunStartForm(request.POST or None, initial={"agent": request.GET.get("agent")})
+    status = 400 if request.method == "POST" else 200
     if request.method == "POST" and form.is_valid():
         try:
             run = services.run_create(
@@ -77,9 +78,9 @@ def run_start(request: HtmxHttpRequest) -> HttpResponse:
             )
         except AgentError as exc:
             form.add_error(exc.field if exc.field in form.fields else None, exc.message)
+            status = 503 if isinstance(exc, BrokerUnavailableError) else 400
         else:
             return redirect("agents:run_detail", pk=run.pk)
-    status = 400 if request.method == "POST" else 200
     return render(request, "agents/run_start.html", {"form": form}, status=status)
 
 

@@ -20,7 +20,7 @@ from ninja.errors import AuthenticationError, HttpError
 from ninja.errors import ValidationError as NinjaValidationError
 
 from agents.api import router as agents_router
-from agents.errors import AgentConflictError, AgentError
+from agents.errors import AgentConflictError, AgentError, BrokerUnavailableError
 from llamon_web import token_services
 from llamon_web.api_auth import DbId, FormInvalid, error_responses, get_or_404, roles
 from llamon_web.models import ApiToken
@@ -76,6 +76,8 @@ def _rule_error(request: HttpRequest, exc: RuleError) -> HttpResponse:
 
 @api.exception_handler(AgentError)
 def _agent_error(request: HttpRequest, exc: AgentError) -> HttpResponse:
+    if isinstance(exc, BrokerUnavailableError):
+        return _error(request, 503, exc.message)
     return _error(request, 409 if isinstance(exc, AgentConflictError) else 422, exc.message, field=exc.field)
 
 

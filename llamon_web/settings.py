@@ -163,10 +163,24 @@ STORAGES = {
 
 # --- Celery: Redis when REDIS_URL is set, else kombu's embedded filesystem broker under var/.
 REDIS_URL = redis_url("REDIS_URL")
+# Seconds a connect or a command to Redis may take; a publish tries 3 times, then the run is refused (503).
+LLAMON_BROKER_TIMEOUT_S = env_int("LLAMON_BROKER_TIMEOUT_S", 3, minimum=1)
+CELERY_TASK_PUBLISH_RETRY_POLICY = {
+    "max_retries": 2,
+    "interval_start": 0,
+    "interval_step": 0.5,
+    "interval_max": 1,
+}
 BROKER_DIR = VAR_DIR / "broker"
+LLAMON_REDIS_TRANSPORT_OPTIONS = {
+    "visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT", 3600),
+    # A Redis that is down or silent fails a publish within seconds instead of hanging it.
+    "socket_connect_timeout": LLAMON_BROKER_TIMEOUT_S,
+    "socket_timeout": LLAMON_BROKER_TIMEOUT_S,
+}
 if REDIS_URL:
     CELERY_BROKER_URL = REDIS_URL
-    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT", 3600)}
+    CELERY_BROKER_TRANSPORT_OPTIONS = LLAMON_REDIS_TRANSPORT_OPTIONS
 else:
     for _folder in ("queue", "processed", "control"):
         (BROKER_DIR / _folder).mkdir(parents=True, exist_ok=True)
@@ -260,6 +274,9 @@ if REDIS_URL and CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"] <= LLAMON
     raise ConfigError("LLAMON_RUN_HARD_LIMIT_S must be smaller than CELERY_VISIBILITY_TIMEOUT")
 if LLAMON_RUN_STALE_AFTER_S <= 2 * LLAMON_RUN_HEARTBEAT_S:
     raise ConfigError("LLAMON_RUN_STALE_AFTER_S must be more than twice LLAMON_RUN_HEARTBEAT_S")
+# --- Delivery: a queued run whose task message was lost is sent again, then failed (docs/reliability.md).
+LLAMON_RUN_CLAIM_GRACE_S = env_int("LLAMON_RUN_CLAIM_GRACE_S", 15, minimum=1)
+LLAMON_RUN_DELIVERY_ATTEMPTS = env_int("LLAMON_RUN_DELIVERY_ATTEMPTS", 3, minimum=0)
 CELERY_BEAT_SCHEDULE["runs-reap"] = {
     "task": "agents.tasks.runs_reap_task",
     "schedule": float(LLAMON_REAPER_PERIOD_S),
