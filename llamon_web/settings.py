@@ -126,7 +126,8 @@ STORAGES = {
     },
 }
 
-# --- Celery: Redis when REDIS_URL is set, else kombu's embedded filesystem broker under var/.
+# --- Celery: Redis when REDIS_URL is set, else the embedded filesystem broker under var/
+# (kombu's filesystem transport with atomic writes, llamon_web/broker.py).
 REDIS_URL = redis_url("REDIS_URL")
 BROKER_DIR = VAR_DIR / "broker"
 if REDIS_URL:
@@ -135,7 +136,7 @@ if REDIS_URL:
 else:
     for _folder in ("queue", "processed", "control"):
         (BROKER_DIR / _folder).mkdir(parents=True, exist_ok=True)
-    CELERY_BROKER_URL = "filesystem://"
+    CELERY_BROKER_URL = "atomicfs://"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         # in and out must be the same folder; 0.1 s polling: ~46 ms enqueue->start (STACK-NOTES).
         "data_folder_in": str(BROKER_DIR / "queue"),

@@ -156,4 +156,4 @@ def test_cancelling_a_running_run_stops_it_at_the_next_step(redis_publisher, han
 
 
 def test_the_celery_app_is_back_on_the_embedded_broker_after_these_tests() -> None:
-    assert app.conf.broker_url == "filesystem://"
+    assert app.conf.broker_url == "atomicfs://"
