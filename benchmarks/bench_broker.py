@@ -151,6 +151,10 @@ class _Stop:
 
 
 def stress(url: str, options: dict, messages: int) -> dict:
+    with Connection(url, transport_options=options) as conn:
+        # Declared once up front: kombu's SQLAlchemy transport races on creating its tables and
+        # queue row when several processes start at once (IntegrityError / "table already exists").
+        conn.SimpleQueue(QUEUE).close()
     ctx = mp.get_context("fork")
     done, beat_stop, out = ctx.Event(), _Stop(ctx), ctx.Queue()
     consumers = [ctx.Process(target=_consume, args=(url, options, done, out)) for _ in range(2)]
