@@ -151,10 +151,11 @@ class _Stop:
 
 
 def stress(url: str, options: dict, messages: int) -> dict:
-    with Connection(url, transport_options=options) as conn:
+    if url.startswith("sqla"):
         # Declared once up front: kombu's SQLAlchemy transport races on creating its tables and
         # queue row when several processes start at once (IntegrityError / "table already exists").
-        conn.SimpleQueue(QUEUE).close()
+        with Connection(url, transport_options=options) as conn:
+            conn.SimpleQueue(QUEUE).close()
     ctx = mp.get_context("fork")
     done, beat_stop, out = ctx.Event(), _Stop(ctx), ctx.Queue()
     consumers = [ctx.Process(target=_consume, args=(url, options, done, out)) for _ in range(2)]
@@ -232,6 +233,7 @@ def pct(values: list[float], q: float) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--messages", type=int, default=10_000)
+    parser.add_argument("--sqla-messages", type=int, default=None, help="fewer for SQLAlchemy (it is slow)")
     parser.add_argument("--no-latency", action="store_true")
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="llamon-bench-broker-q-"))
@@ -244,7 +246,8 @@ def main() -> None:
         f"{'transport':40} {'sent':>7} {'lost':>6} {'decode err':>10} {'dupl':>5} {'publish/s':>10} {'beat msg p50 ms':>16}"
     )
     for label, url, options in rows:
-        r = stress(url, options, args.messages)
+        count = args.sqla_messages if url.startswith("sqla") and args.sqla_messages else args.messages
+        r = stress(url, options, count)
         print(
             f"{label:40} {r['sent']:7d} {r['lost']:6d} {r['decode errors']:10d} {r['duplicates']:5d} "
             f"{r['publish msg/s']:10.0f} {r['beat p50 ms']:16.1f}",
