@@ -9,7 +9,8 @@ import logging
 import re
 import signal
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -184,6 +185,7 @@ def execute_claimed_run(*, run_id: int) -> None:
     sink = DbStepSink(run, redact=redact)
     servers = engine.servers_by_id(set(engine.snapshot_mcp_ids(rules.snapshot)) | set(spec.react_mcp_ids))
     backend = engine.live_backend(servers)
+    connect_cold_servers(backend.pool, sorted(backend.mcp_ids), sink)
     react_tools = _react_tools(backend, spec.react_mcp_ids)
 
     def should_cancel() -> bool:
@@ -227,3 +229,89 @@ def _react_tools(backend: Any, mcp_ids: list[str]) -> list[Any]:
         if found:
             tools.extend(found)
     return tools
+
+
+# --------------------------------------------------------------------------- warm MCP sessions
+
+WARM_UP_BUDGET_S = 60.0  # the whole warm-up of one worker process, in the background
+
+
+def connect_cold_servers(pool: Any, mcp_ids: Iterable[str], sink: Any) -> None:
+    """Open the sessions a run will use before it starts; each cold one is its own "connect" step.
+
+    A warm session (the worker's start-up warmed it, or an earlier run) costs nothing and shows
+    nothing. A server that cannot be reached is a failed connect step; the run goes on and the
+    pre-step reports its calls to that server as it always did.
+    """
+    from llamon_agent.mcp import McpError
+    from llamon_agent.trace import span
+
+    for mcp_id in mcp_ids:
+        try:
+            if pool.stats_sync(mcp_id)["alive"]:
+                continue
+        except McpError:
+            continue
+        with span(
+            sink, "node", f"connect {mcp_id}", input={"mcp_id": mcp_id}, meta={"mcp_id": mcp_id}
+        ) as step:
+            try:
+                step.output = {"tools": len(pool.list_tools_sync(mcp_id))}
+            except McpError as exc:
+                step.fail(str(exc))
+
+
+def agent_servers() -> list[Any]:
+    """The enabled MCP servers any agent uses now (its rules' servers and its ReAct servers)."""
+    mcp_ids: set[str] = set()
+    for agent in Agent.objects.select_related("rule_set", "pinned_version").prefetch_related("react_servers"):
+        try:
+            mcp_ids |= set(engine.snapshot_mcp_ids(agent_rules(agent).snapshot))
+        except AgentError:
+            pass  # an agent that cannot run now has nothing to warm
+        mcp_ids |= {server.mcp_id for server in agent.react_servers.all()}
+    return [server for server in engine.servers_by_id(mcp_ids).values() if server.enabled]
+
+
+def warm_pool(budget_s: float = WARM_UP_BUDGET_S) -> list[str]:
+    """Open this process's sessions to the agents' servers; returns the mcp_ids now warm.
+
+    Bounded by ``budget_s`` overall (each connect also by the pool's own timeout); a server that
+    fails is logged and skipped, so that runs connect to it themselves (a "connect" step).
+    """
+    from django.db import connection
+
+    from rules.pool import pool_for_server
+
+    deadline = time.monotonic() + budget_s
+    warm: list[str] = []
+    try:
+        for server in agent_servers():
+            if time.monotonic() >= deadline:
+                logger.warning(
+                    "MCP warm-up: out of time (%.0f s) before server '%s'", budget_s, server.mcp_id
+                )
+                break
+            t0 = time.perf_counter()
+            try:
+                pool_for_server(server).list_tools_sync(server.mcp_id)
+            except Exception as exc:  # any failure: log it, never stop the worker
+                logger.warning("MCP warm-up: server '%s' failed: %s", server.mcp_id, exc)
+                continue
+            warm.append(server.mcp_id)
+            logger.info(
+                "MCP warm-up: server '%s' ready in %.0f ms", server.mcp_id, (time.perf_counter() - t0) * 1000
+            )
+        logger.info("MCP warm-up: done, %d server(s) warm", len(warm))
+    except Exception:
+        logger.exception("MCP warm-up failed")
+    finally:
+        connection.close()  # this thread's own connection
+    return warm
+
+
+def warm_pool_in_background() -> threading.Thread:
+    """Start :func:`warm_pool` on a daemon thread: worker start-up never waits for it."""
+    thread = threading.Thread(target=warm_pool, name="llamon-mcp-warm-up", daemon=True)
+    thread.start()
+    return thread

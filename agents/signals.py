@@ -24,6 +24,10 @@ def _on_worker_process_init(**_: object) -> None:
     from rules.pool import web_pool
 
     web_pool()
+    # Sessions to the agents' servers open now, in the background, not in the first run.
+    from agents.runtime import warm_pool_in_background
+
+    warm_pool_in_background()
 
 
 @worker_process_shutdown.connect

@@ -73,7 +73,7 @@ def enqueue_to_first_step(n: int) -> list[float]:
 
 
 def throughput(n: int) -> float:
-    """Runs per second with two worker processes (one worker, concurrency 2)."""
+    """Runs per second with the worker running now (all n enqueued at once)."""
     from agents.models import Run
     from agents.services import run_create
     from llamon_agent.tools import AgentRequest
@@ -125,6 +125,9 @@ def page_renders(repeat: int = 20) -> dict[str, list[float]]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=40)
+    parser.add_argument(
+        "--scaling-only", action="store_true", help="only runs/s at 1, 2 and 4 worker processes"
+    )
     args = parser.parse_args()
     call_command("migrate", verbosity=0)
 
@@ -138,8 +141,18 @@ def main() -> None:
     wait_for_port(port)
     redis_url = f"redis://127.0.0.1:{port}/0"
     rows = []
+    scaling = []
     try:
-        for label, broker in (("Redis", redis_url), ("embedded (filesystem, 0.1 s polling)", None)):
+        with publishing_to(redis_url, {"visibility_timeout": 3600}):
+            for processes in (1, 2, 4):
+                with celery_worker(redis_url, concurrency=processes):
+                    enqueue_to_first_step(processes)  # warm-up: every pool process once
+                    scaling.append((processes, throughput(args.runs)))
+        if args.scaling_only:
+            rows = None
+        for label, broker in (
+            [] if args.scaling_only else (("Redis", redis_url), ("embedded (atomicfs, 0.1 s polling)", None))
+        ):
             with celery_worker(broker, concurrency=2):
                 if broker:
                     with publishing_to(broker, {"visibility_timeout": 3600}):
@@ -153,6 +166,13 @@ def main() -> None:
             rows.append((label, statistics.median(latencies), pct(latencies, 0.95), rate))
     finally:
         redis.terminate()
+    print(f"Throughput on Redis by worker processes (one worker, prefork -c N), {args.runs} runs")
+    print(f"{'processes':>9} {'runs/s':>8} {'vs 1':>6}")
+    for processes, rate in scaling:
+        print(f"{processes:9d} {rate:8.1f} {rate / scaling[0][1]:5.2f}x")
+    print()
+    if rows is None:
+        return
     print("Enqueue -> first stored step, and throughput (scripted model, 2 worker processes)")
     print(f"{'broker':40} {'p50 ms':>8} {'p95 ms':>8} {'runs/s':>8}")
     for label, p50, p95, rate in rows:

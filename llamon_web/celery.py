@@ -6,7 +6,10 @@ import os
 
 from celery import Celery
 
+from llamon_web import broker
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "llamon_web.settings")
+broker.register()  # atomicfs://, the embedded default (settings)
 
 app = Celery("llamon_web")
 app.config_from_object("django.conf:settings", namespace="CELERY")

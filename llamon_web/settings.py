@@ -161,7 +161,8 @@ STORAGES = {
     },
 }
 
-# --- Celery: Redis when REDIS_URL is set, else kombu's embedded filesystem broker under var/.
+# --- Celery: Redis when REDIS_URL is set, else the embedded filesystem broker under var/
+# (kombu's filesystem transport with atomic writes, llamon_web/broker.py).
 REDIS_URL = redis_url("REDIS_URL")
 # Seconds a connect or a command to Redis may take; a publish tries 3 times, then the run is refused (503).
 LLAMON_BROKER_TIMEOUT_S = env_int("LLAMON_BROKER_TIMEOUT_S", 3, minimum=1)
@@ -184,7 +185,7 @@ if REDIS_URL:
 else:
     for _folder in ("queue", "processed", "control"):
         (BROKER_DIR / _folder).mkdir(parents=True, exist_ok=True)
-    CELERY_BROKER_URL = "filesystem://"
+    CELERY_BROKER_URL = "atomicfs://"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         # in and out must be the same folder; 0.1 s polling: ~46 ms enqueue->start (STACK-NOTES).
         "data_folder_in": str(BROKER_DIR / "queue"),

@@ -36,7 +36,7 @@ def test_task_through_real_redis_is_run_by_a_worker(redis_url) -> None:
 
 
 def test_task_through_embedded_broker_is_run_by_a_worker(settings) -> None:
-    assert settings.CELERY_BROKER_URL == "filesystem://"
+    assert settings.CELERY_BROKER_URL == "atomicfs://"
     assert not WorkerHeartbeat.objects.exists()
     with celery_worker(None):
         worker_ping.delay()

@@ -6,6 +6,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -87,4 +88,77 @@ def test_make_run_serves_the_logged_in_home_page_and_ctrl_c_stops_everything(tmp
     assert services_pgid is not None
     assert _processes_in_group(services_pgid) == [], output.text()[-3000:]
     assert _processes_in_group(proc.pid) == []
+    assert "stopped." in output.text()
+
+
+def _children(parent_pid: int) -> set[int]:
+    """Live (not zombie) direct children of ``parent_pid``."""
+    pids = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if fields[1] == str(parent_pid) and fields[0] != "Z":
+                pids.add(int(entry.name))
+    return pids
+
+
+def _celery_workers(parent_pid: int) -> list[int]:
+    """Pids of `celery worker` main processes whose parent is ``parent_pid``."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == parent_pid and b"celery" in cmdline and b"worker" in cmdline:
+            pids.append(int(entry.name))
+    return pids
+
+
+def test_a_killed_worker_is_restarted_and_the_other_services_keep_running(tmp_path) -> None:
+    port, mcp_port = free_port(), free_port()
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"DJANGO_SETTINGS_MODULE", "REDIS_URL", "DATABASE_URL"}
+    }
+    env.update(
+        LLAMON_ENV="dev", LLAMON_VAR_DIR=str(tmp_path), LLAMON_PORT=str(port), LLAMON_DEMO_MCP_PORT=str(mcp_port),
+        LLAMON_ADMIN_PASSWORD="correct-horse-battery", LLAMON_RELOAD="0", PYTHONUNBUFFERED="1",
+    )  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "manage.py", "devrun"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )  # fmt: skip
+    output = OutputCollector(proc)
+    try:
+        output.wait_for("llamon-web is running at", timeout_s=120)
+        output.wait_for(" ready.", timeout_s=60)  # the worker's own start-up line
+        [worker] = _celery_workers(proc.pid)
+        others = _children(proc.pid) - {worker}
+        commands = b" ".join((Path("/proc") / str(pid) / "cmdline").read_bytes() for pid in others)
+        assert b"runserver" in commands and b"beat" in commands and b"order_service.py" in commands
+
+        os.kill(worker, signal.SIGKILL)
+
+        restarted = output.wait_for("worker restarted (pid", timeout_s=60)
+        assert "worker exited with status -9" in output.text()
+        new_pid = int(re.search(r"pid (\d+)", restarted).group(1))
+        assert _celery_workers(proc.pid) == [new_pid] != [worker]
+        deadline = time.monotonic() + 60
+        while output.text().count(" ready.") < 2:  # the new worker connected to the broker
+            assert time.monotonic() < deadline, output.text()[-3000:]
+            time.sleep(0.2)
+        assert proc.poll() is None  # devrun itself, and with it web, beat and the MCP server, ran on
+        assert httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=10).json()["status"] == "ok"
+        assert others < _children(proc.pid)  # the same processes: none of them was restarted
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=60)
     assert "stopped." in output.text()

@@ -3,6 +3,11 @@
 The web server, one Celery worker, Celery beat and the HTTP demo MCP server run in ONE process
 group of their own; Ctrl-C (or SIGTERM) stops that whole group, grandchildren included (the
 runserver reloader's child, the worker's pool processes, stdio MCP children), and waits for it.
+
+A worker, beat or demo MCP server that dies is started again (into the same group) after a
+back-off of 1, 2, 4, 8 s; one that dies again and again within RESTART_QUICK_S of starting is
+given up after RESTART_MAX_QUICK deaths, and then everything stops with a message that says so.
+The web server dying still stops everything: without it there is nothing to use.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from django.conf import settings
@@ -23,6 +29,29 @@ from llamon_web.services import admin_ensure
 from rules.demo import DEMO_HTTP_PORT, demo_load
 
 STOP_GRACE_S = 10.0
+RESTARTABLE = frozenset({"worker", "beat", "demo-mcp"})
+RESTART_QUICK_S = 30.0  # a service that lived less than this died "quickly"
+RESTART_MAX_QUICK = 5  # quick deaths in a row before giving up
+RESTART_BACKOFF_MAX_S = 30.0
+
+
+@dataclass
+class RestartPolicy:
+    """When to start a dead service again: exponential back-off, then give up on quick deaths.
+
+    ``died(lived_s)`` returns the delay before the restart, or None to give up. A service that
+    lived RESTART_QUICK_S or longer before dying starts over at the shortest delay.
+    """
+
+    quick_deaths: int = 0
+    restarts: int = 0
+
+    def died(self, lived_s: float) -> float | None:
+        self.quick_deaths = self.quick_deaths + 1 if lived_s < RESTART_QUICK_S else 0
+        if self.quick_deaths >= RESTART_MAX_QUICK:
+            return None
+        self.restarts += 1
+        return min(RESTART_BACKOFF_MAX_S, 2.0 ** max(0, self.quick_deaths - 1))
 
 
 class Command(BaseCommand):
@@ -75,17 +104,50 @@ class Command(BaseCommand):
         signal.signal(signal.SIGTERM, self._request_stop)
         exit_code = 0
         try:
-            while not self._stop:
-                for name, proc in zip(self._names, procs, strict=True):
-                    if proc.poll() is not None:
-                        self.stderr.write(f"{name} exited with status {proc.returncode}; stopping everything")
-                        self._stop = True
-                        exit_code = 1
-                time.sleep(0.2)
+            exit_code = self._supervise(pgid, procs)
         finally:
             self._stop_group(pgid, procs)
         if exit_code:
             sys.exit(exit_code)
+
+    def _supervise(self, pgid: int, procs: list[subprocess.Popen]) -> int:
+        """Watch the services until Ctrl-C; restart the restartable ones. Returns the exit code."""
+        policies = {name: RestartPolicy() for name in self._names}
+        started = {name: time.monotonic() for name in self._names}
+        due: dict[str, float] = {}  # service -> when to start it again
+        while not self._stop:
+            now = time.monotonic()
+            for i, name in enumerate(self._names):
+                proc = procs[i]
+                if name in due:
+                    if now >= due[name]:
+                        del due[name]
+                        procs[i] = self._spawn(name, pgid)
+                        started[name] = time.monotonic()
+                        self.stdout.write(f"{name} restarted (pid {procs[i].pid})")
+                        self.stdout.flush()
+                    continue
+                if proc.poll() is None:
+                    continue
+                lived = now - started[name]
+                if name not in RESTARTABLE:
+                    self.stderr.write(f"{name} exited with status {proc.returncode}; stopping everything")
+                    return 1
+                delay = policies[name].died(lived)
+                if delay is None:
+                    self.stderr.write(
+                        f"{name} exited with status {proc.returncode} and has died {RESTART_MAX_QUICK} times "
+                        f"within {RESTART_QUICK_S:.0f} s of starting; not restarting it again, stopping everything"
+                    )
+                    return 1
+                self.stderr.write(
+                    f"{name} exited with status {proc.returncode} after {lived:.1f} s; "
+                    f"restarting it in {delay:.0f} s (restart {policies[name].restarts})"
+                )
+                self.stderr.flush()
+                due[name] = now + delay
+            time.sleep(0.2)
+        return 0
 
     def _request_stop(self, signum: int, frame: object) -> None:
         self._stop = True
@@ -109,12 +171,15 @@ class Command(BaseCommand):
             ],
         }  # fmt: skip
         self._names = list(commands)
+        self._commands = commands
         procs: list[subprocess.Popen] = []
-        for command in commands.values():
+        for name in commands:
             # The first service founds the group; the others join it.
-            group = 0 if not procs else procs[0].pid
-            procs.append(subprocess.Popen(command, cwd=base, process_group=group))
+            procs.append(self._spawn(name, 0 if not procs else procs[0].pid))
         return procs
+
+    def _spawn(self, name: str, group: int) -> subprocess.Popen:
+        return subprocess.Popen(self._commands[name], cwd=Path(settings.BASE_DIR), process_group=group)
 
     def _stop_group(self, pgid: int, procs: list[subprocess.Popen]) -> None:
         self.stdout.write("stopping web, worker, beat and the demo MCP server ...")
