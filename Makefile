@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-engine lint fmt bench lock clean
+.PHONY: install run test test-postgres test-engine lint fmt bench lock clean
 
 install: $(STAMP)
 
@@ -21,6 +21,11 @@ run: install
 
 test: install
 	$(VENV)/bin/pytest
+
+# The whole suite on a throwaway PostgreSQL cluster (needs Debian's `postgresql` package);
+# psycopg comes with `make install` (requirements.lock holds the `postgres` extra).
+test-postgres: install
+	.ci/with-postgres $(VENV)/bin/pytest $(PYTEST_ARGS)
 
 test-engine: install
 	$(VENV)/bin/pytest -p no:django tests/engine
@@ -44,7 +49,7 @@ bench: install
 # Re-resolve the dependencies from pyproject.toml into requirements.lock.
 lock:
 	rm -rf /tmp/llamon-lock && $(PYTHON) -m venv /tmp/llamon-lock
-	/tmp/llamon-lock/bin/pip install --quiet -e '.[test]'
+	/tmp/llamon-lock/bin/pip install --quiet -e '.[test,postgres]'
 	/tmp/llamon-lock/bin/pip freeze --exclude-editable | grep -v '^llamon' > requirements.lock
 
 clean:

@@ -9,7 +9,9 @@ from django import forms
 from django.conf import settings
 
 from agents.models import Agent, PrivacySettings
+from llamon_agent import strictjson
 from llamon_agent.prestep import DEFAULT_PRESTEP_INSTRUCTION
+from llamon_web.userinput import FilterDateTimeField
 from rules.forms import TesterForm
 from rules.models import McpServer, RuleSetVersion
 
@@ -89,11 +91,13 @@ class AgentForm(forms.ModelForm):
         if not text.strip():
             return []
         try:
-            value = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise forms.ValidationError(
-                f"Not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}."
-            ) from None
+            value = strictjson.loads(text)
+        except strictjson.JSONInputError as exc:
+            if (err := exc.decode_error) is not None:
+                raise forms.ValidationError(
+                    f"Not valid JSON: {err.msg} at line {err.lineno}, column {err.colno}."
+                ) from None
+            raise forms.ValidationError(f"The script is refused: {exc}.") from None
         if not isinstance(value, list) or not all(isinstance(r, dict) for r in value):
             raise forms.ValidationError('The script is a JSON list of replies like {"content": "..."}.')
         return value
@@ -114,8 +118,8 @@ class RunFilterForm(forms.Form):
     chatbot_id = forms.CharField(required=False, label="chatbotId")
     session_id = forms.CharField(required=False, label="sessionId")
     q = forms.CharField(required=False, label="Query text")
-    since = forms.DateTimeField(required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
-    until = forms.DateTimeField(required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
+    since = FilterDateTimeField(required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
+    until = FilterDateTimeField(required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -7,6 +7,7 @@ from typing import Any
 from django.conf import settings
 from django.db import models
 
+from llamon_web.fields import OrderedJSONField
 from rules.models import McpServer, RuleSet, RuleSetVersion
 
 
@@ -55,14 +56,14 @@ class Agent(models.Model):
     model_api_key_env = models.CharField(
         max_length=100, blank=True, help_text="The NAME of the variable holding the key."
     )
-    model_script = models.JSONField(default=list, blank=True, help_text="Replies for the scripted model.")
+    model_script = OrderedJSONField(default=list, blank=True, help_text="Replies for the scripted model.")
     temperature = models.FloatField(default=0.0)
 
     react_servers = models.ManyToManyField(McpServer, blank=True, related_name="react_agents")
     input_max_chars = models.PositiveIntegerField(default=4000)
-    input_blocked_patterns = models.JSONField(default=list, blank=True)
-    output_blocked_patterns = models.JSONField(default=list, blank=True)
-    output_masks = models.JSONField(default=list, blank=True)
+    input_blocked_patterns = OrderedJSONField(default=list, blank=True)
+    output_blocked_patterns = OrderedJSONField(default=list, blank=True)
+    output_masks = OrderedJSONField(default=list, blank=True)
     max_iterations = models.PositiveIntegerField(default=6)
     answer_from_prestep = models.BooleanField(default=False)
 
@@ -101,9 +102,9 @@ class Run(models.Model):
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED, db_index=True)
 
     query = models.TextField(blank=True)
-    context = models.JSONField(default=dict, blank=True)
-    a2a_data = models.JSONField(null=True, blank=True)
-    a2a_files = models.JSONField(null=True, blank=True)
+    context = OrderedJSONField(default=dict, blank=True)
+    a2a_data = OrderedJSONField(null=True, blank=True)
+    a2a_files = OrderedJSONField(null=True, blank=True)
     # Copied out of the context (or a DataPart) so that every run of one customer can be found.
     user_id = models.CharField(max_length=200, blank=True, db_index=True)
     session_id = models.CharField(max_length=200, blank=True, db_index=True)
@@ -185,10 +186,10 @@ class RunStep(models.Model):
     tool_name = models.CharField(max_length=200, blank=True, db_index=True)
     started_at = models.DateTimeField()
     duration_ms = models.FloatField(null=True, blank=True)
-    input = models.JSONField(null=True, blank=True)
-    output = models.JSONField(null=True, blank=True)
+    input = OrderedJSONField(null=True, blank=True)
+    output = OrderedJSONField(null=True, blank=True)
     error = models.TextField(blank=True)
-    tokens = models.JSONField(null=True, blank=True)
+    tokens = OrderedJSONField(null=True, blank=True)
 
     class Meta:
         ordering = ["run", "seq"]
@@ -202,10 +203,10 @@ class RunStep(models.Model):
 class PrivacySettings(models.Model):
     """Redaction of stored traces and how long runs are kept (one row)."""
 
-    redaction_patterns = models.JSONField(
+    redaction_patterns = OrderedJSONField(
         default=list, blank=True, help_text="RE2 patterns; matches are replaced before storing."
     )
-    mask_presets = models.JSONField(
+    mask_presets = OrderedJSONField(
         default=list, blank=True, help_text="Built-in masks: card_number, kr_rrn, email."
     )
     retention_days = models.PositiveIntegerField(default=30)

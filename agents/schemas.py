@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any, Literal
 
 from ninja import Field, ModelSchema, Schema
@@ -10,6 +9,7 @@ from ninja import Field, ModelSchema, Schema
 from agents.models import Agent, Run, RunStep
 from llamon_agent.expr import MAX_QUERY_CHARS
 from llamon_web.api_auth import DbId, Revision
+from llamon_web.userinput import FilterDateTime
 
 Mask = Literal["card_number", "kr_rrn", "email"]
 Pattern = str  # one RE2 pattern per item (checked by the agent form)
@@ -155,8 +155,8 @@ class RunFilterIn(Schema):
     chatbot_id: str = Field("", max_length=200)
     session_id: str = Field("", max_length=200)
     q: str = Field("", max_length=200, description="Text in the query")
-    since: datetime | None = None
-    until: datetime | None = None
+    since: FilterDateTime | None = None
+    until: FilterDateTime | None = None
     limit: int = Field(50, ge=1, le=500)
     offset: int = Field(0, ge=0, le=10**9)
 

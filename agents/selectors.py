@@ -31,12 +31,16 @@ def run_list(*, filters: dict[str, Any]) -> QuerySet[Run]:
         runs = runs.filter(agent=filters["agent"])
     if filters.get("status"):
         runs = runs.filter(status=filters["status"])
+    # Step filters are subqueries, not joins: no duplicate runs, so no DISTINCT, which PostgreSQL
+    # cannot apply to the run's json columns (json, unlike jsonb, has no equality; see OrderedJSONField).
     if filters.get("rule"):
-        runs = runs.filter(steps__kind=RunStep.Kind.RULE, steps__name=filters["rule"], steps__status="ok")
+        steps = RunStep.objects.filter(kind=RunStep.Kind.RULE, name=filters["rule"], status="ok")
+        runs = runs.filter(id__in=steps.values("run_id"))
     if filters.get("tool"):
-        runs = runs.filter(
-            steps__kind__in=[RunStep.Kind.RULE, RunStep.Kind.TOOL], steps__tool_name=filters["tool"]
+        steps = RunStep.objects.filter(
+            kind__in=[RunStep.Kind.RULE, RunStep.Kind.TOOL], tool_name=filters["tool"]
         )
+        runs = runs.filter(id__in=steps.values("run_id"))
     for field in ("user_id", "chatbot_id", "session_id"):
         if filters.get(field):
             runs = runs.filter(**{field: filters[field]})
@@ -46,7 +50,7 @@ def run_list(*, filters: dict[str, Any]) -> QuerySet[Run]:
         runs = runs.filter(created_at__gte=filters["since"])
     if filters.get("until"):
         runs = runs.filter(created_at__lte=filters["until"])
-    return runs.distinct()
+    return runs
 
 
 # What a run was asked (its own input) as shown and exported: masked by the privacy settings.

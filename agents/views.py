@@ -156,6 +156,8 @@ def run_compare(request: HtmxHttpRequest) -> HttpResponse:
     """Two runs side by side: input, rule set, pre-step, LLM turns, tools, answer."""
     try:
         ids = [int(request.GET["a"]), int(request.GET["b"])]
+        if not all(0 < i < 2**63 for i in ids):  # beyond a database integer: no such run
+            raise ValueError
     except (KeyError, ValueError):
         messages.error(request, "Choose two runs to compare (a and b).")
         return redirect("agents:run_list")

@@ -19,6 +19,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from llamon_agent import strictjson
 from llamon_agent.tools import AgentRequest
 
 __all__ = ["MAX_DEPTH", "MAX_MESSAGE_BYTES", "A2AFormatError", "to_request"]
@@ -95,13 +96,13 @@ def _parse_json_text(text: str) -> dict[str, Any]:
     _check_size(len(text))
     _check_size(len(text.encode("utf-8", errors="surrogatepass")))
     try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise A2AFormatError(
-            f"the A2A message is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
-        ) from None
-    except RecursionError:
-        raise A2AFormatError(f"the A2A message is nested more than {MAX_DEPTH} levels deep") from None
+        obj = strictjson.loads(text, allow_nul=True)  # the web refuses NUL before it gets here
+    except strictjson.JSONInputError as exc:
+        if (err := exc.decode_error) is not None:
+            raise A2AFormatError(
+                f"the A2A message is not valid JSON: {err.msg} at line {err.lineno} column {err.colno}"
+            ) from None
+        raise A2AFormatError(f"the A2A message is refused: {exc}") from None
     if not isinstance(obj, dict):
         raise A2AFormatError(f"an A2A message is a JSON object, got {_json_type(obj)}")
     return obj

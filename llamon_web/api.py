@@ -3,7 +3,7 @@
 Docs at ``/api/docs``, schema at ``/api/openapi.json`` (both public: they describe, never act).
 Every operation declares its role (llamon_web.api_auth.roles); domain errors become ErrorOut
 responses here, once: RuleError/AgentError and form errors 422 (409 for a stale revision or a
-conflicting state), PermissionDenied 403, Http404 404, bad JSON 400.
+conflicting state), PermissionDenied 403, Http404 404, bad JSON 400 (llamon_web.userinput says why).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from agents.errors import AgentConflictError, AgentError, BrokerUnavailableError
 from llamon_web import token_services
 from llamon_web.api_auth import DbId, FormInvalid, error_responses, get_or_404, roles
 from llamon_web.models import ApiToken
+from llamon_web.userinput import StrictParser, UserInputError
 from rules.api import router as rules_router
 from rules.errors import RuleError, StaleEditError
 
@@ -37,6 +38,7 @@ api = NinjaAPI(
         "Every error is an ErrorOut: `{detail, field?, errors?}`. See docs/api.md."
     ),
     urls_namespace="api",
+    parser=StrictParser(),
 )
 
 
@@ -115,6 +117,9 @@ def _unauthenticated(request: HttpRequest, exc: AuthenticationError) -> HttpResp
 
 @api.exception_handler(HttpError)
 def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+    # A body StrictParser refused: ninja wraps it as "Cannot parse request body"; say why instead.
+    if isinstance(exc.__cause__, UserInputError):
+        return _error(request, exc.status_code, str(exc.__cause__))
     return _error(request, exc.status_code, str(exc))
 
 

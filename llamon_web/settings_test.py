@@ -1,7 +1,10 @@
-"""Test settings: the normal settings plus a shared SQLite file, short periods and a stdio allow-list.
+"""Test settings: the normal settings plus a shared test database, short periods and a stdio allow-list.
 
-The test database is a *file* (``LLAMON_TEST_DB``) so that Celery worker processes started by
-the tests see the same rows. Worker processes get the same variables from the fixtures.
+The test database is a SQLite *file* (``LLAMON_TEST_DB``) so that Celery worker processes started by
+the tests see the same rows, or, when ``DATABASE_URL`` names PostgreSQL, the database
+``test_<name>`` on that server (never ``<name>`` itself). Both the test process and the workers
+use that name as ``NAME``: pytest-django creates it, and workers, which get the same variables from
+the fixtures but never run test setup, connect to it too.
 """
 
 import os
@@ -21,9 +24,16 @@ from llamon_web.config import sqlite_config  # noqa: E402
 from llamon_web.settings import *  # noqa: E402,F403
 from llamon_web.settings import BASE_DIR, DATABASES  # noqa: E402
 
-_TEST_DB = Path(os.environ["LLAMON_TEST_DB"])
-DATABASES["default"] = sqlite_config(_TEST_DB)
-DATABASES["default"]["TEST"] = {"NAME": str(_TEST_DB)}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    _TEST_DB = Path(os.environ["LLAMON_TEST_DB"])
+    DATABASES["default"] = sqlite_config(_TEST_DB)
+    DATABASES["default"]["TEST"] = {"NAME": str(_TEST_DB)}
+else:
+    _TEST_NAME = DATABASES["default"]["NAME"]
+    if not _TEST_NAME.startswith("test_"):
+        _TEST_NAME = f"test_{_TEST_NAME}"
+    DATABASES["default"]["NAME"] = _TEST_NAME
+    DATABASES["default"]["TEST"] = {"NAME": _TEST_NAME}
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast logins in tests
 LLAMON_ALLOW_PRIVATE_MCP = True

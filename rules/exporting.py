@@ -25,6 +25,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from llamon_agent import strictjson
 from llamon_agent.expr import ExprError, check_rule_name, expression_rule
 from llamon_agent.mcp.spec import MCP_ID_RE
 from rules.cases import case_create, case_expected_clean, case_input_clean, case_update
@@ -149,15 +150,17 @@ def _load(data: Mapping[str, Any] | str | bytes) -> dict[str, Any]:
         if len(raw) > MAX_IMPORT_BYTES:
             raise RuleError(_too_big(len(raw)))
         try:
-            data = json.loads(raw)
+            raw.decode("utf-8")
         except UnicodeDecodeError:
             raise RuleError("The file is not UTF-8 text; export it again from llamon-web.") from None
-        except json.JSONDecodeError as exc:
-            raise RuleError(
-                f"The file is not valid JSON: line {exc.lineno}, column {exc.colno}: {exc.msg}."
-            ) from None
-        except RecursionError:
-            raise RuleError("The file is nested too deeply to be a rule set export.") from None
+        try:
+            data = strictjson.loads(raw)
+        except strictjson.JSONInputError as exc:
+            if (err := exc.decode_error) is not None:
+                raise RuleError(
+                    f"The file is not valid JSON: line {err.lineno}, column {err.colno}: {err.msg}."
+                ) from None
+            raise RuleError(f"The file is refused: {exc}.") from None
     if not isinstance(data, Mapping):
         raise RuleError(f"A rule set export is a JSON object, not {json_type_name(data)}.")
     try:

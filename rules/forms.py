@@ -7,6 +7,7 @@ from typing import Any
 
 from django import forms
 
+from llamon_agent import strictjson
 from llamon_agent.a2a import A2AFormatError, to_request
 from llamon_agent.expr import (
     MAX_DATA_BYTES,
@@ -17,6 +18,7 @@ from llamon_agent.expr import (
     compile_when,
 )
 from llamon_agent.tools import AgentRequest
+from llamon_web.userinput import FilterDateTimeField
 from rules.errors import json_type_name
 
 CODE = {"class": "code", "spellcheck": "false", "autocomplete": "off", "autocapitalize": "off"}
@@ -202,11 +204,13 @@ def _json_field(text: str, label: str, *, default: Any) -> Any:
     if not text or not text.strip():
         return default
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise forms.ValidationError(
-            f"{label} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}."
-        ) from None
+        return strictjson.loads(text)
+    except strictjson.JSONInputError as exc:
+        if (err := exc.decode_error) is not None:
+            raise forms.ValidationError(
+                f"{label} is not valid JSON: {err.msg} at line {err.lineno}, column {err.colno}."
+            ) from None
+        raise forms.ValidationError(f"{label}: {exc}.") from None
 
 
 class PublishForm(forms.Form):
@@ -220,6 +224,6 @@ class AuditFilterForm(forms.Form):
     actor = forms.CharField(required=False)
     object_type = forms.CharField(required=False)
     action = forms.CharField(required=False)
-    since = forms.DateTimeField(required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
-    until = forms.DateTimeField(required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
+    since = FilterDateTimeField(required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
+    until = FilterDateTimeField(required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
     query = forms.CharField(required=False, label="Object")

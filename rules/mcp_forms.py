@@ -8,6 +8,7 @@ from typing import Any
 
 from django import forms
 
+from llamon_agent import strictjson
 from rules.mcp_selectors import command_line
 from rules.mcp_services import TIMEOUT_MAX_S, TIMEOUT_MIN_S
 from rules.models import McpServer
@@ -131,11 +132,13 @@ OMIT = _Omit()
 
 def _json_value(text: str) -> Any:
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise forms.ValidationError(
-            f"This is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})."
-        ) from None
+        return strictjson.loads(text)
+    except strictjson.JSONInputError as exc:
+        if (err := exc.decode_error) is not None:
+            raise forms.ValidationError(
+                f"This is not valid JSON: {err.msg} (line {err.lineno}, column {err.colno})."
+            ) from None
+        raise forms.ValidationError(f"This JSON is refused: {exc}.") from None
 
 
 class JsonField(forms.CharField):

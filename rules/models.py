@@ -7,6 +7,7 @@ from django.core.validators import RegexValidator
 from django.db import models
 
 from llamon_agent.mcp.spec import MCP_ID_RE
+from llamon_web.fields import OrderedJSONField
 
 mcp_id_validator = RegexValidator(
     MCP_ID_RE,
@@ -25,18 +26,18 @@ class McpServer(models.Model):
     description = models.TextField(blank=True)
     transport = models.CharField(max_length=8, choices=Transport.choices)
     command = models.CharField(max_length=500, blank=True)
-    args = models.JSONField(default=list, blank=True)
-    env_names = models.JSONField(
+    args = OrderedJSONField(default=list, blank=True)
+    env_names = OrderedJSONField(
         default=list, blank=True, help_text="Names of environment variables passed to the child."
     )
     url = models.CharField(max_length=2000, blank=True)
-    header_names = models.JSONField(
+    header_names = OrderedJSONField(
         default=list, blank=True, help_text="'Header-Name=ENV_NAME' or 'ENV_NAME' (sent as a bearer token)."
     )
     timeout_s = models.FloatField(default=30.0)
     enabled = models.BooleanField(default=True)
 
-    tools = models.JSONField(default=list, blank=True)
+    tools = OrderedJSONField(default=list, blank=True)
     tools_hash = models.CharField(max_length=64, blank=True)
     tools_refreshed_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True)
@@ -73,8 +74,8 @@ class AuditEvent(models.Model):
     object_type = models.CharField(max_length=64)
     object_id = models.CharField(max_length=64, blank=True)
     object_repr = models.CharField(max_length=200, blank=True)
-    before = models.JSONField(null=True, blank=True)
-    after = models.JSONField(null=True, blank=True)
+    before = OrderedJSONField(null=True, blank=True)
+    after = OrderedJSONField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
 
     class Meta:
@@ -140,7 +141,7 @@ class RuleSetVersion(models.Model):
 
     rule_set = models.ForeignKey(RuleSet, on_delete=models.CASCADE, related_name="versions")
     number = models.PositiveIntegerField()
-    content = models.JSONField()
+    content = OrderedJSONField()
     content_hash = models.CharField(max_length=64)
     tool_schema_hash = models.CharField(max_length=64)
     author = models.ForeignKey(
@@ -169,9 +170,9 @@ class TestCase(models.Model):
 
     rule_set = models.ForeignKey(RuleSet, on_delete=models.CASCADE, related_name="cases")
     name = models.CharField(max_length=200)
-    input = models.JSONField(help_text="{query, context, a2a_data, a2a_files}")
-    expected = models.JSONField(help_text="{must_fire: [...], must_not_fire: [...], error: str | null}")
-    last_outcome = models.JSONField(null=True, blank=True)
+    input = OrderedJSONField(help_text="{query, context, a2a_data, a2a_files}")
+    expected = OrderedJSONField(help_text="{must_fire: [...], must_not_fire: [...], error: str | null}")
+    last_outcome = OrderedJSONField(null=True, blank=True)
     last_passed = models.BooleanField(null=True)
     last_run_at = models.DateTimeField(null=True, blank=True)
     created_by = models.ForeignKey(

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any, Literal
 
 from ninja import Field, ModelSchema, Schema
 
 from llamon_agent.expr import MAX_QUERY_CHARS
 from llamon_web.api_auth import DbId, Revision
+from llamon_web.userinput import FilterDateTime
 from rules.mcp_selectors import command_line
 from rules.models import AuditEvent, McpServer, Rule, RuleSet, RuleSetVersion, TestCase
 
@@ -393,8 +393,8 @@ class AuditFilterIn(Schema):
     actor: str = Field("", max_length=150)
     object_type: str = Field("", max_length=64)
     action: str = Field("", max_length=64)
-    since: datetime | None = None
-    until: datetime | None = None
+    since: FilterDateTime | None = None
+    until: FilterDateTime | None = None
     q: str = Field("", max_length=200)
     limit: int = Field(50, ge=1, le=500)
     offset: int = Field(0, ge=0, le=10**9)

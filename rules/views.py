@@ -13,6 +13,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect, trigger_client_event
 
+from llamon_agent import strictjson
 from llamon_web.http import HtmxHttpRequest
 from llamon_web.roles import has_role, require_role
 from rules import cases, engine, exporting, selectors, services
@@ -115,7 +116,8 @@ def rule_set_editor(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     rule_set = get_object_or_404(RuleSet, pk=pk)
     selected = None
     if request.GET.get("rule"):
-        selected = rule_set.rules.filter(pk=request.GET["rule"]).first()
+        wanted = request.GET["rule"]
+        selected = rule_set.rules.filter(pk=wanted).first() if wanted.isascii() and wanted.isdigit() else None
         if selected is None:
             raise Http404("No such rule in this rule set.")
     return render(
@@ -453,11 +455,9 @@ def case_delete(request: HtmxHttpRequest, pk: int, case_pk: int) -> HttpResponse
 
 def _json_post(request: HttpRequest, field: str) -> object:
     try:
-        return json.loads(request.POST.get(field) or "null")
-    except json.JSONDecodeError as exc:
-        raise RuleError(
-            f"{field} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}.", field=field
-        ) from None
+        return strictjson.loads(request.POST.get(field) or "null")
+    except strictjson.JSONInputError as exc:
+        raise RuleError(f"{field}: {exc}.", field=field) from None
 
 
 # --- Export and import --------------------------------------------------------------------------

@@ -261,6 +261,24 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: item.get_closest_marker("e2e") is not None)
 
 
+# Cases per fuzzed form/endpoint, filled by tests/test_forms_fuzz.py: {"url (role)": [cases, fields]}.
+FUZZ_COUNTS: dict[str, list[int]] = {}
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    if not FUZZ_COUNTS:
+        return
+    from django.db import connection
+
+    total = sum(cases for cases, _ in FUZZ_COUNTS.values())
+    terminalreporter.section(
+        f"form fuzz cases ({connection.vendor}): {total} in {len(FUZZ_COUNTS)} url/role pairs"
+    )
+    for key in sorted(FUZZ_COUNTS):
+        cases, fields = FUZZ_COUNTS[key]
+        terminalreporter.write_line(f"{cases:5d} cases  {fields:3d} fields  {key}")
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Close MCP pools while pytest's output capture still works (their last log lines need it)."""
     from llamon_agent.mcp.pool import close_all_pools

@@ -1,0 +1,98 @@
+"""Checks for values a person chooses that the database would otherwise refuse with a server error.
+
+- JSON: :func:`llamon_agent.strictjson.loads` (NaN, deep nesting, huge integers, NUL); here the
+  django-ninja parser that applies it to every API body (forms call it directly).
+- Date filters: PostgreSQL takes UTC offsets up to +-15:59 and every backend converts to UTC, so an
+  offset beyond that or a date that leaves years 1..9999 in UTC is refused with a message, never
+  passed on (:class:`FilterDateTimeField` for forms, :data:`FilterDateTime` for API schemas).
+- NUL in text: forms' CharField already refuses it (ProhibitNullCharactersValidator); the API's
+  query strings and form bodies go through :class:`StrictParser`, which refuses it the same way.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any
+
+from django import forms
+from django.http import HttpRequest
+from django.utils.datastructures import MultiValueDict
+from ninja.parser import Parser
+from pydantic import AfterValidator
+
+from llamon_agent.strictjson import JSONInputError, loads
+
+MAX_UTC_OFFSET = timedelta(hours=15, minutes=59)
+NUL_MESSAGE = "Null characters are not allowed."  # Django's ProhibitNullCharactersValidator says the same
+
+
+class UserInputError(ValueError):
+    """A value from the request that is refused; ``str()`` is the message for the person."""
+
+
+def check_filter_datetime(value: datetime) -> datetime:
+    """``value`` in UTC, or UserInputError when its offset or its UTC date is out of range."""
+    offset = value.utcoffset()
+    if offset is not None and abs(offset) > MAX_UTC_OFFSET:
+        sign = "-" if offset < timedelta(0) else "+"
+        minutes = int(abs(offset).total_seconds()) // 60
+        raise UserInputError(
+            f"The UTC offset {sign}{minutes // 60:02d}:{minutes % 60:02d} is out of range; "
+            "use one between -15:59 and +15:59."
+        )
+    if offset is None:
+        return value
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise UserInputError(
+            "The date is out of range: in UTC it must fall in the years 1 to 9999."
+        ) from None
+
+
+def _pydantic_filter_datetime(value: datetime) -> datetime:
+    try:
+        return check_filter_datetime(value)
+    except UserInputError as exc:
+        raise ValueError(str(exc)) from None
+
+
+FilterDateTime = Annotated[datetime, AfterValidator(_pydantic_filter_datetime)]
+
+
+class FilterDateTimeField(forms.DateTimeField):
+    """A date filter: Django's DateTimeField plus the offset and range checks."""
+
+    def to_python(self, value: Any) -> datetime | None:
+        try:
+            result = super().to_python(value)
+        except OverflowError:  # making a naive 0001-01-01 aware in a zone east of UTC
+            raise forms.ValidationError("The date is out of range.") from None
+        if result is None:
+            return None
+        try:
+            return check_filter_datetime(result)
+        except UserInputError as exc:
+            raise forms.ValidationError(str(exc)) from None
+
+
+class StrictParser(Parser):
+    """django-ninja's parser with llamon_agent.strictjson for bodies and a NUL check for query strings."""
+
+    def parse_body(self, request: HttpRequest) -> dict[str, Any]:
+        try:
+            return loads(request.body)
+        except JSONInputError as exc:
+            # ninja wraps whatever this raises in HttpError(400, "Cannot parse request body"); the
+            # API's HttpError handler shows this message instead (it is the __cause__).
+            raise UserInputError(f"The request body is not usable: {exc}.") from None
+
+    def parse_querydict(
+        self, data: MultiValueDict, list_fields: list[str], request: HttpRequest
+    ) -> dict[str, Any]:
+        for key, values in data.lists():
+            if "\x00" in key or any("\x00" in v for v in values if isinstance(v, str)):
+                from ninja.errors import HttpError
+
+                raise HttpError(400, f"{key.replace(chr(0), '')}: {NUL_MESSAGE}")
+        return super().parse_querydict(data, list_fields, request)

@@ -1,0 +1,148 @@
+"""Hostile values into every page and htmx endpoint, as viewer, editor and admin: never a 5xx, and a
+refused request (4xx) changes nothing that was saved before.
+
+The API has its own fuzzer (tests/api/test_api_fuzz.py, schemathesis). This one walks every URL
+pattern of the product (the table of tests/test_authz_matrix.py, which fails for a page missing
+from it) and sends, per example, one POST and one GET whose fields are the names the page's own
+forms use (read from its HTML; the union of all names for endpoints without a page of their own)
+filled with hypothesis-drawn values: NaN and Infinity, JSON nested 100,000 deep, integers of
+5,000 digits, NUL, 100,000-character strings, dates out of range and with +-24h offsets, bytes
+that are not UTF-8, and ordinary text.
+
+Cases per URL and role: ``LLAMON_FUZZ_FORM_EXAMPLES`` (default 12); the counts, per URL, are
+printed at the end of the run ("form fuzz cases").
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from urllib.parse import quote_from_bytes
+
+import pytest
+from django.apps import apps
+from django.urls import Resolver404, resolve, reverse
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import FUZZ_COUNTS
+from tests.test_authz_matrix import EXPECTED, sample_kwargs  # noqa: F401  (a fixture)
+
+pytestmark = [pytest.mark.django_db, pytest.mark.timeout(900)]
+
+EXAMPLES = int(os.environ.get("LLAMON_FUZZ_FORM_EXAMPLES", "12"))
+ROLES = ("viewer", "editor", "admin")
+# Logging out ends the session the fuzzer needs; the login page is fuzzed as a form all the same.
+SKIP = {"logout"}
+URL_NAMES = sorted(set(EXPECTED) - SKIP)
+
+DEEP = "[" * 100_000 + "]" * 100_000
+HOSTILE: list[str | bytes] = [
+    "NaN", "Infinity", "-Infinity", '{"a": NaN}', "[1e999]", '{"x": -Infinity}',
+    DEEP, '{"a":' * 5_000 + "1" + "}" * 5_000, "9" * 5_000, '{"n": ' + "9" * 5_000 + "}",
+    "a\x00b", "\x00", '{"a": "\\u0000"}', '["\\u0000"]', "x" * 100_000,
+    "2024-01-01T00:00+23:59", "2024-01-01T00:00-20:00", "0001-01-01T00:00", "9999-12-31T23:59",
+    "0001-01-01T00:00+15:00", "9999-12-31T23:59-15:00", "2024-13-45", "-1", "0", "1" + "0" * 30,
+    "", " ", "{}", "[]", "null", "true", '{"parts": [{"kind": "data", "data": {"a": NaN}}]}',
+    b"\xff\xfe\xfd", b"caf\xe9", "\ud83d\udca5 주문", "<script>alert(1)</script>", "../../etc/passwd",
+]  # fmt: skip
+VALUES = st.one_of(st.sampled_from(HOSTILE), st.text(max_size=30), st.integers().map(str))
+
+_FORM = re.compile(r"<form\b(?P<attrs>[^>]*)>(?P<body>.*?)</form>", re.S)
+_ACTION = re.compile(r'\b(?:action|hx-post|hx-get)="(?P<url>[^"]*)"')
+_NAME = re.compile(r'<(?:input|textarea|select)\b[^>]*\bname="(?P<name>[^"]+)"')
+
+
+_FIELDS_CACHE: dict[str, tuple[dict[str, set[str]], set[str]]] = {}
+
+
+def _form_fields(client, role: str, pages: dict[str, str]) -> tuple[dict[str, set[str]], set[str]]:
+    """{url name: field names its forms send}, read once per role from the GET pages, and their union."""
+    if role in _FIELDS_CACHE:
+        return _FIELDS_CACHE[role]
+    by_name: dict[str, set[str]] = {}
+    for page_path in pages.values():
+        response = client.get(page_path)
+        if response.status_code != 200 or "html" not in response.get("Content-Type", ""):
+            continue
+        html = response.content.decode()
+        for form in _FORM.finditer(html):
+            match = _ACTION.search(form["attrs"])
+            path = ((match["url"] if match else "") or page_path).split("?")[0]
+            try:
+                target = resolve(path)
+            except Resolver404:
+                continue
+            by_name.setdefault(target.view_name, set()).update(_NAME.findall(form["body"]))
+    union = set().union(*by_name.values()) - {"csrfmiddlewaretoken"}
+    _FIELDS_CACHE[role] = (by_name, union)
+    return by_name, union
+
+
+def _encode(fields: dict[str, str | bytes]) -> bytes:
+    def part(value: str | bytes) -> str:
+        raw = value if isinstance(value, bytes) else value.encode("utf-8", "surrogatepass")
+        return quote_from_bytes(raw, safe="")
+
+    return "&".join(f"{part(k)}={part(v)}" for k, v in fields.items()).encode("ascii")
+
+
+def _snapshot() -> dict[str, list[tuple]]:
+    """Every row of the product's tables (audit and sessions aside: logging in writes them)."""
+    rows = {}
+    for label in ("rules", "agents", "llamon_web"):
+        for model in apps.get_app_config(label).get_models():
+            if model._meta.model_name in {"auditevent", "worker"}:
+                continue
+            rows[model._meta.label] = sorted(
+                tuple(str(v) for v in row) for row in model.objects.order_by("pk").values_list()
+            )
+    return rows
+
+
+@pytest.mark.parametrize("role", ROLES)
+@pytest.mark.parametrize("name", URL_NAMES)
+def test_hostile_values_never_give_a_5xx_and_a_refusal_changes_nothing(
+    name: str,
+    role: str,
+    client,
+    make_user,
+    sample_kwargs,  # noqa: F811  (the imported fixture)
+) -> None:
+    from agents.services import privacy_get
+
+    privacy_get()  # the singleton is made with its defaults on first read, by any request
+    client.force_login(make_user(role))
+    path = reverse(name, kwargs=sample_kwargs.get(name))
+    pages = {n: reverse(n, kwargs=sample_kwargs.get(n)) for n in URL_NAMES}
+    by_name, union = _form_fields(client, role, pages)
+    # A button-only form sends just the CSRF token: such endpoints get every name the site uses.
+    names = sorted((by_name.get(name) or set()) - {"csrfmiddlewaretoken"}) or sorted(union)
+    counts = FUZZ_COUNTS.setdefault(f"{name} ({role})", [0, 0])
+
+    @settings(
+        max_examples=EXAMPLES,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+    )
+    @given(
+        fields=st.dictionaries(st.sampled_from(names), VALUES, min_size=1, max_size=len(names)),
+        htmx=st.booleans(),
+    )
+    def one(fields: dict[str, str | bytes], htmx: bool) -> None:
+        body = _encode(fields)
+        headers = {"HTTP_HX_REQUEST": "true"} if htmx else {}
+        before = _snapshot()
+        response = client.generic(
+            "POST", path, body, content_type="application/x-www-form-urlencoded", **headers
+        )
+        assert response.status_code < 500, f"POST {path} {fields!r:.300}: {response.status_code}"
+        if 400 <= response.status_code < 500:
+            assert _snapshot() == before, f"POST {path} was refused but changed saved rows"
+        response = client.get(f"{path}?{body.decode()}", **headers)
+        assert response.status_code < 500, f"GET {path} {fields!r:.300}: {response.status_code}"
+        counts[0] += 1
+
+    one()
+    counts[1] = len(names)
