@@ -286,6 +286,8 @@ def test_the_agent_card(ingest: FakeIngest) -> None:
     card = asyncio.run(go())
     assert card["name"] == "demo"
     assert card["supportedInterfaces"] == [
-        {"url": "http://127.0.0.1:8001/", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}
+        {"url": "http://127.0.0.1:8001/", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
+        {"url": "http://127.0.0.1:8001/", "protocolBinding": "JSONRPC", "protocolVersion": "0.3"},
     ]
+    assert card["url"] == "http://127.0.0.1:8001/"  # the 0.3 field a 0.3 client requires
     assert card["skills"][0]["id"] == "react"
