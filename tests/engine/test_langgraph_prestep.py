@@ -252,6 +252,10 @@ def test_the_node_traces_into_the_running_trace_without_being_given_it(kb_url: s
     (prestep,) = _ended(sink, "prestep")
     assert prestep.parent == "outer"
     assert [e.name for e in _ended(sink, "rule")] == ["route_order"]
+    # The same compiled graph on another event loop: bound once, the pooled session reused.
+    again = asyncio.run(graph.ainvoke({"messages": [("user", "주문 A-1001")]}))
+    assert again["prestep"]["results"][0]["result"]["order"]["order_id"] == "A-1001"
+    assert len(_ended(sink, "prestep")) == 1  # outside any trace: nothing traced
 
 
 def test_a_rule_on_a_server_the_dict_lacks_fails_every_request_and_the_model_is_never_called(
