@@ -2,8 +2,9 @@
 
     .venv/bin/python benchmarks/bench_mcp.py [--pooled 200] [--default 20]
 
-Same server (tests/servers/misbehaving.py, tool ``echo``), same interpreter, one call at a
-time. Prints p50/p99 per way of calling and the ratio of the default's p50 to the pool's.
+Same server, the demo order-service (examples/mcp_servers/order_service.py, tool
+``get_order`` on order A-1001: a JSON object, so structured content checked against its output
+schema, as real tools return), same interpreter, one call at a time. Prints p50/p99 per way of calling and the ratio of the default's p50 to the pool's.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ sys.path.insert(0, str(ROOT))
 
 from llamon_agent.mcp import McpPool, McpServerSpec  # noqa: E402
 
-SERVER = ROOT / "tests" / "servers" / "misbehaving.py"
+SERVER = ROOT / "examples" / "mcp_servers" / "order_service.py"
+TOOL, ARGS = "get_order", {"order_id": "A-1001"}
 
 
 def _percentile(samples: list[float], q: float) -> float:
@@ -63,7 +65,7 @@ def _start_http_server() -> tuple[subprocess.Popen[bytes], str]:
     port = _free_port()
     url = f"http://127.0.0.1:{port}/mcp"
     process = subprocess.Popen(
-        [sys.executable, str(SERVER), "--http", str(port)],
+        [sys.executable, str(SERVER), "--http", "--host", "127.0.0.1", "--port", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -87,17 +89,15 @@ def bench_pooled(n: int) -> dict[str, list[float]]:
         )
         pool.register(McpServerSpec(mcp_id="bench-http", transport="http", url=url))
         out = {
-            "pooled stdio (call_tool_sync)": _timed_sync(
-                lambda: pool.call_tool_sync("bench", "echo", {"value": "ping"}), n
-            ),
+            "pooled stdio (call_tool_sync)": _timed_sync(lambda: pool.call_tool_sync("bench", TOOL, ARGS), n),
         }
-        echo = next(t for t in pool.langchain_tools_sync("bench") if t.name == "echo")
-        out["pooled stdio (LangChain tool.invoke)"] = _timed_sync(lambda: echo.invoke({"value": "ping"}), n)
+        tool = next(t for t in pool.langchain_tools_sync("bench") if t.name == TOOL)
+        out["pooled stdio (LangChain tool.invoke)"] = _timed_sync(lambda: tool.invoke(ARGS), n)
         out["pooled stdio (async, asyncio.run loop)"] = asyncio.run(
-            _timed_async(lambda: pool.call_tool("bench", "echo", {"value": "ping"}), n)
+            _timed_async(lambda: pool.call_tool("bench", TOOL, ARGS), n)
         )
         out["pooled HTTP (call_tool_sync)"] = _timed_sync(
-            lambda: pool.call_tool_sync("bench-http", "echo", {"value": "ping"}), n
+            lambda: pool.call_tool_sync("bench-http", TOOL, ARGS), n
         )
         return out
     finally:
@@ -114,8 +114,8 @@ def bench_default(n: int) -> list[float]:
         client = MultiServerMCPClient(
             {"bench": {"transport": "stdio", "command": sys.executable, "args": [str(SERVER)]}}
         )
-        echo = next(t for t in await client.get_tools() if t.name == "echo")
-        return await _timed_async(lambda: echo.ainvoke({"value": "ping"}), n)
+        tool = next(t for t in await client.get_tools() if t.name == TOOL)
+        return await _timed_async(lambda: tool.ainvoke(ARGS), n)
 
     return asyncio.run(run())
 

@@ -39,6 +39,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger("llamon_agent")
 
 A2A_PROTOCOL_VERSION = "1.0"
+# Also announced on the card: with a 0.3 interface a2a-sdk adds the 0.3 card fields (``url``,
+# ``preferredTransport``, ``protocolVersion``) that 0.3 clients require; ``/`` answers both.
+A2A_COMPAT_PROTOCOL_VERSION = "0.3"
 FinishStatus = Literal["succeeded", "failed", "timed_out", "cancelled"]
 
 
@@ -227,7 +230,7 @@ def trace_exporter(settings: Settings) -> HttpTraceExporter | None:
 
 
 def agent_card(runner: Runner, url: str) -> Any:
-    """The A2A 1.0 agent card of a served project (JSON-RPC at ``url``)."""
+    """The agent card of a served project: JSON-RPC at ``url`` for A2A 1.0 and 0.3 clients."""
     from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill
 
     return AgentCard(
@@ -235,7 +238,8 @@ def agent_card(runner: Runner, url: str) -> Any:
         description=runner.description,
         version="1.0.0",
         supported_interfaces=[
-            AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version=A2A_PROTOCOL_VERSION)
+            AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version=version)
+            for version in (A2A_PROTOCOL_VERSION, A2A_COMPAT_PROTOCOL_VERSION)
         ],
         capabilities=AgentCapabilities(streaming=False),
         default_input_modes=["text/plain", "application/json"],

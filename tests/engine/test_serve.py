@@ -259,6 +259,14 @@ def test_an_unbound_rule_server_answers_with_the_seed_error(ingest: FakeIngest) 
     assert not [e for e in ingest.events() if e["kind"] == "llm"]  # the LLM is never called
 
 
+def test_an_unbound_rule_server_fails_also_a_request_no_rule_answers() -> None:
+    # docs/cli.md: *every* request fails, not only those a rule on the missing server would answer.
+    app = build_app(_react_runner([route_order, route_missing]), "http://127.0.0.1:8001/")
+    result = _post(app, _v03("안녕하세요"))["result"]  # neither rule would fire on this query
+    assert result["parts"][0]["text"] == "MCP 'missing-server'의 tool이 로드되지 않음"
+    assert result["metadata"]["status"] == "failed"
+
+
 def test_a_flow_run_is_traced_with_its_graph_first(ingest: FakeIngest) -> None:
     async def lookup(state: dict) -> dict:
         return {"answer": f"looked up {state['query']}"}
@@ -286,6 +294,8 @@ def test_the_agent_card(ingest: FakeIngest) -> None:
     card = asyncio.run(go())
     assert card["name"] == "demo"
     assert card["supportedInterfaces"] == [
-        {"url": "http://127.0.0.1:8001/", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}
+        {"url": "http://127.0.0.1:8001/", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
+        {"url": "http://127.0.0.1:8001/", "protocolBinding": "JSONRPC", "protocolVersion": "0.3"},
     ]
+    assert card["url"] == "http://127.0.0.1:8001/"  # the 0.3 field a 0.3 client requires
     assert card["skills"][0]["id"] == "react"
