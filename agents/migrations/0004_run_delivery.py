@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("agents", "0002_agents_runs"),
+        ("agents", "0003_ordered_json"),
     ]
 
     operations = [
