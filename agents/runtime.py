@@ -97,7 +97,7 @@ def agent_spec(agent: Agent, rules: RulesRef):
 def redactor(*, patterns: list[str] | None = None, presets: list[str] | None = None) -> Callable[[Any], Any]:
     """The function applied to everything stored in steps (the privacy settings unless given)."""
     from llamon_agent.guardrails import Mask, as_masks, mask_preset, redact
-    from llamon_agent.mcp.pool import STDERR_MARKER
+    from llamon_agent.mcp.transports import STDERR_MARKER
     from rules.mcp_selectors import STDERR_HIDDEN
 
     if patterns is None or presets is None:

@@ -151,7 +151,8 @@ async def prepare_runner(project: Project, settings: Settings) -> ReactRunner | 
             raise ServeError("build_graph must return a compiled graph (e.g. Flow(...).compile()), got None")
         return FlowRunner(graph, project.name, description)
 
-    from llamon_agent.mcp.pool import PoolToolBackend, get_pool
+    from llamon_agent.mcp.adapters import PoolToolBackend
+    from llamon_agent.mcp.pool import get_pool
 
     spec = project.agent_spec(settings)
     pool = get_pool()

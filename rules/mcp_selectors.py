@@ -10,7 +10,7 @@ from typing import Any
 
 from django.shortcuts import get_object_or_404
 
-from llamon_agent.mcp.pool import STDERR_MARKER
+from llamon_agent.mcp.transports import STDERR_MARKER
 from rules.models import AuditEvent, McpServer, Rule
 
 STDERR_HIDDEN = " (the server's stderr is shown to admins only)"

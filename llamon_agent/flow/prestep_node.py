@@ -89,7 +89,7 @@ class PrestepNode:
     async def __call__(
         self, state: Mapping[str, Any], config: RunnableConfig | None = None
     ) -> dict[str, Any]:
-        from llamon_agent.mcp.pool import PoolToolBackend
+        from llamon_agent.mcp.adapters import PoolToolBackend
 
         bound = await self.bind()
         sink, parent = _trace_of(config)

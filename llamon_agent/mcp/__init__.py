@@ -24,10 +24,12 @@ from llamon_agent.mcp.errors import (
 from llamon_agent.mcp.spec import McpServerSpec
 
 if TYPE_CHECKING:
+    from llamon_agent.mcp.adapters import PoolToolBackend
     from llamon_agent.mcp.handle import MCPHandle
-    from llamon_agent.mcp.pool import McpPool, PoolToolBackend, child_env, get_pool, set_pool
+    from llamon_agent.mcp.pool import McpPool, get_pool, set_pool
     from llamon_agent.mcp.registry import FileRegistry, HttpRegistry, Registry, registry_from_settings
     from llamon_agent.mcp.results import normalize_result
+    from llamon_agent.mcp.transports import child_env
 
 __all__ = [
     "FileRegistry",
@@ -57,8 +59,8 @@ __all__ = [
 _LAZY = {
     "MCPHandle": "llamon_agent.mcp.handle",
     "McpPool": "llamon_agent.mcp.pool",
-    "PoolToolBackend": "llamon_agent.mcp.pool",
-    "child_env": "llamon_agent.mcp.pool",
+    "PoolToolBackend": "llamon_agent.mcp.adapters",
+    "child_env": "llamon_agent.mcp.transports",
     "get_pool": "llamon_agent.mcp.pool",
     "set_pool": "llamon_agent.mcp.pool",
     "FileRegistry": "llamon_agent.mcp.registry",

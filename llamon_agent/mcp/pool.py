@@ -29,29 +29,23 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import collections
 import concurrent.futures
-import functools
-import json
 import logging
 import os
-import re
 import threading
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Coroutine
+from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import httpx
 from mcp import ClientSession, types
-from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import McpError as SdkMcpError
-from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
 from llamon_agent.envnames import EnvNamePolicy, header_env_name
+from llamon_agent.mcp.adapters import _langchain_tool
 from llamon_agent.mcp.errors import (
     McpConnectionError,
     McpError,
@@ -63,315 +57,25 @@ from llamon_agent.mcp.errors import (
 )
 from llamon_agent.mcp.results import Normalized, normalize_result
 from llamon_agent.mcp.spec import McpServerSpec
-from llamon_agent.net import DEFAULT_POLICY, DestinationRefused, guarded_async_client
+from llamon_agent.mcp.transports import (
+    _GRACEFUL_EXIT_S,
+    _KILL_WAIT_S,
+    STDERR_MARKER,
+    HttpGuard,
+    _http_transport,
+    _Link,
+    _stdio_transport,
+)
 
 if TYPE_CHECKING:
     from langchain_core.tools import BaseTool
 
 logger = logging.getLogger("llamon_agent.mcp")
-
 T = TypeVar("T")
 StdioAllowed = Callable[[McpServerSpec], bool]
-# Called with a URL before each connect; raises to refuse it. It may return the addresses it
-# checked: the connection then goes to those, so the name is not resolved a second time (a name
-# that changes between the check and the connect cannot redirect it: DNS rebinding). Without
-# one, the engine's default policy (llamon_agent.net.DEFAULT_POLICY) checks the URL.
-HttpGuard = Callable[[str], Sequence[str] | None]
-
-_GRACEFUL_EXIT_S = 2.0  # a child gets this long to exit after its stdin closes (MCP stdio shutdown)
-_KILL_WAIT_S = 2.0  # then SIGTERM, and SIGKILL after this long
 _HEALTH_PING_S = 3.0  # after a timeout, a session that cannot answer a ping this fast is restarted
 _CANCEL_SEND_S = 1.0
-_STDERR_TAIL_LINES = 20
 _SESSION_TERMINATED = 32600  # what mcp's HTTP transport reports when the server forgot our session
-_ID_RE = re.compile(r'"id"\s*:\s*(-?\d+|"[^"\\]*")')
-_ALWAYS_PASSED_ENV = ("PATH", "HOME")
-
-
-# --------------------------------------------------------------------------- transport state
-
-
-@dataclass(eq=False)
-class _Link:
-    """What the pool knows about one open connection: liveness, why it ended, undelivered requests."""
-
-    done: asyncio.Event = field(default_factory=asyncio.Event)
-    cause: str = ""
-    kill: bool = False  # end without the graceful stdin-close wait (the child is frozen)
-    unsent: set[types.RequestId] = field(default_factory=set)
-    pid: int | None = None
-    returncode: int | None = None
-    stderr_tail: collections.deque[str] = field(
-        default_factory=lambda: collections.deque(maxlen=_STDERR_TAIL_LINES)
-    )
-
-    def finish(self, cause: str, *, kill: bool = False) -> None:
-        """Mark the connection as ending; the first cause is the one reported."""
-        if not self.done.is_set():
-            self.cause = cause
-            self.done.set()
-        self.kill = self.kill or kill
-
-    def describe(self, *, stderr: bool = True) -> str:
-        """The cause plus the exit code and the tail of the child's stderr, for error messages.
-
-        The stderr tail always comes last, after :data:`STDERR_MARKER`, so that an app can cut
-        it off for people who may not see it (it can hold what the child was given).
-        """
-        text = self.cause or "the connection ended"
-        if self.returncode is not None:
-            text += f" (exit code {self.returncode})"
-        if stderr and self.stderr_tail:
-            text += STDERR_MARKER + " | ".join(self.stderr_tail)
-        return text
-
-
-# What precedes a stdio child's stderr tail in every error message; everything after it is stderr.
-STDERR_MARKER = "; last stderr lines: "
-# Token-like strings a child may print: API keys (sk-..., llamon_..., ghp_..., xox...-, AKIA...),
-# JWTs, "Bearer x", "password=x"-style pairs and long unbroken base64/hex runs with a digit.
-_TOKENISH = re.compile(
-    r"(?i)\b(?:sk|pk|rk)-[A-Za-z0-9_-]{8,}"
-    r"|\bllamon_[A-Za-z0-9_-]{8,}"
-    r"|\bgh[pousr]_[A-Za-z0-9]{16,}"
-    r"|\bxox[abprs]-[A-Za-z0-9-]{8,}"
-    r"|\bAKIA[0-9A-Z]{16}\b"
-    r"|\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*"
-    r"|\bbearer\s+\S+"
-    r"|\b(?:password|passwd|pwd|secret|token|api[_-]?key|key)\b\s*[=:]\s*\S+"
-    r"|(?<![A-Za-z0-9+_=-])(?=[A-Za-z0-9+_=-]*\d)[A-Za-z0-9+_=-]{32,}"
-)
-
-
-def redact_stderr(line: str, secrets: Sequence[str] = ()) -> str:
-    """``line`` with the given secret values and token-like strings replaced by ``[redacted]``."""
-    for value in secrets:
-        if value:
-            line = line.replace(value, "[redacted]")
-    return _TOKENISH.sub("[redacted]", line)
-
-
-def child_env(spec: McpServerSpec, environ: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment of a stdio child: PATH, HOME and the variables the spec names, nothing else."""
-    source = os.environ if environ is None else environ
-    env = {name: source[name] for name in _ALWAYS_PASSED_ENV if name in source}
-    env.setdefault("PATH", os.defpath)
-    for name in spec.env:
-        if name in source:
-            env[name] = source[name]
-    return env
-
-
-# --------------------------------------------------------------------------- stdio transport
-
-
-@asynccontextmanager
-async def _stdio_transport(
-    spec: McpServerSpec, link: _Link, *, max_message_bytes: int
-) -> AsyncIterator[tuple[Any, Any]]:
-    # Our own transport rather than mcp's stdio_client: that one adds LOGNAME/SHELL/TERM/USER
-    # to the child's env, lets a garbled reply hang its request until the timeout, does not
-    # bound message size and does not tell us which request failed to be written.
-    command = [spec.command or "", *spec.args]
-    env = child_env(spec)
-    # What the child was given may come back on its stderr: never let it reach a message or a log.
-    # Longest first, so a value containing another is replaced whole.
-    secrets = sorted((env[n] for n in spec.env if len(env.get(n, "")) >= 4), key=len, reverse=True)
-    try:
-        process = await anyio.open_process(command, env=env, start_new_session=True)
-    except OSError as exc:
-        raise McpConnectionError.about(
-            f"could not start {command[0]!r}: {exc.strerror or exc}", mcp_id=spec.mcp_id
-        ) from None
-    link.pid = process.pid
-    read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
-    write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
-    try:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(_pump_stdout, process, read_writer, link, max_message_bytes)
-            tg.start_soon(_pump_stdin, process, write_reader, link)
-            tg.start_soon(_pump_stderr, process, link, spec.mcp_id, secrets)
-            try:
-                yield read_stream, write_stream
-            finally:
-                # Shielded: even a cancelled supervisor (pool closing) must not orphan the child.
-                with anyio.CancelScope(shield=True):
-                    await _stop_process(process, link)
-                tg.cancel_scope.cancel()
-    finally:
-        for stream in (read_writer, read_stream, write_stream, write_reader):
-            await stream.aclose()
-
-
-async def _stop_process(process: Any, link: _Link) -> None:
-    from mcp.os.posix.utilities import terminate_posix_process_tree
-
-    if process.returncode is None:
-        try:
-            await process.stdin.aclose()
-        except Exception:
-            pass
-        if not link.kill:
-            with anyio.move_on_after(_GRACEFUL_EXIT_S):
-                await process.wait()
-    if process.returncode is None:
-        try:
-            await terminate_posix_process_tree(process, _KILL_WAIT_S)
-        except ProcessLookupError:
-            pass
-    with anyio.move_on_after(_KILL_WAIT_S):
-        await process.aclose()  # also closes its pipes, so no transport outlives the loop
-    link.returncode = process.returncode
-
-
-async def _pump_stdout(process: Any, sink: Any, link: _Link, max_bytes: int) -> None:
-    buffer = bytearray()
-    try:
-        async for chunk in process.stdout:
-            scan_from = len(buffer)  # only the new chunk can hold a newline we have not seen
-            buffer += chunk
-            while (newline := buffer.find(b"\n", scan_from)) >= 0:
-                line = bytes(buffer[:newline])
-                del buffer[: newline + 1]
-                scan_from = 0
-                await _deliver_line(line, sink)
-            if len(buffer) > max_bytes:
-                link.finish(f"the server sent a message larger than {max_bytes} bytes", kill=True)
-                return
-    except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream):
-        pass
-    except Exception as exc:  # the pump must never crash the supervisor's task group
-        logger.debug("stdout reader stopped: %r", exc)
-    finally:
-        link.finish("the server process exited or closed its stdout")
-        await sink.aclose()
-
-
-async def _deliver_line(line: bytes, sink: Any) -> None:
-    text = line.decode("utf-8", errors="replace").strip()
-    if not text:
-        return
-    try:
-        message = types.JSONRPCMessage.model_validate_json(text)
-    except ValidationError as exc:
-        request_id = _guess_request_id(text)
-        if request_id is None:
-            # mcp's own client skips such lines too (servers sometimes print banners on stdout).
-            logger.warning("ignored a line on an MCP server's stdout that is not JSON-RPC: %.200s", text)
-            return
-        reason = exc.errors()[0].get("msg", "invalid") if exc.errors() else str(exc)
-        message = types.JSONRPCMessage(
-            types.JSONRPCError(
-                jsonrpc="2.0",
-                id=request_id,
-                error=types.ErrorData(
-                    code=types.PARSE_ERROR, message=f"malformed JSON-RPC reply ({reason}): {text[:120]!r}"
-                ),
-            )
-        )
-    await sink.send(SessionMessage(message))
-
-
-def _guess_request_id(text: str) -> types.RequestId | None:
-    """The id of a reply that failed to parse, so that its caller fails now instead of timing out."""
-    try:
-        data = json.loads(text)
-    except ValueError:
-        data = None
-    if isinstance(data, dict) and isinstance(data.get("id"), int | str):
-        return data["id"]
-    match = _ID_RE.search(text)
-    if match is None:
-        return None
-    raw = match.group(1)
-    return raw.strip('"') if raw.startswith('"') else int(raw)
-
-
-async def _pump_stdin(process: Any, source: Any, link: _Link) -> None:
-    async with source:
-        async for session_message in source:
-            data = session_message.message.model_dump_json(by_alias=True, exclude_none=True) + "\n"
-            try:
-                await process.stdin.send(data.encode("utf-8"))
-            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-                root = session_message.message.root
-                if isinstance(root, types.JSONRPCRequest):
-                    link.unsent.add(root.id)
-                link.finish("could not write to the server's stdin (the process exited)")
-                return
-
-
-async def _pump_stderr(process: Any, link: _Link, mcp_id: str, secrets: Sequence[str] = ()) -> None:
-    # Drained so a chatty child never blocks on a full pipe; the tail goes into error messages.
-    pending = b""
-    try:
-        async for chunk in process.stderr:
-            *lines, pending = (pending + chunk).split(b"\n")
-            pending = pending[-4096:]
-            for raw in lines:
-                line = redact_stderr(raw.decode("utf-8", errors="replace").rstrip(), secrets)
-                if line:
-                    link.stderr_tail.append(line[:300])
-                    logger.debug("[%s stderr] %s", mcp_id, line)
-    except Exception:
-        pass
-
-
-# --------------------------------------------------------------------------- HTTP transport
-
-
-class _TaggingTransport(httpx.AsyncBaseTransport):
-    """httpx transport that tells the pool which requests never reached the server."""
-
-    def __init__(self, link: _Link, inner: httpx.AsyncBaseTransport) -> None:
-        self._inner = inner
-        self._link = link
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        try:
-            return await self._inner.handle_async_request(request)
-        except httpx.ConnectError as exc:
-            if request.method == "POST":
-                request_id = _guess_request_id(request.content.decode("utf-8", errors="replace"))
-                if request_id is not None:
-                    self._link.unsent.add(request_id)
-            self._link.finish(
-                str(exc) if isinstance(exc, DestinationRefused) else "could not connect to the server"
-            )
-            raise
-        except (httpx.ReadError, httpx.RemoteProtocolError, httpx.WriteError):
-            self._link.finish("the server closed the connection")
-            raise
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-
-@asynccontextmanager
-async def _http_transport(
-    spec: McpServerSpec, link: _Link, *, guard: HttpGuard | None
-) -> AsyncIterator[tuple[Any, Any]]:
-    url = spec.url or ""
-    check = guard or DEFAULT_POLICY.check
-    try:
-        # In a thread: the guard may resolve the host name, which blocks.
-        checked = await anyio.to_thread.run_sync(check, url)
-    except Exception as exc:
-        raise McpConnectionError.about(f"refused to connect to {url}: {exc}", mcp_id=spec.mcp_id) from None
-    # The session connects to these addresses only (a guard returning None leaves the name to httpx),
-    # and refuses any request (a redirect included) that leaves the server of ``url``.
-    client = guarded_async_client(
-        url,
-        pinned=list(checked or []),
-        transport=lambda inner: _TaggingTransport(link, inner),
-        headers=spec.header_pairs(dict(os.environ)),
-        timeout=httpx.Timeout(30.0, read=300.0),
-    )
-    async with client, streamable_http_client(url, http_client=client) as (read_stream, write_stream, _):
-        yield read_stream, write_stream
-
-
-# --------------------------------------------------------------------------- one server's slot
 
 
 class _Slot:
@@ -1029,78 +733,6 @@ def _first_error(exc: ValidationError) -> str:
     first = errors[0]
     where = ".".join(str(part) for part in first.get("loc", ())) or "(root)"
     return f"{where}: {first.get('msg', 'invalid')}"
-
-
-# --------------------------------------------------------------------------- LangChain tools
-
-
-class _PooledSession:
-    """The slice of ``ClientSession`` the adapters' tools call, routed to the pool's session."""
-
-    def __init__(self, pool: McpPool, mcp_id: str) -> None:
-        self._pool = pool
-        self._mcp_id = mcp_id
-
-    async def call_tool(
-        self, name: str, arguments: dict[str, Any] | None = None, *args: Any, **kwargs: Any
-    ) -> types.CallToolResult:
-        return await self._pool.call_tool_raw(self._mcp_id, name, arguments)
-
-
-def _langchain_tool(pool: McpPool, mcp_id: str, tool: types.Tool) -> BaseTool:
-    from langchain_mcp_adapters.tools import convert_mcp_tool_to_langchain_tool
-
-    lc_tool: Any = convert_mcp_tool_to_langchain_tool(_PooledSession(pool, mcp_id), tool)  # type: ignore[arg-type]
-    coroutine = lc_tool.coroutine
-
-    # The adapters only give an async tool; a sync twin lets plain threads .invoke() it. It runs
-    # the same coroutine on the pool loop. wraps() keeps the injected `runtime` parameter visible.
-    @functools.wraps(coroutine)
-    def run_sync(*args: Any, **kwargs: Any) -> Any:
-        return pool._submit(coroutine(*args, **kwargs)).result()
-
-    lc_tool.func = run_sync
-    return lc_tool
-
-
-# --------------------------------------------------------------------------- pre-step backend
-
-
-class PoolToolBackend:
-    """The pre-step's tool backend over a pool: tools and calls for the bound ``mcp_ids`` only."""
-
-    def __init__(self, pool: McpPool, mcp_ids: list[str] | tuple[str, ...] | set[str]) -> None:
-        self.pool = pool
-        self.mcp_ids = frozenset(mcp_ids)
-
-    def _bound(self, mcp_id: str) -> bool:
-        return mcp_id in self.mcp_ids and mcp_id in self.pool.registered()
-
-    def tools_for(self, mcp_id: str) -> list[BaseTool] | None:
-        """The server's tools as LangChain tools, or None when ``mcp_id`` is not bound."""
-        if not self._bound(mcp_id):
-            return None
-        return self.pool.langchain_tools_sync(mcp_id)
-
-    def call_tool(self, mcp_id: str, tool_name: str, params: dict[str, Any] | None) -> Normalized:
-        """Call a tool synchronously; the normalized result, or an McpError subclass."""
-        self._check(mcp_id)
-        return self.pool.call_tool_sync(mcp_id, tool_name, params)
-
-    async def atools_for(self, mcp_id: str) -> list[BaseTool] | None:
-        """Async :meth:`tools_for`."""
-        if not self._bound(mcp_id):
-            return None
-        return await self.pool.langchain_tools(mcp_id)
-
-    async def acall_tool(self, mcp_id: str, tool_name: str, params: dict[str, Any] | None) -> Normalized:
-        """Async :meth:`call_tool`."""
-        self._check(mcp_id)
-        return await self.pool.call_tool(mcp_id, tool_name, params)
-
-    def _check(self, mcp_id: str) -> None:
-        if mcp_id not in self.mcp_ids:
-            raise UnknownServerError(mcp_id, self.mcp_ids, where="this backend's bound servers")
 
 
 # --------------------------------------------------------------------------- process-wide pool

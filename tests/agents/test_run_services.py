@@ -292,7 +292,7 @@ def test_every_ingested_batch_is_a_sign_of_life() -> None:
 
 def test_stored_run_data_keeps_no_mcp_stderr_tail() -> None:
     from agents.runtime import redactor
-    from llamon_agent.mcp.pool import STDERR_MARKER
+    from llamon_agent.mcp.transports import STDERR_MARKER
 
     redact = redactor(patterns=[], presets=[])
     stored = redact(

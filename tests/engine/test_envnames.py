@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from llamon_agent.envnames import EnvNamePolicy, parse_patterns
-from llamon_agent.mcp.pool import STDERR_MARKER, _Link, redact_stderr
+from llamon_agent.mcp.transports import STDERR_MARKER, _Link, redact_stderr
 
 DEFAULT_KEYS = EnvNamePolicy(
     "LLAMON_LLM_KEY_ENVS", parse_patterns(["OPENAI_API_KEY", "LLAMON_LLM_KEY_*"], setting="X")

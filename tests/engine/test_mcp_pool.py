@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from llamon_agent.mcp import pool as pool_module
+from llamon_agent.mcp.adapters import PoolToolBackend
 from llamon_agent.mcp.errors import (
     McpConnectionError,
     McpProtocolError,
@@ -20,7 +21,8 @@ from llamon_agent.mcp.errors import (
     PoolUsageError,
     UnknownServerError,
 )
-from llamon_agent.mcp.pool import McpPool, PoolToolBackend, child_env, get_pool
+from llamon_agent.mcp.pool import McpPool, get_pool
+from llamon_agent.mcp.transports import child_env
 from tests.engine.conftest import HttpServer, children_running, stdio_spec, wait_until
 
 pytestmark = pytest.mark.timeout(120)

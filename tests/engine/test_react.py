@@ -19,7 +19,8 @@ from langchain_core.tools import BaseTool, tool
 from langgraph.prebuilt import InjectedState
 
 from llamon_agent.guardrails import CARD_NUMBER, InputGuardrail, OutputGuardrail
-from llamon_agent.mcp.pool import McpPool, PoolToolBackend
+from llamon_agent.mcp.adapters import PoolToolBackend
+from llamon_agent.mcp.pool import McpPool
 from llamon_agent.mcp.spec import McpServerSpec
 from llamon_agent.models import OFFLINE_ANSWER_HEADER, OFFLINE_NO_RESULTS, ModelConfig, ScriptedChatModel
 from llamon_agent.prestep import (

@@ -1,0 +1,87 @@
+"""MCP tools for the agent: LangChain tools over pooled sessions, and the pre-step's tool backend."""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING, Any
+
+from mcp import types
+
+from llamon_agent.mcp.errors import (
+    UnknownServerError,
+)
+from llamon_agent.mcp.results import Normalized
+
+if TYPE_CHECKING:
+    from langchain_core.tools import BaseTool
+
+    from llamon_agent.mcp.pool import McpPool
+
+
+class _PooledSession:
+    """The slice of ``ClientSession`` the adapters' tools call, routed to the pool's session."""
+
+    def __init__(self, pool: McpPool, mcp_id: str) -> None:
+        self._pool = pool
+        self._mcp_id = mcp_id
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any] | None = None, *args: Any, **kwargs: Any
+    ) -> types.CallToolResult:
+        return await self._pool.call_tool_raw(self._mcp_id, name, arguments)
+
+
+def _langchain_tool(pool: McpPool, mcp_id: str, tool: types.Tool) -> BaseTool:
+    from langchain_mcp_adapters.tools import convert_mcp_tool_to_langchain_tool
+
+    lc_tool: Any = convert_mcp_tool_to_langchain_tool(_PooledSession(pool, mcp_id), tool)  # type: ignore[arg-type]
+    coroutine = lc_tool.coroutine
+
+    # The adapters only give an async tool; a sync twin lets plain threads .invoke() it. It runs
+    # the same coroutine on the pool loop. wraps() keeps the injected `runtime` parameter visible.
+    @functools.wraps(coroutine)
+    def run_sync(*args: Any, **kwargs: Any) -> Any:
+        return pool._submit(coroutine(*args, **kwargs)).result()
+
+    lc_tool.func = run_sync
+    return lc_tool
+
+
+# --------------------------------------------------------------------------- pre-step backend
+
+
+class PoolToolBackend:
+    """The pre-step's tool backend over a pool: tools and calls for the bound ``mcp_ids`` only."""
+
+    def __init__(self, pool: McpPool, mcp_ids: list[str] | tuple[str, ...] | set[str]) -> None:
+        self.pool = pool
+        self.mcp_ids = frozenset(mcp_ids)
+
+    def _bound(self, mcp_id: str) -> bool:
+        return mcp_id in self.mcp_ids and mcp_id in self.pool.registered()
+
+    def tools_for(self, mcp_id: str) -> list[BaseTool] | None:
+        """The server's tools as LangChain tools, or None when ``mcp_id`` is not bound."""
+        if not self._bound(mcp_id):
+            return None
+        return self.pool.langchain_tools_sync(mcp_id)
+
+    def call_tool(self, mcp_id: str, tool_name: str, params: dict[str, Any] | None) -> Normalized:
+        """Call a tool synchronously; the normalized result, or an McpError subclass."""
+        self._check(mcp_id)
+        return self.pool.call_tool_sync(mcp_id, tool_name, params)
+
+    async def atools_for(self, mcp_id: str) -> list[BaseTool] | None:
+        """Async :meth:`tools_for`."""
+        if not self._bound(mcp_id):
+            return None
+        return await self.pool.langchain_tools(mcp_id)
+
+    async def acall_tool(self, mcp_id: str, tool_name: str, params: dict[str, Any] | None) -> Normalized:
+        """Async :meth:`call_tool`."""
+        self._check(mcp_id)
+        return await self.pool.call_tool(mcp_id, tool_name, params)
+
+    def _check(self, mcp_id: str) -> None:
+        if mcp_id not in self.mcp_ids:
+            raise UnknownServerError(mcp_id, self.mcp_ids, where="this backend's bound servers")
