@@ -6,19 +6,19 @@ Called on a Celery worker by agents.services.run_execute; nothing here is a view
 from __future__ import annotations
 
 import logging
-import re
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
 
+from agents.checks import llm_key_env_check, llm_url_check
 from agents.errors import AgentError
 from agents.models import Agent, Run
-from agents.services import llm_key_env_check, llm_url_check, privacy_get, run_finish
+from agents.privacy import redactor
 from agents.sink import DbStepSink
 from llamon_agent.tools import AgentRequest
 from rules import engine
@@ -94,27 +94,6 @@ def agent_spec(agent: Agent, rules: RulesRef):
     )
 
 
-def redactor(*, patterns: list[str] | None = None, presets: list[str] | None = None) -> Callable[[Any], Any]:
-    """The function applied to everything stored in steps (the privacy settings unless given)."""
-    from llamon_agent.guardrails import Mask, as_masks, mask_preset, redact
-    from llamon_agent.mcp.transports import STDERR_MARKER
-    from rules.mcp_selectors import STDERR_HIDDEN
-
-    if patterns is None or presets is None:
-        privacy = privacy_get()
-        patterns, presets = list(privacy.redaction_patterns), list(privacy.mask_presets)
-    masks = as_masks(patterns) + [mask_preset(name) for name in presets]  # compiled once per run
-    # Runs are shown to viewers: an MCP error's stdio stderr tail (last in the message) is not kept.
-    masks.append(Mask("mcp_stderr", re.escape(STDERR_MARKER) + r"[\s\S]*", replacement=STDERR_HIDDEN))
-    return lambda value: redact(value, masks)
-
-
-def redactor_active() -> bool:
-    """Whether the privacy settings mask anything at all."""
-    privacy = privacy_get()
-    return bool(privacy.redaction_patterns or privacy.mask_presets)
-
-
 class soft_limit_watch:  # noqa: N801 (a context manager used like a function)
     """Notes whether Celery's soft time limit fired during the block.
 
@@ -147,20 +126,35 @@ class soft_limit_watch:  # noqa: N801 (a context manager used like a function)
             signal.signal(signal.SIGUSR1, self._previous)
 
 
-def execute_claimed_run(*, run_id: int) -> None:
-    """Execute a run already claimed by this worker and record how it ended."""
+@dataclass(frozen=True)
+class RunEnd:
+    """How a run ended, for agents.services.run_finish to record (the runtime writes no outcome)."""
+
+    status: str
+    answer: str = ""
+    error: str = ""
+    error_kind: str = ""
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def fields(self) -> dict[str, Any]:
+        """The keyword arguments of run_finish."""
+        return {
+            "status": self.status,
+            "answer": self.answer,
+            "error": self.error,
+            "error_kind": self.error_kind,
+            **self.counts,
+        }
+
+
+def execute_claimed_run(*, run_id: int) -> RunEnd:
+    """Execute a run already claimed by this worker and say how it ended (the caller records it)."""
     from llamon_agent.react import run_agent
 
     run = Run.objects.select_related("agent", "agent__rule_set", "agent__pinned_version").get(pk=run_id)
     agent = run.agent
     if agent is None:
-        run_finish(
-            run_id=run_id,
-            status=Run.Status.FAILED,
-            error="The agent of this run was deleted.",
-            error_kind="config",
-        )
-        return
+        return RunEnd(Run.Status.FAILED, error="The agent of this run was deleted.", error_kind="config")
     try:
         if agent.model_provider == Agent.Provider.OPENAI:
             llm_url_check(agent.model_base_url)  # again at run time: what a name resolves to can change
@@ -170,13 +164,7 @@ def execute_claimed_run(*, run_id: int) -> None:
         rules = agent_rules(agent)
         spec = agent_spec(agent, rules)
     except (AgentError, ValueError) as exc:
-        run_finish(
-            run_id=run_id,
-            status=Run.Status.FAILED,
-            error=getattr(exc, "message", str(exc)),
-            error_kind="config",
-        )
-        return
+        return RunEnd(Run.Status.FAILED, error=getattr(exc, "message", str(exc)), error_kind="config")
     Run.objects.filter(pk=run_id).update(
         rule_set_name=rules.name, rule_set_ref=rules.ref, rule_set_hash=rules.content_hash
     )
@@ -207,17 +195,18 @@ def execute_claimed_run(*, run_id: int) -> None:
         # which recorded it as a failure of that stage: the run ran out of time.
         status, error_kind = Run.Status.TIMED_OUT, "timeout"
         error = f"{TIMED_OUT_MESSAGE.format(seconds=settings.LLAMON_RUN_SOFT_LIMIT_S)} ({error})"
-    run_finish(
-        run_id=run_id,
-        status=status,
+    return RunEnd(
+        status,
         answer=redact(result.answer or ""),
         error=error,
         error_kind=""
         if status == Run.Status.SUCCEEDED
         else ("guardrail" if result.status == "blocked" else error_kind),
-        llm_calls=result.llm_calls,
-        tool_calls=result.tool_calls,
-        prestep_calls=result.prestep.calls if result.prestep else 0,
+        counts={
+            "llm_calls": result.llm_calls,
+            "tool_calls": result.tool_calls,
+            "prestep_calls": result.prestep.calls if result.prestep else 0,
+        },
     )
 
 

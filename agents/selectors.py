@@ -10,6 +10,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from agents.models import Agent, Run, RunStep, WorkerHeartbeat
+from agents.privacy import redactor, redactor_active
 
 
 def worker_live_list(*, within_s: int) -> QuerySet[WorkerHeartbeat]:
@@ -64,7 +65,6 @@ def runs_for_display(runs: Iterable[Run], *, redact: Callable[[Any], Any] | None
     when a run is read for showing, with the settings in force then, so a pattern added today also
     hides yesterday's queries. The instances are marked and cannot be saved back (Run.save refuses).
     """
-    from agents.runtime import redactor
 
     redact = redact or redactor()
     shown = list(runs)
@@ -79,7 +79,6 @@ def runs_for_display(runs: Iterable[Run], *, redact: Callable[[Any], Any] | None
 
 def _search_unmasked(runs: QuerySet[Run], text: str) -> QuerySet[Run]:
     """Keep only runs whose query matches ``text`` once masked: a search must not find what is hidden."""
-    from agents.runtime import redactor, redactor_active
 
     if not redactor_active():
         return runs

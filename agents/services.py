@@ -18,6 +18,8 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from agents import dispatch
+from agents.checks import llm_key_env_check, llm_url_check
 from agents.errors import (
     NOT_DELIVERED,
     SERVED_LOST,
@@ -27,6 +29,7 @@ from agents.errors import (
     BrokerUnavailableError,
 )
 from agents.models import Agent, PrivacySettings, Run, RunStep, WorkerHeartbeat
+from agents.privacy import privacy_get, redactor
 from llamon_agent.expr import MAX_DATA_BYTES, MAX_QUERY_CHARS
 from llamon_agent.tools import AgentRequest
 from llamon_web.roles import has_role
@@ -113,10 +116,8 @@ def run_publish(*, run_id: int) -> None:
     """
     from kombu.exceptions import OperationalError
 
-    from agents.tasks import run_execute_task
-
     try:
-        run_execute_task.delay(run_id)
+        dispatch.run_enqueue(run_id)
     except (OperationalError, OSError) as exc:
         logger.warning("run %s: the broker refused its task message: %s", run_id, exc)
         deleted, _ = Run.objects.filter(pk=run_id, status=Run.Status.QUEUED).delete()
@@ -211,10 +212,13 @@ def run_execute(*, run_id: int) -> None:
     if not run_claim(run_id=run_id):
         logger.info("run %s is not queued any more (redelivered or cancelled): nothing to do", run_id)
         return
-    from agents.runtime import execute_claimed_run
+    from agents.runtime import (
+        execute_claimed_run,  # lazily: it loads the engine, which the web process rarely needs
+    )
 
     with run_heartbeat(run_id=run_id, period_s=settings.LLAMON_RUN_HEARTBEAT_S):
-        execute_claimed_run(run_id=run_id)
+        end = execute_claimed_run(run_id=run_id)
+    run_finish(run_id=run_id, **end.fields())
 
 
 def runs_reap(*, stale_after_s: int | None = None, served_stale_after_s: int | None = None) -> int:
@@ -285,9 +289,7 @@ def runs_redeliver(*, sent_before: datetime | None = None) -> dict[str, int]:
                 counts["failed"] += 1
                 logger.warning("run %s failed: %s", run_id, error)
         elif mine.update(delivery_attempts=attempts + 1, queued_at=timezone.now()):
-            from agents.tasks import run_execute_task
-
-            run_execute_task.delay(run_id)
+            dispatch.run_enqueue(run_id)
             counts["resent"] += 1
             logger.warning("run %s: its task message was lost; sent again (attempt %s)", run_id, attempts + 2)
     return counts
@@ -318,31 +320,7 @@ def runs_delete_expired(*, now: datetime | None = None) -> int:
 # --- Privacy ------------------------------------------------------------------------------------
 
 
-def privacy_get() -> PrivacySettings:
-    """The one privacy settings row (created with defaults on first use)."""
-    return PrivacySettings.objects.get_or_create(pk=1)[0]
-
-
 # --- Agents -------------------------------------------------------------------------------------
-
-
-def llm_url_check(url: str) -> None:
-    """An LLM endpoint gets the MCP URL policy: the worker would otherwise fetch any address an editor types."""
-    from rules.urlguard import UnsafeUrlError, check_mcp_url_configured
-
-    try:
-        check_mcp_url_configured(url)
-    except UnsafeUrlError as exc:
-        raise AgentError(f"The model's base URL is refused: {exc}", field="model_base_url") from None
-
-
-def llm_key_env_check(name: str) -> None:
-    """An agent's key variable must be one the operator allows: its value is sent to the model endpoint."""
-    from llamon_web.env_policy import llm_key_policy
-
-    reason = llm_key_policy().refusal(name)
-    if reason is not None:
-        raise AgentError(f"The API key variable is refused: {reason}.", field="model_api_key_env")
 
 
 AGENT_FIELDS = (
@@ -448,7 +426,6 @@ def run_save_as_case(*, actor: Any, run: Run, name: str) -> Any:
         "must_not_fire": [],
         "error": run.error if prestep_failed else None,
     }
-    from agents.runtime import redactor
 
     redact = redactor()  # a case leaves the run (exports, other rule sets): it keeps the masked input
     case_input = {
@@ -471,14 +448,12 @@ def run_save_as_case(*, actor: Any, run: Run, name: str) -> Any:
 
 def privacy_preview(*, patterns: list[str], presets: list[str], text: str) -> str:
     """What a sample text would look like once stored, under the given settings."""
-    from agents.runtime import redactor
 
     return redactor(patterns=patterns, presets=presets)(text)
 
 
 def privacy_preview_run(*, patterns: list[str], presets: list[str]) -> dict[str, Any] | None:
     """The newest run's own input as pages, the API and exports would show it under these settings."""
-    from agents.runtime import redactor
     from agents.selectors import RUN_INPUT_FIELDS
 
     run = Run.objects.order_by("-created_at", "-id").first()
@@ -537,7 +512,6 @@ def run_ingest(
     completes the step its start event created in an earlier batch. ``finish`` is
     ``{status, answer, error, error_kind}``; a finished run takes no more events.
     """
-    from agents.runtime import redactor
     from agents.sink import DbStepSink
 
     created = run is None

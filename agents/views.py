@@ -15,6 +15,7 @@ from agents.errors import AgentError, BrokerUnavailableError
 from agents.forms import AgentForm, PrivacyForm, RunFilterForm, RunStartForm
 from agents.graph_svg import flow_graph
 from agents.models import Agent, Run
+from agents.privacy import privacy_get
 from llamon_web.http import HtmxHttpRequest
 from llamon_web.roles import has_role, require_role
 
@@ -189,7 +190,7 @@ def run_save_case(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 @require_role("admin")
 def privacy(request: HtmxHttpRequest) -> HttpResponse:
     """Redaction of stored traces (with a preview) and the retention period."""
-    current = services.privacy_get()
+    current = privacy_get()
     form = PrivacyForm(request.POST or None, instance=current)
     preview = preview_run = None
     if request.method == "POST" and form.is_valid():

@@ -109,7 +109,7 @@ def test_hostile_values_never_give_a_5xx_and_a_refusal_changes_nothing(
     make_user,
     sample_kwargs,  # noqa: F811  (the imported fixture)
 ) -> None:
-    from agents.services import privacy_get
+    from agents.privacy import privacy_get
 
     privacy_get()  # the singleton is made with its defaults on first read, by any request
     client.force_login(make_user(role))

@@ -87,7 +87,7 @@ def test_a_run_over_the_size_limit_is_refused_before_anything_is_enqueued(
 def test_a_run_from_a_pasted_a2a_message(
     editor_client, django_capture_on_commit_callbacks, monkeypatch
 ) -> None:
-    monkeypatch.setattr("agents.tasks.run_execute_task.delay", lambda run_id: None)
+    monkeypatch.setattr("agents.dispatch.run_enqueue", lambda run_id: None)
     agent = Agent.objects.create(name="helper", system_prompt="p")
     message = {"kind": "message", "role": "user", "messageId": "m", "contextId": "ctx-9",
                "metadata": {"userId": "C-1004"}, "parts": [{"kind": "text", "text": "주문 조회"}, {"kind": "data", "data": {"chatbotId": "premium-support"}}]}  # fmt: skip

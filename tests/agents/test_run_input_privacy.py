@@ -14,7 +14,7 @@ from django.urls import reverse
 
 from agents import services
 from agents.models import Agent, Run
-from agents.services import privacy_get
+from agents.privacy import privacy_get
 from rules.models import TestCase as RuleCase
 from tests.rules.conftest import build_rule_set
 

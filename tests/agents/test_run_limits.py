@@ -14,7 +14,6 @@ from django.utils import timezone
 from agents import services
 from agents.models import Agent, Run, RunStep
 from agents.sink import DbStepSink
-from agents.tasks import run_execute_task
 from llamon_agent.tools import AgentRequest
 from llamon_agent.trace import start_span
 from rules import services as rule_services
@@ -96,9 +95,7 @@ def test_a_run_past_its_soft_limit_on_a_worker_ends_timed_out(
         when='"hello" in query', params='{"seconds": 50}',
     )  # fmt: skip
     agent = Agent.objects.create(name="slow", system_prompt="p", rule_set=rule_set, rule_set_mode="draft")
-    # The message carries the limits of the process that sends it; the worker checks its own setting.
-    monkeypatch.setattr(run_execute_task, "soft_time_limit", 8)
-    monkeypatch.setattr(run_execute_task, "time_limit", 20)
+    # The message carries no limits (agents.dispatch): the worker applies its own settings.
     limits = {"LLAMON_TEST_RUN_SOFT_LIMIT_S": "8", "LLAMON_TEST_RUN_HARD_LIMIT_S": "20"}
     with celery_worker(redis_publisher, env=limits) as (_, output):
         run = services.run_create(actor=None, agent=agent, request=AgentRequest(query="hello"))

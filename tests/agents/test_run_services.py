@@ -49,7 +49,7 @@ def test_run_create_enqueues_after_commit_and_records_the_ids(
     agent, django_capture_on_commit_callbacks, monkeypatch
 ) -> None:
     sent = []
-    monkeypatch.setattr("agents.tasks.run_execute_task.delay", lambda run_id: sent.append(run_id))
+    monkeypatch.setattr("agents.dispatch.run_enqueue", lambda run_id: sent.append(run_id))
     request = AgentRequest(
         query="주문 조회",
         context={"userId": "C-1001", "sessionId": "s-1"},
@@ -149,7 +149,7 @@ def test_the_sink_commits_a_step_on_start_and_completes_it_on_end(agent) -> None
 
 
 def test_the_sink_redacts_what_it_stores(agent) -> None:
-    from agents.runtime import redactor
+    from agents.privacy import redactor
 
     run = Run.objects.create(agent=agent, query="q")
     sink = DbStepSink(run, redact=redactor(patterns=[r"C-\d{4}"], presets=["card_number"]))
@@ -291,7 +291,7 @@ def test_every_ingested_batch_is_a_sign_of_life() -> None:
 
 
 def test_stored_run_data_keeps_no_mcp_stderr_tail() -> None:
-    from agents.runtime import redactor
+    from agents.privacy import redactor
     from llamon_agent.mcp.transports import STDERR_MARKER
 
     redact = redactor(patterns=[], presets=[])

@@ -15,7 +15,7 @@ import pytest
 from django.urls import reverse
 
 from agents.models import Agent, Run
-from agents.runtime import execute_claimed_run
+from agents.services import run_execute
 from rules.models import McpServer
 from tests.engine.test_models import FakeOpenAI
 from tests.rules.test_mcp_servers import _confirmed, _form
@@ -137,7 +137,7 @@ def test_the_refusal_is_the_same_whether_the_variable_is_set_or_not(caller, monk
 
 
 def _queued_run(agent: Agent) -> Run:
-    return Run.objects.create(agent=agent, agent_name=agent.name, query="hello", status=Run.Status.RUNNING)
+    return Run.objects.create(agent=agent, agent_name=agent.name, query="hello", status=Run.Status.QUEUED)
 
 
 def test_a_run_of_an_agent_saved_with_a_forbidden_variable_fails_and_sends_nothing(monkeypatch) -> None:
@@ -149,7 +149,7 @@ def test_a_run_of_an_agent_saved_with_a_forbidden_variable_fails_and_sends_nothi
             model_base_url=listener.base_url, model_api_key_env="SECRET_KEY",
         )  # fmt: skip
         run = _queued_run(agent)
-        execute_claimed_run(run_id=run.pk)
+        run_execute(run_id=run.pk)
         run.refresh_from_db()
         assert run.status == Run.Status.FAILED and run.error_kind == "config"
         assert "API key variable is refused" in run.error and "SECRET_KEY" in run.error
@@ -166,7 +166,7 @@ def test_a_run_with_an_allowed_variable_sends_its_value_to_the_endpoint(monkeypa
             model_base_url=listener.base_url, model_api_key_env="LLAMON_LLM_KEY_TEST",
         )  # fmt: skip
         run = _queued_run(agent)
-        execute_claimed_run(run_id=run.pk)
+        run_execute(run_id=run.pk)
         run.refresh_from_db()
         assert run.status == Run.Status.SUCCEEDED, run.error
         assert listener.headers[0]["authorization"] == "Bearer sk-allowed-42"
