@@ -33,7 +33,8 @@ from llamon_agent.prestep import DEFAULT_PRESTEP_INSTRUCTION
 from llamon_agent.tools import AgentRequest
 from llamon_agent.trace import TraceEvent
 from llamon_web.api_auth import DbId, FormInvalid, error_responses, get_or_404, roles
-from rules.models import McpServer, RuleSetVersion
+from rules.models import RuleSetVersion
+from servers.models import McpServer
 
 router = Router()
 VIEWER, EDITOR = roles("viewer"), roles("editor")

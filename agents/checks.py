@@ -7,7 +7,7 @@ from agents.errors import AgentError
 
 def llm_url_check(url: str) -> None:
     """An LLM endpoint gets the MCP URL policy: the worker would otherwise fetch any address an editor types."""
-    from rules.urlguard import UnsafeUrlError, check_mcp_url_configured
+    from servers.urlguard import UnsafeUrlError, check_mcp_url_configured
 
     try:
         check_mcp_url_configured(url)

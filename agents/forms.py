@@ -13,7 +13,8 @@ from llamon_agent import strictjson
 from llamon_agent.prestep import DEFAULT_PRESTEP_INSTRUCTION
 from llamon_web.userinput import FilterDateTimeField
 from rules.forms import TesterForm
-from rules.models import McpServer, RuleSetVersion
+from rules.models import RuleSetVersion
+from servers.models import McpServer
 
 MASK_CHOICES = [
     ("card_number", "card numbers (Luhn-checked)"),

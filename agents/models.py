@@ -8,7 +8,8 @@ from django.conf import settings
 from django.db import models
 
 from llamon_web.fields import OrderedJSONField
-from rules.models import McpServer, RuleSet, RuleSetVersion
+from rules.models import RuleSet, RuleSetVersion
+from servers.models import McpServer
 
 
 class WorkerHeartbeat(models.Model):

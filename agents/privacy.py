@@ -22,7 +22,7 @@ def redactor(*, patterns: list[str] | None = None, presets: list[str] | None = N
     """The function applied to everything stored in steps (the privacy settings unless given)."""
     from llamon_agent.guardrails import Mask, as_masks, mask_preset, redact
     from llamon_agent.mcp.transports import STDERR_MARKER
-    from rules.mcp_selectors import STDERR_HIDDEN
+    from servers.selectors import STDERR_HIDDEN
 
     if patterns is None or presets is None:
         privacy = privacy_get()

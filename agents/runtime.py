@@ -22,7 +22,7 @@ from agents.privacy import redactor
 from agents.sink import DbStepSink
 from llamon_agent.tools import AgentRequest
 from rules import engine
-from rules.urlguard import configured_policy
+from servers.urlguard import configured_policy
 
 logger = logging.getLogger(__name__)
 TIMED_OUT_MESSAGE = "The run took longer than {seconds} s and was stopped."
@@ -270,7 +270,7 @@ def warm_pool(budget_s: float = WARM_UP_BUDGET_S) -> list[str]:
     """
     from django.db import connection
 
-    from rules.pool import pool_for_server
+    from servers.pool import pool_for_server
 
     deadline = time.monotonic() + budget_s
     warm: list[str] = []

@@ -32,8 +32,8 @@ from agents.models import Agent, PrivacySettings, Run, RunStep, WorkerHeartbeat
 from agents.privacy import privacy_get, redactor
 from llamon_agent.expr import MAX_DATA_BYTES, MAX_QUERY_CHARS
 from llamon_agent.tools import AgentRequest
+from llamon_web.audit import audit_record
 from llamon_web.roles import has_role
-from rules.services import audit_record
 
 logger = logging.getLogger(__name__)
 

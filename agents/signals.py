@@ -21,7 +21,7 @@ def _on_worker_process_init(**_: object) -> None:
     for conn in connections.all(initialized_only=True):
         conn.close()
     # The MCP pool (its loop thread and sessions) is made here, after the fork, never before.
-    from rules.pool import web_pool
+    from servers.pool import web_pool
 
     web_pool()
     # Sessions to the agents' servers open now, in the background, not in the first run.
@@ -33,7 +33,7 @@ def _on_worker_process_init(**_: object) -> None:
 @worker_process_shutdown.connect
 def _on_worker_process_shutdown(**_: object) -> None:
     try:
-        from rules.pool import web_pool_close
+        from servers.pool import web_pool_close
 
         web_pool_close()  # stops stdio MCP children too
     except Exception:  # pragma: no cover - shutdown must never raise

@@ -45,7 +45,7 @@ def percentile(values: list[float], q: float) -> float:
 def setup(n_rules: int):
     from llamon_web.services import admin_ensure
     from rules import services
-    from rules.models import McpServer
+    from servers.models import McpServer
 
     call_command("migrate", verbosity=0)
     user, _ = admin_ensure(password="bench-password-123")

@@ -23,10 +23,12 @@ from agents.api import router as agents_router
 from agents.errors import AgentConflictError, AgentError, BrokerUnavailableError
 from llamon_web import token_services
 from llamon_web.api_auth import DbId, FormInvalid, error_responses, get_or_404, roles
+from llamon_web.errors import DomainError
 from llamon_web.models import ApiToken
 from llamon_web.userinput import StrictParser, UserInputError
 from rules.api import router as rules_router
-from rules.errors import RuleError, StaleEditError
+from rules.errors import StaleEditError
+from servers.api import router as servers_router
 
 api = NinjaAPI(
     title="llamon-web API",
@@ -71,8 +73,8 @@ def _invalid_form(request: HttpRequest, exc: FormInvalid) -> HttpResponse:
     return api.create_response(request, exc.body(), status=422)
 
 
-@api.exception_handler(RuleError)
-def _rule_error(request: HttpRequest, exc: RuleError) -> HttpResponse:
+@api.exception_handler(DomainError)
+def _domain_error(request: HttpRequest, exc: DomainError) -> HttpResponse:
     return _error(request, 409 if isinstance(exc, StaleEditError) else 422, exc.message, field=exc.field)
 
 
@@ -211,5 +213,6 @@ def revoke_token(request: HttpRequest, token_id: DbId) -> Any:
 
 
 api.add_router("", tokens)
+api.add_router("", servers_router)
 api.add_router("", rules_router)
 api.add_router("", agents_router)

@@ -7,8 +7,8 @@ import secrets
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
+from llamon_web.audit import audit_record
 from llamon_web.roles import role_set
-from rules.services import audit_record
 
 
 @transaction.atomic

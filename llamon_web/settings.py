@@ -63,6 +63,7 @@ INSTALLED_APPS = [
     "axes",  # login throttling
     "ninja",  # serves the API docs' Swagger UI from the package (no CDN)
     "llamon_web",
+    "servers",
     "rules",
     "agents",
 ]
@@ -251,7 +252,7 @@ LLAMON_MCP_ENV_NAMES = env_names("LLAMON_MCP_ENV_NAMES", ["LLAMON_MCP_*"])
 # --- MCP: which stdio executables may be spawned (None = any; tests restrict it).
 LLAMON_STDIO_ALLOWED_DIRS: list[Path] | None = None
 # --- MCP: the resolver the URL guard uses, a dotted path (None = the system's getaddrinfo).
-# Tests name a fake one so that no test ever sends a DNS query (rules.urlguard.configured_resolver).
+# Tests name a fake one so that no test ever sends a DNS query (servers.urlguard.configured_resolver).
 LLAMON_URL_RESOLVER: str | None = None
 # --- MCP: how many tools, and how many bytes of them (names, descriptions, schemas), a server may list.
 # A refresh past either is refused with the reason, and the tools stored before are kept.

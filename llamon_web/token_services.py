@@ -21,10 +21,10 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
+from llamon_web.audit import audit_record
+from llamon_web.errors import DomainError
 from llamon_web.models import ApiToken
 from llamon_web.roles import ROLES, has_role, user_roles
-from rules.errors import RuleError
-from rules.services import audit_record
 
 TOKEN_RE = re.compile(r"^llamon_([0-9a-f]{8})_([A-Za-z0-9_-]{43})$")
 MAX_NAME_CHARS = 100
@@ -34,7 +34,7 @@ MAX_ACTIVE_TOKENS = 50
 LAST_USED_GRANULARITY = timedelta(seconds=60)
 
 
-class TokenError(RuleError):
+class TokenError(DomainError):
     """A token write was refused; the message says why."""
 
 

@@ -10,9 +10,9 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
 from llamon_web import token_services
+from llamon_web.errors import DomainError
 from llamon_web.models import ApiToken
 from llamon_web.roles import has_role, require_role
-from rules.errors import RuleError
 
 
 class TokenForm(forms.Form):
@@ -46,7 +46,7 @@ def token_create(request: HttpRequest) -> HttpResponse:
     if form.is_valid():
         try:
             created = token_services.token_create(actor=request.user, **form.cleaned_data)
-        except RuleError as exc:
+        except DomainError as exc:
             form.add_error("name" if exc.field == "name" else None, exc.message)
     tokens = token_services.token_list(user=request.user)
     context = {

@@ -17,7 +17,7 @@ urlpatterns = [
         name="login",
     ),
     path("accounts/logout/", require_role("public")(auth_views.LogoutView.as_view()), name="logout"),
-    path("mcp/", include("rules.urls_servers")),
+    path("mcp/", include("servers.urls")),
     path("rules/", include("rules.urls")),
     path("agents/", include("agents.urls")),
     path("tokens/", token_views.token_list, name="tokens"),

@@ -11,7 +11,8 @@ from django.views.decorators.http import require_GET
 from agents.selectors import agent_list, run_list, runs_for_display, worker_live_list
 from llamon_web.health import check_broker, check_database
 from llamon_web.roles import require_role
-from rules.selectors import mcp_server_list, rule_set_list
+from rules.selectors import rule_set_list
+from servers.selectors import mcp_server_list
 
 
 @require_GET

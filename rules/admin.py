@@ -1,6 +1,7 @@
 from django.contrib import admin
 
-from rules.models import AuditEvent, McpServer
+from llamon_web.models import AuditEvent
+from servers.models import McpServer
 
 
 @admin.register(McpServer)

@@ -3,4 +3,4 @@ from django.apps import AppConfig
 
 class RulesConfig(AppConfig):
     name = "rules"
-    verbose_name = "Rules and MCP servers"
+    verbose_name = "Rule sets"

@@ -27,6 +27,7 @@ from django.utils import timezone
 from llamon_agent.expr import ExprError, request_size_error
 from llamon_agent.prestep import RuleStatus
 from llamon_agent.tools import AgentRequest
+from llamon_web.audit import audit_record
 from rules.engine import (
     compile_snapshot,
     evaluate,
@@ -35,8 +36,8 @@ from rules.engine import (
     snapshot_mcp_ids,
 )
 from rules.errors import RuleError, json_type_name
-from rules.models import McpServer, RuleSet, TestCase
-from rules.services import audit_record
+from rules.models import RuleSet, TestCase
+from servers.models import McpServer
 
 MAX_CASE_NAME_CHARS = 200
 MAX_EXPECTATIONS = 100  # per list; a case checks a handful of calls, not a rule set's worth

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llamon_agent.prestep import MCP_NOT_LOADED
-from rules.models import McpServer
+from servers.models import McpServer
 
 
 @dataclass(frozen=True)

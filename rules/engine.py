@@ -5,14 +5,11 @@ Nothing here writes to the database; services and selectors call these functions
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
-
-import jsonschema
 
 from llamon_agent.expr import expression_rule
 from llamon_agent.prestep import (
@@ -24,19 +21,13 @@ from llamon_agent.prestep import (
     run_prestep,
 )
 from llamon_agent.tools import AgentRequest, ToolInfo
-from rules.models import McpServer, RuleSet
+from llamon_web.content_hash import canonical_json, sha256  # noqa: F401 (part of engine's surface)
+from rules.models import RuleSet
+from servers.models import McpServer
+from servers.toolschema import schema_errors
 
 SNAPSHOT_FIELDS = ("name", "description", "mcp_id", "tool_name", "when", "params", "stop", "enabled")
 DRY_RUN_RESULT = "(dry run: not called)"
-
-
-def canonical_json(value: Any) -> str:
-    """JSON with sorted keys and no whitespace: the input of every content hash."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-def sha256(value: Any) -> str:
-    return hashlib.sha256(canonical_json(value).encode()).hexdigest()
 
 
 def rule_set_snapshot(rule_set: RuleSet) -> list[dict[str, Any]]:
@@ -56,11 +47,6 @@ def tool_schema_hash(servers: Iterable[McpServer]) -> str:
     return sha256(
         {s.mcp_id: sorted((t["name"], t.get("input_schema", {})) for t in s.tools) for s in servers}
     )
-
-
-def tools_hash(tools: Sequence[Mapping[str, Any]]) -> str:
-    """A hash of one server's tool list."""
-    return sha256(sorted((t["name"], t.get("description", ""), t.get("input_schema", {})) for t in tools))
 
 
 def compile_snapshot(snapshot: Sequence[Mapping[str, Any]], *, use_index: bool = True):
@@ -160,27 +146,10 @@ def params_schema_errors(server: McpServer | None, tool_name: str | None, params
     return schema_errors((tool or {}).get("input_schema") or {}, params)
 
 
-def schema_errors(schema: Mapping[str, Any], value: Any, *, limit: int = 20) -> list[str]:
-    """Why ``value`` does not fit a JSON schema, as short readable lines; empty when it fits (or no schema)."""
-    if not schema:
-        return []
-    validator_cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    try:
-        validator_cls.check_schema(schema)
-    except jsonschema.SchemaError as exc:
-        return [f"the tool's input schema is itself invalid: {exc.message}"]
-    found = sorted(validator_cls(schema).iter_errors(value), key=lambda e: list(map(str, e.absolute_path)))
-    lines = []
-    for error in found[:limit]:
-        where = "/".join(str(p) for p in error.absolute_path)
-        lines.append(f"{where}: {error.message}" if where else error.message)
-    return lines
-
-
 def live_backend(servers: Mapping[str, McpServer]) -> Any:
     """A backend that really calls the tools, over the process's pooled sessions (enabled servers only)."""
     from llamon_agent.mcp import PoolToolBackend
-    from rules.pool import pool_for_server, web_pool
+    from servers.pool import pool_for_server, web_pool
 
     bound = [mcp_id for mcp_id, server in servers.items() if server.enabled]
     for mcp_id in bound:

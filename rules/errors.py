@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
+from llamon_web.errors import DomainError
 
-class RuleError(Exception):
+
+class RuleError(DomainError):
     """A write to rules was refused; ``field`` names the form field at fault when there is one."""
-
-    def __init__(self, message: str, *, field: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.field = field
 
 
 class StaleEditError(RuleError):

@@ -28,11 +28,12 @@ from django.utils import timezone
 from llamon_agent import strictjson
 from llamon_agent.expr import ExprError, check_rule_name, expression_rule
 from llamon_agent.mcp.spec import MCP_ID_RE
+from llamon_web.audit import audit_record
 from rules.cases import case_create, case_expected_clean, case_input_clean, case_update
 from rules.engine import SNAPSHOT_FIELDS, rule_set_snapshot, sha256
 from rules.errors import STALE_MESSAGE, RuleError, StaleEditError, json_type_name
 from rules.models import RuleSet, RuleSetVersion
-from rules.services import audit_record, rule_create, rule_set_create
+from rules.services import rule_create, rule_set_create
 
 FORMAT = "llamon-ruleset/1"
 MAX_IMPORT_BYTES = 2 * 1024 * 1024

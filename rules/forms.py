@@ -72,7 +72,7 @@ class RuleForm(forms.Form):
         mcp_id, tool_name = cleaned.get("mcp_id"), cleaned.get("tool_name")
         if not mcp_id:
             return cleaned
-        from rules.models import McpServer
+        from servers.models import McpServer
 
         server = McpServer.objects.filter(mcp_id=mcp_id).first()
         if server is None:

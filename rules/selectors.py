@@ -6,28 +6,8 @@ from typing import Any
 
 from django.db.models import Count, Max, QuerySet
 
-from llamon_agent.mcp.spec import McpServerSpec
-from rules.models import AuditEvent, McpServer, Rule, RuleSet, RuleSetVersion
-
-
-def mcp_server_list() -> QuerySet[McpServer]:
-    """Every registered server, by mcp_id."""
-    return McpServer.objects.order_by("mcp_id")
-
-
-def mcp_server_spec(*, server: McpServer) -> McpServerSpec:
-    """The engine's view of a server (what the registry endpoint serves)."""
-    return McpServerSpec(
-        mcp_id=server.mcp_id,
-        transport=server.transport,
-        command=server.command or None,
-        args=list(server.args),
-        env=list(server.env_names),
-        url=server.url or None,
-        headers=list(server.header_names),
-        timeout_s=server.timeout_s,
-    )
-
+from llamon_web.models import AuditEvent
+from rules.models import Rule, RuleSet, RuleSetVersion
 
 # --- Rule sets ---------------------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ from rules.checks import rule_set_problems
 from rules.errors import RuleError, StaleEditError
 from rules.forms import AuditFilterForm, PublishForm, RuleForm, RuleSetForm, TesterForm
 from rules.models import Rule, RuleSet, RuleSetVersion, TestCase
+from servers import selectors as server_selectors
 
 # --- Rule sets ----------------------------------------------------------------------------------
 
@@ -65,7 +66,7 @@ def _editor_context(
 ) -> dict:
     rules = list(selectors.rule_list(rule_set=rule_set))
     snapshot = engine.rule_set_snapshot(rule_set)
-    servers = {s.mcp_id: s for s in selectors.mcp_server_list()}
+    servers = {s.mcp_id: s for s in server_selectors.mcp_server_list()}
     problems = rule_set_problems(snapshot, servers)
     for rule in rules:
         rule.problems = problems.get(rule.name, [])
@@ -257,7 +258,7 @@ def rule_validate(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 def tool_info(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     """The chosen tool's description, input schema and a params skeleton of its required fields."""
     get_object_or_404(RuleSet, pk=pk)
-    server = selectors.mcp_server_list().filter(mcp_id=request.GET.get("rule-mcp_id", "")).first()
+    server = server_selectors.mcp_server_list().filter(mcp_id=request.GET.get("rule-mcp_id", "")).first()
     tool_name = request.GET.get("rule-tool_name", "")
     tool = next((t for t in (server.tools if server else []) if t["name"] == tool_name), None)
     return render(

@@ -90,7 +90,7 @@ IGNORED_PREFIXES = ("admin:", "api:")
 def sample_kwargs(make_user) -> dict[str, dict[str, object]]:
     """URL kwargs of real objects for the patterns that need them."""
     from rules import services
-    from rules.models import McpServer
+    from servers.models import McpServer
 
     server = McpServer.objects.create(mcp_id="matrix", transport="http", url="http://127.0.0.1:9/mcp")
     author = make_user("editor")

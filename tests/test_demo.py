@@ -4,8 +4,10 @@ import pytest
 from django.core.management import call_command
 
 from agents.models import Agent, Run
+from llamon_web.models import AuditEvent
 from rules.cases import suite_run
-from rules.models import AuditEvent, McpServer, RuleSet
+from rules.models import RuleSet
+from servers.models import McpServer
 
 pytestmark = pytest.mark.django_db
 

@@ -94,7 +94,7 @@ def test_a_tester_form_with_nan_says_so(editor_client) -> None:
 def test_json_keeps_its_key_order_through_the_database(make_user) -> None:
     """jsonb (PostgreSQL) sorts keys by length; the call form must list arguments as declared."""
     from agents.models import Agent, Run
-    from rules.models import McpServer
+    from servers.models import McpServer
 
     schema = {"type": "object", "properties": {"zeta_long_name": {}, "b": {}, "alpha": {}}}
     tools = [{"name": "t", "inputSchema": schema}]

@@ -51,7 +51,7 @@ def test_logout_ends_the_session(viewer_client) -> None:
 
 
 def test_server_list_escapes_untrusted_text(viewer_client) -> None:
-    from rules.models import McpServer
+    from servers.models import McpServer
 
     McpServer.objects.create(
         mcp_id="evil", transport="http", url="http://127.0.0.1:1/<script>alert(1)</script>"
@@ -64,7 +64,7 @@ def test_server_list_escapes_untrusted_text(viewer_client) -> None:
 def test_htmx_responses_carry_pending_messages_out_of_band(editor_client) -> None:
     """A refused htmx action shows its message although only one region is swapped (and only once)."""
     from rules import services
-    from rules.models import McpServer
+    from servers.models import McpServer
 
     McpServer.objects.create(mcp_id="s", transport="http", url="http://127.0.0.1:9/mcp")
     rule_set = services.rule_set_create(actor=None, name="m")

@@ -26,6 +26,6 @@ def compact_json(value: Any) -> str:
 @register.filter
 def mcp_error(text: str, roles: Any) -> str:
     """An MCP error for the viewer of the page: the stdio stderr tail only when ``roles`` holds admin."""
-    from rules.mcp_selectors import mcp_error_for
+    from servers.selectors import mcp_error_for
 
     return mcp_error_for(text=text or "", admin="admin" in (roles or ()))

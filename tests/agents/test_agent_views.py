@@ -9,7 +9,7 @@ from django.urls import reverse
 
 from agents.models import Agent, PrivacySettings, Run
 from llamon_agent.expr import MAX_QUERY_CHARS
-from rules.models import AuditEvent
+from llamon_web.models import AuditEvent
 
 pytestmark = pytest.mark.django_db
 

@@ -33,7 +33,7 @@ from agents.errors import BrokerUnavailableError
 from agents.models import Agent, Run, RunStep
 from llamon_agent.tools import AgentRequest
 from rules import services as rule_services
-from rules.models import McpServer
+from servers.models import McpServer
 from tests.agents.conftest import publishing_to
 from tests.conftest import ROOT, OutputCollector, free_port, require_executable, wait_for_port, worker_env
 

@@ -11,7 +11,7 @@ from agents import services
 from agents.models import Agent, Run
 from llamon_agent.tools import AgentRequest
 from rules import services as rule_services
-from rules.models import McpServer
+from servers.models import McpServer
 from tests.agents.test_runs_on_workers import wait_for_run
 from tests.conftest import ROOT, celery_worker
 

@@ -17,7 +17,7 @@ from agents.tasks import run_execute_task
 from llamon_agent.tools import AgentRequest
 from llamon_web.celery import app
 from rules import services as rule_services
-from rules.models import McpServer
+from servers.models import McpServer
 from tests.conftest import ROOT, celery_worker, free_port
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]

@@ -109,7 +109,7 @@ def viewer_api(caller) -> Caller:
 @pytest.fixture
 def api_servers(db) -> dict[str, Any]:
     """The three demo servers with discovered tools, on a loopback port nothing listens on."""
-    from rules.models import McpServer
+    from servers.models import McpServer
 
     now = timezone.now()
     return {

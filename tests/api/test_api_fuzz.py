@@ -24,7 +24,7 @@ from django.db import close_old_connections
 from hypothesis import HealthCheck, settings
 from schemathesis.specs.openapi.checks import negative_data_rejection, positive_data_acceptance
 
-from rules import pool as rules_pool
+from servers import pool as rules_pool
 
 FUZZ_EXAMPLES = int(os.environ.get("LLAMON_FUZZ_EXAMPLES", "100"))
 # The issue's bar is "no 5xx, every response matches the schema". Two of schemathesis' checks ask

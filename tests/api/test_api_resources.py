@@ -12,9 +12,10 @@ import pytest
 from agents.models import PrivacySettings, Run, RunStep
 from llamon_agent.mcp.registry import HttpRegistry
 from llamon_agent.trace import TraceEvent
+from llamon_web.models import AuditEvent
 from rules import engine
 from rules import forms as rule_forms
-from rules.models import AuditEvent, RuleSet
+from rules.models import RuleSet
 from tests.rules.conftest import SEED_RULES
 
 pytestmark = pytest.mark.django_db
@@ -378,7 +379,7 @@ def test_audit_list_filters(viewer_api, sample) -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_the_http_registry_client_reads_the_registry_endpoint(live_server, caller, api_servers) -> None:
-    from rules.models import McpServer
+    from servers.models import McpServer
 
     McpServer.objects.filter(mcp_id="customer-crm").update(enabled=False)
     token = caller("token:viewer").token

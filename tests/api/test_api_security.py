@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from rules import pool as rules_pool
-from rules.models import McpServer
+from servers import pool as rules_pool
+from servers.models import McpServer
 from tests.rules.test_urlguard import FAKE_DNS, http_stub  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.django_db

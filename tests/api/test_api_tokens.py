@@ -5,10 +5,9 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from llamon_web.models import ApiToken
+from llamon_web.models import ApiToken, AuditEvent
 from llamon_web.roles import role_set
 from llamon_web.token_services import token_authenticate, token_create, token_revoke
-from rules.models import AuditEvent
 
 pytestmark = pytest.mark.django_db
 

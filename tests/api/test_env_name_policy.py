@@ -16,7 +16,7 @@ from django.urls import reverse
 
 from agents.models import Agent, Run
 from agents.services import run_execute
-from rules.models import McpServer
+from servers.models import McpServer
 from tests.engine.test_models import FakeOpenAI
 from tests.rules.test_mcp_servers import _confirmed, _form
 

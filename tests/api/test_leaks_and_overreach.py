@@ -14,7 +14,7 @@ from django.urls import reverse
 
 from agents.models import Run
 from llamon_web.token_services import token_create
-from rules.models import McpServer
+from servers.models import McpServer
 from tests.servers.leaky_stderr import FAKE_TOKEN
 
 pytestmark = pytest.mark.django_db

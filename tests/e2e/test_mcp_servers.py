@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from rules import pool as rules_pool
-from rules.models import McpServer
+from servers import pool as rules_pool
+from servers.models import McpServer
 from tests.e2e.conftest import screenshot
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]

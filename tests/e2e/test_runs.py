@@ -8,8 +8,8 @@ import pytest
 from django.core.management import call_command
 
 from agents.models import Run
-from rules import pool as rules_pool
 from rules.models import TestCase
+from servers import pool as rules_pool
 from tests.conftest import celery_worker
 from tests.e2e.conftest import screenshot
 

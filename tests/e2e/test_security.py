@@ -8,8 +8,8 @@ import pytest
 from django.core.management import call_command
 
 from agents.models import Agent, Run
-from rules import pool as rules_pool
-from rules.models import McpServer
+from servers import pool as rules_pool
+from servers.models import McpServer
 from tests.rules.conftest import build_rule_set
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 import pytest
 from django.core.management import call_command
 
-from rules import pool as rules_pool
 from rules.models import Rule, RuleSet, TestCase
+from servers import pool as rules_pool
 from tests.e2e.conftest import screenshot
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]

@@ -8,7 +8,8 @@ import pytest
 from django.utils import timezone
 
 from rules import services
-from rules.models import McpServer, RuleSet
+from rules.models import RuleSet
+from servers.models import McpServer
 
 TOOLS: dict[str, list[dict[str, Any]]] = {
     "order-service": [
@@ -55,7 +56,7 @@ TOOLS: dict[str, list[dict[str, Any]]] = {
 }
 
 # The seed page's three examples as expressions: the demo's own definitions.
-from rules.demo import SEED_RULES  # noqa: E402
+from llamon_web.demo import SEED_RULES  # noqa: E402
 
 # More shapes: a stop rule, a disabled one, contains_any, data_get, FileParts, a run-time error.
 EXTRA_RULES: list[dict[str, Any]] = [

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from llamon_agent.tools import AgentRequest
+from llamon_web.models import AuditEvent
 from rules import engine, services
 from rules.cases import (
     EXPECTED_SCHEMA,
@@ -22,7 +23,7 @@ from rules.cases import (
     suite_run,
 )
 from rules.errors import RuleError
-from rules.models import AuditEvent, Rule, TestCase
+from rules.models import Rule, TestCase
 
 pytestmark = pytest.mark.django_db
 

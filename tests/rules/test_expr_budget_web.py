@@ -14,7 +14,8 @@ from django.utils import timezone
 from llamon_agent.expr import DEFAULT_EXPR_BUDGET, MAX_QUERY_CHARS
 from llamon_agent.prestep import PRESTEP_FAILED
 from rules import services
-from rules.models import McpServer, Rule
+from rules.models import Rule
+from servers.models import McpServer
 
 HX = {"HTTP_HX_REQUEST": "true"}
 HOSTILE_WHEN = "any((" + " and ".join(["sorted(query)"] * 196) + ") and 0 for x in query[:10000])"

@@ -17,8 +17,11 @@ from django.core.exceptions import PermissionDenied
 from django.urls import reverse
 from django.utils import timezone
 
-from rules import pool as rules_pool
-from rules.mcp_services import (
+from llamon_web.models import AuditEvent
+from servers import pool as rules_pool
+from servers.models import McpServer
+from servers.pool import stdio_refusal
+from servers.services import (
     McpServerError,
     mcp_server_call_tool,
     mcp_server_create,
@@ -27,8 +30,6 @@ from rules.mcp_services import (
     mcp_server_update,
     tools_diff,
 )
-from rules.models import AuditEvent, McpServer
-from rules.pool import stdio_refusal
 from tests.conftest import free_port, wait_for_port
 from tests.rules.test_urlguard import FAKE_DNS, FAKE_RESOLVER
 

@@ -13,8 +13,8 @@ from agents.models import Agent
 from agents.runtime import RulesRef, agent_spec
 from llamon_agent.mcp import McpConnectionError, McpServerSpec
 from llamon_agent.models import make_chat_model, model_error_message
-from rules.pool import web_pool, web_pool_close
-from rules.urlguard import configured_policy
+from servers.pool import web_pool, web_pool_close
+from servers.urlguard import configured_policy
 from tests.engine.test_models import completion
 from tests.outbound import Listener, redirecting_to
 from tests.rules.test_urlguard import FAKE_RESOLVER, fake_resolver

@@ -6,11 +6,13 @@ import pytest
 from django.utils import timezone
 
 from llamon_agent.tools import AgentRequest
+from llamon_web.models import AuditEvent
 from rules import engine, services
 from rules.checks import rule_set_problems
 from rules.errors import RuleError, StaleEditError
-from rules.models import AuditEvent, McpServer, Rule, RuleSetVersion
+from rules.models import Rule, RuleSetVersion
 from rules.selectors import version_diff
+from servers.models import McpServer
 
 pytestmark = pytest.mark.django_db
 

@@ -8,8 +8,10 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
+from llamon_web.models import AuditEvent
 from rules import services
-from rules.models import AuditEvent, McpServer, Rule, RuleSet
+from rules.models import Rule, RuleSet
+from servers.models import McpServer
 
 pytestmark = pytest.mark.django_db
 HX = {"HTTP_HX_REQUEST": "true"}
@@ -339,7 +341,7 @@ def test_execute_really_calls_the_tool_on_the_demo_server(make_user, client) -> 
     """The tester's "execute" goes through the pooled session to the real stdio demo server."""
     from django.core.management import call_command
 
-    from rules.pool import web_pool_close
+    from servers.pool import web_pool_close
 
     call_command("load_demo", "--no-runs", verbosity=0)
     client.force_login(make_user("editor"))

@@ -15,7 +15,7 @@ import pytest
 
 from llamon_agent.mcp import McpConnectionError, McpServerSpec
 from llamon_agent.mcp.pool import McpPool
-from rules.urlguard import UnsafeUrlError, check_mcp_url, configured_resolver, default_resolver
+from servers.urlguard import UnsafeUrlError, check_mcp_url, configured_resolver, default_resolver
 
 FAKE_RESOLVER = "tests.rules.test_urlguard.fake_resolver"
 

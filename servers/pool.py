@@ -5,7 +5,7 @@
   in one of those folders, or, for a Python interpreter, when its first argument is a script
   file that lives there (``python -c ...`` or ``python -m ...`` is refused). ``None`` allows
   any command: only admins can save one.
-* ``http_guard``: :func:`rules.urlguard.check_mcp_url_configured`, so a URL is checked again,
+* ``http_guard``: :func:`servers.urlguard.check_mcp_url_configured`, so a URL is checked again,
   after resolution, each time a session is opened (not only when it was saved).
 * ``env_policy``: ``settings.LLAMON_MCP_ENV_NAMES``, checked again each time a session opens,
   so a server saved before the allow-list cannot hand a forbidden variable to its child.
@@ -29,9 +29,9 @@ from django.conf import settings
 from llamon_agent.mcp import McpServerSpec
 from llamon_agent.mcp.pool import McpPool, set_pool
 from llamon_web.env_policy import mcp_env_policy
-from rules.models import McpServer
-from rules.selectors import mcp_server_spec
-from rules.urlguard import check_mcp_url_configured
+from servers.models import McpServer
+from servers.selectors import mcp_server_spec
+from servers.urlguard import check_mcp_url_configured
 
 _PYTHON_NAME = re.compile(r"^python(\d+(\.\d+)*)?$")
 _lock = threading.Lock()

@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand
 
-from rules.demo import DEMO_HTTP_PORT, demo_load
+from llamon_web.demo import DEMO_HTTP_PORT, demo_load
 
 
 class Command(BaseCommand):

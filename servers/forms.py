@@ -9,9 +9,9 @@ from typing import Any
 from django import forms
 
 from llamon_agent import strictjson
-from rules.mcp_selectors import command_line
-from rules.mcp_services import TIMEOUT_MAX_S, TIMEOUT_MIN_S
-from rules.models import McpServer
+from servers.models import McpServer
+from servers.selectors import command_line
+from servers.services import TIMEOUT_MAX_S, TIMEOUT_MIN_S
 
 _NAME_SPLIT = re.compile(r"[\s,]+")
 MAX_GENERATED_FIELDS = 50

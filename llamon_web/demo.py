@@ -11,8 +11,9 @@ from typing import Any
 
 from django.conf import settings
 
-from rules.models import McpServer, RuleSet
-from rules.services import mcp_server_upsert
+from rules.models import RuleSet
+from servers.models import McpServer
+from servers.services import mcp_server_upsert
 
 EXAMPLES = Path(settings.BASE_DIR) / "examples" / "mcp_servers"
 DEMO_HTTP_PORT = 8765
@@ -149,7 +150,7 @@ def _servers(http_port: int) -> list[tuple[str, bool]]:
 
 def _refresh_tools(actor: Any) -> list[str]:
     """List the stdio demo servers' tools once (dry runs and static checks need them)."""
-    from rules.mcp_services import McpServerError, mcp_server_refresh_tools
+    from servers.services import McpServerError, mcp_server_refresh_tools
 
     lines = []
     for server in McpServer.objects.filter(

@@ -8,10 +8,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from django.apps import apps
+from django.db.models import QuerySet
 from django.shortcuts import get_object_or_404
 
+from llamon_agent.mcp.spec import McpServerSpec
 from llamon_agent.mcp.transports import STDERR_MARKER
-from rules.models import AuditEvent, McpServer, Rule
+from llamon_web.models import AuditEvent
+from servers.models import McpServer
 
 STDERR_HIDDEN = " (the server's stderr is shown to admins only)"
 
@@ -84,5 +88,28 @@ def mcp_tool_views(*, server: McpServer) -> list[dict[str, Any]]:
 
 
 def mcp_server_rule_count(*, server: McpServer) -> int:
-    """How many rules (in any rule set) name this server's mcp_id."""
-    return Rule.objects.filter(mcp_id=server.mcp_id).count()
+    """How many rules (in any rule set) name this server's mcp_id (shown before a delete).
+
+    Rules name a server by mcp_id, not by a foreign key, and the servers app does not import the
+    rules app (rules build on servers): the model is looked up by name here, the one place it is needed.
+    """
+    return apps.get_model("rules", "Rule").objects.filter(mcp_id=server.mcp_id).count()
+
+
+def mcp_server_list() -> QuerySet[McpServer]:
+    """Every registered server, by mcp_id."""
+    return McpServer.objects.order_by("mcp_id")
+
+
+def mcp_server_spec(*, server: McpServer) -> McpServerSpec:
+    """The engine's view of a server (what the registry endpoint serves)."""
+    return McpServerSpec(
+        mcp_id=server.mcp_id,
+        transport=server.transport,
+        command=server.command or None,
+        args=list(server.args),
+        env=list(server.env_names),
+        url=server.url or None,
+        headers=list(server.header_names),
+        timeout_s=server.timeout_s,
+    )

@@ -15,17 +15,19 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from llamon_web.http import HtmxHttpRequest
 from llamon_web.roles import require_role
-from rules.mcp_forms import McpServerForm, ToolCallForm
-from rules.mcp_selectors import (
+from servers.forms import McpServerForm, ToolCallForm
+from servers.models import McpServer
+from servers.selectors import (
     command_line,
     mcp_server_get,
     mcp_server_last_refresh,
+    mcp_server_list,
     mcp_server_rule_count,
     mcp_server_tool,
     mcp_tool_views,
     pretty_json,
 )
-from rules.mcp_services import (
+from servers.services import (
     McpServerError,
     ToolsDiff,
     mcp_server_call_tool,
@@ -34,12 +36,10 @@ from rules.mcp_services import (
     mcp_server_refresh_tools,
     mcp_server_update,
 )
-from rules.models import McpServer
-from rules.selectors import mcp_server_list
 
-FORM_TEMPLATE = "rules/mcp/server_form.html"
-DETAIL_TEMPLATE = "rules/mcp/server_detail.html"
-CALL_TEMPLATE = "rules/mcp/tool_call.html"
+FORM_TEMPLATE = "servers/server_form.html"
+DETAIL_TEMPLATE = "servers/server_detail.html"
+CALL_TEMPLATE = "servers/tool_call.html"
 CONFIRM_MESSAGE = (
     "Check the full command line below: it is exactly what will run. Press Save again to save it."
 )
@@ -49,7 +49,7 @@ CONFIRM_MESSAGE = (
 @require_GET
 def server_list(request: HtmxHttpRequest) -> HttpResponse:
     """The registered MCP servers with their health and tool counts."""
-    template = "rules/mcp/server_list.html#server-table" if request.htmx else "rules/mcp/server_list.html"
+    template = "servers/server_list.html#server-table" if request.htmx else "servers/server_list.html"
     return render(request, template, {"servers": mcp_server_list()})
 
 
@@ -171,7 +171,7 @@ def server_delete(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     server = mcp_server_get(pk=pk)
     if request.method == "GET":
         context = {"server": server, "rule_count": mcp_server_rule_count(server=server)}
-        return render(request, "rules/mcp/server_delete.html", context)
+        return render(request, "servers/server_delete.html", context)
     mcp_id = server.mcp_id
     mcp_server_delete(actor=request.user, server=server)
     messages.success(request, f"Deleted {mcp_id}.")

@@ -23,26 +23,34 @@ from django.utils import timezone
 from llamon_agent.mcp import McpError, McpServerSpec
 from llamon_agent.mcp.errors import McpConnectionError, McpTimeoutError
 from llamon_agent.mcp.spec import ENV_NAME_RE, MCP_ID_RE
+from llamon_web.audit import audit_record, snapshot
 from llamon_web.env_policy import mcp_env_policy
 from llamon_web.roles import has_role
-from rules.engine import schema_errors, tools_hash
-from rules.errors import RuleError
-from rules.mcp_selectors import mcp_error_for
-from rules.models import McpServer
-from rules.pool import pool_for_server, pool_forget, stdio_refusal
-from rules.services import MCP_SERVER_FIELDS, audit_record, snapshot
-from rules.urlguard import UnsafeUrlError, check_mcp_url_configured
+from servers.errors import McpServerError
+from servers.models import McpServer
+from servers.pool import pool_for_server, pool_forget, stdio_refusal
+from servers.selectors import mcp_error_for
+from servers.toolschema import schema_errors, tools_hash
+from servers.urlguard import UnsafeUrlError, check_mcp_url_configured
 
 TIMEOUT_MIN_S = 0.1
 TIMEOUT_MAX_S = 600.0
 MAX_ARGS = 100
+MCP_SERVER_FIELDS = (
+    "mcp_id",
+    "description",
+    "transport",
+    "command",
+    "args",
+    "env_names",
+    "url",
+    "header_names",
+    "timeout_s",
+    "enabled",
+)
 MAX_ARG_CHARS = 4000
 MAX_NAMES = 50
 _HEADER_NAME_RE = re.compile(r"^[A-Za-z0-9-]+$")
-
-
-class McpServerError(RuleError):
-    """A server write or action was refused; the message says why and ``field`` names the form field."""
 
 
 @dataclass
@@ -478,3 +486,26 @@ def _schema_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     if not changes:
         changes.append("input schema changed")
     return changes
+
+
+@transaction.atomic
+def mcp_server_upsert(*, actor: Any, mcp_id: str, **fields: Any) -> tuple[McpServer, bool]:
+    """Create the server or update it to the given fields; audited only when something changed."""
+    server = McpServer.objects.filter(mcp_id=mcp_id).first()
+    if server is None:
+        server = McpServer(mcp_id=mcp_id, **fields)
+        server.full_clean()
+        server.save()
+        audit_record(
+            actor=actor, action="mcp_server.create", obj=server, after=snapshot(server, MCP_SERVER_FIELDS)
+        )
+        return server, True
+    before = snapshot(server, MCP_SERVER_FIELDS)
+    for name, value in fields.items():
+        setattr(server, name, value)
+    after = snapshot(server, MCP_SERVER_FIELDS)
+    if after != before:
+        server.full_clean()
+        server.save()
+        audit_record(actor=actor, action="mcp_server.update", obj=server, before=before, after=after)
+    return server, False

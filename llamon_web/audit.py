@@ -1,0 +1,43 @@
+"""The audit log: one function appends to it; every app's services call it after a change."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import Model
+
+from llamon_web.models import AuditEvent
+
+
+def snapshot(instance: Model, fields: tuple[str, ...]) -> dict[str, Any]:
+    """The audit view of a model: the named fields as JSON-ready values."""
+    return {name: getattr(instance, name) for name in fields}
+
+
+def audit_record(
+    *,
+    actor: Any,
+    action: str,
+    obj: Model | None = None,
+    object_type: str = "",
+    object_id: str = "",
+    object_repr: str = "",
+    before: dict[str, Any] | None = None,
+    after: dict[str, Any] | None = None,
+) -> AuditEvent:
+    """Append one audit event (actor may be None for the system, e.g. load_demo)."""
+    if obj is not None:
+        object_type = object_type or obj._meta.label_lower
+        object_id = object_id or str(obj.pk)
+        object_repr = object_repr or str(obj)[:200]
+    user = actor if getattr(actor, "is_authenticated", False) else None
+    return AuditEvent.objects.create(
+        actor=user,
+        actor_name=user.get_username() if user else "system",
+        action=action,
+        object_type=object_type,
+        object_id=object_id,
+        object_repr=object_repr,
+        before=before,
+        after=after,
+    )

@@ -1,0 +1,9 @@
+"""Domain errors of the MCP servers app."""
+
+from __future__ import annotations
+
+from llamon_web.errors import DomainError
+
+
+class McpServerError(DomainError):
+    """A server write or action was refused; the message says why and ``field`` names the form field."""

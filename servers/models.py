@@ -1,0 +1,65 @@
+"""MCP servers and their discovered tools."""
+
+from __future__ import annotations
+
+from django.core.validators import RegexValidator
+from django.db import models
+
+from llamon_agent.mcp.spec import MCP_ID_RE
+from llamon_web.fields import OrderedJSONField
+
+mcp_id_validator = RegexValidator(
+    MCP_ID_RE,
+    "Use 1-64 lowercase letters, digits, '-', '_' or '.', starting with a letter or digit.",
+)
+
+
+class McpServer(models.Model):
+    """An MCP server the pre-step and agents may call; secrets are named, never stored."""
+
+    class Transport(models.TextChoices):
+        STDIO = "stdio", "stdio (runs a command)"
+        HTTP = "http", "streamable HTTP"
+
+    mcp_id = models.CharField(max_length=64, unique=True, validators=[mcp_id_validator])
+    description = models.TextField(blank=True)
+    transport = models.CharField(max_length=8, choices=Transport.choices)
+    command = models.CharField(max_length=500, blank=True)
+    args = OrderedJSONField(default=list, blank=True)
+    env_names = OrderedJSONField(
+        default=list, blank=True, help_text="Names of environment variables passed to the child."
+    )
+    url = models.CharField(max_length=2000, blank=True)
+    header_names = OrderedJSONField(
+        default=list, blank=True, help_text="'Header-Name=ENV_NAME' or 'ENV_NAME' (sent as a bearer token)."
+    )
+    timeout_s = models.FloatField(default=30.0)
+    enabled = models.BooleanField(default=True)
+
+    tools = OrderedJSONField(default=list, blank=True)
+    tools_hash = models.CharField(max_length=64, blank=True)
+    tools_refreshed_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    last_checked_at = models.DateTimeField(null=True, blank=True)
+
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        db_table = "rules_mcpserver"  # created by the rules app before servers had a room of its own
+        ordering = ["mcp_id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(timeout_s__gt=0, timeout_s__lte=600), name="mcp_timeout_range"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.mcp_id
+
+    @property
+    def healthy(self) -> bool | None:
+        """True after a good check, False after a failed one, None before any."""
+        if self.last_checked_at is None:
+            return None
+        return not self.last_error
