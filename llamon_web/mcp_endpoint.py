@@ -153,7 +153,9 @@ async def test_rule_set(rule_set_id: Id, sample: EvaluateIn, ctx: Context) -> di
     """The live tester: the draft's pre-step on a sample request (query, context, A2A data and files),
     as a dry run unless `execute` (editor). `draft_rule` tries an unsaved edit of one rule. (viewer)"""
     return await _call(
-        ctx, "viewer", lambda r: json.loads(json.dumps(rules_api.evaluate_rule_set(r, rule_set_id, sample), default=str))
+        ctx,
+        "viewer",
+        lambda r: json.loads(json.dumps(rules_api.evaluate_rule_set(r, rule_set_id, sample), default=str)),
     )
 
 
@@ -238,10 +240,19 @@ def _refuse(status: int, detail: str) -> HttpResponse:
 def mcp_view(request: HttpRequest) -> HttpResponse:
     """POST one MCP JSON-RPC message with a bearer token; the SDK's transport answers it."""
     body = request.body  # read first, refused or not: an unread body stalls the keep-alive connection
+    if request.method != "POST":
+        # Stateless: no server-to-client stream to open (a GET would hold this thread forever) and
+        # no session to end. The SDK's client takes a 405 on GET as "no stream".
+        response = JsonResponse(
+            {"detail": "This MCP endpoint is stateless: POST one JSON-RPC message."}, status=405
+        )
+        response["Allow"] = "POST"
+        return response
     scheme, _, secret = request.headers.get("Authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not secret.strip():
         return _refuse(
-            401, "Send a personal API token as 'Authorization: Bearer <token>' (make one on the API tokens page)."
+            401,
+            "Send a personal API token as 'Authorization: Bearer <token>' (make one on the API tokens page).",
         )
     found = token_authenticate(secret.strip())
     if found is None:

@@ -73,7 +73,9 @@ def rule_set(api_servers, make_user) -> RuleSet:
 
 def _state(rule_set: RuleSet) -> tuple[int, list[tuple[str, str, int]]]:
     rule_set.refresh_from_db()
-    return rule_set.revision, list(rule_set.rules.order_by("position").values_list("name", "when", "revision"))
+    return rule_set.revision, list(
+        rule_set.rules.order_by("position").values_list("name", "when", "revision")
+    )
 
 
 def test_without_a_valid_token_the_endpoint_refuses(live_server, client, make_user) -> None:
@@ -83,16 +85,41 @@ def test_without_a_valid_token_the_endpoint_refuses(live_server, client, make_us
     assert response.status_code == 401
     assert response.headers["WWW-Authenticate"].startswith("Bearer")
     assert "Authorization: Bearer" in response.json()["detail"]
-    bad = httpx.post(_url(live_server), json=body, headers={**accept, "Authorization": "Bearer llamon_x_y"}, timeout=30)
+    bad = httpx.post(
+        _url(live_server), json=body, headers={**accept, "Authorization": "Bearer llamon_x_y"}, timeout=30
+    )
     assert bad.status_code == 401 and "unknown, revoked" in bad.json()["detail"]
     # A browser session is not a credential here (no CSRF exposure): the cookie alone is refused.
     client.force_login(make_user("admin"))
     cookie = client.cookies["sessionid"].value
-    with_cookie = httpx.post(_url(live_server), json=body, headers=accept, cookies={"sessionid": cookie}, timeout=30)
+    with_cookie = httpx.post(
+        _url(live_server), json=body, headers=accept, cookies={"sessionid": cookie}, timeout=30
+    )
     assert with_cookie.status_code == 401
     # The official client gets no session either.
     with pytest.raises(Exception):  # noqa: B017  # the SDK wraps the 401 in an ExceptionGroup
         call(live_server, None, ("list_rule_sets", {}))
+
+
+def test_a_get_or_delete_is_refused_at_once_instead_of_holding_a_stream_open(
+    live_server, secrets_by_role
+) -> None:
+    headers = {"Authorization": f"Bearer {secrets_by_role['viewer']}", "Accept": "text/event-stream"}
+    for method in ("GET", "DELETE"):
+        response = httpx.request(method, _url(live_server), headers=headers, timeout=30)
+        assert response.status_code == 405 and response.headers["Allow"] == "POST"
+        assert "stateless" in response.json()["detail"]
+
+
+def test_a_body_that_is_not_json_rpc_is_a_json_rpc_error(live_server, secrets_by_role) -> None:
+    headers = {
+        "Authorization": f"Bearer {secrets_by_role['viewer']}",
+        "Accept": "application/json, text/event-stream",
+        "Content-Type": "application/json",
+    }
+    response = httpx.post(_url(live_server), content=b"{not json", headers=headers, timeout=30)
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == -32700  # parse error, from the SDK's transport
 
 
 def test_a_viewer_reads_and_tests_but_cannot_edit(live_server, secrets_by_role, rule_set) -> None:
@@ -122,7 +149,9 @@ def test_a_token_capped_at_viewer_cannot_edit_for_its_editor(live_server, make_u
     capped = token_create(actor=make_user("editor"), name="ro", max_role="viewer").secret
     before = _state(rule_set)
     (result,) = call(
-        live_server, capped, ("delete_rule", {"rule_set_id": rule_set.pk, "rule_id": rule_set.rules.first().pk})
+        live_server,
+        capped,
+        ("delete_rule", {"rule_set_id": rule_set.pk, "rule_id": rule_set.rules.first().pk}),
     )
     assert "acts as viewer" in error(result)
     assert _state(rule_set) == before
@@ -136,11 +165,19 @@ def test_an_editor_edits_runs_the_cases_and_publishes(live_server, secrets_by_ro
         ("create_rule", {"rule_set_id": rule_set.pk, "rule": {**SEED_RULES[2]}}),
         (
             "update_rule",
-            {"rule_set_id": rule_set.pk, "rule_id": first.pk, "changes": {"revision": first.revision, "stop": True}},
+            {
+                "rule_set_id": rule_set.pk,
+                "rule_id": first.pk,
+                "changes": {"revision": first.revision, "stop": True},
+            },
         ),
         (
             "update_rule",
-            {"rule_set_id": rule_set.pk, "rule_id": first.pk, "changes": {"revision": first.revision, "when": "False"}},
+            {
+                "rule_set_id": rule_set.pk,
+                "rule_id": first.pk,
+                "changes": {"revision": first.revision, "when": "False"},
+            },
         ),
         ("run_cases", {"rule_set_id": rule_set.pk}),
         ("publish_rule_set", {"rule_set_id": rule_set.pk, "publish": {"message": "from an IDE"}}),
@@ -154,7 +191,9 @@ def test_an_editor_edits_runs_the_cases_and_publishes(live_server, secrets_by_ro
     assert data(published)["number"] == 1
     assert rule_set.versions.get().message == "from an IDE"
     (deleted,) = call(
-        live_server, secrets_by_role["editor"], ("delete_rule", {"rule_set_id": rule_set.pk, "rule_id": first.pk})
+        live_server,
+        secrets_by_role["editor"],
+        ("delete_rule", {"rule_set_id": rule_set.pk, "rule_id": first.pk}),
     )
     assert data(deleted) == {"deleted": first.pk}
     assert not Rule.objects.filter(pk=first.pk).exists()
@@ -196,7 +235,9 @@ def test_an_editor_starts_a_run_and_reads_its_trace(live_server, secrets_by_role
         model_script=[{"content": "Hello from the script.", "usage": {"input_tokens": 7, "output_tokens": 3}}],
     )  # fmt: skip
     viewer_try, started = [
-        call(live_server, secrets_by_role[role], ("start_run", {"run": {"agent": agent.pk, "query": "hi"}}))[0]
+        call(live_server, secrets_by_role[role], ("start_run", {"run": {"agent": agent.pk, "query": "hi"}}))[
+            0
+        ]
         for role in ("viewer", "editor")
     ]
     assert "needs the editor role" in error(viewer_try)
