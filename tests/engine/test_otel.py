@@ -216,3 +216,16 @@ def run_exported_tolerant() -> tuple[Any, Any]:
     exported.finish(result.status)
     exported.provider.force_flush(10_000)  # the export fails on the processor's thread; nothing is raised
     return result, exported
+
+
+def test_a_request_served_by_llamon_run_is_exported_too(receiver) -> None:
+    from llamon_agent.serve import build_app
+    from tests.engine.test_serve import _post, _react_runner, _v03, route_order
+
+    body = _post(build_app(_react_runner([route_order]), "http://127.0.0.1:8001/"), _v03("주문 조회 A-1001"))
+    assert body["result"]["metadata"]["status"] == "succeeded"
+    otel.shutdown_tracer_provider()  # what `llamon run` does when it stops: send what is queued
+    (root,) = receiver.by_name("invoke_agent demo")
+    assert root.attributes["llamon.run.source"] == "served"
+    (rule,) = [s for s in receiver.spans if s.name.startswith("rule ")]
+    assert rule.trace_id == root.trace_id and rule.attributes["gen_ai.tool.name"] == "get_order"
