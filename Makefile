@@ -45,6 +45,7 @@ bench: install
 	$(PY) benchmarks/bench_mcp.py
 	$(PY) benchmarks/bench_tester.py
 	$(PY) benchmarks/bench_runs.py
+	$(PY) benchmarks/bench_otel.py
 
 # Re-resolve the dependencies from pyproject.toml into requirements.lock.
 lock:

@@ -20,7 +20,9 @@ from agents.errors import AgentError
 from agents.models import Agent, Run
 from agents.privacy import redactor
 from agents.sink import DbStepSink
+from llamon_agent.otel import otel_sink
 from llamon_agent.tools import AgentRequest
+from llamon_agent.trace import MultiSink
 from rules import engine
 from servers.urlguard import configured_policy
 
@@ -171,6 +173,7 @@ def execute_claimed_run(*, run_id: int) -> RunEnd:
 
     redact = redactor()
     sink = DbStepSink(run, redact=redact)
+    exported = otel_sink(agent_name=agent.name, run_id=run_id, source="worker", redact=redact)  # None: off
     servers = engine.servers_by_id(set(engine.snapshot_mcp_ids(rules.snapshot)) | set(spec.react_mcp_ids))
     backend = engine.live_backend(servers)
     connect_cold_servers(backend.pool, sorted(backend.mcp_ids), sink)
@@ -184,8 +187,15 @@ def execute_claimed_run(*, run_id: int) -> RunEnd:
     )
     with soft_limit_watch() as soft_limit:
         result = run_agent(
-            spec, request, backend=backend, react_tools=react_tools, sink=sink, should_cancel=should_cancel
+            spec,
+            request,
+            backend=backend,
+            react_tools=react_tools,
+            sink=MultiSink(sink, exported) if exported is not None else sink,
+            should_cancel=should_cancel,
         )
+    if exported is not None:
+        exported.finish(result.status, error=result.error)
     status = {"succeeded": Run.Status.SUCCEEDED, "cancelled": Run.Status.CANCELLED}.get(
         result.status, Run.Status.FAILED
     )

@@ -26,8 +26,9 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from llamon_agent.a2a import A2AFormatError, to_request
 from llamon_agent.mcp.errors import McpError, RegistryError, UnknownServerError
+from llamon_agent.otel import otel_sink, shutdown_tracer_provider
 from llamon_agent.tools import AgentRequest
-from llamon_agent.trace import TraceSink
+from llamon_agent.trace import MultiSink, TraceSink
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
@@ -275,8 +276,12 @@ def _executor(runner: Runner, exporter: HttpTraceExporter | None) -> Any:
                 if exporter is not None
                 else None
             )
+            exported = otel_sink(agent_name=runner.name, source=runner.source)  # None unless configured
+            sinks = [s for s in (sink, exported) if s is not None]
             try:
-                outcome = await runner.answer(request, sink)
+                outcome = await runner.answer(
+                    request, MultiSink(*sinks) if len(sinks) > 1 else sink or exported
+                )
             except Exception as exc:  # a runner bug: still answer, and close the traced run
                 logger.exception("request failed inside the %s runner", runner.kind)
                 outcome = Outcome("failed", "", f"internal error: {type(exc).__name__}: {exc}", "internal")
@@ -284,6 +289,8 @@ def _executor(runner: Runner, exporter: HttpTraceExporter | None) -> Any:
                 sink.finish(
                     outcome.status, answer=outcome.answer, error=outcome.error, error_kind=outcome.error_kind
                 )
+            if exported is not None:
+                exported.finish(outcome.status, error=outcome.error)
             logger.info(
                 "answered %s request: %s in %.0f ms",
                 runner.kind,
@@ -354,3 +361,4 @@ async def serve(
         announcer.cancel()
         if exporter is not None:
             await asyncio.to_thread(exporter.close, 10.0)
+        await asyncio.to_thread(shutdown_tracer_provider)

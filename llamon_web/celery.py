@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from celery import Celery
+from celery.signals import worker_process_shutdown
 
 from llamon_web import broker
 
@@ -27,3 +28,11 @@ app.conf.update(
     accept_content=["json"],
 )
 app.autodiscover_tasks()
+
+
+@worker_process_shutdown.connect
+def _export_queued_spans(**_: object) -> None:
+    """A worker child that stops sends its queued run spans first (OpenTelemetry export, when on)."""
+    from llamon_agent.otel import shutdown_tracer_provider
+
+    shutdown_tracer_provider()

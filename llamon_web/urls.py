@@ -3,7 +3,11 @@ from django.urls import include, path
 
 from llamon_web import token_views, views
 from llamon_web.api import api
+from llamon_web.mcp_endpoint import mcp_view
 from llamon_web.roles import require_role
+
+# The MCP endpoint joins the API's URL namespace ("api:mcp"): bearer tokens only, roles checked per tool.
+api_patterns, api_app_name, api_namespace = api.urls
 
 # Under /api/ a URL that matches no operation answers JSON (ErrorOut), like every API error.
 handler404 = "llamon_web.api.not_found"
@@ -23,5 +27,5 @@ urlpatterns = [
     path("tokens/", token_views.token_list, name="tokens"),
     path("tokens/new", token_views.token_create, name="token_create"),
     path("tokens/<int:pk>/revoke", token_views.token_revoke, name="token_revoke"),
-    path("api/", api.urls),
+    path("api/", ([path("mcp", mcp_view, name="mcp"), *api_patterns], api_app_name, api_namespace)),
 ]

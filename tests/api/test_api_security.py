@@ -133,7 +133,12 @@ def test_mcp_inspector_proxy_shapes_are_not_served(principal, caller, marker) ->
         ("post", f"/api/mcp?{query}"), ("post", f"/api/mcp-servers?{query}"),
     ]:  # fmt: skip
         response = who.call(method, path, json={} if method == "post" else None)
-        assert response.status_code in (401, 403, 404, 405, 422), (path, response.status_code)
+        # /api/mcp is the workbench's own MCP endpoint (docs/mcp-endpoint.md): it spawns nothing and
+        # ignores the query; a token without the MCP Accept header gets 406 Not Acceptable.
+        refused = (
+            (401, 403, 404, 405, 422, 406) if path.startswith("/api/mcp?") else (401, 403, 404, 405, 422)
+        )
+        assert response.status_code in refused, (path, response.status_code)
         if path.startswith("/api/mcp-servers"):
             assert response.status_code == (401 if principal == "anonymous" else 403)
     assert not marker.exists() and _children() <= before
