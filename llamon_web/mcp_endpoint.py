@@ -40,7 +40,7 @@ from llamon_web.api_auth import FormInvalid, TokenAuth
 from llamon_web.roles import Role
 from llamon_web.token_services import token_authenticate
 from rules import api as rules_api
-from rules import engine, selectors
+from rules import engine
 from rules.checks import rule_set_problems
 from rules.errors import RuleError
 from rules.schemas import (
@@ -53,6 +53,7 @@ from rules.schemas import (
     SuiteOut,
     VersionOut,
 )
+from servers import selectors as server_selectors
 
 PATH = "/api/mcp"
 Id = Annotated[int, Field(ge=1, le=2**63 - 1, description="A database id.")]
@@ -139,7 +140,7 @@ async def get_rule_set(rule_set_id: Id, ctx: Context) -> dict[str, Any]:
     def read(request: HttpRequest) -> dict[str, Any]:
         rule_set = rules_api.get_rule_set(request, rule_set_id)
         rules = _outs(RuleOut, rules_api.list_rules(request, rule_set_id))
-        servers = {s.mcp_id: s for s in selectors.mcp_server_list()}
+        servers = {s.mcp_id: s for s in server_selectors.mcp_server_list()}
         problems = rule_set_problems(engine.rule_set_snapshot(rule_set), servers)
         for rule in rules:
             rule["problems"] = [vars(p) for p in problems.get(rule["name"], [])]
