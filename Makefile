@@ -34,6 +34,7 @@ test-engine: install
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports --no-cache
 
 fmt: install
 	$(VENV)/bin/ruff check --fix .
