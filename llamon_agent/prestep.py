@@ -1,6 +1,6 @@
 """The deterministic pre-step: run routing rules before the LLM sees a request.
 
-Semantics (DESIGN.md, "Seed semantics the engine must keep exactly"):
+Semantics (docs/architecture.md, "The seed's contract"):
 
 1. Before any rule runs, every rule's ``mcp_id`` must be bound, else the pre-step fails
    with :data:`MCP_NOT_LOADED` for the first unbound id in rule order.

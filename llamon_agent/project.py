@@ -1,6 +1,6 @@
 """A llamon project on disk: load it (``app/`` modules, `.env`, registry) and check it for problems.
 
-Two kinds, told apart by their files (DESIGN.md "Flow"):
+Two kinds, told apart by their files (docs/flow.md):
 
 * **react**: ``app/tools.py`` with ``DETERMINISTIC_TOOLS``; optionally ``app/agent.py`` with
   ``build_agent(settings) -> AgentSpec`` (else a default agent on the offline model).

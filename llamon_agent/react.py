@@ -99,7 +99,7 @@ class AgentSpec:
     output_guardrail: OutputGuardrail | None = None
     react_mcp_ids: Sequence[str] = ()  # servers whose tools the ReAct loop may call
     max_iterations: int = 6  # model calls per run
-    answer_from_prestep: bool = False  # DESIGN.md item 6
+    answer_from_prestep: bool = False  # docs/agents.md: one LLM call with no tools when the pre-step found results
     # Where the model's client may connect (None: llamon_agent.net.DEFAULT_POLICY).
     url_policy: UrlPolicy | None = None
 

@@ -100,7 +100,7 @@ def tool_view(tool: Any) -> dict[str, Any]:
 
 @dataclass
 class AgentRequest:
-    """The one normal request shape (DESIGN.md "A2A requests, one shape").
+    """The one normal request shape (docs/architecture.md "A2A requests, one shape").
 
     Built by :func:`llamon_agent.a2a.to_request` from any A2A message, or by hand.
     """

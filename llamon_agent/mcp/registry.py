@@ -1,6 +1,6 @@
 """Registry clients: where the specs of MCP servers come from (a file, or a llamon-web).
 
-A registry maps each ``mcp_id`` to the object of :class:`McpServerSpec` (DESIGN.md).
+A registry maps each ``mcp_id`` to the object of :class:`McpServerSpec` (docs/architecture.md, "Data model").
 ``await registry.get([...])`` returns ``{mcp_id: McpServerSpec}`` for the ids asked for and
 raises :class:`UnknownServerError` for an id the registry does not know.
 """

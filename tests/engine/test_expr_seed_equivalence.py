@@ -26,7 +26,7 @@ def _load_seed() -> ModuleType:
 
 SEED = _load_seed()
 
-# The seed page's conditions and params, pasted unchanged (DESIGN.md "Rules stored as data").
+# The seed page's conditions and params, pasted unchanged (docs/architecture.md "Rules stored as data").
 RULES: dict[str, ExpressionRule] = {
     "route_order_lookup": expression_rule(
         name="route_order_lookup",

@@ -1,4 +1,4 @@
-"""The pre-step's error contract (DESIGN.md, table in "Seed semantics"): one test per row.
+"""The pre-step's error contract (docs/architecture.md, "The seed's contract"): one test per row.
 
 Each test checks the exact message (byte for byte), that the LLM is never called, and the
 log on ``llamon_agent``: the error at ERROR and no ``완료`` line.
