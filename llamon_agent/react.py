@@ -99,7 +99,9 @@ class AgentSpec:
     output_guardrail: OutputGuardrail | None = None
     react_mcp_ids: Sequence[str] = ()  # servers whose tools the ReAct loop may call
     max_iterations: int = 6  # model calls per run
-    answer_from_prestep: bool = False  # docs/agents.md: one LLM call with no tools when the pre-step found results
+    answer_from_prestep: bool = (
+        False  # docs/agents.md: one LLM call with no tools when the pre-step found results
+    )
     # Where the model's client may connect (None: llamon_agent.net.DEFAULT_POLICY).
     url_policy: UrlPolicy | None = None
 
