@@ -238,17 +238,19 @@ def _regex_cost(tree: ast.AST) -> tuple[int, float] | None:
     a regex call has a pattern not known when the rule is saved (or an invalid one)."""
     a, b = 0, 0.0
     for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-            if node.func.id in ("re_search", "re_find"):
-                pattern = node.args[0] if node.args else None
-                if not isinstance(pattern, ast.Constant) or type(pattern.value) is not str:
-                    return None
-                try:
-                    program = _regex(pattern.value).programsize
-                except ExprError:
-                    return None
-                a += 2 + len(pattern.value) + program * REGEX_COMPILE_UNITS
-                b += program / REGEX_CHARS_PER_UNIT
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+            continue
+        if node.func.id not in ("re_search", "re_find"):
+            continue
+        pattern = node.args[0] if node.args else None
+        if not isinstance(pattern, ast.Constant) or type(pattern.value) is not str:
+            return None
+        try:
+            program = _regex(pattern.value).programsize
+        except ExprError:
+            return None
+        a += 2 + len(pattern.value) + program * REGEX_COMPILE_UNITS
+        b += program / REGEX_CHARS_PER_UNIT
     return a, b
 
 

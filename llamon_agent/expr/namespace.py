@@ -11,7 +11,6 @@ from llamon_agent.expr.limits import MAX_DATA_BYTES, MAX_QUERY_CHARS
 from llamon_agent.expr.view import _Budget, _CtxView, _plain
 from llamon_agent.tools import DeterministicContext
 
-
 PlainRequest = tuple[str, dict[str, Any], list[Any] | None, list[Any] | None]
 
 
