@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import math
 import types
 from typing import Any
@@ -254,8 +255,20 @@ def _regex_cost(tree: ast.AST) -> tuple[int, float] | None:
     return a, b
 
 
+# A compiled expression is immutable, so one is shared by every rule with the same text: rule
+# sets repeat their params (`{"q": query}`) and often their `when`, and the import path checks
+# each rule and then compiles it again. Bounded; an ExprError is never cached.
+_COMPILE_CACHE_SIZE = 100_000
+
+
 def compile_when(source: str) -> CompiledExpr:
     """Check and compile a ``when`` expression: callable ``(ctx) -> bool``; ExprError if not allowed."""
+    if type(source) is not str:
+        return _compile_when(source)  # the checker's own error; a list would not even hash
+    return _cached_when(source)
+
+
+def _compile_when(source: str) -> CompiledExpr:
     tree, src = _parse(source)
     keywords = _requirement(tree.body)
     options = _options(tree.body)  # before _compile, which rewrites the tree
@@ -290,9 +303,19 @@ _NOT_A_DICT = (
 
 def compile_params(source: str) -> CompiledExpr:
     """Check and compile a ``params`` expression: callable ``(ctx) -> dict``; ExprError if not allowed."""
+    if type(source) is not str:
+        return _compile_params(source)
+    return _cached_params(source)
+
+
+def _compile_params(source: str) -> CompiledExpr:
     tree, src = _parse(source)
     if isinstance(tree.body, _NOT_A_DICT) or (
         isinstance(tree.body, ast.UnaryOp) and isinstance(tree.body.op, ast.Not)
     ):
         raise src.node_error(tree.body, 'params must give a dict such as {"q": query}')
     return _compiled_expr(source, "params", _compile(tree, "<params>"), None, src)
+
+
+_cached_when = functools.lru_cache(maxsize=_COMPILE_CACHE_SIZE)(_compile_when)
+_cached_params = functools.lru_cache(maxsize=_COMPILE_CACHE_SIZE)(_compile_params)

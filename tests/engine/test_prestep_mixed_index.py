@@ -182,3 +182,10 @@ def test_the_request_data_is_copied_once_for_all_servers() -> None:
         namespace.plain_request = real
     assert [r.rule for r in outcome.fired] == ["ra", "rb", "rc"]
     assert len(calls) == 1
+
+
+def test_rules_with_the_same_expression_text_share_one_compiled_expression() -> None:
+    """50,000 rules with the same params compile it once (time and memory per rule)."""
+    first, second = rule("one", '"a" in query'), rule("two", '"a" in query')
+    assert first.compiled_params is second.compiled_params
+    assert first.compiled_when is second.compiled_when
