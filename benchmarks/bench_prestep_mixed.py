@@ -207,7 +207,7 @@ def make_zen(whens: Sequence[str]) -> Callable[[AgentRequest], list[str]] | None
         e = when
         e = re.sub(
             r're_search\(r"([^"]+)", query\)',
-            lambda m: f'matches(query, "{m.group(1).replace(chr(92), chr(92) * 2)}")',
+            lambda m: f'matches(query, "{m.group(1)}")',  # ZEN strings keep backslashes as they are
             e,
         )
         e = re.sub(

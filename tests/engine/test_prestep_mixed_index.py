@@ -32,6 +32,8 @@ WHENS = [
     'context.get("tier", "none") == "none" and "{w}" in query',
     'data_get("orderId") == "{w}"',
     'data_get("n", 0) == 1',
+    'ctx.context.get("tier", "none") == "none"',
+    'data_get("orderId", 7) == 7',
     'ctx.context.get("n") == 1 or "{v}" in query',
     'ctx.context["tier"] == "{w}" and "{v}" in query',  # raises when tier is missing
     're_find(r"({w})", query, 3) == "x"',  # no group 3: raises when the pattern matches
