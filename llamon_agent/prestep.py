@@ -129,7 +129,7 @@ class StaticToolBackend:
 
 
 class CompiledRules:
-    """A validated, ordered rule set with its keyword index (build once, reuse per request)."""
+    """A validated, ordered rule set with its request index (build once, reuse per request)."""
 
     __slots__ = (
         "rules",
@@ -138,9 +138,9 @@ class CompiledRules:
         "first_fast",
         "mcp_ids",
         "has_index",
-        "_automaton",
-        "_always",
+        "_index",
         "_all",
+        "__weakref__",
     )
 
     def __init__(self, rules: Sequence[Any], *, use_index: bool = True) -> None:
@@ -155,37 +155,235 @@ class CompiledRules:
         self.mcp_ids: tuple[str, ...] = tuple(dict.fromkeys(info.mcp_id for info in self.infos))
         self._all: tuple[int, ...] = tuple(range(len(self.rules)))
         self.has_index = use_index
-        self._automaton: Any = None
-        self._always: tuple[int, ...] = self._all
-        if use_index:
-            self._automaton, self._always = _build_index(self.infos)
+        self._index: _RequestIndex | None = _RequestIndex(self.rules, self.infos) if use_index else None
 
     def __len__(self) -> int:
         return len(self.rules)
 
-    def candidates(self, query: str) -> list[int]:
-        """Indexes of the rules that may fire on ``query``, in registration order."""
-        automaton = self._automaton
-        if automaton is None:
-            return list(self._always)
-        hits: set[int] = set()
-        lowered = query.lower()
-        # One automaton holds raw and lowered literals; each value says which rules want the
-        # literal in the raw query and which in query.lower(). Korean text is its own
-        # lowercase, so the common case is a single scan.
-        if lowered == query:
-            for _, (raw, low) in automaton.iter(query):
-                hits.update(raw)
-                hits.update(low)
-        else:
-            for _, (raw, _low) in automaton.iter(query):
-                hits.update(raw)
-            for _, (_raw, low) in automaton.iter(lowered):
-                hits.update(low)
-        if not hits:
-            return list(self._always)
-        hits.update(self._always)
+    def candidates(
+        self,
+        query: str,
+        data: Callable[[], tuple[Mapping[str, Any], Any]] | None = None,
+        expr_budget: int | None = None,
+    ) -> list[int]:
+        """Indexes of the rules that may fire on ``query``, in registration order.
+
+        ``data`` gives the request's plain (context, a2a_data) for the equality index (None:
+        every equality-indexed rule is a candidate); ``expr_budget`` is the per-evaluation cost
+        budget in force (regex-indexed rules whose evaluation could exceed it stay candidates).
+        """
+        if self._index is None:
+            return list(self._all)
+        return self._index.candidates(query, data, expr_budget)
+
+
+_Atom = tuple[Any, ...]
+
+
+def _rule_options(rule: Any, info: RuleInfo) -> tuple[frozenset[_Atom], ...] | None:
+    """The rule's alternative index requirements; None when it must always be evaluated."""
+    options = getattr(rule, "index_options", None)
+    if options is None:
+        if not info.keywords:
+            return None
+        options = (frozenset(("kw", literal, lowered) for literal, lowered in info.keywords),)
+    cost = getattr(rule, "index_cost", None)
+    usable = []
+    for option in options:
+        if not option:
+            continue
+        # "" is in every text: no requirement. A regex without a known cost cannot be skipped.
+        if any((a[0] == "kw" and not a[1]) or (a[0] == "re" and cost is None) for a in option):
+            continue
+        usable.append(option)
+    return tuple(usable) or None
+
+
+class _RequestIndex:
+    """What a request must show for a rule to be worth evaluating: query literals (one
+    Aho-Corasick automaton), regexes (one RE2 set) and context/DataPart equalities (hashes).
+
+    Each rule is indexed on one of its alternative requirements, the one whose atoms are the
+    rarest across the rule set. A rule without any is always evaluated.
+    """
+
+    def __init__(self, rules: Sequence[Any], infos: Sequence[RuleInfo]) -> None:
+        chosen: list[tuple[int, frozenset[_Atom]]] = []
+        always: list[int] = []
+        frequency: dict[_Atom, int] = {}
+        per_rule: list[tuple[frozenset[_Atom], ...] | None] = []
+        for rule, info in zip(rules, infos, strict=True):
+            options = _rule_options(rule, info)
+            per_rule.append(options)
+            if options:
+                for atom in frozenset().union(*options):
+                    frequency[atom] = frequency.get(atom, 0) + 1
+        for i, options in enumerate(per_rule):
+            if options is None:
+                always.append(i)
+                continue
+            best = (
+                options[0] if len(options) == 1 else min(options, key=lambda o: sum(frequency[a] for a in o))
+            )
+            chosen.append((i, best))
+        self.always: tuple[int, ...] = tuple(always)
+        keywords: dict[str, tuple[list[int], list[int]]] = {}
+        patterns: dict[str, list[int]] = {}
+        equalities: dict[tuple[str, str, Any], dict[Any, list[int]]] = {}
+        costs: list[tuple[int, int, float]] = []
+        for i, option in chosen:
+            has_regex = False
+            for atom in option:
+                kind = atom[0]
+                if kind == "kw":
+                    raw_ids, low_ids = keywords.setdefault(atom[1], ([], []))
+                    ids = low_ids if atom[2] else raw_ids
+                    if not ids or ids[-1] != i:
+                        ids.append(i)
+                elif kind == "re":
+                    ids = patterns.setdefault(atom[1], [])
+                    if not ids or ids[-1] != i:
+                        ids.append(i)
+                    has_regex = True
+                else:  # "eq"
+                    _, source, key, default, value = atom
+                    ids = equalities.setdefault((source, key, default), {}).setdefault(value, [])
+                    if not ids or ids[-1] != i:
+                        ids.append(i)
+            if has_regex:
+                a, b = rules[i].index_cost
+                costs.append((i, a, b))
+        # Keyword hits are de-duplicated by literal before rules are merged: a long query that
+        # repeats a literal 10,000 times costs 10,000 set inserts, not 10,000 x its rules.
+        self.keyword_rules: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
+        self.automaton: Any = None
+        if keywords:
+            self.automaton = ahocorasick.Automaton()
+            for k, (literal, (raw_ids, low_ids)) in enumerate(keywords.items()):
+                self.automaton.add_word(literal, k)
+                self.keyword_rules.append((tuple(raw_ids), tuple(low_ids)))
+            self.automaton.make_automaton()
+        self.regex_set: Any = None
+        self.regex_rules: list[tuple[int, ...]] = []
+        if patterns:
+            self.regex_set, refused = _regex_set(list(patterns))
+            self.regex_rules = [tuple(ids) for ids in patterns.values()]
+            for j in refused:  # RE2 took the pattern alone but not in a set: evaluate those rules
+                hits_always = set(self.always).union(self.regex_rules[j])
+                self.always = tuple(sorted(hits_always))
+        self.equalities = {
+            where: {value: tuple(ids) for value, ids in values.items()}
+            for where, values in equalities.items()
+        }
+        self.equality_rules: tuple[int, ...] = tuple(
+            sorted({i for values in self.equalities.values() for ids in values.values() for i in ids})
+        )
+        # Regex-indexed rules cost at most a + b * len(query) when their pattern does not match.
+        self.regex_costs = tuple(costs)
+        self.max_a = max((a for _, a, _ in costs), default=0)
+        self.max_b = max((b for _, _, b in costs), default=0.0)
+        self.all_regex_rules: tuple[int, ...] = tuple(i for i, _, _ in costs)
+
+    def candidates(
+        self,
+        query: str,
+        data: Callable[[], tuple[Mapping[str, Any], Any]] | None,
+        expr_budget: int | None,
+    ) -> list[int]:
+        hits: set[int] = set(self.always)
+        if self.automaton is not None:
+            found: set[int] = set()
+            lowered = query.lower()
+            automaton = self.automaton
+            if lowered == query:  # Korean text is its own lowercase: one scan
+                for _, k in automaton.iter(query):
+                    found.add(k)
+                for k in found:
+                    raw, low = self.keyword_rules[k]
+                    hits.update(raw)
+                    hits.update(low)
+            else:
+                for _, k in automaton.iter(query):
+                    found.add(k)
+                for k in found:
+                    hits.update(self.keyword_rules[k][0])
+                found.clear()
+                for _, k in automaton.iter(lowered):
+                    found.add(k)
+                for k in found:
+                    hits.update(self.keyword_rules[k][1])
+        if self.regex_set is not None:
+            self._regex_hits(query, hits, expr_budget)
+        if self.equalities:
+            self._equality_hits(data, hits)
         return sorted(hits)
+
+    def _regex_hits(self, query: str, hits: set[int], expr_budget: int | None) -> None:
+        n = len(query)
+        if expr_budget is None:
+            from llamon_agent.settings import cost_budgets
+
+            expr_budget = cost_budgets().expr_cost_budget
+        if 2 * (self.max_a + self.max_b * n) > expr_budget:
+            # A long query: a rule whose evaluation might run out of budget must be evaluated
+            # (skipping it would hide that error). Twice the bound: a margin, not a need.
+            hits.update(i for i, a, b in self.regex_costs if 2 * (a + b * n) > expr_budget)
+        try:
+            matched = self.regex_set.Match(query)
+        except Exception:  # e.g. a lone surrogate cannot be UTF-8: re_search raises, evaluate
+            matched = None
+        if not matched:  # the sentinel "" always matches: none means RE2 gave up (DFA memory)
+            hits.update(self.all_regex_rules)
+            return
+        rules = self.regex_rules
+        for j in matched:
+            if j:
+                hits.update(rules[j - 1])
+
+    def _equality_hits(
+        self, data: Callable[[], tuple[Mapping[str, Any], Any]] | None, hits: set[int]
+    ) -> None:
+        if data is None:
+            hits.update(self.equality_rules)
+            return
+        try:
+            context, parts = data()
+        except Exception:  # the request is over the caps: the namespace probe reports it
+            hits.update(self.equality_rules)
+            return
+        from llamon_agent.expr.helpers import _data_get
+
+        for (source, key, default), values in self.equalities.items():
+            value = context.get(key, default) if source == "context" else _data_get(parts, key, default)
+            try:
+                ids = values.get(value)
+            except TypeError:  # a list or dict never equals a literal
+                continue
+            if ids is not None:
+                hits.update(ids)
+
+
+def _regex_set(patterns: Sequence[str]) -> tuple[Any, list[int]]:
+    """One RE2 set of ``patterns`` (index 0 is a sentinel that matches every text), and the
+    positions of the patterns it refused."""
+    import re2
+
+    from llamon_agent.expr.helpers import _RE_OPTIONS
+
+    options = re2.Options()
+    options.log_errors = _RE_OPTIONS.log_errors
+    options.max_mem = 256 << 20  # a set of thousands of patterns needs more than the 8 MB default
+    regex_set = re2.Set.SearchSet(options)
+    regex_set.Add("")
+    refused = []
+    for j, pattern in enumerate(patterns):
+        try:
+            regex_set.Add(pattern)
+        except re2.error:
+            refused.append(j)
+            regex_set.Add(r"[^\x00-\x{10FFFF}]")  # an empty class keeps the numbering: never matches
+    regex_set.Compile()
+    return regex_set, refused
 
 
 def compile_rules(rules: Sequence[Any], *, use_index: bool = True) -> CompiledRules:
@@ -205,29 +403,6 @@ def _checked_info(rule: Any) -> RuleInfo:
 def _fast_path(rule: Any) -> Callable[[dict[str, Any]], Any] | None:
     fast = getattr(rule, "evaluate_ns", None)
     return fast if callable(fast) else None
-
-
-def _build_index(infos: Sequence[RuleInfo]) -> tuple[Any, tuple[int, ...]]:
-    """One Aho-Corasick automaton over every required literal, and the always-evaluated rules."""
-    always: list[int] = []
-    wanted: dict[str, tuple[list[int], list[int]]] = {}
-    for i, info in enumerate(infos):
-        keywords = info.keywords
-        # No hint, an empty hint or an empty literal ("" is in every string): always evaluate.
-        # Being conservative here can only cost time, never change a result.
-        if not keywords or any(not literal for literal, _ in keywords):
-            always.append(i)
-            continue
-        for literal, lowered in keywords:
-            raw_ids, low_ids = wanted.setdefault(literal, ([], []))
-            (low_ids if lowered else raw_ids).append(i)
-    if not wanted:
-        return None, tuple(always)
-    automaton = ahocorasick.Automaton()
-    for literal, (raw_ids, low_ids) in wanted.items():
-        automaton.add_word(literal, (tuple(raw_ids), tuple(low_ids)))
-    automaton.make_automaton()
-    return automaton, tuple(always)
 
 
 # --------------------------------------------------------------------------- outcome
@@ -421,6 +596,7 @@ class _PrestepRun:
         self.namespace_failed = False
         self.budgets: tuple[int | None, int | None] = (None, None)
         self.meter: Any = None  # the request's expression CostMeter, made with the first namespace
+        self.plain: Any = None  # plain_request() of the request (or the ExprError it raised)
 
     # -- phases
 
@@ -480,7 +656,7 @@ class _PrestepRun:
         position keeps both runs identical (one build per request, reused when the server's
         rules are candidates).
         """
-        order = self.compiled.candidates(self.request.query)
+        order = self.compiled.candidates(self.request.query, self._index_data, self.budgets[0])
         probe = self.compiled.first_fast
         if probe is not None:
             at = bisect.bisect_left(order, probe)
@@ -655,6 +831,23 @@ class _PrestepRun:
             ctx = self.contexts[mcp_id] = self.request.to_context(list(self.tools[mcp_id]))
         return ctx
 
+    def _plain(self) -> Any:
+        """The request's JSON-like copies, made once and shared by every server's namespace."""
+        if self.plain is None:
+            from llamon_agent.expr.namespace import plain_request
+
+            try:
+                self.plain = plain_request(self.request.to_context())
+            except Exception as exc:
+                self.plain = exc
+        if isinstance(self.plain, Exception):
+            raise self.plain
+        return self.plain
+
+    def _index_data(self) -> tuple[Mapping[str, Any], Any]:
+        _query, context, a2a_data, _files = self._plain()
+        return context, a2a_data
+
     def _namespace(self, mcp_id: str) -> dict[str, Any]:
         ns = self.namespaces.get(mcp_id)
         if ns is None:
@@ -664,7 +857,9 @@ class _PrestepRun:
             try:
                 if self.meter is None:
                     self.meter = CostMeter(*self.budgets)
-                ns = self.namespaces[mcp_id] = build_namespace(self._context(mcp_id), meter=self.meter)
+                ns = self.namespaces[mcp_id] = build_namespace(
+                    self._context(mcp_id), meter=self.meter, plain=self._plain()
+                )
             except Exception:
                 self.namespace_failed = True
                 raise

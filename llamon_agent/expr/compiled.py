@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 import ast
+import functools
 import math
 import types
 from typing import Any
 
-from llamon_agent.expr.budget import _METER, BUILT_CHARS_PER_UNIT
+from llamon_agent.expr.budget import (
+    _METER,
+    BUILT_CHARS_PER_UNIT,
+    READ_CHARS_PER_UNIT,
+    REGEX_CHARS_PER_UNIT,
+    REGEX_COMPILE_UNITS,
+)
 from llamon_agent.expr.checker import _parse
 from llamon_agent.expr.errors import ExprError, _Source, _type_name
 from llamon_agent.expr.guard import _compile
-from llamon_agent.expr.hints import _requirement
+from llamon_agent.expr.helpers import _regex
+from llamon_agent.expr.hints import _options, _requirement
 from llamon_agent.expr.limits import _FILENAME, MAX_DATA_BYTES, MAX_DEPTH
 from llamon_agent.expr.namespace import build_namespace
 from llamon_agent.tools import DeterministicContext
@@ -132,7 +140,17 @@ def _params(value: Any, namespace: dict[str, Any]) -> dict[str, Any]:
 class CompiledExpr:
     """A checked, compiled expression: call it with a ctx, or ``evaluate`` a prebuilt namespace."""
 
-    __slots__ = ("source", "kind", "required_keywords", "static_cost", "query_reads", "_code", "_src")
+    __slots__ = (
+        "source",
+        "kind",
+        "required_keywords",
+        "index_options",
+        "cost_line",
+        "static_cost",
+        "query_reads",
+        "_code",
+        "_src",
+    )
 
     def __init__(
         self,
@@ -145,6 +163,9 @@ class CompiledExpr:
         self.source = source
         self.kind = kind  # "when" or "params"
         self.required_keywords = keywords
+        self.index_options: tuple[frozenset[tuple[Any, ...]], ...] | None = None  # see hints.index_options
+        # (a, b): an evaluation costs at most a + b * len(query) units (None: not known statically)
+        self.cost_line: tuple[int, float] | None = None
         # Charged to the request by ExpressionRule: one unit per node, plus each plain query read.
         self._code, self.static_cost, self.query_reads, _ = compiled
         self._src = src
@@ -213,11 +234,58 @@ def _compiled_expr(
     return cls(source, kind, compiled, keywords, src)
 
 
+def _regex_cost(tree: ast.AST) -> tuple[int, float] | None:
+    """An upper bound ``a + b * len(query)`` on what the regex calls of ``tree`` charge; None when
+    a regex call has a pattern not known when the rule is saved (or an invalid one)."""
+    a, b = 0, 0.0
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+            continue
+        if node.func.id not in ("re_search", "re_find"):
+            continue
+        pattern = node.args[0] if node.args else None
+        if not isinstance(pattern, ast.Constant) or type(pattern.value) is not str:
+            return None
+        try:
+            program = _regex(pattern.value).programsize
+        except ExprError:
+            return None
+        a += 2 + len(pattern.value) + program * REGEX_COMPILE_UNITS
+        b += program / REGEX_CHARS_PER_UNIT
+    return a, b
+
+
+# A compiled expression is immutable, so one is shared by every rule with the same text: rule
+# sets repeat their params (`{"q": query}`) and often their `when`, and the import path checks
+# each rule and then compiles it again. Bounded; an ExprError is never cached.
+_COMPILE_CACHE_SIZE = 100_000
+
+
 def compile_when(source: str) -> CompiledExpr:
     """Check and compile a ``when`` expression: callable ``(ctx) -> bool``; ExprError if not allowed."""
+    if type(source) is not str:
+        return _compile_when(source)  # the checker's own error; a list would not even hash
+    return _cached_when(source)
+
+
+def _compile_when(source: str) -> CompiledExpr:
     tree, src = _parse(source)
     keywords = _requirement(tree.body)
-    return _compiled_expr(source, "when", _compile(tree, "<when>"), keywords, src)
+    options = _options(tree.body)  # before _compile, which rewrites the tree
+    regex = None
+    if options and any(atom[0] == "re" for option in options for atom in option):
+        regex = _regex_cost(tree.body)
+    compiled = _compile(tree, "<when>")
+    expr = _compiled_expr(source, "when", compiled, keywords, src)
+    if options:
+        expr.index_options = tuple(dict.fromkeys(options))
+    if regex is not None:
+        # The whole evaluation when the pattern does not match: static cost, query reads, regexes.
+        expr.cost_line = (
+            regex[0] + compiled[1] + compiled[2] + 1,
+            regex[1] + compiled[2] / READ_CHARS_PER_UNIT,
+        )
+    return expr
 
 
 _NOT_A_DICT = (
@@ -235,9 +303,19 @@ _NOT_A_DICT = (
 
 def compile_params(source: str) -> CompiledExpr:
     """Check and compile a ``params`` expression: callable ``(ctx) -> dict``; ExprError if not allowed."""
+    if type(source) is not str:
+        return _compile_params(source)
+    return _cached_params(source)
+
+
+def _compile_params(source: str) -> CompiledExpr:
     tree, src = _parse(source)
     if isinstance(tree.body, _NOT_A_DICT) or (
         isinstance(tree.body, ast.UnaryOp) and isinstance(tree.body.op, ast.Not)
     ):
         raise src.node_error(tree.body, 'params must give a dict such as {"q": query}')
     return _compiled_expr(source, "params", _compile(tree, "<params>"), None, src)
+
+
+_cached_when = functools.lru_cache(maxsize=_COMPILE_CACHE_SIZE)(_compile_when)
+_cached_params = functools.lru_cache(maxsize=_COMPILE_CACHE_SIZE)(_compile_params)

@@ -168,3 +168,146 @@ def required_keywords(source_or_tree: str | ast.AST) -> frozenset[tuple[str, boo
     else:
         raise TypeError("required_keywords() takes an expression's text or its syntax tree")
     return _requirement(tree)
+
+
+# --------------------------------------------------------------------------- the request index
+#
+# A richer hint than required_keywords, for the pre-step's request index: each option is a set
+# of atoms one of which must hold for `when` to be truthy, and when none holds `when` is falsy
+# without raising. The pre-step picks, per rule, the option whose atoms are rarest across the
+# rule set (an `and` of a common and a rare word is indexed on the rare one). Atoms:
+#
+#   ("kw", literal, lowered)              literal in query (lowered: in query.lower())
+#   ("re", pattern)                       RE2 pattern matches somewhere in the raw query
+#   ("eq", source, key, default, value)   source.get(key, default) == value, source is
+#                                         "context" (ctx.context) or "data" (data_get)
+Atom = tuple
+Option = frozenset
+
+_EQ_TYPES = (str, int, float, bool, type(None))
+
+
+def _get_source(node: ast.AST) -> tuple[str, str, object] | None:
+    """(source, key, default) of a never-raising ``.get``/``data_get`` with constant arguments."""
+    if not _is_safe_get(node):
+        return None
+    assert isinstance(node, ast.Call)
+    key = node.args[0].value  # type: ignore[attr-defined]
+    default = node.args[1].value if len(node.args) == 2 else None  # type: ignore[attr-defined]
+    if type(default) not in _EQ_TYPES:
+        return None
+    source = "data" if isinstance(node.func, ast.Name) else "context"
+    return source, key, default
+
+
+def _eq_atom(node: ast.Compare) -> Atom | None:
+    if len(node.ops) != 1 or not isinstance(node.ops[0], ast.Eq):
+        return None
+    left, right = node.left, node.comparators[0]
+    if isinstance(left, ast.Constant):
+        left, right = right, left
+    if not isinstance(right, ast.Constant) or type(right.value) not in _EQ_TYPES:
+        return None
+    if type(right.value) is float and right.value != right.value:  # NaN equals nothing
+        return None
+    got = _get_source(left)
+    if got is None:
+        return None
+    return ("eq", *got, right.value)
+
+
+def _regex_atom(node: ast.Call) -> Atom | None:
+    """``re_search("p", query)`` or ``re_find("p", query[, group])``: the pattern must match."""
+    if node.keywords or not isinstance(node.func, ast.Name) or node.func.id not in ("re_search", "re_find"):
+        return None
+    max_args = 2 if node.func.id == "re_search" else 3
+    if not 2 <= len(node.args) <= max_args:
+        return None
+    pattern, text = node.args[0], node.args[1]
+    if not isinstance(pattern, ast.Constant) or type(pattern.value) is not str:
+        return None
+    if _query_ref(text) is not False:  # the raw query only (query.lower() would build a copy)
+        return None
+    from llamon_agent.expr.errors import ExprError
+    from llamon_agent.expr.helpers import _regex
+
+    try:
+        _regex(pattern.value)  # an invalid pattern raises at run time: never skip the rule
+    except ExprError:
+        return None
+    return ("re", pattern.value)
+
+
+def _is_len_test(node: ast.AST) -> bool:
+    """``len(query) > 10`` (any order comparison with an int literal): never raises."""
+    if not isinstance(node, ast.Compare) or len(node.ops) != 1:
+        return False
+    if not isinstance(node.ops[0], (ast.Gt, ast.GtE, ast.Lt, ast.LtE, ast.Eq, ast.NotEq)):
+        return False
+    sides = (node.left, node.comparators[0])
+    lens = [
+        s
+        for s in sides
+        if isinstance(s, ast.Call)
+        and isinstance(s.func, ast.Name)
+        and s.func.id == "len"
+        and len(s.args) == 1
+        and not s.keywords
+        and _query_ref(s.args[0]) is False
+    ]
+    ints = [s for s in sides if isinstance(s, ast.Constant) and type(s.value) is int]
+    return len(lens) == 1 and len(ints) == 1
+
+
+def _options(node: ast.AST) -> list[Option] | None:
+    """The alternative requirements of ``node`` (any one may be used), None if unknown."""
+    if isinstance(node, ast.Compare):
+        eq = _eq_atom(node)
+        if eq is not None:
+            return [frozenset({eq})]
+    if isinstance(node, ast.Call):
+        atom = _regex_atom(node)
+        if atom is not None:
+            return [frozenset({atom})]
+        if (
+            isinstance(node.func, ast.Name)
+            and node.func.id == "contains_all"
+            and not node.keywords
+            and len(node.args) == 2
+        ):
+            lowered = _query_ref(node.args[0])
+            words = _literal_words(node.args[1])
+            if lowered is not None and words is not None and any(words):
+                return [frozenset({("kw", w, lowered)}) for w in dict.fromkeys(words) if w]
+            return None
+    if isinstance(node, ast.BoolOp):
+        if isinstance(node.op, ast.And):
+            known: list[Option] = []
+            for value in node.values:
+                part = _options(value)
+                if part is not None:
+                    known.extend(part)
+                if not (_is_safe(value) or _is_len_test(value)):
+                    break
+            return known or None
+        parts = [_options(v) for v in node.values]
+        if any(p is None for p in parts):
+            return None
+        # `or`: one option, each side's smallest (the rarest pick happens per rule, not per side)
+        return [frozenset().union(*(min(p, key=len) for p in parts))]  # type: ignore[arg-type, type-var]
+    simple = _requirement(node)
+    if simple is None:
+        return None
+    return [frozenset(("kw", literal, lowered) for literal, lowered in simple)]
+
+
+def index_options(source_or_tree: str | ast.AST) -> tuple[Option, ...] | None:
+    """The request-index hint of a ``when``: alternative sets of atoms (see above), or None."""
+    if isinstance(source_or_tree, str):
+        tree: ast.AST = _parse(source_or_tree)[0].body
+    elif isinstance(source_or_tree, ast.Expression):
+        tree = source_or_tree.body
+    else:
+        tree = source_or_tree
+    options = _options(tree)
+    return tuple(dict.fromkeys(options)) if options else None

@@ -11,12 +11,14 @@ from llamon_agent.expr.limits import MAX_DATA_BYTES, MAX_QUERY_CHARS
 from llamon_agent.expr.view import _Budget, _CtxView, _plain
 from llamon_agent.tools import DeterministicContext
 
+PlainRequest = tuple[str, dict[str, Any], list[Any] | None, list[Any] | None]
 
-def build_namespace(ctx: DeterministicContext, *, meter: CostMeter | None = None) -> dict[str, Any]:
-    """The evaluation globals for one request on one server; build once, reuse for every rule.
 
-    ``meter`` is the request's cost budget (share one between the namespaces of a request);
-    by default a new one with the budgets of :func:`llamon_agent.settings.cost_budgets`.
+def plain_request(ctx: DeterministicContext) -> PlainRequest:
+    """The JSON-like copies of a request an expression reads: (query, context, a2a_data, a2a_files).
+
+    The same for every server of a request, so the pre-step makes them once and shares them
+    (expressions cannot modify anything). ExprError when the request is over the caps.
     """
     query = ctx.query
     if type(query) is not str:
@@ -29,6 +31,19 @@ def build_namespace(ctx: DeterministicContext, *, meter: CostMeter | None = None
         raise ExprError(f"ctx.context must be a dict, not {_type_name(context)}")
     a2a_data = None if ctx.a2a_data is None else _plain(list(ctx.a2a_data), budget)
     a2a_files = None if ctx.a2a_files is None else _plain(list(ctx.a2a_files), budget)
+    return query, context, a2a_data, a2a_files
+
+
+def build_namespace(
+    ctx: DeterministicContext, *, meter: CostMeter | None = None, plain: PlainRequest | None = None
+) -> dict[str, Any]:
+    """The evaluation globals for one request on one server; build once, reuse for every rule.
+
+    ``meter`` is the request's cost budget (share one between the namespaces of a request);
+    by default a new one with the budgets of :func:`llamon_agent.settings.cost_budgets`.
+    ``plain`` is :func:`plain_request` of ``ctx``, when already made for another server.
+    """
+    query, context, a2a_data, a2a_files = plain_request(ctx) if plain is None else plain
     view = _CtxView(query, context, a2a_data, a2a_files, list(ctx.mcp_tools or ()))
     namespace = _BASE_NAMESPACE.copy()
     namespace["ctx"] = view

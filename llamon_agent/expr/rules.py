@@ -5,7 +5,7 @@ from __future__ import annotations
 import keyword
 from typing import Any
 
-from llamon_agent.expr.budget import _METER
+from llamon_agent.expr.budget import _METER, READ_CHARS_PER_UNIT
 from llamon_agent.expr.compiled import compile_params, compile_when
 from llamon_agent.expr.errors import ExprError
 from llamon_agent.expr.limits import MAX_RULE_NAME_CHARS
@@ -59,6 +59,17 @@ class ExpressionRule:
         # Charged per evaluation: every node, and each plain read of the query (its length).
         self._static = compiled_when.static_cost + compiled_params.static_cost
         self._reads = compiled_when.query_reads + compiled_params.query_reads
+        # The pre-step's request index: the when's alternative requirements (hints.index_options)
+        # and, for regex ones, a bound a + b * len(query) on what evaluating the rule costs
+        # when the pattern does not match (over the budget, the index must not skip the rule).
+        self.index_options = compiled_when.index_options
+        line = compiled_when.cost_line
+        self.index_cost: tuple[int, float] | None = None
+        if line is not None:
+            self.index_cost = (
+                line[0] + compiled_params.static_cost + compiled_params.query_reads,
+                line[1] + compiled_params.query_reads / READ_CHARS_PER_UNIT,
+            )
         self.__name__ = self.__qualname__ = name  # read by code that names rules like functions
         self.__llamon_rule__ = RuleInfo(
             name=name, mcp_id=mcp_id, stop=self.stop, keywords=compiled_when.required_keywords

@@ -1,0 +1,193 @@
+"""The request index (keywords, regexes, context/DataPart equality, rarest `and` literal) is an
+optimisation only: on random mixed rule sets and random requests, indexed evaluation gives
+exactly what evaluating every rule in order gives (fired set, order, params, errors)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from llamon_agent.expr import MAX_QUERY_CHARS, expression_rule
+from llamon_agent.prestep import StaticToolBackend, compile_rules, run_prestep
+from llamon_agent.tools import AgentRequest
+
+SERVERS = {"a": ["t", "u"], "b": ["t"], "c": ["t"]}
+
+WORDS = ["주문", "조회", "환불", "VIP", "vip", "Ab", "ab", "배송"]
+WHENS = [
+    '"{w}" in query',
+    '"{w}" in query.lower()',
+    '"{w}" in query and "{v}" in query',
+    '"{w}" in query or "{v}" in query.lower()',
+    'contains_any(query, ["{w}", "{v}"])',
+    'contains_all(query, ["{w}", "{v}"])',
+    're_search(r"{w}\\d+", query)',
+    're_search(r"(?i){w}", query)',
+    'len(query) > 3 and re_search(r"^{w}", query)',
+    'len(query) < 5 and "{w}" in query',
+    're_find(r"({w})(\\d)", query, 2) == "1"',
+    'ctx.context.get("tier") == "{w}"',
+    'context.get("tier", "none") == "none" and "{w}" in query',
+    'data_get("orderId") == "{w}"',
+    'data_get("n", 0) == 1',
+    'ctx.context.get("tier", "none") == "none"',
+    'data_get("orderId", 7) == 7',
+    'ctx.context.get("n") == 1 or "{v}" in query',
+    'ctx.context["tier"] == "{w}" and "{v}" in query',  # raises when tier is missing
+    're_find(r"({w})", query, 3) == "x"',  # no group 3: raises when the pattern matches
+    'query[0] == "{w}"',  # raises on an empty query
+    "len(query) > 4",
+]
+
+
+@st.composite
+def mixed_rule_sets(draw: st.DrawFn) -> list[Any]:
+    rules = []
+    for i in range(draw(st.integers(0, 10))):
+        template = draw(st.sampled_from(WHENS))
+        when = template.format(w=draw(st.sampled_from(WORDS)), v=draw(st.sampled_from(WORDS)))
+        rules.append(
+            expression_rule(
+                name=f"r{i}",
+                mcp_id=draw(st.sampled_from(["a", "b", "c"])),
+                tool_name=draw(st.sampled_from(["t", "t", "u"])),
+                when=when,
+                params=draw(st.sampled_from(['{"q": query[:10]}', '{"tier": context.get("tier")}', "{}"])),
+                stop=draw(st.integers(0, 5)) == 0,
+            )
+        )
+    return rules
+
+
+queries = st.one_of(
+    st.lists(st.sampled_from([*WORDS, "1", "2", " ", "x"]), max_size=6).map("".join),
+    st.text(alphabet="abAB주문환불vipVIP0123 \ud800", max_size=10),
+)
+contexts = st.one_of(
+    st.none(),
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "tier": st.sampled_from([*WORDS, "none", 1, True, None, ["주문"], {"a": 1}]),
+            "n": st.sampled_from([1, 1.0, True, 0, "1"]),
+        },
+    ),
+)
+data_parts = st.one_of(
+    st.none(),
+    st.lists(
+        st.fixed_dictionaries(
+            {}, optional={"orderId": st.sampled_from([*WORDS, 7]), "n": st.sampled_from([1, True, 2])}
+        ),
+        max_size=3,
+    ),
+)
+
+
+def comparable(outcome: Any) -> tuple[Any, ...]:
+    records = [(r.rule, r.status, r.tool_name, r.params, r.error) for r in outcome.records]
+    results = [{k: v for k, v in r.items() if k != "duration_ms"} for r in outcome.results]
+    return (outcome.ok, outcome.error, outcome.calls, records, results)
+
+
+def call(mcp_id: str, tool_name: str, params: dict[str, Any]) -> Any:
+    return {"from": mcp_id, "tool": tool_name}
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rules=mixed_rule_sets(), query=queries, context=contexts, parts=data_parts, huge=st.integers(0, 9))
+def test_indexed_evaluation_equals_evaluating_every_rule(
+    rules: list[Any], query: str, context: Any, parts: Any, huge: int
+) -> None:
+    if huge == 0:
+        query = query + "." * (MAX_QUERY_CHARS + 1)  # over the caps: the namespace cannot be built
+    request = AgentRequest(query=query, context=context or {}, a2a_data=parts)
+    compiled = compile_rules(rules)
+    for dry_run in (True, False):
+        indexed = run_prestep(
+            compiled, request, backend=StaticToolBackend(SERVERS, call=call), dry_run=dry_run
+        )
+        naive = run_prestep(
+            rules, request, backend=StaticToolBackend(SERVERS, call=call), dry_run=dry_run, use_index=False
+        )
+        assert comparable(indexed) == comparable(naive)
+
+
+def rule(name: str, when: str, mcp_id: str = "a") -> Any:
+    return expression_rule(name=name, mcp_id=mcp_id, tool_name="t", when=when, params="{}")
+
+
+def test_regex_and_equality_rules_are_not_evaluated_on_requests_that_cannot_fire_them() -> None:
+    rules = [
+        rule("by_regex", 're_search(r"A-\\d{4}", query)'),
+        rule("by_tier", 'ctx.context.get("tier") == "gold"'),
+        rule("by_data", 'data_get("orderId") == "A-1"'),
+        rule("long_then_regex", 'len(query) > 3 and re_search(r"^환불", query)'),
+    ]
+    compiled = compile_rules(rules)
+
+    def data(context: Any, parts: Any = None) -> Any:
+        return lambda: (context, parts)
+
+    assert compiled.candidates("안녕하세요", data({})) == []
+    assert compiled.candidates("주문 A-1234", data({})) == [0]
+    assert compiled.candidates("x", data({"tier": "gold"})) == [1]
+    assert compiled.candidates("x", data({}, [{"orderId": "A-1"}])) == [2]
+    assert compiled.candidates("환불 해주세요", data({})) == [3]
+
+
+def test_an_and_is_indexed_on_its_rarest_literal_across_the_rule_set() -> None:
+    common = [rule(f"order{i}", f'"주문" in query and "상품{i}" in query') for i in range(20)]
+    compiled = compile_rules(common)
+    # "주문" is in all 20 rules, "상품7" in one: a query with "주문" alone has no candidate.
+    assert compiled.candidates("주문 조회", lambda: ({}, None)) == []
+    assert compiled.candidates("주문 상품7", lambda: ({}, None)) == [7]
+
+
+def test_a_regex_rule_that_could_exceed_the_cost_budget_stays_a_candidate() -> None:
+    """Skipping it would hide the CostBudgetExceeded that evaluating it raises."""
+    rules = [rule("costly", 're_search(r"(a|b|c|d|e)+z{5}", query)')]
+    query = "q" * 20_000
+    naive = run_prestep(
+        rules,
+        AgentRequest(query=query),
+        backend=StaticToolBackend(SERVERS),
+        expr_budget=2_000,
+        use_index=False,
+    )
+    indexed = run_prestep(
+        rules, AgentRequest(query=query), backend=StaticToolBackend(SERVERS), expr_budget=2_000
+    )
+    assert naive.error is not None and "cost budget" in naive.error
+    assert indexed.error == naive.error
+    assert compile_rules(rules).candidates("short", lambda: ({}, None), 2_000) == []
+
+
+def test_the_request_data_is_copied_once_for_all_servers() -> None:
+    from llamon_agent.expr import namespace
+
+    calls = []
+    real = namespace.plain_request
+
+    def counting(ctx: Any) -> Any:
+        calls.append(1)
+        return real(ctx)
+
+    rules = [rule(f"r{m}", 'context.get("x") == 1', mcp_id=m) for m in ("a", "b", "c")]
+    request = AgentRequest(query="q", context={"x": 1})
+    namespace.plain_request = counting
+    try:
+        outcome = run_prestep(rules, request, backend=StaticToolBackend(SERVERS), dry_run=True)
+    finally:
+        namespace.plain_request = real
+    assert [r.rule for r in outcome.fired] == ["ra", "rb", "rc"]
+    assert len(calls) == 1
+
+
+def test_rules_with_the_same_expression_text_share_one_compiled_expression() -> None:
+    """50,000 rules with the same params compile it once (time and memory per rule)."""
+    first, second = rule("one", '"a" in query'), rule("two", '"a" in query')
+    assert first.compiled_params is second.compiled_params
+    assert first.compiled_when is second.compiled_when
