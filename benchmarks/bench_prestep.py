@@ -27,6 +27,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import ahocorasick  # noqa: E402
+from zen_graph import zen_table_decision  # noqa: E402
 
 from llamon_agent.prestep import StaticToolBackend, compile_rules, run_prestep  # noqa: E402
 from llamon_agent.tools import AgentRequest, DeterministicContext, RuleInfo  # noqa: E402
@@ -176,7 +177,6 @@ def make_floor(specs: Sequence[Spec]) -> Callable[[str], list[str]]:
 
 def make_zen(specs: Sequence[Spec]) -> Callable[[str], list[str]]:
     """The same rules as one zen-engine decision table (hit policy "collect")."""
-    import zen
 
     rows = []
     for spec in specs:
@@ -202,26 +202,7 @@ def make_zen(specs: Sequence[Spec]) -> Callable[[str], list[str]]:
         ],
         "rules": rows,
     }
-    content = {
-        "contentType": "application/vnd.gorules.decision",
-        "nodes": [
-            {"id": "in", "type": "inputNode", "name": "Request", "position": {"x": 0, "y": 0}},
-            {
-                "id": "rules",
-                "type": "decisionTableNode",
-                "name": "rules",
-                "position": {"x": 1, "y": 0},
-                "content": table,
-            },
-            {"id": "out", "type": "outputNode", "name": "Response", "position": {"x": 2, "y": 0}},
-        ],
-        "edges": [
-            {"id": "e1", "type": "edge", "sourceId": "in", "targetId": "rules"},
-            {"id": "e2", "type": "edge", "sourceId": "rules", "targetId": "out"},
-        ],
-    }
-    engine = zen.ZenEngine({"loader": {"type": "static", "content": {"rules.json": content}}})
-    decision = engine.get_decision("rules.json")
+    decision = zen_table_decision(table, "rules")
 
     def run(query: str) -> list[str]:
         result = decision.evaluate({"query": query})["result"]

@@ -30,6 +30,7 @@ from typing import Any
 sys.path.insert(0, os.environ.get("LLAMON_BENCH_CODE") or str(Path(__file__).resolve().parents[1]))
 
 import re2  # noqa: E402
+from zen_graph import zen_table_decision  # noqa: E402
 
 from llamon_agent.expr import contains_all, contains_any, expression_rule  # noqa: E402
 from llamon_agent.prestep import StaticToolBackend, compile_rules, run_prestep  # noqa: E402
@@ -197,11 +198,11 @@ def make_floor(whens: Sequence[str]) -> Callable[[AgentRequest], list[str]]:
 
 def make_zen(whens: Sequence[str]) -> Callable[[AgentRequest], list[str]] | None:
     """The same rules as one zen-engine table; each row one ZEN expression (None if not expressible)."""
-    try:
-        import zen
-    except ImportError:
-        return None
+    import importlib.util
     import re
+
+    if importlib.util.find_spec("zen") is None:
+        return None
 
     def zen_expr(when: str) -> str:
         e = when
@@ -229,26 +230,7 @@ def make_zen(whens: Sequence[str]) -> Callable[[AgentRequest], list[str]] | None
         "outputs": [{"id": "rule", "name": "rule", "type": "expression", "field": "rule"}],
         "rules": [{"_id": r["_id"], "c": r["c"], "rule": r["rule"]} for r in rows],
     }
-    content = {
-        "contentType": "application/vnd.gorules.decision",
-        "nodes": [
-            {"id": "in", "type": "inputNode", "name": "Request", "position": {"x": 0, "y": 0}},
-            {
-                "id": "t",
-                "type": "decisionTableNode",
-                "name": "t",
-                "position": {"x": 1, "y": 0},
-                "content": table,
-            },
-            {"id": "out", "type": "outputNode", "name": "Response", "position": {"x": 2, "y": 0}},
-        ],
-        "edges": [
-            {"id": "e1", "type": "edge", "sourceId": "in", "targetId": "t"},
-            {"id": "e2", "type": "edge", "sourceId": "t", "targetId": "out"},
-        ],
-    }
-    engine = zen.ZenEngine({"loader": {"type": "static", "content": {"rules.json": content}}})
-    decision = engine.get_decision("rules.json")
+    decision = zen_table_decision(table, "t")
 
     def run(request: AgentRequest) -> list[str]:
         data = {k: v for part in reversed(request.a2a_data or []) for k, v in part.items()}
