@@ -23,6 +23,7 @@ import ast
 import copy
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from llamon_agent.expr.budget import _METER
@@ -116,15 +117,24 @@ def _not_reached(node: _Node) -> Part:
     return Part(text=node.text, op=node.op, children=[_not_reached(c) for c in node.children])
 
 
+@lru_cache(maxsize=4_096)
+def _prepared(source: str) -> tuple[_Node, int, int]:
+    """The split, compiled operands and the whole expression's static cost (immutable: cached)."""
+    tree, src = _parse(source)
+    root_node = _split(tree.body, src)  # first: the guard below rewrites the tree in place
+    _code, static_cost, query_reads, _metered = _compile(tree, "<when>")
+    return root_node, static_cost, query_reads
+
+
 def explain_when(source: str, namespace: dict[str, Any]) -> Explanation:
     """Evaluate ``source`` operand by operand on ``namespace`` (from :func:`build_namespace`).
 
     ExprError when the text is not a valid expression (as :func:`compile_when`). A failure while
     evaluating is not raised: it is in ``Explanation.error`` and on the operand that failed.
     """
-    tree, src = _parse(source)
-    root_node = _split(tree.body, src)  # first: the guard below rewrites the tree in place
-    _code, static_cost, query_reads, _metered = _compile(tree, "<when>")
+    if not isinstance(source, str):
+        raise ExprError("the expression must be text")
+    root_node, static_cost, query_reads = _prepared(source)
     meter = namespace[_METER]
     # The whole expression's static cost first, as ExpressionRule.evaluate_ns charges it.
     meter.left = meter.expr_budget - static_cost - query_reads * meter.qcost
