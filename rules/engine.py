@@ -251,7 +251,9 @@ def explain_rules(
         mcp_id = rule["mcp_id"]
         try:
             if mcp_id not in namespaces:
-                namespaces[mcp_id] = build_namespace(request.to_context(list(backend.tools_for(mcp_id) or [])))
+                namespaces[mcp_id] = build_namespace(
+                    request.to_context(list(backend.tools_for(mcp_id) or []))
+                )
             namespace = namespaces[mcp_id]
             out[rule["name"]] = explain_when(rule["when"], namespace)
         except ExprError:

@@ -33,7 +33,9 @@ def tester_inputs_load(session: Any, rule_set_pk: int) -> dict[str, str]:
     return {f: stored[f] for f in TESTER_FIELDS if isinstance(stored.get(f), str)}
 
 
-def tester_inputs_store(session: Any, rule_set_pk: int, post: Mapping[str, Any], *, prefix: str = "t") -> None:
+def tester_inputs_store(
+    session: Any, rule_set_pk: int, post: Mapping[str, Any], *, prefix: str = "t"
+) -> None:
     """Remember the tester's raw inputs (even invalid ones: the user is still typing)."""
     values = {f: post.get(f"{prefix}-{f}", "") for f in TESTER_FIELDS}
     values = {f: v if isinstance(v, str) else "" for f, v in values.items()}

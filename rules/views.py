@@ -338,7 +338,9 @@ def rule_set_test(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     return render(request, "rules/rule_set_editor.html", {**page, **context, "tested": True}, status=status)
 
 
-def _tester_results(request: HtmxHttpRequest, rule_set: RuleSet, tester: TesterForm, *, execute: bool) -> dict:
+def _tester_results(
+    request: HtmxHttpRequest, rule_set: RuleSet, tester: TesterForm, *, execute: bool
+) -> dict:
     snapshot = engine.rule_set_snapshot(rule_set)
     draft_note = None
     if "rule-name" in request.POST and not _is_blank_new_rule(request.POST):
