@@ -112,8 +112,8 @@ def test_a_case_saved_after_a_failed_execute_expects_the_call(page, logged_in, m
 
 def test_a_skipped_rule_explains_each_sub_condition(page, logged_in) -> None:
     rule_set = RuleSet.objects.get(name="seed-rules")
-    logged_in("viewer")
-    page.goto(f"/rules/{rule_set.pk}/")
+    logged_in("editor")
+    page.goto(f"/rules/{rule_set.pk}/")  # a fresh editor: the new-rule form is empty
     page.fill("#id_t-query", "주문 취소해줘")
     page.wait_for_load_state("networkidle")  # the debounced run on the typed query has landed
     row = page.locator("#tester-table tr[data-rule='route_order_lookup']")
