@@ -128,7 +128,9 @@ def main() -> None:
 
     print(f"Live tester, {args.rules} rules, dry run, {args.n} requests (ms)")
     # Fired and failed rules are all listed, skipped ones up to rules.tester.SKIPPED_SHOWN.
-    print(f"response size: median {statistics.median(sizes) / 1024:.1f} KB, largest {max(sizes) / 1024:.1f} KB")
+    print(
+        f"response size: median {statistics.median(sizes) / 1024:.1f} KB, largest {max(sizes) / 1024:.1f} KB"
+    )
     print(f"{'what':34} {'p50':>8} {'p95':>8} {'mean':>8}")
     for name, values in timings.items():
         print(

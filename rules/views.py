@@ -368,7 +368,12 @@ def _tester_results(
     shown = tester_rows(
         evaluation.outcome.records, evaluation.schema_errors, show_all=request.POST.get("show") == "all"
     )
-    skipped = [rec.rule for rec, _, _ in shown.rows if rec.status is RuleStatus.SKIPPED]
+    # Skipped rules, and rules whose own `when` failed (no call): which operand said no, or failed.
+    skipped = [
+        rec.rule
+        for rec, _, _ in shown.rows
+        if rec.status is RuleStatus.SKIPPED or (rec.status is RuleStatus.ERROR and rec.tool_name is None)
+    ]
     why = engine.explain_rules(snapshot, sample, skipped, servers=servers)
     shown.rows = [(rec, errors, why.get(rec.rule)) for rec, errors, _ in shown.rows]
     return {

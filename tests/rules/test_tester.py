@@ -236,3 +236,33 @@ def test_a_bad_case_update_keeps_the_case(editor_client, rule_set, make_user) ->
     assert response.status_code == 200 and "The case was not saved" in _text(response)
     case.refresh_from_db()
     assert case.input["query"] == "q"
+
+
+def test_a_rule_whose_when_failed_shows_the_operand_that_failed(viewer_client, rule_set, make_user) -> None:
+    services.rule_create(
+        actor=make_user("editor", "e"), rule_set=rule_set, name="route_ctx", mcp_id="order-service",
+        tool_name="get_order", when='"주문" in query and context["tier"] == "gold"', params="{}",
+    )  # fmt: skip
+    text = _text(_test(viewer_client, rule_set, {"t-query": "주문"}, **HX))
+    row = text[text.index('data-rule="route_ctx"') :]
+    row = row[: row.index("</tr>")]
+    assert "why it failed" in row and "key 'tier' is missing" in row
+    assert re.search(
+        r'context\["tier"\] == "gold"</code>\s*<span class="why-arrow">→</span>\s*<strong>error', row
+    )
+
+
+def test_expression_text_in_the_explanation_is_escaped(viewer_client, rule_set, make_user) -> None:
+    services.rule_create(
+        actor=make_user("editor", "e"), rule_set=rule_set, name="route_html", mcp_id="order-service",
+        tool_name="get_order", when='"<img src=x onerror=alert(1)>" in query and "b" in query', params="{}",
+    )  # fmt: skip
+    raw = _test(viewer_client, rule_set, {"t-query": "a"}, **HX).content.decode()
+    assert "<img src=x" not in raw and "&lt;img src=x onerror=alert(1)&gt;" in raw
+
+
+def test_executing_without_javascript_needs_the_editor_role_too(viewer_client, rule_set) -> None:
+    response = _test(viewer_client, rule_set, {"t-query": "주문", "execute": "1"})
+    assert response.status_code == 403
+    text = _text(response)
+    assert "it needs the editor role" in text and 'id="tester-form"' in text
