@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from agents.models import Agent, Run, RunStep, WorkerHeartbeat
@@ -35,7 +35,11 @@ def run_list(*, filters: dict[str, Any]) -> QuerySet[Run]:
     # Step filters are subqueries, not joins: no duplicate runs, so no DISTINCT, which PostgreSQL
     # cannot apply to the run's json columns (json, unlike jsonb, has no equality; see OrderedJSONField).
     if filters.get("rule"):
-        steps = RunStep.objects.filter(kind=RunStep.Kind.RULE, name=filters["rule"], status="ok")
+        # A rule fired when it returned a call: the call succeeded, is running, or failed (an error
+        # step with a tool name; a rule whose own expression failed has none).
+        steps = RunStep.objects.filter(kind=RunStep.Kind.RULE, name=filters["rule"]).filter(
+            Q(status__in=["ok", "running"]) | (Q(status="error") & ~Q(tool_name=""))
+        )
         runs = runs.filter(id__in=steps.values("run_id"))
     if filters.get("tool"):
         steps = RunStep.objects.filter(

@@ -85,6 +85,7 @@ def main() -> None:
         "evaluation, index off": [],
         "evaluation, compiled every request": [],
     }
+    sizes: list[int] = []
     snapshot = engine.rule_set_snapshot(rule_set)
     servers = engine.servers_by_id(["order-service"])
     backend = engine.dry_backend(servers)
@@ -119,12 +120,17 @@ def main() -> None:
         run_prestep(compile_rules(fresh), AgentRequest(query=query), backend=backend, dry_run=True)
         t4 = time.perf_counter()
         if i >= 10:  # warm-up
+            sizes.append(len(response.content))
             timings["whole tester request (htmx)"].append((t1 - t0) * 1000)
             timings["evaluation alone"].append((t2 - t1) * 1000)
             timings["evaluation, index off"].append((t3 - t2) * 1000)
             timings["evaluation, compiled every request"].append((t4 - t3) * 1000)
 
     print(f"Live tester, {args.rules} rules, dry run, {args.n} requests (ms)")
+    # Fired and failed rules are all listed, skipped ones up to rules.tester.SKIPPED_SHOWN.
+    print(
+        f"response size: median {statistics.median(sizes) / 1024:.1f} KB, largest {max(sizes) / 1024:.1f} KB"
+    )
     print(f"{'what':34} {'p50':>8} {'p95':>8} {'mean':>8}")
     for name, values in timings.items():
         print(

@@ -205,3 +205,38 @@ def params_skeleton(tool: Mapping[str, Any] | None) -> str:
             value = f"context.get({json.dumps(name)})"
         parts.append(f"{json.dumps(name, ensure_ascii=False)}: {value}")
     return "{" + ", ".join(parts) + "}"
+
+
+def explain_rules(
+    snapshot: Sequence[Mapping[str, Any]],
+    request: AgentRequest,
+    names: Iterable[str],
+    *,
+    servers: Mapping[str, McpServer],
+) -> dict[str, Any]:
+    """Why each named rule's ``when`` is false (or failed): ``{name: Explanation}`` (llamon_agent.expr.explain).
+
+    Each rule is explained on the namespace the pre-step gives it (the request and its server's
+    tools), with a fresh cost budget; nothing is called.
+    """
+    from llamon_agent.expr import ExprError, build_namespace
+    from llamon_agent.expr.explain import explain_when
+
+    wanted = set(names)
+    backend = dry_backend(servers)
+    namespaces: dict[str, dict[str, Any]] = {}
+    out: dict[str, Any] = {}
+    for rule in snapshot:
+        if rule["name"] not in wanted:
+            continue
+        mcp_id = rule["mcp_id"]
+        try:
+            if mcp_id not in namespaces:
+                namespaces[mcp_id] = build_namespace(
+                    request.to_context(list(backend.tools_for(mcp_id) or []))
+                )
+            namespace = namespaces[mcp_id]
+            out[rule["name"]] = explain_when(rule["when"], namespace)
+        except ExprError:
+            continue  # the record already says why (a request too big, an invalid draft expression)
+    return out

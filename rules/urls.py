@@ -24,6 +24,7 @@ urlpatterns = [
     path("<int:pk>/versions/<int:number>/restore", views.version_restore, name="restore"),
     path("<int:pk>/cases/", views.case_list, name="cases"),
     path("<int:pk>/cases/new", views.case_create, name="case_create"),
+    path("<int:pk>/cases/<int:case_pk>/update", views.case_update, name="case_update"),
     path("<int:pk>/cases/<int:case_pk>/delete", views.case_delete, name="case_delete"),
     path("<int:pk>/export.json", views.export_json, name="export_json"),
     path("<int:pk>/tools.py", views.export_tools, name="export_tools"),

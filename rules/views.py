@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
@@ -14,6 +15,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django_htmx.http import HttpResponseClientRedirect, trigger_client_event
 
 from llamon_agent import strictjson
+from llamon_agent.prestep import RuleStatus
 from llamon_web.http import HtmxHttpRequest
 from llamon_web.roles import has_role, require_role
 from rules import cases, engine, exporting, selectors, services
@@ -22,6 +24,7 @@ from rules.checks import rule_set_problems
 from rules.errors import RuleError, StaleEditError
 from rules.forms import AuditFilterForm, PublishForm, RuleForm, RuleSetForm, TesterForm
 from rules.models import Rule, RuleSet, RuleSetVersion, TestCase
+from rules.tester import tester_inputs_load, tester_inputs_store, tester_rows
 from servers import selectors as server_selectors
 
 # --- Rule sets ----------------------------------------------------------------------------------
@@ -63,6 +66,7 @@ def _editor_context(
     rule_form: RuleForm | None = None,
     selected: Rule | None = None,
     tester: TesterForm | None = None,
+    tester_case: TestCase | None = None,
 ) -> dict:
     rules = list(selectors.rule_list(rule_set=rule_set))
     snapshot = engine.rule_set_snapshot(rule_set)
@@ -102,7 +106,8 @@ def _editor_context(
         "servers": servers.values(),
         "chosen_server": chosen_server,
         "chosen_tool": chosen_tool,
-        "tester": tester or TesterForm(prefix="t"),
+        "tester": tester or _tester_form(request, rule_set, tester_case),
+        "tester_case": tester_case,
         "can_edit": has_role(request.user, "editor"),
         "latest_version": rule_set.versions.order_by("-number").first(),
         "case_count": rule_set.cases.count(),
@@ -110,19 +115,32 @@ def _editor_context(
     }
 
 
+def _tester_form(request: HttpRequest, rule_set: RuleSet, case: TestCase | None) -> TesterForm:
+    """The tester as the user left it for this rule set (or filled with the opened case's input)."""
+    if case is not None:
+        data = case.input
+        initial = {
+            "query": data.get("query") or "",
+            "context": json.dumps(data.get("context") or {}, ensure_ascii=False),
+            "data": json.dumps(data["a2a_data"], ensure_ascii=False) if data.get("a2a_data") else "",
+            "files": json.dumps(data["a2a_files"], ensure_ascii=False) if data.get("a2a_files") else "",
+        }
+    else:
+        initial = tester_inputs_load(request.session, rule_set.pk)
+    return TesterForm(prefix="t", initial=initial)
+
+
 @require_GET
 @require_role("viewer")
 def rule_set_editor(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     """The editor: ordered rules, the edit panel (?rule=<id> or a new rule) and the live tester."""
     rule_set = get_object_or_404(RuleSet, pk=pk)
-    selected = None
-    if request.GET.get("rule"):
-        wanted = request.GET["rule"]
-        selected = rule_set.rules.filter(pk=wanted).first() if wanted.isascii() and wanted.isdigit() else None
-        if selected is None:
-            raise Http404("No such rule in this rule set.")
+    selected = _selected_rule(rule_set, request.GET.get("rule"))
+    case = _tester_case(rule_set, request.GET.get("case"))
     return render(
-        request, "rules/rule_set_editor.html", _editor_context(request, rule_set, selected=selected)
+        request,
+        "rules/rule_set_editor.html",
+        _editor_context(request, rule_set, selected=selected, tester_case=case),
     )
 
 
@@ -268,26 +286,65 @@ def tool_info(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     )
 
 
+def _selected_rule(rule_set: RuleSet, wanted: str | None) -> Rule | None:
+    """The rule named by ``?rule=`` (or the tester's hidden field); Http404 when it is not in the set."""
+    if not wanted:
+        return None
+    selected = rule_set.rules.filter(pk=wanted).first() if wanted.isascii() and wanted.isdigit() else None
+    if selected is None:
+        raise Http404("No such rule in this rule set.")
+    return selected
+
+
+def _tester_case(rule_set: RuleSet, wanted: str | None) -> TestCase | None:
+    """The case opened in the tester (``?case=`` or the tester's hidden field); Http404 when not in the set."""
+    if not wanted:
+        return None
+    case = rule_set.cases.filter(pk=wanted).first() if wanted.isascii() and wanted.isdigit() else None
+    if case is None:
+        raise Http404("No such test case in this rule set.")
+    return case
+
+
+def _is_blank_new_rule(post: Any) -> bool:
+    return not any((post.get(f"rule-{f}") or "").strip() for f in ("name", "tool_name", "when"))
+
+
 @require_POST
 @require_role("viewer")
 def rule_set_test(request: HtmxHttpRequest, pk: int) -> HttpResponse:
-    """The live tester: the draft (with the unsaved edit, if any) on one sample request."""
+    """The live tester: the draft (with the unsaved edit, if any) on one sample request.
+
+    With htmx the answer is the results fragment, swapped in place; a plain form post (no
+    JavaScript) gets the whole editor back, with the inputs kept and the results in place.
+    """
     rule_set = get_object_or_404(RuleSet, pk=pk)
     execute = request.POST.get("execute") == "1"
-    if execute and not has_role(request.user, "editor"):
-        return render(
-            request,
-            "rules/_tester_results.html",
-            {"error": "Executing calls real tools: it needs the editor role."},
-            status=403,
-        )
     tester = TesterForm(request.POST, prefix="t")
-    if not tester.is_valid():
-        template = "rules/_tester_results.html" if request.htmx else "rules/tester_page.html"
-        return render(request, template, {"tester": tester, "rule_set": rule_set}, status=422)
+    tester_inputs_store(request.session, rule_set.pk, request.POST)
+    case = _tester_case(rule_set, request.POST.get("case"))
+    context: dict[str, Any] = {"rule_set": rule_set, "tester": tester, "tester_case": case}
+    status = 200
+    if execute and not has_role(request.user, "editor"):
+        context["error"] = "Executing calls real tools: it needs the editor role."
+        status = 403
+    elif not tester.is_valid():
+        status = 422
+    else:
+        context.update(_tester_results(request, rule_set, tester, execute=execute))
+    if request.htmx:
+        return render(request, "rules/_tester_results.html", context, status=status)
+    selected = _selected_rule(rule_set, request.POST.get("rule"))
+    page = _editor_context(request, rule_set, selected=selected, tester=tester, tester_case=case)
+    return render(request, "rules/rule_set_editor.html", {**page, **context, "tested": True}, status=status)
+
+
+def _tester_results(
+    request: HtmxHttpRequest, rule_set: RuleSet, tester: TesterForm, *, execute: bool
+) -> dict:
     snapshot = engine.rule_set_snapshot(rule_set)
     draft_note = None
-    if "rule-name" in request.POST:
+    if "rule-name" in request.POST and not _is_blank_new_rule(request.POST):
         edit = RuleForm(request.POST, prefix="rule")
         if edit.is_valid():
             edited = engine.apply_draft_edit(
@@ -299,18 +356,33 @@ def rule_set_test(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         else:
             draft_note = "The rule you are editing has errors, so the tester uses its saved version."
     servers = engine.servers_by_id(engine.snapshot_mcp_ids(snapshot))
-    backend = engine.live_backend(servers) if execute else None
     sample = tester.to_request()
-    evaluation = engine.evaluate(snapshot, sample, servers=servers, backend=backend, dry_run=not execute)
-    context = {
+    if execute:
+        evaluation = engine.evaluate(
+            snapshot, sample, servers=servers, backend=engine.live_backend(servers), dry_run=False
+        )
+        # A case always runs as a dry run, so it expects what the dry run gives: the calls, never
+        # a live tool's failure (which no later dry run could reproduce).
+        proposal = engine.evaluate(snapshot, sample, servers=servers, dry_run=True)
+    else:
+        evaluation = proposal = engine.evaluate(snapshot, sample, servers=servers, dry_run=True)
+    shown = tester_rows(
+        evaluation.outcome.records, evaluation.schema_errors, show_all=request.POST.get("show") == "all"
+    )
+    # Skipped rules, and rules whose own `when` failed (no call): which operand said no, or failed.
+    skipped = [
+        rec.rule
+        for rec, _, _ in shown.rows
+        if rec.status is RuleStatus.SKIPPED or (rec.status is RuleStatus.ERROR and rec.tool_name is None)
+    ]
+    why = engine.explain_rules(snapshot, sample, skipped, servers=servers)
+    shown.rows = [(rec, errors, why.get(rec.rule)) for rec, errors, _ in shown.rows]
+    return {
         "evaluation": evaluation, "outcome": evaluation.outcome, "execute": execute, "draft_note": draft_note,
-        "rule_set": rule_set, "request_json": json.dumps(sample.to_json(), ensure_ascii=False),
-        "rows": [(rec, evaluation.schema_errors.get(rec.rule)) for rec in evaluation.outcome.records],
-        "expected_json": json.dumps(case_expected_from_outcome(evaluation.to_json()), ensure_ascii=False),
+        "request_json": json.dumps(sample.to_json(), ensure_ascii=False), "rows": shown.rows, "shown": shown,
+        "expected_json": json.dumps(case_expected_from_outcome(proposal.to_json()), ensure_ascii=False),
         "can_edit": has_role(request.user, "editor"),
     }  # fmt: skip
-    template = "rules/_tester_results.html" if request.htmx else "rules/tester_page.html"
-    return render(request, template, context)
 
 
 # --- Versions -----------------------------------------------------------------------------------
@@ -442,6 +514,23 @@ def case_create(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         messages.error(request, f"The case was not saved: {exc.message}")
         return redirect("rules:editor", pk=pk)
     messages.success(request, f"Saved test case {case.name!r}.")
+    return redirect("rules:cases", pk=pk)
+
+
+@require_POST
+@require_role("editor")
+def case_update(request: HtmxHttpRequest, pk: int, case_pk: int) -> HttpResponse:
+    """Save what the tester shows (its input and the proposed outcome) into an existing case."""
+    case = get_object_or_404(TestCase, pk=case_pk, rule_set_id=pk)
+    try:
+        case = cases.case_update(
+            actor=request.user, case=case, input=_json_post(request, "input"),
+            expected=_json_post(request, "expected"),
+        )  # fmt: skip
+    except RuleError as exc:
+        messages.error(request, f"The case was not saved: {exc.message}")
+        return redirect(f"{reverse('rules:editor', args=[pk])}?case={case.pk}")
+    messages.success(request, f"Updated test case {case.name!r}.")
     return redirect("rules:cases", pk=pk)
 
 

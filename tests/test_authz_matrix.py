@@ -53,6 +53,7 @@ EXPECTED: dict[str, tuple[str, dict[str, int | str]]] = {
     "rules:cases": ("viewer", {"anonymous": LOGIN, "viewer": 200, "editor": 200, "admin": 200}),
     "rules:case_create": ("editor", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
     "rules:case_delete": ("editor", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
+    "rules:case_update": ("editor", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
     "rules:export_json": ("viewer", {"anonymous": LOGIN, "viewer": 200, "editor": 200, "admin": 200}),
     "rules:export_tools": ("viewer", {"anonymous": LOGIN, "viewer": 200, "editor": 200, "admin": 200}),
     "rules:import": ("editor", {"anonymous": LOGIN, "viewer": 403, "editor": 200, "admin": 200}),
@@ -131,6 +132,7 @@ def sample_kwargs(make_user) -> dict[str, dict[str, object]]:
         rule_set=rule_set, name="c", input={"query": "q"}, expected={"must_fire": []}
     )
     kwargs["rules:case_delete"] = {"pk": rule_set.pk, "case_pk": case.pk}
+    kwargs["rules:case_update"] = {"pk": rule_set.pk, "case_pk": case.pk}
     agent = Agent.objects.create(name="matrix", system_prompt="p", rule_set=rule_set)
     run = Run.objects.create(agent=agent, agent_name="matrix", query="q")  # stays queued: nothing is enqueued
     kwargs["agents:edit"] = {"pk": agent.pk}

@@ -167,3 +167,20 @@ def test_docs_and_schema_are_served_without_a_cdn(client) -> None:
     assert b"/static/ninja/swagger-ui-bundle.js" in docs.content and b"cdn." not in docs.content
     schema = client.get("/api/openapi.json").json()
     assert {"TokenAuth", "SessionAuth"} <= set(schema["components"]["securitySchemes"])
+
+
+def test_the_openapi_schema_is_built_once_per_process(client, monkeypatch) -> None:
+    """/api/openapi.json (what /api/docs loads) serves the first build instead of rebuilding each time."""
+    import ninja.main
+
+    from llamon_web.api import api
+
+    api.__dict__.pop("_schema_cache", None)
+    builds = []
+    real = ninja.main.get_schema
+    monkeypatch.setattr(ninja.main, "get_schema", lambda **kw: builds.append(1) or real(**kw))
+    first = client.get("/api/openapi.json")
+    second = client.get("/api/openapi.json")
+    assert first.status_code == second.status_code == 200
+    assert first.json() == second.json() and "/api/rule-sets" in str(first.json()["paths"])
+    assert len(builds) == 1

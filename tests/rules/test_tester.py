@@ -1,0 +1,269 @@
+"""The live tester: in place on every editor state, its inputs kept, cases from it, big sets summarised."""
+
+from __future__ import annotations
+
+import html as html_lib
+import json
+import re
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from rules import cases, services
+from rules.models import RuleSet
+from rules.tester import SKIPPED_SHOWN
+from servers.models import McpServer
+
+pytestmark = pytest.mark.django_db
+HX = {"HTTP_HX_REQUEST": "true"}
+TOOLS = [{"name": "get_order", "description": "", "input_schema": {"type": "object"}}]
+# The empty "New rule" form of a freshly opened editor, as htmx includes it in the tester's post.
+BLANK_NEW_RULE = {
+    "rule-name": "", "rule-mcp_id": "order-service", "rule-tool_name": "", "rule-when": "",
+    "rule-params": "{}", "rule-description": "", "rule-enabled": "on", "rule-revision": "", "rule-original": "",
+}  # fmt: skip
+
+
+@pytest.fixture
+def rule_set(make_user) -> RuleSet:
+    # Port 9 on loopback: nothing listens, so executing a call fails for real (connection refused).
+    McpServer.objects.create(
+        mcp_id="order-service", transport="http", url="http://127.0.0.1:9/mcp", tools=TOOLS,
+        tools_refreshed_at=timezone.now(),
+    )  # fmt: skip
+    author = make_user("editor")
+    rs = services.rule_set_create(actor=author, name="orders")
+    services.rule_create(
+        actor=author, rule_set=rs, name="route_refund", mcp_id="order-service", tool_name="get_order",
+        when='"환불" in query and "검색" in query', params='{"query": query}',
+    )  # fmt: skip
+    services.rule_create(
+        actor=author, rule_set=rs, name="route_order", mcp_id="order-service", tool_name="get_order",
+        when='"주문" in query', params='{"query": query}',
+    )  # fmt: skip
+    return rs
+
+
+def _test(client, rule_set, data, **extra):
+    return client.post(reverse("rules:test", args=[rule_set.pk]), data, **extra)
+
+
+def _text(response) -> str:
+    return html_lib.unescape(response.content.decode())
+
+
+def test_a_fresh_editor_with_the_blank_new_rule_form_still_answers(editor_client, rule_set) -> None:
+    response = _test(editor_client, rule_set, {**BLANK_NEW_RULE, "t-query": "주문 해줘"}, **HX)
+    text = _text(response)
+    assert response.status_code == 200
+    assert 'data-rule="route_order"' in text and "status-fired" in text
+    # An empty new rule is not "a rule with errors": no warning that the edit was ignored.
+    assert "has errors" not in text
+
+
+def test_without_javascript_the_editor_comes_back_with_inputs_and_results(editor_client, rule_set) -> None:
+    rule = rule_set.rules.get(name="route_order")
+    response = _test(
+        editor_client, rule_set, {"t-query": "주문 해줘", "t-context": '{"u": 1}', "rule": str(rule.pk)}
+    )
+    text = _text(response)
+    assert response.status_code == 200
+    assert 'id="rule-form"' in text and "Edit <code>route_order</code>" in text  # the editor, same rule
+    assert re.search(r"<textarea[^>]*t-query[^>]*>\s*주문 해줘</textarea>", text)
+    assert '{"u": 1}</textarea>' in text
+    assert 'id="tester-outcome"' in text
+
+
+def test_inputs_survive_a_rule_save_and_a_reload(editor_client, rule_set) -> None:
+    _test(
+        editor_client,
+        rule_set,
+        {"t-query": "환불 검색", "t-context": '{"vip": true}', "t-data": '[{"a": 1}]'},
+        **HX,
+    )
+    rule = rule_set.rules.get(name="route_order")
+    saved = editor_client.post(
+        reverse("rules:rule_update", args=[rule_set.pk, rule.pk]),
+        {"rule-name": "route_order", "rule-mcp_id": "order-service", "rule-tool_name": "get_order",
+         "rule-when": '"주문" in query or "order" in query', "rule-params": '{"query": query}',
+         "rule-enabled": "on", "rule-revision": rule.revision},
+        follow=True,
+    )  # fmt: skip
+    for response in (saved, editor_client.get(reverse("rules:editor", args=[rule_set.pk]))):
+        text = _text(response)
+        assert re.search(r"<textarea[^>]*t-query[^>]*>\s*환불 검색</textarea>", text)
+        assert '{"vip": true}</textarea>' in text and '[{"a": 1}]</textarea>' in text
+
+
+def test_inputs_are_per_rule_set_and_per_session(editor_client, rule_set, make_user, client) -> None:
+    other = services.rule_set_create(actor=make_user("editor"), name="other")
+    _test(editor_client, rule_set, {"t-query": "비밀 질의"}, **HX)
+    assert "비밀 질의" not in _text(editor_client.get(reverse("rules:editor", args=[other.pk])))
+    from django.test import Client
+
+    someone = Client()
+    someone.force_login(make_user("editor", "someone"))
+    assert "비밀 질의" not in _text(someone.get(reverse("rules:editor", args=[rule_set.pk])))
+
+
+def test_a_huge_post_is_not_remembered(editor_client, rule_set) -> None:
+    _test(editor_client, rule_set, {"t-query": "작은 질의"}, **HX)
+    response = _test(
+        editor_client, rule_set, {"t-query": "x", "t-context": "[" + "1," * 200_000 + "1]"}, **HX
+    )
+    assert response.status_code == 422  # refused with a message, not a 500
+    assert "작은 질의" in _text(editor_client.get(reverse("rules:editor", args=[rule_set.pk])))
+
+
+def test_a_case_saved_after_a_failed_execute_expects_the_call_not_the_error(editor_client, rule_set) -> None:
+    response = _test(editor_client, rule_set, {"t-query": "주문 해줘", "execute": "1"}, **HX)
+    text = _text(response)
+    assert 'data-ok="false"' in text  # the live call really failed
+    found = re.search(r'name="expected" value="([^"]*)"', response.content.decode())
+    expected = json.loads(html_lib.unescape(found.group(1)))
+    assert expected["error"] is None
+    assert [c["tool_name"] for c in expected["must_fire"]] == ["get_order"]
+    case_input = {"query": "주문 해줘", "context": {}, "a2a_data": None, "a2a_files": None}
+    editor_client.post(
+        reverse("rules:case_create", args=[rule_set.pk]),
+        {"name": "c", "input": json.dumps(case_input), "expected": json.dumps(expected)},
+    )
+    result = cases.case_run(case=rule_set.cases.get(name="c"))
+    assert result.passed, result.problems
+
+
+def test_a_skipped_rule_says_the_value_of_each_sub_condition(viewer_client, rule_set) -> None:
+    text = _text(_test(viewer_client, rule_set, {"t-query": "환불 해주세요"}, **HX))
+    row = text[text.index('data-rule="route_refund"') :]
+    row = row[: row.index("</tr>")]
+    lines = [
+        " ".join(re.sub(r"<[^>]+>", " ", li).split()) for li in re.findall(r"<li[^>]*>(.*?)</li>", row, re.S)
+    ]
+    assert lines == [
+        '"환불" in query and "검색" in query → False',
+        '"환불" in query → True',
+        '"검색" in query → False',
+    ]
+
+
+def test_a_large_rule_set_lists_fired_and_failed_and_counts_the_skipped(
+    editor_client, rule_set, make_user
+) -> None:
+    author = make_user("editor", "bulk")
+    for i in range(60):
+        services.rule_create(
+            actor=author, rule_set=rule_set, name=f"r{i}", mcp_id="order-service", tool_name="get_order",
+            when=f'"kw{i}x" in query' if i != 55 else 'context["missing"] == 1', params="{}",
+        )  # fmt: skip
+    text = _text(_test(editor_client, rule_set, {"t-query": "주문 kw50x"}, **HX))
+    assert 'data-rule="route_order"' in text and 'data-rule="r50"' in text  # fired, past the first 20
+    assert 'data-rule="r55"' in text and "status-error" in text  # failed, past the first 20
+    skipped_rows = re.findall(r'<tr class="status-skipped"', text)
+    assert len(skipped_rows) == SKIPPED_SHOWN
+    # 62 rules: 2 fired, 1 failed (a dry run goes on past it), 59 skipped.
+    hidden = 59 - SKIPPED_SHOWN
+    assert f"{hidden} more rules not listed ({hidden} skipped)" in text
+    assert 'id="tester-show-all"' in text
+    everything = _text(_test(editor_client, rule_set, {"t-query": "주문 kw50x", "show": "all"}, **HX))
+    assert len(re.findall(r'<tr class="status-skipped"', everything)) == 59
+    assert "tester-show-all" not in everything
+
+
+def test_open_a_case_in_the_tester_and_save_what_it_shows_into_it(editor_client, rule_set, make_user) -> None:
+    case = cases.case_create(
+        actor=make_user("editor", "c"), rule_set=rule_set, name="주문 케이스",
+        input={"query": "주문 원래", "context": {"k": "v"}}, expected={"must_fire": []},
+    )  # fmt: skip
+    page = _text(editor_client.get(reverse("rules:editor", args=[rule_set.pk]) + f"?case={case.pk}"))
+    assert re.search(r"<textarea[^>]*t-query[^>]*>\s*주문 원래</textarea>", page)
+    assert '{"k": "v"}</textarea>' in page and f'name="case" value="{case.pk}"' in page
+    results = _test(
+        editor_client, rule_set, {"t-query": "주문 바뀜", "case": str(case.pk)}, **HX
+    ).content.decode()
+    assert "Save into case 주문 케이스" in html_lib.unescape(results)
+
+    def hidden(name: str):
+        found = re.search(rf'id="update-case-form".*?name="{name}" value="([^"]*)"', results, re.S)
+        return json.loads(html_lib.unescape(found.group(1)))
+
+    expected, new_input = hidden("expected"), hidden("input")
+    response = editor_client.post(
+        reverse("rules:case_update", args=[rule_set.pk, case.pk]),
+        {"input": json.dumps(new_input), "expected": json.dumps(expected)},
+    )
+    assert response.status_code == 302
+    case.refresh_from_db()
+    assert case.input["query"] == "주문 바뀜"
+    assert [c["tool_name"] for c in case.expected["must_fire"]] == ["get_order"]
+
+
+@pytest.mark.parametrize("value", ["999999", "abc", "١", "-1"])
+def test_a_bad_case_or_rule_id_is_a_404(editor_client, rule_set, value) -> None:
+    assert (
+        editor_client.get(reverse("rules:editor", args=[rule_set.pk]) + f"?case={value}").status_code == 404
+    )
+    assert _test(editor_client, rule_set, {"t-query": "x", "case": value}, **HX).status_code == 404
+    assert _test(editor_client, rule_set, {"t-query": "x", "rule": value}).status_code == 404
+
+
+def test_a_case_of_another_rule_set_cannot_be_opened_or_updated(editor_client, rule_set, make_user) -> None:
+    other = services.rule_set_create(actor=make_user("editor", "o"), name="other")
+    foreign = cases.case_create(
+        actor=make_user("editor", "p"), rule_set=other, name="x", input={"query": "q"}, expected={}
+    )
+    assert (
+        editor_client.get(reverse("rules:editor", args=[rule_set.pk]) + f"?case={foreign.pk}").status_code
+        == 404
+    )
+    response = editor_client.post(
+        reverse("rules:case_update", args=[rule_set.pk, foreign.pk]),
+        {"input": '{"query": "z"}', "expected": "{}"},
+    )
+    assert response.status_code == 404
+    foreign.refresh_from_db()
+    assert foreign.input["query"] == "q"
+
+
+def test_a_bad_case_update_keeps_the_case(editor_client, rule_set, make_user) -> None:
+    case = cases.case_create(
+        actor=make_user("editor", "c"), rule_set=rule_set, name="k", input={"query": "q"}, expected={}
+    )
+    response = editor_client.post(
+        reverse("rules:case_update", args=[rule_set.pk, case.pk]),
+        {"input": '{"query": 5}', "expected": '{"must_fire": "nope"}'},
+        follow=True,
+    )
+    assert response.status_code == 200 and "The case was not saved" in _text(response)
+    case.refresh_from_db()
+    assert case.input["query"] == "q"
+
+
+def test_a_rule_whose_when_failed_shows_the_operand_that_failed(viewer_client, rule_set, make_user) -> None:
+    services.rule_create(
+        actor=make_user("editor", "e"), rule_set=rule_set, name="route_ctx", mcp_id="order-service",
+        tool_name="get_order", when='"주문" in query and context["tier"] == "gold"', params="{}",
+    )  # fmt: skip
+    text = _text(_test(viewer_client, rule_set, {"t-query": "주문"}, **HX))
+    row = text[text.index('data-rule="route_ctx"') :]
+    row = row[: row.index("</tr>")]
+    assert "why it failed" in row and "key 'tier' is missing" in row
+    assert re.search(
+        r'context\["tier"\] == "gold"</code>\s*<span class="why-arrow">→</span>\s*<strong>error', row
+    )
+
+
+def test_expression_text_in_the_explanation_is_escaped(viewer_client, rule_set, make_user) -> None:
+    services.rule_create(
+        actor=make_user("editor", "e"), rule_set=rule_set, name="route_html", mcp_id="order-service",
+        tool_name="get_order", when='"<img src=x onerror=alert(1)>" in query and "b" in query', params="{}",
+    )  # fmt: skip
+    raw = _test(viewer_client, rule_set, {"t-query": "a"}, **HX).content.decode()
+    assert "<img src=x" not in raw and "&lt;img src=x onerror=alert(1)&gt;" in raw
+
+
+def test_executing_without_javascript_needs_the_editor_role_too(viewer_client, rule_set) -> None:
+    response = _test(viewer_client, rule_set, {"t-query": "주문", "execute": "1"})
+    assert response.status_code == 403
+    text = _text(response)
+    assert "it needs the editor role" in text and 'id="tester-form"' in text
