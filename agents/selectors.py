@@ -85,7 +85,7 @@ def cursor_encode(run: Run) -> str:
 def cursor_decode(cursor: str) -> tuple[datetime, int]:
     """The (created_at, id) a cursor stands for; CursorError with a sentence if it is not one of ours."""
     try:
-        if len(cursor) > 100:
+        if len(cursor) > 100 or not cursor.isascii():
             raise ValueError
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
         stamp, _, pk = raw.partition("|")
@@ -114,8 +114,9 @@ def run_page(*, filters: dict[str, Any], cursor: str | None = None, limit: int =
     )
 
 
-def run_count(*, filters: dict[str, Any], cap: int = COUNT_CAP) -> tuple[int, bool]:
+def run_count(*, filters: dict[str, Any], cap: int | None = None) -> tuple[int, bool]:
     """How many runs match, counted up to ``cap`` (stops reading there); and whether there are more."""
+    cap = COUNT_CAP if cap is None else cap
     ids = run_list(filters=filters).order_by().values("id")[: cap + 1]
     found = ids.count()  # SELECT COUNT(*) FROM (... LIMIT cap + 1)
     return min(found, cap), found > cap
