@@ -31,6 +31,19 @@ def snapshot(instance: Model, fields: tuple[str, ...]) -> dict[str, Any]:
     return {name: getattr(instance, name) for name in fields}
 
 
+def audit_record_many(*, actor: Any, action: str, objs: list[Model], fields: tuple[str, ...]) -> None:
+    """Append one ``action`` event per object in one INSERT (a bulk import's per-rule events)."""
+    user = actor if getattr(actor, "is_authenticated", False) else None
+    AuditEvent.objects.bulk_create(
+        AuditEvent(
+            actor=user, actor_name=user.get_username() if user else "system", action=action,
+            object_type=obj._meta.label_lower, object_id=str(obj.pk), object_repr=str(obj)[:200],
+            after=snapshot(obj, fields),
+        )
+        for obj in objs
+    )  # fmt: skip
+
+
 def audit_record(
     *,
     actor: Any,
@@ -99,16 +112,21 @@ def _rule_validate(
     exclude_pk: int | None = None,
 ) -> None:
     """Check a rule before saving: name, server id and both expressions (compiled, not run)."""
+    rule_fields_check(name=name, mcp_id=mcp_id, tool_name=tool_name, when=when, params=params)
+    if rule_set.rules.filter(name=name).exclude(pk=exclude_pk).exists():
+        raise RuleError(
+            f"A rule named {name!r} already exists in this rule set; pick another name.", field="name"
+        )
+
+
+def rule_fields_check(*, name: str, mcp_id: str, tool_name: str, when: str, params: str) -> None:
+    """The checks of a rule that need no database: callers run them before taking the write lock."""
     from llamon_agent.expr import ExprError, check_rule_name, compile_params, compile_when
 
     try:
         check_rule_name(name)
     except ExprError as exc:
         raise RuleError(f"Name: {exc.reason}", field="name") from None
-    if rule_set.rules.filter(name=name).exclude(pk=exclude_pk).exists():
-        raise RuleError(
-            f"A rule named {name!r} already exists in this rule set; pick another name.", field="name"
-        )
     if not MCP_ID_RE.match(mcp_id or ""):
         raise RuleError("Choose the MCP server the rule calls.", field="mcp_id")
     if not tool_name or len(tool_name) > 200:
