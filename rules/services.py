@@ -31,19 +31,6 @@ def snapshot(instance: Model, fields: tuple[str, ...]) -> dict[str, Any]:
     return {name: getattr(instance, name) for name in fields}
 
 
-def audit_record_many(*, actor: Any, action: str, objs: list[Model], fields: tuple[str, ...]) -> None:
-    """Append one ``action`` event per object in one INSERT (a bulk import's per-rule events)."""
-    user = actor if getattr(actor, "is_authenticated", False) else None
-    AuditEvent.objects.bulk_create(
-        AuditEvent(
-            actor=user, actor_name=user.get_username() if user else "system", action=action,
-            object_type=obj._meta.label_lower, object_id=str(obj.pk), object_repr=str(obj)[:200],
-            after=snapshot(obj, fields),
-        )
-        for obj in objs
-    )  # fmt: skip
-
-
 def audit_record(
     *,
     actor: Any,
