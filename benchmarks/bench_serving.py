@@ -6,7 +6,7 @@ all to each endpoint, with an API token: the live tester's API (POST /api/rule-s
 a 200-rule set, dry run) and a read API (GET /api/runs, 50 of 2,000 runs). Prints requests/s,
 p50 and p95 per server and endpoint, side by side.
 
-Run: .venv/bin/python benchmarks/bench_serving.py [--clients 8] [--requests 400] [--workers 4 --threads 4]
+Run: .venv/bin/python benchmarks/bench_serving.py [--clients 8] [--requests 400] [--workers 2 --threads 4]
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--requests", type=int, default=400)
-    parser.add_argument("--workers", type=int, default=4, help="gunicorn processes (WEB_CONCURRENCY)")
+    parser.add_argument("--workers", type=int, default=2, help="gunicorn processes (WEB_CONCURRENCY)")
     parser.add_argument("--threads", type=int, default=4, help="threads per process (LLAMON_WEB_THREADS)")
     args = parser.parse_args()
     var = tempfile.mkdtemp(prefix="llamon-bench-serving-")
@@ -139,8 +139,8 @@ def main() -> None:
     }  # fmt: skip
     servers = {
         f"gunicorn {args.workers}x{args.threads} (docs/deploy.md)": "gunicorn -c python:llamon_web.gunicorn_conf",
-        "runserver --noreload": f"{PY} manage.py runserver --noreload --nothreading 127.0.0.1:{{port}}",
-        "runserver --noreload (threaded)": f"{PY} manage.py runserver --noreload 127.0.0.1:{{port}}",
+        "runserver (threaded, its default)": f"{PY} manage.py runserver --noreload 127.0.0.1:{{port}}",
+        "runserver --nothreading": f"{PY} manage.py runserver --noreload --nothreading 127.0.0.1:{{port}}",
     }
     results: dict[str, dict[str, dict]] = {}
     for name, command in servers.items():
@@ -165,7 +165,7 @@ def main() -> None:
     for label in endpoints:
         print(f"\n{label}")
         print(f"{'server':42} {'req/s':>8} {'p50 ms':>8} {'p95 ms':>8} {'vs runserver':>13}")
-        base_rps = results["runserver --noreload"][label]["rps"]
+        base_rps = results["runserver (threaded, its default)"][label]["rps"]
         for name in servers:
             r = results[name][label]
             print(f"{name:42} {r['rps']:8.1f} {r['p50']:8.1f} {r['p95']:8.1f} {r['rps'] / base_rps:12.2f}x")
