@@ -69,11 +69,11 @@ FROM generate_series(1, %(runs)s) AS g
 """
 SEED_STEPS = """
 INSERT INTO agents_runstep (run_id, seq, event_id, kind, name, status, mcp_id, tool_name, started_at, error)
-SELECT id, 1, '', 'rule', CASE WHEN id %% 10000 = 0 THEN 'rare_rule' ELSE 'route_order_lookup' END, 'ok',
-  'order-service', 'get_order', created_at, '' FROM agents_run WHERE id %% 10 = 0
+SELECT id, 1, '', 'rule', CASE WHEN id % 10000 = 0 THEN 'rare_rule' ELSE 'route_order_lookup' END, 'ok',
+  'order-service', 'get_order', created_at, '' FROM agents_run WHERE id % 10 = 0
 UNION ALL
 SELECT id, 2, '', 'tool', 'search_docs', 'ok', 'knowledge-base', 'search_docs', created_at, ''
-  FROM agents_run WHERE id %% 100 = 0
+  FROM agents_run WHERE id % 100 = 0
 """
 SEED_LONG = """
 INSERT INTO agents_runstep (run_id, seq, event_id, kind, name, status, mcp_id, tool_name, started_at,
