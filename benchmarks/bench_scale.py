@@ -112,7 +112,7 @@ def bench_lists(user, agents, n: int) -> None:
     page, api = Client(SERVER_NAME="127.0.0.1"), Client(SERVER_NAME="127.0.0.1")
     page.force_login(user)
     headers = {"Authorization": f"Bearer {token_create(actor=user, name='bench').secret}"}
-    middle = Run.objects.order_by("-created_at", "-id")[500_000 : 500_001].get()
+    middle = Run.objects.order_by("-created_at", "-id")[500_000:500_001].get()
     cases = {
         "no filter": "",
         "agent": f"agent={agents[2].pk}",
@@ -124,7 +124,9 @@ def bench_lists(user, agents, n: int) -> None:
         "chatbotId": "chatbot_id=bot-7",
         "sessionId": "session_id=s-4242",
         "query text (common)": "q=%EC%A3%BC%EB%AC%B8",
-        "since/until (a day)": "since=" + (middle.created_at.strftime("%Y-%m-%dT%H:%M")) + "&until="
+        "since/until (a day)": "since="
+        + (middle.created_at.strftime("%Y-%m-%dT%H:%M"))
+        + "&until="
         + (middle.created_at.replace(hour=23, minute=59).strftime("%Y-%m-%dT%H:%M")),
         "agent+status+userId": f"agent={agents[1].pk}&status=succeeded&user_id=C-4241",
         "cursor at run 500,000": f"cursor={selectors.cursor_encode(middle)}",
@@ -133,8 +135,8 @@ def bench_lists(user, agents, n: int) -> None:
     print(f"\nRun list page and GET /api/runs, {Run.objects.count():,} runs, {n} requests each (ms)")
     print(f"{'filter':26} {'page p50':>9} {'page p95':>9} {'API p50':>9} {'API p95':>9}")
     for name, query in cases.items():
-        p = timed(lambda: _ok(page.get(f"/agents/runs/?{query}")), n)
-        a = timed(lambda: _ok(api.get(f"/api/runs?{query}", headers=headers)), n)
+        p = timed(lambda query=query: _ok(page.get(f"/agents/runs/?{query}")), n)
+        a = timed(lambda query=query: _ok(api.get(f"/api/runs?{query}", headers=headers)), n)
         print(f"{name:26} {p[0]:9.1f} {p[1]:9.1f} {a[0]:9.1f} {a[1]:9.1f}")
     offset = timed(lambda: _ok(api.get("/api/runs?offset=500000", headers=headers)), max(3, n // 10))
     print(f"{'(old) offset=500000':26} {'':9} {'':9} {offset[0]:9.1f} {offset[1]:9.1f}")
@@ -273,7 +275,9 @@ def bench_import_lock(n_rules: int) -> None:
     new_total = time.perf_counter() - t0
     print(f"\nImport of {n_rules:,} rules on SQLite: how long the write lock is held")
     print(f"{'rule by rule (old)':26} {old * 1000:8.0f} ms held (the whole import)")
-    print(f"{'checked first, bulk (new)':26} {max(held) * 1000:8.0f} ms held, {new_total * 1000:.0f} ms in all")
+    print(
+        f"{'checked first, bulk (new)':26} {max(held) * 1000:8.0f} ms held, {new_total * 1000:.0f} ms in all"
+    )
 
 
 def main() -> None:

@@ -54,7 +54,13 @@ Run.objects.bulk_create(Run(agent=agent, agent_name="bench", query=f"주문 조�
     user_id=f"C-{i % 50}") for i in range(2000))
 print(rule_set.pk, token_create(actor=user, name="bench").secret)
 """
-QUERIES = ["주문 조회 부탁해 A-1001", "환불은 언제 되나요?", "what is my card limit", "날씨 어때?", "보험 청구 서류"]
+QUERIES = [
+    "주문 조회 부탁해 A-1001",
+    "환불은 언제 되나요?",
+    "what is my card limit",
+    "날씨 어때?",
+    "보험 청구 서류",
+]
 
 
 def free_port() -> int:
@@ -125,7 +131,9 @@ def main() -> None:
     if os.environ.get("DATABASE_URL"):
         env["DATABASE_URL"] = os.environ["DATABASE_URL"]
     for command in ("migrate --noinput", "collectstatic --noinput"):
-        done = subprocess.run([PY, "manage.py", *command.split()], cwd=ROOT, env=env, capture_output=True, text=True)
+        done = subprocess.run(
+            [PY, "manage.py", *command.split()], cwd=ROOT, env=env, capture_output=True, text=True
+        )
         if done.returncode:
             raise SystemExit(done.stderr)
     out = subprocess.run(
@@ -155,13 +163,17 @@ def main() -> None:
             base = f"http://127.0.0.1:{port}"
             results[name] = {}
             for label, (method, path, bodies) in endpoints.items():
-                load(base, token, method, path, bodies, args.clients, args.clients * 10)  # warm-up: every process compiles the set once
+                load(
+                    base, token, method, path, bodies, args.clients, args.clients * 10
+                )  # warm-up: every process compiles the set once
                 results[name][label] = load(base, token, method, path, bodies, args.clients, args.requests)
         finally:
             os.killpg(proc.pid, signal.SIGTERM)
             proc.wait(timeout=30)
 
-    print(f"Serving, {args.clients} concurrent clients, {args.requests} requests per endpoint, {os.cpu_count()} cores")
+    print(
+        f"Serving, {args.clients} concurrent clients, {args.requests} requests per endpoint, {os.cpu_count()} cores"
+    )
     for label in endpoints:
         print(f"\n{label}")
         print(f"{'server':42} {'req/s':>8} {'p50 ms':>8} {'p95 ms':>8} {'vs runserver':>13}")
