@@ -165,8 +165,8 @@ class RunFilterIn(Schema):
 
 
 class RunPageOut(Schema):
-    count: int = Field(description="How many runs match, counted up to 10,000 (see count_capped).")
-    count_capped: bool = Field(description="True when more than 10,000 runs match: count stopped there.")
+    count: int = Field(description="How many runs match, counted up to 1,000 (see count_capped).")
+    count_capped: bool = Field(description="True when more than 1,000 runs match: count stopped there.")
     next_cursor: str | None = Field(
         description="Pass as ?cursor= for the next (older) page; null on the last."
     )

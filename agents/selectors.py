@@ -62,7 +62,7 @@ def run_list(*, filters: dict[str, Any]) -> QuerySet[Run]:
 # page 1 costs (an index range scan from the cursor), and a run created meanwhile cannot shift
 # a run onto two pages or off both. Runs with the same created_at are ordered by id.
 
-COUNT_CAP = 10_000
+COUNT_CAP = 1_000
 CURSOR_HELP = "Use the next_cursor of the previous page, or leave cursor out to start from the newest run."
 
 

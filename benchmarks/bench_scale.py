@@ -112,7 +112,8 @@ def bench_lists(user, agents, n: int) -> None:
     page, api = Client(SERVER_NAME="127.0.0.1"), Client(SERVER_NAME="127.0.0.1")
     page.force_login(user)
     headers = {"Authorization": f"Bearer {token_create(actor=user, name='bench').secret}"}
-    middle = Run.objects.order_by("-created_at", "-id")[500_000:500_001].get()
+    half = Run.objects.count() // 2
+    middle = Run.objects.order_by("-created_at", "-id")[half : half + 1].get()
     cases = {
         "no filter": "",
         "agent": f"agent={agents[2].pk}",
@@ -129,7 +130,7 @@ def bench_lists(user, agents, n: int) -> None:
         + "&until="
         + (middle.created_at.replace(hour=23, minute=59).strftime("%Y-%m-%dT%H:%M")),
         "agent+status+userId": f"agent={agents[1].pk}&status=succeeded&user_id=C-4241",
-        "cursor at run 500,000": f"cursor={selectors.cursor_encode(middle)}",
+        "cursor half way down": f"cursor={selectors.cursor_encode(middle)}",
         "query text (1 run)": "q=A-777777",
     }
     print(f"\nRun list page and GET /api/runs, {Run.objects.count():,} runs, {n} requests each (ms)")
@@ -159,7 +160,7 @@ def explain(agents) -> None:
         "userId": selectors.run_list(filters={"user_id": "C-4242"})[:51],
         "rule fired (100 runs)": selectors.run_list(filters={"rule": "rare_rule"})[:51],
         "rule fired (common)": selectors.run_list(filters={"rule": "route_order_lookup"})[:51],
-        "capped count": selectors.run_list(filters={}).order_by().values("id")[:10001],
+        "capped count": selectors.run_list(filters={}).order_by().values("id")[:1001],
     }
     print("\nEXPLAIN (ANALYZE) of the hot queries")
     for name, qs in queries.items():
