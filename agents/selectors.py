@@ -164,19 +164,17 @@ def run_steps(*, run: Run, after: int = 0) -> QuerySet[RunStep]:
 
 def run_diagnostics(*, run: Run) -> list[dict[str, str]]:
     """What the trace suggests: repeated calls, rules that raised, tools that were missing."""
-    # Only rule and tool steps matter here, and not their outputs: a 5,000-step run's LLM turns and
-    # outputs stay in the database.
-    steps = list(
-        run.steps.filter(kind__in=[RunStep.Kind.RULE, RunStep.Kind.TOOL])
-        .only("seq", "kind", "name", "status", "tool_name", "input", "error")
-        .order_by("seq")
-    )
+    # Only rule steps, and the tool steps that called a tool a rule already called, matter here;
+    # a 5,000-step run's LLM turns, outputs and other tool calls stay in the database.
+    fields = ("seq", "kind", "name", "status", "tool_name", "input", "error")
+    rules = list(run.steps.filter(kind=RunStep.Kind.RULE).only(*fields).order_by("seq"))
     found: list[dict[str, str]] = []
     prestep_calls = {
-        (s.tool_name, _canonical((s.input or {}).get("params"))): s.name
-        for s in steps
-        if s.kind == RunStep.Kind.RULE and s.status == "ok"
+        (s.tool_name, _canonical((s.input or {}).get("params"))): s.name for s in rules if s.status == "ok"
     }
+    tools = {tool for tool, _ in prestep_calls}
+    repeated = run.steps.filter(kind=RunStep.Kind.TOOL, tool_name__in=tools).only(*fields) if tools else []
+    steps = sorted([*rules, *repeated], key=lambda s: s.seq)
     for step in steps:
         if step.kind == RunStep.Kind.TOOL:
             key = (
