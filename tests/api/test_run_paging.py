@@ -217,3 +217,18 @@ def test_retention_deletes_in_batches_with_the_steps_and_counts_runs(agent) -> N
     assert list(Run.objects.values_list("pk", flat=True)) == [kept.pk]
     assert not RunStep.objects.filter(run_id__in=[r.pk for r in expired]).exists()
     assert RunStep.objects.filter(run=kept).count() == 3
+
+
+def test_postgresql_has_the_trigram_index_of_the_text_filter_and_uses_the_filter_expression(
+    viewer_api, agent
+) -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("the trigram index is PostgreSQL's (SQLite scans)")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT indexdef FROM pg_indexes WHERE indexname = 'run_query_trgm'")
+        [(definition,)] = cursor.fetchall()
+    assert "gin_trgm_ops" in definition and "upper(query)" in definition.lower()
+    _runs(agent, 3)
+    Run.objects.filter(pk=Run.objects.order_by("id").first().pk).update(query="환불 요청 A-777")
+    body = viewer_api.get("/api/runs", data={"q": "a-777"}).json()
+    assert [r["query"] for r in body["items"]] == ["환불 요청 A-777"]
