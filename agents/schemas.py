@@ -158,11 +158,18 @@ class RunFilterIn(Schema):
     since: FilterDateTime | None = None
     until: FilterDateTime | None = None
     limit: int = Field(50, ge=1, le=500)
-    offset: int = Field(0, ge=0, le=10**9)
+    cursor: str = Field(
+        "", max_length=200, description="The next_cursor of the previous page (keyset paging)."
+    )
+    offset: int = Field(0, ge=0, le=10**9, description="Deprecated: skips runs (slow far down); use cursor.")
 
 
 class RunPageOut(Schema):
-    count: int
+    count: int = Field(description="How many runs match, counted up to 1,000 (see count_capped).")
+    count_capped: bool = Field(description="True when more than 1,000 runs match: count stopped there.")
+    next_cursor: str | None = Field(
+        description="Pass as ?cursor= for the next (older) page; null on the last."
+    )
     items: list[RunOut]
 
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 from collections.abc import Callable, Iterable
-from datetime import timedelta
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db.models import Q, QuerySet
@@ -58,6 +61,72 @@ def run_list(*, filters: dict[str, Any]) -> QuerySet[Run]:
     return runs
 
 
+# --- Keyset pages -------------------------------------------------------------------------------
+# A page of runs ends at a cursor, the (created_at, id) of its last run; the next page is the runs
+# strictly after it in (-created_at, -id) order. Unlike OFFSET, reading page 1,000 costs what
+# page 1 costs (an index range scan from the cursor), and a run created meanwhile cannot shift
+# a run onto two pages or off both. Runs with the same created_at are ordered by id.
+
+COUNT_CAP = 1_000
+CURSOR_HELP = "Use the next_cursor of the previous page, or leave cursor out to start from the newest run."
+
+
+class CursorError(ValueError):
+    """A cursor this server did not give out (or one mangled on the way): the API's 400."""
+
+
+@dataclass(frozen=True)
+class RunPage:
+    runs: list[Run]
+    next_cursor: str | None  # None: this is the last page
+    cursor: str | None  # where this page started (None: the newest run)
+
+
+def cursor_encode(run: Run) -> str:
+    raw = f"{run.created_at.isoformat()}|{run.pk}".encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def cursor_decode(cursor: str) -> tuple[datetime, int]:
+    """The (created_at, id) a cursor stands for; CursorError with a sentence if it is not one of ours."""
+    try:
+        if len(cursor) > 100 or not cursor.isascii():
+            raise ValueError
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        stamp, _, pk = raw.partition("|")
+        created_at, run_id = datetime.fromisoformat(stamp), int(pk)
+        if created_at.tzinfo is None or not 0 < run_id < 2**63:
+            raise ValueError
+    except (ValueError, binascii.Error, UnicodeDecodeError, OverflowError):
+        raise CursorError(
+            f"The cursor {cursor[:40]!r} is not one this server gave out. {CURSOR_HELP}"
+        ) from None
+    return created_at, run_id
+
+
+def run_page(*, filters: dict[str, Any], cursor: str | None = None, limit: int = 50) -> RunPage:
+    """One page of :func:`run_list` after ``cursor``: ``limit`` runs and the cursor of the next page."""
+    runs = run_list(filters=filters)
+    if cursor:
+        created_at, run_id = cursor_decode(cursor)
+        # created_at <= c AND NOT (created_at = c AND id >= c_id): one backward range scan of the
+        # (created_at, id) index, on SQLite and PostgreSQL alike.
+        runs = runs.filter(created_at__lte=created_at).exclude(created_at=created_at, id__gte=run_id)
+    rows = list(runs[: limit + 1])
+    shown = rows[:limit]
+    return RunPage(
+        runs=shown, next_cursor=cursor_encode(shown[-1]) if len(rows) > limit else None, cursor=cursor or None
+    )
+
+
+def run_count(*, filters: dict[str, Any], cap: int | None = None) -> tuple[int, bool]:
+    """How many runs match, counted up to ``cap`` (stops reading there); and whether there are more."""
+    cap = COUNT_CAP if cap is None else cap
+    ids = run_list(filters=filters).order_by().values("id")[: cap + 1]
+    found = ids.count()  # SELECT COUNT(*) FROM (... LIMIT cap + 1)
+    return min(found, cap), found > cap
+
+
 # What a run was asked (its own input) as shown and exported: masked by the privacy settings.
 RUN_INPUT_FIELDS = ("query", "context", "a2a_data", "a2a_files", "user_id", "session_id", "chatbot_id")
 
@@ -98,13 +167,17 @@ def run_steps(*, run: Run, after: int = 0) -> QuerySet[RunStep]:
 
 def run_diagnostics(*, run: Run) -> list[dict[str, str]]:
     """What the trace suggests: repeated calls, rules that raised, tools that were missing."""
-    steps = list(run.steps.order_by("seq"))
+    # Only rule steps, and the tool steps that called a tool a rule already called, matter here;
+    # a 5,000-step run's LLM turns, outputs and other tool calls stay in the database.
+    fields = ("seq", "kind", "name", "status", "tool_name", "input", "error")
+    rules = list(run.steps.filter(kind=RunStep.Kind.RULE).only(*fields).order_by("seq"))
     found: list[dict[str, str]] = []
     prestep_calls = {
-        (s.tool_name, _canonical((s.input or {}).get("params"))): s.name
-        for s in steps
-        if s.kind == RunStep.Kind.RULE and s.status == "ok"
+        (s.tool_name, _canonical((s.input or {}).get("params"))): s.name for s in rules if s.status == "ok"
     }
+    tools = {tool for tool, _ in prestep_calls}
+    repeated = run.steps.filter(kind=RunStep.Kind.TOOL, tool_name__in=tools).only(*fields) if tools else []
+    steps = sorted([*rules, *repeated], key=lambda s: s.seq)
     for step in steps:
         if step.kind == RunStep.Kind.TOOL:
             key = (

@@ -309,12 +309,28 @@ def _reap(runs: Any, stale_after_s: int, message: str, kind: str) -> int:
     return len(stale)
 
 
-def runs_delete_expired(*, now: datetime | None = None) -> int:
-    """Delete finished runs older than the retention period; returns how many."""
+RETENTION_BATCH = 500
+
+
+def runs_delete_expired(*, now: datetime | None = None, batch: int = RETENTION_BATCH) -> int:
+    """Delete finished runs older than the retention period; returns how many runs.
+
+    In batches of ``batch`` runs (with their steps), each its own short transaction: one
+    DELETE of a million rows would hold its locks (SQLite: the whole database) for minutes,
+    while workers are writing steps. A run that finishes meanwhile is simply left for next time.
+    """
     days = privacy_get().retention_days
     cutoff = (now or timezone.now()) - timedelta(days=days)
-    deleted, _ = Run.objects.filter(status__in=Run.FINISHED, finished_at__lt=cutoff).delete()
-    return deleted
+    expired = Run.objects.filter(status__in=Run.FINISHED, finished_at__lt=cutoff).order_by(
+        "finished_at", "id"
+    )
+    total = 0
+    while ids := list(expired.values_list("id", flat=True)[:batch]):
+        with transaction.atomic():
+            deleted = Run.objects.filter(id__in=ids).delete()[1].get(Run._meta.label, 0)
+        total += deleted
+        logger.info("retention: deleted %d runs finished before %s", deleted, cutoff.isoformat())
+    return total
 
 
 # --- Privacy ------------------------------------------------------------------------------------

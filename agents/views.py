@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from django.contrib import messages
-from django.core.paginator import Paginator
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -60,10 +59,19 @@ def run_list(request: HtmxHttpRequest) -> HttpResponse:
     """Runs with filters and search; every run of one customer is a userId away."""
     form = RunFilterForm(request.GET or None)
     filters = form.cleaned_data if form.is_valid() else {}
-    page = Paginator(selectors.run_list(filters=filters), 50).get_page(request.GET.get("page"))
-    page.object_list = selectors.runs_for_display(page.object_list)
+    try:
+        page = selectors.run_page(filters=filters, cursor=request.GET.get("cursor"), limit=RUN_PAGE_SIZE)
+    except selectors.CursorError as exc:
+        return render(request, "agents/run_list.html", {"form": form, "cursor_error": str(exc)}, status=400)
+    selectors.runs_for_display(page.runs)
+    newest = request.GET.copy()
+    newest.pop("cursor", None)
     template = "agents/run_list.html#run-table" if request.htmx else "agents/run_list.html"
-    return render(request, template, {"form": form, "page": page})
+    context = {"form": form, "page": page.runs, "run_page": page, "newest_query": newest.urlencode()}
+    return render(request, template, context)
+
+
+RUN_PAGE_SIZE = 50
 
 
 @require_http_methods(["GET", "POST"])
@@ -88,37 +96,58 @@ def run_start(request: HtmxHttpRequest) -> HttpResponse:
 @require_GET
 @require_role("viewer")
 def run_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
-    """A run's input, live timeline, answer and diagnostics."""
+    """A run's input, live timeline (STEP_PAGE steps at a time, from ``?after=seq``), answer and diagnostics."""
     run = get_object_or_404(Run.objects.select_related("agent"), pk=pk)
-    steps = list(selectors.run_steps(run=run))
+    after = _after(request)
+    steps, more = _step_page(run, after=after)
+    last_seq = _settled_seq(steps, after=after)
     selectors.runs_for_display([run])
     return render(request, "agents/run_detail.html", {
-        "run": run, "steps": steps, "last_seq": _settled_seq(steps, after=0),
+        "run": run, "steps": steps, "last_seq": last_seq, "after": after, "more": more,
+        "poll": not run.finished and not more,
         "diagnostics": selectors.run_diagnostics(run=run) if run.finished else [],
         "can_edit": has_role(request.user, "editor"),
-        "flow_graph": flow_graph(steps) if run.source == Run.Source.FLOW else None,
+        "flow_graph": flow_graph(selectors.run_steps(run=run).filter(kind="node")) if run.source == Run.Source.FLOW else None,
     })  # fmt: skip
 
 
 @require_GET
 @require_role("viewer")
 def run_steps(request: HtmxHttpRequest, pk: int) -> HttpResponse:
-    """New steps after ``?after=seq`` (polled by the timeline); stops polling when the run has ended."""
+    """Steps after ``?after=seq``, STEP_PAGE at most (the timeline's poll and its "more steps" link).
+
+    Stops polling (286) once the run has ended, every step is settled and none is left to read.
+    """
     run = get_object_or_404(Run, pk=pk)
-    try:
-        after = max(int(request.GET.get("after", "0")), 0)
-    except ValueError:
-        after = 0
-    steps = list(selectors.run_steps(run=run, after=after))
+    after = _after(request)
+    steps, more = _step_page(run, after=after)
     last_seq = _settled_seq(steps, after=after)
-    final = run.finished and all(s.status != "running" for s in steps)
+    final = run.finished and not more and all(s.status != "running" for s in steps)
     context = {
-        "run": run, "steps": steps, "last_seq": last_seq, "final": final, "can_edit": has_role(request.user, "editor"),
-        "diagnostics": selectors.run_diagnostics(run=run) if run.finished else [],
+        "run": run, "steps": steps, "last_seq": last_seq, "final": final, "more": more,
+        "poll": not final and not more, "can_edit": has_role(request.user, "editor"),
+        # Only the last answer carries the diagnostics: earlier polls of an ended run would read them for nothing.
+        "diagnostics": selectors.run_diagnostics(run=run) if final else [],
     }  # fmt: skip
     response = render(request, "agents/run_detail.html#run-poll", context)
     # 286 tells htmx to stop polling: the run has ended and every step is settled.
     return HttpResponseStopPolling(response.content) if final else response
+
+
+STEP_PAGE = 200  # steps per page of the timeline: a 5,000-step run is 25 pages, not one 5 MB page
+
+
+def _after(request: HtmxHttpRequest) -> int:
+    try:
+        return min(max(int(request.GET.get("after", "0")), 0), 2**31)
+    except ValueError:
+        return 0
+
+
+def _step_page(run: Run, *, after: int) -> tuple[list, bool]:
+    """Up to STEP_PAGE steps with seq > after, and whether more follow."""
+    rows = list(selectors.run_steps(run=run, after=after)[: STEP_PAGE + 1])
+    return rows[:STEP_PAGE], len(rows) > STEP_PAGE
 
 
 def _settled_seq(steps: list, *, after: int) -> int:

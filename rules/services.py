@@ -29,16 +29,21 @@ def _rule_validate(
     exclude_pk: int | None = None,
 ) -> None:
     """Check a rule before saving: name, server id and both expressions (compiled, not run)."""
+    rule_fields_check(name=name, mcp_id=mcp_id, tool_name=tool_name, when=when, params=params)
+    if rule_set.rules.filter(name=name).exclude(pk=exclude_pk).exists():
+        raise RuleError(
+            f"A rule named {name!r} already exists in this rule set; pick another name.", field="name"
+        )
+
+
+def rule_fields_check(*, name: str, mcp_id: str, tool_name: str, when: str, params: str) -> None:
+    """The checks of a rule that need no database: callers run them before taking the write lock."""
     from llamon_agent.expr import ExprError, check_rule_name, compile_params, compile_when
 
     try:
         check_rule_name(name)
     except ExprError as exc:
         raise RuleError(f"Name: {exc.reason}", field="name") from None
-    if rule_set.rules.filter(name=name).exclude(pk=exclude_pk).exists():
-        raise RuleError(
-            f"A rule named {name!r} already exists in this rule set; pick another name.", field="name"
-        )
     if not MCP_ID_RE.match(mcp_id or ""):
         raise RuleError("Choose the MCP server the rule calls.", field="mcp_id")
     if not tool_name or len(tool_name) > 200:

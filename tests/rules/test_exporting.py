@@ -134,7 +134,7 @@ def test_import_under_another_name_keeps_everything_else(editor, demo_servers) -
     assert RuleSet.objects.filter(name="tricky").exists()
 
 
-def test_import_is_audited_and_each_rule_goes_through_rule_create(editor, demo_servers) -> None:
+def test_import_is_audited_and_each_rule_has_its_rule_create_event(editor, demo_servers) -> None:
     data = rule_set_export_json(_tricky_rule_set(editor))
     data["name"] = "audited"
 
