@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from urllib.parse import unquote
+
 import pytest
 from django.urls import reverse
 from django.utils import timezone
@@ -47,8 +50,12 @@ def test_the_first_page_polls_its_region_with_the_filters_and_later_pages_do_not
         Run.objects.create(agent=agent, query=f"q{i}", user_id="C-1")
     first = viewer_client.get(reverse("agents:run_list"), {"user_id": "C-1"}).content.decode()
     assert 'hx-trigger="every 3s"' in first and "user_id=C-1" in first
-    second = viewer_client.get(reverse("agents:run_list"), {"page": "2"}).content.decode()
-    assert 'hx-trigger="every 3s"' not in second
+    cursor = re.search(r'cursor=([^"&]+)"', first)  # the "older" link: the next page is keyed by a cursor
+    assert cursor is not None
+    second = viewer_client.get(
+        reverse("agents:run_list"), {"user_id": "C-1", "cursor": unquote(cursor.group(1))}
+    ).content.decode()
+    assert 'id="run-table"' in second and 'hx-trigger="every 3s"' not in second
 
 
 def test_a_poll_shows_a_run_started_since(viewer_client, agent) -> None:
