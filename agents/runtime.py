@@ -176,7 +176,8 @@ def execute_claimed_run(*, run_id: int) -> RunEnd:
     exported = otel_sink(agent_name=agent.name, run_id=run_id, source="worker", redact=redact)  # None: off
     servers = engine.servers_by_id(set(engine.snapshot_mcp_ids(rules.snapshot)) | set(spec.react_mcp_ids))
     backend = engine.live_backend(servers)
-    connect_cold_servers(backend.pool, sorted(backend.mcp_ids), sink)
+    run_sink = MultiSink(sink, exported) if exported is not None else sink  # connect steps are spans too
+    connect_cold_servers(backend.pool, sorted(backend.mcp_ids), run_sink)
     react_tools = _react_tools(backend, spec.react_mcp_ids)
 
     def should_cancel() -> bool:
@@ -191,7 +192,7 @@ def execute_claimed_run(*, run_id: int) -> RunEnd:
             request,
             backend=backend,
             react_tools=react_tools,
-            sink=MultiSink(sink, exported) if exported is not None else sink,
+            sink=run_sink,
             should_cancel=should_cancel,
         )
     if exported is not None:

@@ -82,7 +82,7 @@ def test_a_tool_result_with_nan_keeps_its_step(agent, viewer_client) -> None:
 @pytest.mark.timeout(120)
 @pytest.mark.django_db(transaction=True)
 def test_a_run_past_its_soft_limit_on_a_worker_ends_timed_out(
-    redis_publisher, make_user, monkeypatch
+    redis_publisher, make_user, settings
 ) -> None:
     author = make_user("editor")
     McpServer.objects.create(
@@ -95,7 +95,8 @@ def test_a_run_past_its_soft_limit_on_a_worker_ends_timed_out(
         when='"hello" in query', params='{"seconds": 50}',
     )  # fmt: skip
     agent = Agent.objects.create(name="slow", system_prompt="p", rule_set=rule_set, rule_set_mode="draft")
-    # The message carries no limits (agents.dispatch): the worker applies its own settings.
+    # The message carries the sender's limits (agents.dispatch); the worker checks its own setting too.
+    settings.LLAMON_RUN_SOFT_LIMIT_S, settings.LLAMON_RUN_HARD_LIMIT_S = 8, 20
     limits = {"LLAMON_TEST_RUN_SOFT_LIMIT_S": "8", "LLAMON_TEST_RUN_HARD_LIMIT_S": "20"}
     with celery_worker(redis_publisher, env=limits) as (_, output):
         run = services.run_create(actor=None, agent=agent, request=AgentRequest(query="hello"))
