@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-postgres test-engine lint fmt bench lock clean
+.PHONY: install run test test-postgres test-engine lint fmt bench bench-scale lock clean
 
 install: $(STAMP)
 
@@ -47,6 +47,15 @@ bench: install
 	$(PY) benchmarks/bench_tester.py
 	$(PY) benchmarks/bench_runs.py
 	$(PY) benchmarks/bench_otel.py
+	$(PY) benchmarks/bench_prestep_mixed.py
+	$(PY) benchmarks/bench_broker.py
+	$(PY) benchmarks/bench_graph.py
+	$(PY) benchmarks/bench_outbound.py
+	$(PY) benchmarks/bench_serving.py
+
+# The million-run figures of docs/performance.md ("Stored data at scale") need PostgreSQL.
+bench-scale: install
+	.ci/with-postgres $(PY) benchmarks/bench_scale.py
 
 # Re-resolve the dependencies from pyproject.toml into requirements.lock.
 lock:
