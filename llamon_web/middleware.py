@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from django.contrib import messages
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.template.loader import render_to_string
+
+from llamon_web.userinput import NUL_MESSAGE
 
 
 class HtmxMessagesMiddleware:
@@ -37,3 +39,27 @@ class HtmxMessagesMiddleware:
                 "_messages.html", {"messages": pending, "oob": True}
             ).encode()
         return response
+
+
+class RefuseNulMiddleware:
+    """A page request whose query string or form holds a NUL character is refused (400) before any view.
+
+    Forms refuse NUL field by field (Django's ProhibitNullCharactersValidator), but a view that
+    reads ``request.POST`` itself would hand it to the database, and PostgreSQL refuses NUL in
+    text: a 500. This closes the class for every page. The API has its own check with its JSON
+    error shape (llamon_web.userinput.StrictParser), so ``/api/`` is left to it.
+    """
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if not request.path.startswith("/api/"):
+            sources = [request.GET] + ([request.POST] if request.method == "POST" else [])
+            for data in sources:
+                for key, values in data.lists():
+                    if "\x00" in key or any(isinstance(v, str) and "\x00" in v for v in values):
+                        return HttpResponseBadRequest(
+                            f"{key.replace(chr(0), '')}: {NUL_MESSAGE}", content_type="text/plain; charset=utf-8"
+                        )
+        return self.get_response(request)

@@ -494,6 +494,8 @@ def _clean_name(name: Any, *, rule_set: RuleSet, exclude_pk: int | None = None) 
     if not isinstance(name, str) or not name.strip():
         raise RuleError("Give the test case a name.", field="name")
     name = name.strip()
+    if "\x00" in name:
+        raise RuleError("The test case name cannot contain a null character.", field="name")
     if len(name) > MAX_CASE_NAME_CHARS:
         raise RuleError(f"The test case name is longer than {MAX_CASE_NAME_CHARS} characters.", field="name")
     if rule_set.cases.filter(name=name).exclude(pk=exclude_pk).exists():

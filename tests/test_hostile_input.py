@@ -114,3 +114,35 @@ def test_json_keeps_its_key_order_through_the_database(make_user) -> None:
     run.save(update_fields=["a2a_data"])
     run.refresh_from_db()
     assert run.a2a_data == "123"
+
+
+def test_a_page_post_with_a_nul_is_a_400_and_saves_nothing(editor_client) -> None:
+    # Found by the form fuzzer on PostgreSQL: the save-case view read the name from request.POST
+    # itself, and PostgreSQL refuses NUL in text (a 500). Every page refuses it now.
+    from agents.models import Agent, Run
+    from rules.models import RuleSet, TestCase
+
+    rule_set = RuleSet.objects.create(name="nul-set")
+    agent = Agent.objects.create(name="nul-agent", system_prompt="p", rule_set=rule_set)
+    run = Run.objects.create(agent=agent, agent_name=agent.name, query="주문 조회", status="succeeded")
+    response = editor_client.post(reverse("agents:run_save_case", args=[run.pk]), {"name": "case\x00one"})
+    assert response.status_code == 400
+    assert response.content.decode() == "name: Null characters are not allowed."
+    assert not TestCase.objects.exists()
+
+
+def test_a_page_query_string_with_a_nul_is_a_400(editor_client) -> None:
+    response = editor_client.get(reverse("agents:run_list"), {"q": "a\x00b"})
+    assert response.status_code == 400 and "Null characters are not allowed." in response.content.decode()
+
+
+def test_a_case_name_with_a_nul_is_refused_by_the_service(make_user) -> None:
+    from rules.cases import case_create
+    from rules.errors import RuleError
+    from rules.models import RuleSet
+
+    rule_set = RuleSet.objects.create(name="nul-service")
+    with pytest.raises(RuleError, match="null character"):
+        case_create(
+            actor=make_user("editor"), rule_set=rule_set, name="x\x00", input={"query": "q"}, expected={}
+        )

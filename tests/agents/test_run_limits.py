@@ -81,9 +81,7 @@ def test_a_tool_result_with_nan_keeps_its_step(agent, viewer_client) -> None:
 @pytest.mark.services
 @pytest.mark.timeout(120)
 @pytest.mark.django_db(transaction=True)
-def test_a_run_past_its_soft_limit_on_a_worker_ends_timed_out(
-    redis_publisher, make_user, settings
-) -> None:
+def test_a_run_past_its_soft_limit_on_a_worker_ends_timed_out(redis_publisher, make_user, settings) -> None:
     author = make_user("editor")
     McpServer.objects.create(
         mcp_id="misbehaving", transport="stdio", command=sys.executable, args=[MISBEHAVING], timeout_s=60,
