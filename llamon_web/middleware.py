@@ -60,6 +60,7 @@ class RefuseNulMiddleware:
                 for key, values in data.lists():
                     if "\x00" in key or any(isinstance(v, str) and "\x00" in v for v in values):
                         return HttpResponseBadRequest(
-                            f"{key.replace(chr(0), '')}: {NUL_MESSAGE}", content_type="text/plain; charset=utf-8"
+                            f"{key.replace(chr(0), '')}: {NUL_MESSAGE}",
+                            content_type="text/plain; charset=utf-8",
                         )
         return self.get_response(request)
