@@ -14,9 +14,7 @@ docs/performance.md ("Pre-step"); nothing here is asserted by the tests.
 from __future__ import annotations
 
 import argparse
-import gc
 import random
-import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -27,7 +25,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import ahocorasick  # noqa: E402
-from zen_graph import zen_table_decision  # noqa: E402
+from peers import measure, zen_table_decision  # noqa: E402
 
 from llamon_agent.prestep import StaticToolBackend, compile_rules, run_prestep  # noqa: E402
 from llamon_agent.tools import AgentRequest, DeterministicContext, RuleInfo  # noqa: E402
@@ -251,25 +249,6 @@ def two_automata_candidates(specs: Sequence[Spec]) -> Callable[[str], list[int]]
 
 
 # --------------------------------------------------------------------------- measuring
-
-
-def measure(func: Callable[[str], Any], queries: Sequence[str], repeat: int) -> tuple[float, float]:
-    """p50 and p99 in microseconds of ``func(query)`` over ``queries`` x ``repeat``."""
-    for query in queries[: max(1, len(queries) // 10)]:
-        func(query)  # warm-up
-    samples: list[float] = []
-    gc.collect()
-    gc.disable()  # a collection inside one sample says nothing about the executor
-    try:
-        for _ in range(repeat):
-            for query in queries:
-                t0 = time.perf_counter_ns()
-                func(query)
-                samples.append((time.perf_counter_ns() - t0) / 1000.0)
-    finally:
-        gc.enable()
-    cuts = statistics.quantiles(samples, n=100, method="inclusive")
-    return cuts[49], cuts[98]
 
 
 def check_agreement(contenders: dict[str, Callable[[str], list[str]]], queries: Sequence[str]) -> None:

@@ -19,7 +19,6 @@ import argparse
 import gc
 import os
 import random
-import statistics
 import sys
 import time
 import tracemalloc
@@ -30,7 +29,7 @@ from typing import Any
 sys.path.insert(0, os.environ.get("LLAMON_BENCH_CODE") or str(Path(__file__).resolve().parents[1]))
 
 import re2  # noqa: E402
-from zen_graph import zen_table_decision  # noqa: E402
+from peers import measure, zen_table_decision  # noqa: E402
 
 from llamon_agent.expr import contains_all, contains_any, expression_rule  # noqa: E402
 from llamon_agent.prestep import StaticToolBackend, compile_rules, run_prestep  # noqa: E402
@@ -243,24 +242,6 @@ def make_zen(whens: Sequence[str]) -> Callable[[AgentRequest], list[str]] | None
 
 
 # ------------------------------------------------------------------ measuring
-
-
-def measure(func: Callable[[Any], Any], items: Sequence[Any], repeat: int = 1) -> tuple[float, float]:
-    for item in items[: max(1, len(items) // 10)]:
-        func(item)
-    samples: list[float] = []
-    gc.collect()
-    gc.disable()
-    try:
-        for _ in range(repeat):
-            for item in items:
-                t0 = time.perf_counter_ns()
-                func(item)
-                samples.append((time.perf_counter_ns() - t0) / 1000.0)
-    finally:
-        gc.enable()
-    cuts = statistics.quantiles(samples, n=100, method="inclusive")
-    return cuts[49], cuts[98]
 
 
 def fmt(pair: tuple[float, float]) -> str:
