@@ -31,7 +31,8 @@ def _processes_in_group(pgid: int) -> list[int]:
     return pids
 
 
-def test_make_run_serves_the_logged_in_home_page_and_ctrl_c_stops_everything(tmp_path) -> None:
+def _devrun_env(tmp_path: Path, **extra: str) -> tuple[dict[str, str], int, int]:
+    """The environment of a `make run` on its own var/ folder and free ports: (env, web port, MCP port)."""
     port, mcp_port = free_port(), free_port()
     env = {
         k: v
@@ -45,7 +46,13 @@ def test_make_run_serves_the_logged_in_home_page_and_ctrl_c_stops_everything(tmp
         LLAMON_ADMIN_PASSWORD="correct-horse-battery",
         LLAMON_RELOAD="0",  # an edit elsewhere in the tree must not restart the server mid-test
         PYTHONUNBUFFERED="1",
+        **extra,
     )
+    return env, port, mcp_port
+
+
+def test_make_run_serves_the_logged_in_home_page_and_ctrl_c_stops_everything(tmp_path) -> None:
+    env, port, mcp_port = _devrun_env(tmp_path)
     # Its own session: make and devrun form the "terminal's" foreground group we send Ctrl-C to.
     proc = subprocess.Popen(
         ["make", "--no-print-directory", "run"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
@@ -122,16 +129,7 @@ def _celery_workers(parent_pid: int) -> list[int]:
 
 
 def test_a_killed_worker_is_restarted_and_the_other_services_keep_running(tmp_path) -> None:
-    port, mcp_port = free_port(), free_port()
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in {"DJANGO_SETTINGS_MODULE", "REDIS_URL", "DATABASE_URL"}
-    }
-    env.update(
-        LLAMON_ENV="dev", LLAMON_VAR_DIR=str(tmp_path), LLAMON_PORT=str(port), LLAMON_DEMO_MCP_PORT=str(mcp_port),
-        LLAMON_ADMIN_PASSWORD="correct-horse-battery", LLAMON_RELOAD="0", PYTHONUNBUFFERED="1",
-    )  # fmt: skip
+    env, port, mcp_port = _devrun_env(tmp_path, LLAMON_ENV="dev")
     proc = subprocess.Popen(
         [sys.executable, "manage.py", "devrun"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, text=True, start_new_session=True,
