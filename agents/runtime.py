@@ -23,6 +23,7 @@ from agents.sink import DbStepSink
 from llamon_agent.otel import otel_sink
 from llamon_agent.tools import AgentRequest
 from llamon_agent.trace import MultiSink
+from llamon_web.content_hash import sha256
 from rules import engine
 from servers.urlguard import configured_policy
 
@@ -47,7 +48,7 @@ def agent_rules(agent: Agent) -> RulesRef:
         return RulesRef([], "", "", "")
     if agent.rule_set_mode == Agent.RuleSetMode.DRAFT:
         snapshot = engine.rule_set_snapshot(rule_set)
-        return RulesRef(snapshot, rule_set.name, f"draft@{rule_set.revision}", engine.sha256(snapshot))
+        return RulesRef(snapshot, rule_set.name, f"draft@{rule_set.revision}", sha256(snapshot))
     if agent.rule_set_mode == Agent.RuleSetMode.PINNED:
         version = agent.pinned_version
         if version is None:

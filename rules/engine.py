@@ -22,7 +22,7 @@ from llamon_agent.prestep import (
     run_prestep,
 )
 from llamon_agent.tools import AgentRequest, ToolInfo
-from llamon_web.content_hash import canonical_json, sha256  # noqa: F401 (part of engine's surface)
+from llamon_web.content_hash import sha256
 from rules.models import RuleSet
 from servers.models import McpServer
 from servers.toolschema import schema_errors

@@ -30,9 +30,10 @@ from llamon_agent import strictjson
 from llamon_agent.expr import ExprError, check_rule_name, expression_rule
 from llamon_agent.mcp.spec import MCP_ID_RE
 from llamon_web.audit import audit_record
+from llamon_web.content_hash import sha256
 from llamon_web.models import AuditEvent
 from rules.cases import case_create, case_expected_clean, case_input_clean, case_update
-from rules.engine import SNAPSHOT_FIELDS, rule_set_snapshot, sha256
+from rules.engine import SNAPSHOT_FIELDS, rule_set_snapshot
 from rules.errors import STALE_MESSAGE, RuleError, StaleEditError, json_type_name
 from rules.models import Rule, RuleSet, RuleSetVersion
 from rules.services import RULE_FIELDS, rule_fields_check, rule_set_create

@@ -194,7 +194,8 @@ def rule_set_publish(
     *, actor: Any, rule_set: RuleSet, message: str = "", revision: int | None = None
 ) -> RuleSetVersion:
     """Freeze the draft into the next immutable version (refused when nothing changed since the last)."""
-    from rules.engine import rule_set_snapshot, servers_by_id, sha256, snapshot_mcp_ids, tool_schema_hash
+    from llamon_web.content_hash import sha256
+    from rules.engine import rule_set_snapshot, servers_by_id, snapshot_mcp_ids, tool_schema_hash
 
     rule_set = RuleSet.objects.select_for_update().get(pk=rule_set.pk)
     _check_revision(
