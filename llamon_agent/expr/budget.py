@@ -102,9 +102,11 @@ class CostMeter:
 
 
 def _charge(meter: CostMeter, cost: int) -> None:
-    left = meter.left = meter.left - cost
+    """Take ``cost`` from what the evaluation has left, or refuse the work (left unchanged)."""
+    left = meter.left - cost
     if left < 0:
         meter.exceeded()
+    meter.left = left
 
 
 _SEQUENCES = frozenset({list, tuple, set, frozenset})
@@ -235,9 +237,10 @@ def _m_iter(meter: CostMeter, values: Any, nodes: int, scans: int) -> Any:
 
 def _metered_items(meter: CostMeter, values: Any, cost: int) -> Any:
     for value in values:
-        left = meter.left = meter.left - cost
+        left = meter.left - cost
         if left < 0:
             meter.exceeded()
+        meter.left = left
         yield value
 
 
@@ -378,16 +381,80 @@ def _m_method(meter: CostMeter, value: Any, name: str, *args: Any, **kwargs: Any
     if name in _CASE_METHODS and type(value) is str:
         cost += len(value)
     _charge(meter, cost)
+    if name in _SPLIT_METHODS and type(value) is str:
+        return _m_split(meter, value, name, args, kwargs)
     result = method(*args, **kwargs)
     kind = type(result)
     if kind is str:
         if result is not value:
             _charge(meter, _result_cost(result))
     elif kind in _SEQUENCES:
-        if name in _SPLIT_METHODS and type(value) is str:  # the pieces: objects and characters
-            _charge(meter, 1 + PIECE_UNITS * len(result) + len(value) // BUILT_CHARS_PER_UNIT)
-        else:
-            _charge(meter, _result_cost(result))
+        _charge(meter, _result_cost(result))
+    return result
+
+
+# What str.splitlines() splits at; counting them bounds its pieces before any is made.
+_LINE_BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
+
+
+def _split_arguments(sep: Any = None, maxsplit: Any = -1) -> tuple[Any, Any]:
+    """str.split's own signature, to read its arguments the way it does."""
+    return sep, maxsplit
+
+
+def _split_bound(
+    value: str, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[int, Any, Any]:
+    """The most pieces ``value.name(*args, **kwargs)`` can make, and its sep and maxsplit.
+
+    sep is None for a whitespace split; maxsplit is None when the call is not a plain
+    split/rsplit whose maxsplit the meter may lower (odd arguments: the method's own error).
+    """
+    size = len(value)
+    if name in ("partition", "rpartition"):
+        return 3, None, None
+    if name == "splitlines":
+        return size, None, None
+    try:
+        sep, maxsplit = _split_arguments(*args, **kwargs)
+    except TypeError:
+        return size + 1, None, None  # the method raises its own error
+    if type(maxsplit) is not int or not (sep is None or (type(sep) is str and sep)):
+        return size + 1, None, None
+    bound = (size + 1) // 2 if sep is None else size // len(sep) + 1
+    if maxsplit >= 0:
+        bound = min(bound, maxsplit + 1)
+    return bound, sep, maxsplit
+
+
+def _m_split(meter: CostMeter, value: str, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """split() and friends, charged for their pieces *before* they are made.
+
+    Each piece is a new object (PIECE_UNITS); charging after the call let one split of a
+    100,000-character text overrun the budget by 800,000 units. The most pieces the call can
+    make is charged first and the difference refunded. When that bound does not fit what is
+    left, split/rsplit run with a maxsplit the meter can pay for (a result that used it all
+    would have cost more: the budget is exceeded), and splitlines counts its line breaks.
+    """
+    base = 1 + len(value) // BUILT_CHARS_PER_UNIT
+    bound, sep, maxsplit = _split_bound(value, name, args, kwargs)
+    method = getattr(value, name)
+    if base + PIECE_UNITS * bound > meter.left:
+        if maxsplit is not None:  # a plain split/rsplit: let the meter lower its maxsplit
+            affordable = (meter.left - base) // PIECE_UNITS
+            if affordable < 1:
+                meter.exceeded()
+            result = method(sep, affordable)
+            if len(result) > affordable:
+                meter.exceeded()
+            _charge(meter, base + PIECE_UNITS * len(result))
+            return result
+        if name == "splitlines":
+            _charge(meter, len(_LINE_BREAKS) * (1 + len(value) // READ_CHARS_PER_UNIT))
+            bound = 1 + sum(value.count(mark) for mark in _LINE_BREAKS)
+    _charge(meter, base + PIECE_UNITS * bound)
+    result = method(*args, **kwargs)
+    meter.left += PIECE_UNITS * (bound - len(result))  # refund the pieces not made
     return result
 
 
@@ -396,9 +463,10 @@ def _m_contains_any(meter: CostMeter, text: Any, words: Any) -> bool:
     if type(text) is not str or type(words) not in _WORD_CONTAINERS:
         _charge(meter, 1 + (len(words) if type(words) in _SIZED else 0))
         return contains_any(text, words)
-    left = meter.left = meter.left - 1 - len(words) * (1 + len(text) // READ_CHARS_PER_UNIT)
+    left = meter.left - 1 - len(words) * (1 + len(text) // READ_CHARS_PER_UNIT)
     if left < 0:
         meter.exceeded()
+    meter.left = left
     for word in words:
         if type(word) is not str:
             raise _word_error("contains_any", word)

@@ -50,6 +50,9 @@ BIG_CTX = DeterministicContext(
     mcp_tools=[ToolInfo("search_docs")],
 )
 LOOP = "for x in query[:10000]"
+# The most one operation charged after it ran can add: a 100,000-character text (12,501
+# units) or a 10,000-item result (20,001).
+POST_CHARGE_SLACK = 20_001
 
 
 def _chain(term: str, joiner: str, room: int, most: int = 190) -> str:
@@ -335,5 +338,60 @@ def test_any_accepted_expression_finishes_or_raises_expr_error(
         compiled.evaluate(build_namespace(ctx, meter=meter))
     except ExprError:
         pass
-    # Charges come before the work, or right after one capped operation: the overrun is small.
-    assert 200_000 - meter.left <= 200_000 + 300_000
+    # Work is charged before it runs (a charge that does not fit is refused, and the meter keeps
+    # what it had), or right after one capped operation: at most ~20,000 units past the budget.
+    assert 200_000 - meter.left <= 200_000 + POST_CHARGE_SLACK
+
+
+SPLITS = {
+    # A split of a big text makes one object per piece: 200,001 pieces were charged after they
+    # were made, 1,600,000 units past a 200,000-unit budget (found by the property test below).
+    "split on a separator": ('context["k"].split(" ")', " " * 200_000),
+    "rsplit on a separator": ('context["k"].rsplit(" ", 300000)', " " * 200_000),
+    "whitespace split": ("context['k'].split()", "a " * 100_000),
+    "splitlines": ("context['k'].splitlines()", "\n" * 100_000),
+    "splitlines, CRLF": ("context['k'].splitlines(True)", "\r\n" * 50_000),
+}
+
+
+@pytest.mark.parametrize("source,text", list(SPLITS.values()), ids=list(SPLITS))
+def test_a_split_too_big_for_the_budget_is_refused_before_its_pieces_are_made(source: str, text: str) -> None:
+    compiled = compile_when(f"len({source}) > 0")
+    meter = CostMeter(expr_budget=200_000, request_budget=2_000_000)
+    ctx = DeterministicContext(query="q", context={"k": text})
+    tracemalloc.start()
+    try:
+        with pytest.raises(CostBudgetExceeded, match="cost budget of 200,000 units exceeded"):
+            compiled.evaluate(build_namespace(ctx, meter=meter))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert meter.left >= 0  # nothing charged that was not done
+    assert peak < 4_000_000  # 100,000+ pieces would take ~6 MB
+
+
+@pytest.mark.parametrize(
+    "source,text,pieces",
+    [
+        # The most pieces each split could make would not fit the budget, but the text has few.
+        ("context['k'].split()", "a" * 200_000, 1),
+        ('context["k"].split(" ")', "abcd " * 20_000, 20_001),
+        ("context['k'].rsplit(None, 90000)", "abcd " * 20_000, 20_000),
+        ("context['k'].splitlines()", "x" * 150_000 + "\n" + "y", 2),
+        # These fit as they are.
+        ("context['k'].split()", QUERY, len(QUERY.split())),
+        ("context['k'].rsplit(None, 3)", QUERY, 4),
+        ('context["k"].partition(" ")', QUERY, 3),
+    ],
+)
+def test_a_split_that_fits_the_budget_runs_and_is_charged_only_for_the_pieces_it_made(
+    source: str, text: str, pieces: int
+) -> None:
+    compiled = compile_when(f"len({source}) == {pieces}")
+    meter = CostMeter(expr_budget=250_000, request_budget=2_000_000)
+    assert compiled.evaluate(
+        build_namespace(DeterministicContext(query="q", context={"k": text}), meter=meter)
+    )
+    # the text read (by the method, and by splitlines counting its 10 kinds of line break), its
+    # characters and pieces built, and the small costs of the rest of the expression
+    assert 250_000 - meter.left < 1 + len(text) // 8 + 8 * pieces + 11 * (1 + len(text) // 16) + 100
