@@ -285,3 +285,13 @@ CELERY_BEAT_SCHEDULE["runs-reap"] = {
     "schedule": float(LLAMON_REAPER_PERIOD_S),
 }
 CELERY_BEAT_SCHEDULE["runs-expire"] = {"task": "agents.tasks.runs_expire_task", "schedule": 3600.0}
+# --- Tool drift: how often the beat lists every enabled MCP server's tools again (seconds; 0 = never).
+# A changed list is stored and audited, and rules.checks flags the rules it breaks (docs/rulesets.md).
+LLAMON_TOOLS_CHECK_S = env_int("LLAMON_TOOLS_CHECK_S", 3600, minimum=0)
+if 0 < LLAMON_TOOLS_CHECK_S < 60:
+    raise ConfigError("LLAMON_TOOLS_CHECK_S must be 0 (off) or at least 60 seconds")
+if LLAMON_TOOLS_CHECK_S:
+    CELERY_BEAT_SCHEDULE["mcp-tools-check"] = {
+        "task": "servers.tasks.tools_check_task",
+        "schedule": float(LLAMON_TOOLS_CHECK_S),
+    }

@@ -1,8 +1,14 @@
 """Static checks of a rule set: problems visible without running anything.
 
 Per rule: its server is unknown or disabled, its tool is not in the server's current tool list,
-an earlier ``stop`` rule with the same condition always fires first, it repeats an earlier rule.
-(Params against the tool's input schema are checked on the tester's input: rules.engine.evaluate.)
+its params no longer fit the tool's input schema, an earlier ``stop`` rule with the same
+condition always fires first, it repeats an earlier rule.
+
+The checks read the servers' *current* tool lists, so a refresh (from the server's page or the
+periodic check on the beat, servers.tasks) that removes a tool or changes its schema flags the
+rules that use it at once: tool drift. Params are checked statically here as far as the params
+expression is a dict literal (its keys, and the values that are literals); what they evaluate to
+on a given input is checked by the tester (rules.engine.evaluate).
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from typing import Any
 
 from llamon_agent.prestep import MCP_NOT_LOADED
 from servers.models import McpServer
+from servers.toolschema import schema_errors
 
 
 @dataclass(frozen=True)
@@ -29,6 +36,67 @@ def _normal(source: str) -> str:
         return ast.dump(ast.parse(source.strip(), mode="eval"))
     except SyntaxError:
         return source.strip()
+
+
+def _tool(server: McpServer, name: str) -> Mapping[str, Any] | None:
+    return next((t for t in server.tools if t.get("name") == name), None)
+
+
+_DYNAMIC = object()  # a params value only known when the rule runs
+
+
+def _literal_params(source: str) -> tuple[dict[str, Any], bool] | None:
+    """The params dict literal's keys, each with its value if it is a literal, and whether every
+    key is known; None when the params are not a dict literal (e.g. a helper's result)."""
+    try:
+        tree = ast.parse(source.strip(), mode="eval").body
+    except (SyntaxError, ValueError):
+        return None  # the expression check reports it
+    if not isinstance(tree, ast.Dict):
+        return None
+    params: dict[str, Any] = {}
+    complete = True
+    for key, value in zip(tree.keys, tree.values, strict=True):
+        if not (isinstance(key, ast.Constant) and isinstance(key.value, str)):
+            complete = False  # **spread or a computed key
+            continue
+        try:
+            params[key.value] = ast.literal_eval(value)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            params[key.value] = _DYNAMIC
+    return params, complete
+
+
+def _params_problems(source: str, tool: Mapping[str, Any]) -> list[Problem]:
+    """Where the params (as far as they are literal) no longer fit the tool's input schema."""
+    schema = tool.get("input_schema") or {}
+    literal = _literal_params(source) if isinstance(schema, Mapping) and schema else None
+    if literal is None:
+        return []
+    params, complete = literal
+    reasons: list[str] = []
+    if complete:
+        required = schema.get("required") or []
+        missing = [name for name in required if isinstance(name, str) and name not in params]
+        reasons += [f"'{name}' is required but the params do not set it" for name in missing]
+    # The literal values (dynamic ones left out) against the schema, required keys aside.
+    known = {key: value for key, value in params.items() if value is not _DYNAMIC}
+    properties = schema.get("properties")
+    closed = schema.get("additionalProperties") is False and isinstance(properties, Mapping)
+    reasons += [
+        f"'{key}' is not a parameter of the tool" for key in params if closed and key not in properties
+    ]
+    loose = {k: v for k, v in schema.items() if k not in ("required", "additionalProperties")}
+    reasons += schema_errors(loose, known, limit=5)
+    if not reasons:
+        return []
+    return [
+        Problem(
+            "error",
+            "params_mismatch",
+            f"The params no longer fit the input schema of '{tool['name']}': " + "; ".join(reasons) + ".",
+        )
+    ]
 
 
 def rule_set_problems(
@@ -67,7 +135,7 @@ def rule_set_problems(
                     f"The tools of '{server.mcp_id}' were never listed: refresh them on the server's page.",
                 )
             )
-        elif rule["tool_name"] not in {t["name"] for t in server.tools}:
+        elif (tool := _tool(server, rule["tool_name"])) is None:
             names = ", ".join(sorted(t["name"] for t in server.tools)) or "none"
             found.append(
                 Problem(
@@ -76,6 +144,8 @@ def rule_set_problems(
                     f"Tool '{rule['tool_name']}' is not in the current tool list of '{server.mcp_id}' (it has: {names}).",
                 )
             )
+        else:
+            found.extend(_params_problems(rule["params"], tool))
         when = _normal(rule["when"])
         if when in stop_conditions:
             found.append(

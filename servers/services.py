@@ -67,6 +67,13 @@ class ToolsDiff:
         """True when the refresh found the same tools as before."""
         return not (self.added or self.removed or self.changed)
 
+    def summary(self) -> str:
+        """One line: "added a; removed b; changed c (parameter 'x' added)"."""
+        parts = [f"added {', '.join(self.added)}"] if self.added else []
+        parts += [f"removed {', '.join(self.removed)}"] if self.removed else []
+        parts += [f"changed {name} ({', '.join(why)})" for name, why in self.changed.items()]
+        return "; ".join(parts) or "unchanged"
+
     def to_json(self) -> dict[str, Any]:
         """The diff as JSON-ready data (stored in the refresh's audit event)."""
         return {"added": self.added, "removed": self.removed, "changed": self.changed, "first": self.first}
@@ -166,14 +173,46 @@ def mcp_server_refresh_tools(*, actor: Any, server: McpServer) -> ToolsDiff:
     On failure the previous tool list is kept, ``last_error`` records why and McpServerError is raised.
     """
     _require_admin(actor, "refresh a server's tools")
+    return _refresh_tools(actor=actor, server=server)
+
+
+def mcp_servers_check_tools() -> dict[str, str]:
+    """The periodic tool check (servers.tasks, on the beat): list every enabled server's tools again.
+
+    A server whose tool list changed is stored and audited (actor: the system) like a refresh from
+    its page, so the rules whose tool vanished or whose params no longer fit are flagged on their
+    rule sets at once (rules.checks). An unchanged list writes only the check time; a server that
+    cannot be reached keeps its tools and records why, audited once per new error. Returns one
+    line per server (mcp_id -> "changed: ...", "unchanged" or "error: ..."), for the task's log.
+    """
+    outcome: dict[str, str] = {}
+    for server in McpServer.objects.filter(enabled=True).order_by("mcp_id"):
+        previous_error = server.last_error
+        try:
+            diff = _refresh_tools(
+                actor=None, server=server, audit_unchanged=False, audit_error=previous_error
+            )
+        except McpServerError as exc:
+            outcome[server.mcp_id] = f"error: {exc}"
+            continue
+        outcome[server.mcp_id] = "unchanged" if diff.unchanged else f"changed: {diff.summary()}"
+    return outcome
+
+
+def _refresh_tools(
+    *, actor: Any, server: McpServer, audit_unchanged: bool = True, audit_error: str | None = None
+) -> ToolsDiff:
+    """The refresh itself; ``audit_unchanged=False`` skips the audit entry of a list that did not
+    change, and a failure whose error equals ``audit_error`` (already audited) is not audited again."""
     # The network call happens outside any transaction: a slow server must not hold a lock.
     try:
         listed = pool_for_server(server).list_tools_sync(server.mcp_id, refresh=True)
     except McpError as exc:
         _record_health(server, error=str(exc))
-        audit_record(
-            actor=actor, action="mcp_server.refresh_tools_failed", obj=server, after={"error": str(exc)}
-        )
+        if str(exc)[:4000] != audit_error:
+            audit_record(
+                actor=actor, action="mcp_server.refresh_tools_failed", obj=server, after={"error": str(exc)}
+            )
         raise McpServerError(f"Could not list the tools of {server.mcp_id}: {_strip_where(exc)}") from None
     tools = [
         {"name": t.name, "description": t.description or "", "input_schema": dict(t.inputSchema or {})}
@@ -206,11 +245,12 @@ def mcp_server_refresh_tools(*, actor: Any, server: McpServer) -> ToolsDiff:
                 "updated_at",
             ]
         )
-        audit_record(
-            actor=actor, action="mcp_server.refresh_tools", obj=current,
-            before=before,
-            after={"tools": [t["name"] for t in tools], "tools_hash": current.tools_hash, "diff": diff.to_json()},
-        )  # fmt: skip
+        if audit_unchanged or not diff.unchanged:
+            audit_record(
+                actor=actor, action="mcp_server.refresh_tools", obj=current,
+                before=before,
+                after={"tools": [t["name"] for t in tools], "tools_hash": current.tools_hash, "diff": diff.to_json()},
+            )  # fmt: skip
     for name in ("tools", "tools_hash", "tools_refreshed_at", "last_error", "last_checked_at"):
         setattr(server, name, getattr(current, name))
     return diff

@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jsonschema
+from referencing.exceptions import Unresolvable
 
 from llamon_web.content_hash import sha256
 
@@ -24,7 +25,12 @@ def schema_errors(schema: Mapping[str, Any], value: Any, *, limit: int = 20) -> 
         validator_cls.check_schema(schema)
     except jsonschema.SchemaError as exc:
         return [f"the tool's input schema is itself invalid: {exc.message}"]
-    found = sorted(validator_cls(schema).iter_errors(value), key=lambda e: list(map(str, e.absolute_path)))
+    try:
+        found = sorted(
+            validator_cls(schema).iter_errors(value), key=lambda e: list(map(str, e.absolute_path))
+        )
+    except Unresolvable as exc:  # a $ref to nowhere: the schema passes check_schema, yet cannot be used
+        return [f"the tool's input schema has a reference that leads nowhere: {exc.ref}"]
     lines = []
     for error in found[:limit]:
         where = "/".join(str(p) for p in error.absolute_path)

@@ -291,7 +291,7 @@ def test_static_checks(order_server) -> None:
     problems = rule_set_problems(snapshot, {"order-service": order_server, "crm": disabled})
     codes = {name: [p.code for p in found] for name, found in problems.items()}
     assert codes == {
-        "b": ["unreachable"],
+        "b": ["params_mismatch", "unreachable"],
         "c": ["tool_missing"],
         "d": ["server_unknown"],
         "e": ["server_disabled"],
