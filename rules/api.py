@@ -27,6 +27,7 @@ from rules.schemas import (
     EvaluateOut,
     ExportOut,
     ImportIn,
+    ProblemOut,
     PublishIn,
     ReorderIn,
     RestoreIn,
@@ -118,6 +119,23 @@ def delete_rule_set(request: HttpRequest, rule_set_id: DbId) -> Any:
 def list_rules(request: HttpRequest, rule_set_id: DbId) -> Any:
     """The draft's rules in evaluation order."""
     return selectors.rule_list(rule_set=_rule_set(rule_set_id))
+
+
+@router.get(
+    "/rule-sets/{rule_set_id}/checks",
+    response={200: list[ProblemOut], **error_responses(404)},
+    auth=VIEWER,
+    tags=SETS,
+)
+def list_checks(request: HttpRequest, rule_set_id: DbId) -> Any:
+    """The draft's problems, rule by rule in evaluation order, against the servers' current tools
+    (a vanished tool or params that no longer fit its schema: tool drift)."""
+    found = selectors.rule_set_checks(_rule_set(rule_set_id))
+    return [
+        {"rule": name, "level": p.level, "code": p.code, "message": p.message}
+        for name, problems in found.items()
+        for p in problems
+    ]
 
 
 @router.post(

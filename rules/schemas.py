@@ -135,6 +135,16 @@ class VersionDetailOut(ModelSchema):
         return obj.author.get_username() if obj.author else None
 
 
+class ProblemOut(Schema):
+    rule: str = Field(description="The rule's name.")
+    level: str = Field(description="error (the pre-step will fail or the rule is dead) or warning.")
+    code: str = Field(
+        description="server_unknown, server_disabled, tools_unknown, tool_missing, params_mismatch, "
+        "unreachable or duplicate (docs/rulesets.md, Checks and tool drift)."
+    )
+    message: str
+
+
 class DiffRowOut(Schema):
     name: str
     change: Literal["added", "removed", "changed", "moved"]

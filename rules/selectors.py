@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from django.db.models import Count, Max, QuerySet
 
 from llamon_web.models import AuditEvent
+from rules import engine
+from rules.checks import Problem, rule_set_problems
 from rules.models import Rule, RuleSet, RuleSetVersion
+from servers import selectors as server_selectors
+from servers.models import McpServer
 
 # --- Rule sets ---------------------------------------------------------------------------------
 
@@ -72,3 +77,12 @@ def audit_list(
     if query:
         events = events.filter(object_repr__icontains=query)
     return events.order_by("-created_at", "-id")
+
+
+def rule_set_checks(
+    rule_set: RuleSet, servers: Mapping[str, McpServer] | None = None
+) -> dict[str, list[Problem]]:
+    """The draft's problems per rule name, against the servers' current tool lists (rules.checks)."""
+    if servers is None:
+        servers = {s.mcp_id: s for s in server_selectors.mcp_server_list()}
+    return rule_set_problems(engine.rule_set_snapshot(rule_set), servers)

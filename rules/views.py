@@ -20,7 +20,6 @@ from llamon_web.http import HtmxHttpRequest
 from llamon_web.roles import has_role, require_role
 from rules import cases, engine, exporting, selectors, services
 from rules.cases import case_expected_from_outcome, suite_run
-from rules.checks import rule_set_problems
 from rules.errors import RuleError, StaleEditError
 from rules.forms import AuditFilterForm, PublishForm, RuleForm, RuleSetForm, TesterForm
 from rules.models import Rule, RuleSet, RuleSetVersion, TestCase
@@ -69,9 +68,8 @@ def _editor_context(
     tester_case: TestCase | None = None,
 ) -> dict:
     rules = list(selectors.rule_list(rule_set=rule_set))
-    snapshot = engine.rule_set_snapshot(rule_set)
     servers = {s.mcp_id: s for s in server_selectors.mcp_server_list()}
-    problems = rule_set_problems(snapshot, servers)
+    problems = selectors.rule_set_checks(rule_set, servers)
     for rule in rules:
         rule.problems = problems.get(rule.name, [])
     if rule_form is None:

@@ -46,6 +46,7 @@ EXPECTED: dict[str, tuple[str, int, bool]] = {
     # The sample agent uses the sample rule set, so deleting it is refused.
     "DELETE /api/rule-sets/{rule_set_id}": ("editor", 422, False),
     "GET /api/rule-sets/{rule_set_id}/rules": ("viewer", 200, False),
+    "GET /api/rule-sets/{rule_set_id}/checks": ("viewer", 200, False),
     "POST /api/rule-sets/{rule_set_id}/rules": ("editor", 201, False),
     "GET /api/rule-sets/{rule_set_id}/rules/{rule_id}": ("viewer", 200, False),
     "PATCH /api/rule-sets/{rule_set_id}/rules/{rule_id}": ("editor", 200, False),

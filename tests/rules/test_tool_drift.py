@@ -105,3 +105,33 @@ def test_a_huge_or_deep_params_literal_is_checked_without_error() -> None:
     assert _problems('{"order_id": "A", "limit": ' + deep + "}", server)[0][0] == "params_mismatch"
     many = "{" + ", ".join(f'"k{i}": {i}' for i in range(2000)) + ', "order_id": "A"}'
     assert _problems(many, server) == []
+
+
+def test_the_api_lists_the_checks_rule_by_rule(client, make_user) -> None:
+    from rules import services
+
+    editor = make_user("editor")
+    server = _server(SCHEMA)
+    rule_set = services.rule_set_create(actor=editor, name="drift")
+    for name, params in (("fits", '{"order_id": query}'), ("drifted", '{"limit": 5}')):
+        services.rule_create(
+            actor=editor, rule_set=rule_set, name=name, mcp_id="orders", tool_name="get_order",
+            when="True", params=params,
+        )  # fmt: skip
+    client.force_login(make_user("viewer"))
+    response = client.get(f"/api/rule-sets/{rule_set.pk}/checks")
+    assert response.status_code == 200
+    assert response.json() == [
+        {
+            "rule": "drifted",
+            "level": "error",
+            "code": "params_mismatch",
+            "message": "The params no longer fit the input schema of 'get_order': "
+            "'order_id' is required but the params do not set it.",
+        }
+    ]
+    server.tools = []
+    server.save()
+    assert {p["code"] for p in client.get(f"/api/rule-sets/{rule_set.pk}/checks").json()} == {"tool_missing"}
+    assert client.get("/api/rule-sets/999999/checks").status_code == 404
+    assert client.get("/api/rule-sets/99999999999999999999999/checks").status_code in (404, 422)
