@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Q, QuerySet
+from django.db.models import FilteredRelation, Q, QuerySet
 from django.utils import timezone
 
 from agents.models import Agent, Run, RunStep, WorkerHeartbeat
@@ -45,10 +45,18 @@ def run_list(*, filters: dict[str, Any]) -> QuerySet[Run]:
         )
         runs = runs.filter(id__in=steps.values("run_id"))
     if filters.get("tool"):
-        steps = RunStep.objects.filter(
-            kind__in=[RunStep.Kind.RULE, RunStep.Kind.TOOL], tool_name=filters["tool"]
+        # A join with the run's one RunTool row for the tool (no duplicates, so no DISTINCT), ordered
+        # by that row's copy of (created_at, run): the database walks the (tool_name, created_at,
+        # run) index newest first and stops after a page, instead of probing every run's steps.
+        runs = (
+            runs.annotate(
+                tool_use=FilteredRelation(
+                    "tools_called", condition=Q(tools_called__tool_name=filters["tool"])
+                )
+            )
+            .filter(tool_use__isnull=False)
+            .order_by("-tool_use__created_at", "-tool_use__run_id")
         )
-        runs = runs.filter(id__in=steps.values("run_id"))
     for field in ("user_id", "chatbot_id", "session_id"):
         if filters.get(field):
             runs = runs.filter(**{field: filters[field]})
@@ -110,8 +118,10 @@ def run_page(*, filters: dict[str, Any], cursor: str | None = None, limit: int =
     if cursor:
         created_at, run_id = cursor_decode(cursor)
         # created_at <= c AND NOT (created_at = c AND id >= c_id): one backward range scan of the
-        # (created_at, id) index, on SQLite and PostgreSQL alike.
-        runs = runs.filter(created_at__lte=created_at).exclude(created_at=created_at, id__gte=run_id)
+        # (created_at, id) index, on SQLite and PostgreSQL alike. Filtered by a tool, the same
+        # condition on the RunTool row's copies (equal values), so that its index is scanned.
+        at, pk = ("tool_use__created_at", "tool_use__run_id") if filters.get("tool") else ("created_at", "id")
+        runs = runs.filter(**{f"{at}__lte": created_at}).exclude(**{at: created_at, f"{pk}__gte": run_id})
     rows = list(runs[: limit + 1])
     shown = rows[:limit]
     return RunPage(

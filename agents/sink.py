@@ -16,7 +16,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from agents.models import Run, RunStep
+from agents.models import Run, RunStep, RunTool
 from llamon_agent.trace import TraceEvent
 
 logger = logging.getLogger(__name__)
@@ -41,6 +41,9 @@ class DbStepSink:
                 .values_list("event_id", "pk", "seq")
             }
         self.counts = {"llm": 0, "tool": 0}
+        # The stored value (not the caller's copy): the tool filter pages by it like the run list.
+        self._created_at = Run.objects.filter(pk=run.pk).values_list("created_at", flat=True).first()
+        self._tools: set[str] = set()  # tools this sink recorded in RunTool already
 
     def emit(self, event: TraceEvent) -> None:
         with self._lock:
@@ -65,6 +68,16 @@ class DbStepSink:
             **_call_fields(event),
         )
         self._rows[event.id] = (row.pk, row.seq)
+        if (
+            row.tool_name
+            and row.kind in (RunStep.Kind.RULE, RunStep.Kind.TOOL)
+            and row.tool_name not in self._tools
+        ):
+            self._tools.add(row.tool_name)
+            RunTool.objects.bulk_create(
+                [RunTool(run_id=self.run_id, tool_name=row.tool_name, created_at=self._created_at)],
+                ignore_conflicts=True,  # a resumed run may have recorded it before
+            )
 
     def _end(self, event: TraceEvent) -> None:
         if event.kind in self.counts:

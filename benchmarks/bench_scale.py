@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import os
 import statistics
 import sys
@@ -96,6 +97,9 @@ def seed(n_runs: int):
     with connection.cursor() as cur:
         cur.execute(SEED_RUNS % {"agents": ",".join(str(a.pk) for a in agents), "runs": n_runs})
         cur.execute(SEED_STEPS)
+        # The runs' RunTool rows (what the trace sink writes with each tool-calling step), from
+        # their steps: the same statement as migration agents/0008's backfill.
+        cur.execute(importlib.import_module("agents.migrations.0008_run_tools").BACKFILL)
     long_run = Run.objects.create(agent=agents[0], agent_name="bench", query="long", status="succeeded")
     with connection.cursor() as cur:
         cur.execute(SEED_LONG % {"run": long_run.pk})
@@ -144,6 +148,35 @@ def bench_lists(user, agents, n: int) -> None:
     t0 = time.perf_counter()
     Run.objects.count()
     print(f"{'(old) COUNT(*) of all':26} {(time.perf_counter() - t0) * 1000:9.1f}")
+    bench_old_tool_filter(n)
+
+
+def bench_old_tool_filter(n: int) -> None:
+    """The "tool called" filter as it was (a semi-join on the steps, with their old index) vs RunTool."""
+    from agents import selectors
+    from agents.models import Run, RunStep
+
+    def old() -> None:
+        steps = RunStep.objects.filter(kind__in=["rule", "tool"], tool_name="search_docs").values("run_id")
+        runs = Run.objects.filter(id__in=steps).order_by("-created_at", "-id")
+        list(runs[:51])
+        runs.order_by().values("id")[:1001].count()
+
+    def new() -> None:
+        list(selectors.run_list(filters={"tool": "search_docs"})[:51])
+        selectors.run_count(filters={"tool": "search_docs"})
+
+    with connection.cursor() as cur:
+        cur.execute("CREATE INDEX bench_step_tool_run ON agents_runstep (tool_name, kind, run_id)")
+        cur.execute("ANALYZE agents_runstep")
+    try:
+        before, after = timed(old, n), timed(new, n)
+    finally:
+        with connection.cursor() as cur:
+            cur.execute("DROP INDEX bench_step_tool_run")
+    print("\nThe tool filter's queries alone (first page + capped count), ms")
+    print(f"{'(old) semi-join on steps':26} p50 {before[0]:8.1f} p95 {before[1]:8.1f}")
+    print(f"{'RunTool, index order':26} p50 {after[0]:8.1f} p95 {after[1]:8.1f}")
 
 
 def _ok(response):
@@ -160,11 +193,15 @@ def explain(agents) -> None:
         "userId": selectors.run_list(filters={"user_id": "C-4242"})[:51],
         "rule fired (100 runs)": selectors.run_list(filters={"rule": "rare_rule"})[:51],
         "rule fired (common)": selectors.run_list(filters={"rule": "route_order_lookup"})[:51],
+        "tool called (1%)": selectors.run_list(filters={"tool": "search_docs"})[:51],
         "capped count": selectors.run_list(filters={}).order_by().values("id")[:1001],
+        "capped count, tool called (1%)": selectors.run_list(filters={"tool": "search_docs"})
+        .order_by()
+        .values("id")[:1001],
     }
     print("\nEXPLAIN (ANALYZE) of the hot queries")
     for name, qs in queries.items():
-        if name == "capped count":
+        if name.startswith("capped count"):
             sql, params = qs.query.sql_with_params()
             with connection.cursor() as cur:
                 cur.execute(f"EXPLAIN (ANALYZE, COSTS OFF) SELECT COUNT(*) FROM ({sql}) AS sub", params)

@@ -12,7 +12,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from agents import selectors, services
-from agents.models import Agent, Run, RunStep
+from agents.models import Agent, Run, RunStep, RunTool
 
 pytestmark = pytest.mark.django_db
 
@@ -232,3 +232,46 @@ def test_postgresql_has_the_trigram_index_of_the_text_filter_and_uses_the_filter
     Run.objects.filter(pk=Run.objects.order_by("id").first().pk).update(query="환불 요청 A-777")
     body = viewer_api.get("/api/runs", data={"q": "a-777"}).json()
     assert [r["query"] for r in body["items"]] == ["환불 요청 A-777"]
+
+
+def _called(run: Run, *tools: str) -> None:
+    """Steps that call ``tools`` recorded the way a run records them: through the trace sink."""
+    from agents.sink import DbStepSink
+    from llamon_agent.trace import TraceEvent
+
+    sink = DbStepSink(run)
+    for i, tool in enumerate(tools):
+        for phase in ("start", "end"):
+            sink.emit(
+                TraceEvent(
+                    id=f"{run.pk}-{i}", kind="tool", name=tool, phase=phase, start=1.0,
+                    duration_ms=1.0 if phase == "end" else None, status="ok" if phase == "end" else "running",
+                    meta={"mcp_id": "order-service"},
+                )
+            )  # fmt: skip
+
+
+def test_the_tool_filter_lists_each_run_once_across_pages_newest_first(viewer_api, agent) -> None:
+    same = timezone.now() - timedelta(hours=1)
+    runs = _runs(agent, 9, at=same) + _runs(agent, 4)
+    for i, run in enumerate(runs):
+        if i % 2 == 0:
+            _called(run, "get_order", "get_order", "search_docs")  # the same tool twice: listed once
+        elif i % 3 == 0:
+            _called(run, "search_docs")
+    assert RunTool.objects.filter(tool_name="get_order").count() == 7
+    wanted = [pk for pk in _expected() if pk in {r.pk for r in runs[::2]}]
+    for limit in (1, 2, 3, 50):
+        assert _walk(viewer_api, f"/api/runs?tool=get_order&limit={limit}") == wanted
+    assert _walk(viewer_api, f"/api/runs?tool=get_order&agent={agent.pk}&limit=2") == wanted
+    body = viewer_api.get("/api/runs?tool=get_order&limit=2").json()
+    assert body["count"] == 7
+    html = viewer_api.get("/api/runs?tool=nothing-called-this").json()
+    assert html["items"] == [] and html["count"] == 0
+
+
+def test_a_run_deleted_by_retention_takes_its_tool_rows_with_it(agent) -> None:
+    run = _runs(agent, 1)[0]
+    _called(run, "get_order")
+    run.delete()
+    assert not RunTool.objects.exists()
