@@ -115,6 +115,15 @@ def test_the_old_offset_paging_still_works_but_not_together_with_a_cursor(viewer
     assert both.status_code == 400 and "not both" in both.json()["detail"]
 
 
+@pytest.mark.parametrize("offset", [10_001, 999_999_999, 10**30])
+def test_an_offset_far_down_is_refused_with_the_way_to_page_instead(viewer_api, agent, offset: int) -> None:
+    _runs(agent, 1)
+    response = viewer_api.get(f"/api/runs?offset={offset}")
+    assert response.status_code == 422
+    assert "10000" in response.content.decode() and "offset" in response.content.decode()
+    assert viewer_api.get("/api/runs?offset=10000").status_code == 200  # the bound itself is allowed
+
+
 def test_the_count_stops_at_its_cap_and_says_so(viewer_api, agent, monkeypatch) -> None:
     monkeypatch.setattr(selectors, "COUNT_CAP", 3)
     _runs(agent, 5)
