@@ -143,8 +143,9 @@ def bench_lists(user, agents, n: int) -> None:
         p = timed(lambda query=query: _ok(page.get(f"/agents/runs/?{query}")), n)
         a = timed(lambda query=query: _ok(api.get(f"/api/runs?{query}", headers=headers)), n)
         print(f"{name:26} {p[0]:9.1f} {p[1]:9.1f} {a[0]:9.1f} {a[1]:9.1f}")
-    offset = timed(lambda: _ok(api.get("/api/runs?offset=500000", headers=headers)), max(3, n // 10))
-    print(f"{'(old) offset=500000':26} {'':9} {'':9} {offset[0]:9.1f} {offset[1]:9.1f}")
+    # The API now refuses an offset past 10,000; what such a request cost, as a query.
+    offset = timed(lambda: list(selectors.run_list(filters={})[500_000:500_051]), max(3, n // 10))
+    print(f"{'(old) OFFSET 500000 query':26} {'':9} {'':9} {offset[0]:9.1f} {offset[1]:9.1f}")
     t0 = time.perf_counter()
     Run.objects.count()
     print(f"{'(old) COUNT(*) of all':26} {(time.perf_counter() - t0) * 1000:9.1f}")
