@@ -90,6 +90,10 @@ def bench_pooled(n: int) -> dict[str, list[float]]:
         pool.register(McpServerSpec(mcp_id="bench-http", transport="http", url=url))
         out = {
             "pooled stdio (call_tool_sync)": _timed_sync(lambda: pool.call_tool_sync("bench", TOOL, ARGS), n),
+            # The server page's call: raw + normalized result, the wiretap keeping its JSON-RPC messages.
+            "pooled stdio (call_tool_traced_sync, wire=[])": _timed_sync(
+                lambda: pool.call_tool_traced_sync("bench", TOOL, ARGS, wire=[]), n
+            ),
         }
         tool = next(t for t in pool.langchain_tools_sync("bench") if t.name == TOOL)
         out["pooled stdio (LangChain tool.invoke)"] = _timed_sync(lambda: tool.invoke(ARGS), n)

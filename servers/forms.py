@@ -12,6 +12,7 @@ from llamon_agent import strictjson
 from servers.models import McpServer
 from servers.selectors import command_line
 from servers.services import TIMEOUT_MAX_S, TIMEOUT_MIN_S
+from servers.toolschema import schema_errors
 
 _NAME_SPLIT = re.compile(r"[\s,]+")
 MAX_GENERATED_FIELDS = 50
@@ -253,3 +254,54 @@ def _field_for(kind: str, prop: dict[str, Any], *, required: bool) -> forms.Fiel
     return JsonField(
         initial=json.dumps(default, ensure_ascii=False) if default is not None else None, **common
     )
+
+
+class RawArgumentsForm(forms.Form):
+    """The call's arguments typed as one JSON object, checked against the tool's input schema (jsonschema).
+
+    Beside :class:`ToolCallForm` on the same page (``mode=json``); the text is kept as typed, so
+    an error never loses it, and the object keeps the key order it was typed in.
+    """
+
+    arguments_raw = forms.CharField(
+        label="Arguments (JSON object)", required=False, strip=False, max_length=200_000,
+        widget=forms.Textarea(attrs={"rows": 10, "class": "code", "spellcheck": "false"}),
+    )  # fmt: skip
+
+    def __init__(self, schema: dict[str, Any], *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.schema = schema if isinstance(schema, dict) else {}
+
+    def clean_arguments_raw(self) -> dict[str, Any]:
+        text = self.cleaned_data.get("arguments_raw") or ""
+        if not text.strip():
+            raise forms.ValidationError(
+                'Type the arguments as a JSON object, like {"q": "refund"} ({} for none).'
+            )
+        value = _json_value(text)
+        if not isinstance(value, dict):
+            raise forms.ValidationError(
+                f"The arguments must be a JSON object ({{...}}), not {_json_kind(value)}."
+            )
+        errors = schema_errors(self.schema, value)
+        if errors:
+            raise forms.ValidationError(
+                ["These arguments do not fit the tool's input schema:", *errors], code="schema"
+            )
+        return value
+
+    def arguments(self) -> dict[str, Any]:
+        """The parsed object, keys in the order typed."""
+        return self.cleaned_data["arguments_raw"]
+
+
+def _json_kind(value: Any) -> str:
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    return "a number"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.core.validators import RegexValidator
 from django.db import models
 
@@ -63,3 +64,29 @@ class McpServer(models.Model):
         if self.last_checked_at is None:
             return None
         return not self.last_error
+
+
+class ToolCallRecord(models.Model):
+    """One tool call made from the server's "call a tool" page, with its JSON-RPC messages.
+
+    Kept per server and per person (a person sees only their own calls: arguments may be personal
+    data), at most ``servers.services.HISTORY_MAX_ENTRIES`` each, the oldest dropped first. Each
+    message is stored as JSON text cut at ``HISTORY_MAX_MESSAGE_CHARS``, with the values of the
+    server's environment variables and headers replaced by ``[redacted]``.
+    """
+
+    server = models.ForeignKey(McpServer, on_delete=models.CASCADE, related_name="call_records")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    tool_name = models.CharField(max_length=200)
+    ok = models.BooleanField(default=True)
+    error = models.TextField(blank=True)
+    latency_ms = models.FloatField(null=True, blank=True)
+    messages = OrderedJSONField(default=list, blank=True)  # [{"direction", "text", "chars", "truncated"}]
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["server", "user", "-created_at"], name="servers_call_history")]
+
+    def __str__(self) -> str:
+        return f"{self.tool_name} on {self.server_id}"

@@ -15,7 +15,7 @@ from django.shortcuts import get_object_or_404
 from llamon_agent.mcp.spec import McpServerSpec
 from llamon_agent.mcp.transports import STDERR_MARKER
 from llamon_web.models import AuditEvent
-from servers.models import McpServer
+from servers.models import McpServer, ToolCallRecord
 
 STDERR_HIDDEN = " (the server's stderr is shown to admins only)"
 
@@ -113,3 +113,8 @@ def mcp_server_spec(*, server: McpServer) -> McpServerSpec:
         headers=list(server.header_names),
         timeout_s=server.timeout_s,
     )
+
+
+def tool_call_history(*, server: McpServer, user: Any) -> QuerySet[ToolCallRecord]:
+    """``user``'s own calls made from ``server``'s page, newest first (never anyone else's)."""
+    return ToolCallRecord.objects.filter(server=server, user=user).order_by("-created_at", "-id")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import time
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from llamon_agent.envnames import header_env_name
 from llamon_agent.mcp import McpError, McpServerSpec
 from llamon_agent.mcp.errors import McpConnectionError, McpTimeoutError
 from llamon_agent.mcp.spec import ENV_NAME_RE, MCP_ID_RE
@@ -27,7 +29,7 @@ from llamon_web.audit import audit_record, snapshot
 from llamon_web.env_policy import mcp_env_policy
 from llamon_web.roles import has_role
 from servers.errors import McpServerError
-from servers.models import McpServer
+from servers.models import McpServer, ToolCallRecord
 from servers.pool import pool_for_server, pool_forget, stdio_refusal
 from servers.selectors import mcp_error_for
 from servers.toolschema import schema_errors, tools_hash
@@ -49,6 +51,9 @@ MCP_SERVER_FIELDS = (
     "enabled",
 )
 MAX_ARG_CHARS = 4000
+HISTORY_MAX_ENTRIES = 50  # tool calls kept per server and person on the "call a tool" page
+HISTORY_MAX_MESSAGE_CHARS = 16_000  # each JSON-RPC message in that history is cut here
+REDACTED = "[redacted]"
 MAX_NAMES = 50
 _HEADER_NAME_RE = re.compile(r"^[A-Za-z0-9-]+$")
 
@@ -256,6 +261,22 @@ def _refresh_tools(
     return diff
 
 
+def mcp_server_list_tools_after_save(*, actor: Any, server: McpServer) -> str:
+    """Ask a server just saved for its tools; "" when they were listed, else why not and how to retry.
+
+    The server stays saved either way (it may simply not be running yet).
+    """
+    try:
+        mcp_server_refresh_tools(actor=actor, server=server)
+    except McpServerError as exc:
+        why = exc.message if exc.message.endswith((".", ")")) else exc.message + "."
+        return (
+            f"Saved {server.mcp_id}, but its tools could not be listed. {why} "
+            'Once the server is running and reachable, press "Refresh tools" on this page to try again.'
+        )
+    return ""
+
+
 def _tools_over_cap(tools: list[dict[str, Any]]) -> str:
     """Why a listed tool set is too large to store (settings LLAMON_MCP_MAX_TOOLS[_BYTES]); "" when it fits."""
     max_tools, max_bytes = settings.LLAMON_MCP_MAX_TOOLS, settings.LLAMON_MCP_MAX_TOOLS_BYTES
@@ -283,13 +304,15 @@ class ToolCall:
 
 
 def mcp_server_call_tool(
-    *, actor: Any, server: McpServer, tool_name: str, arguments: dict[str, Any]
+    *, actor: Any, server: McpServer, tool_name: str, arguments: dict[str, Any], record: bool = False
 ) -> ToolCall:
     """Call one tool with arguments checked against its input schema first.
 
     ``result`` is what the pre-step would store (structured content, or text); ``raw`` is the
     server's CallToolResult as JSON (long binary data shortened). Audited (tool name and argument
     names; values may be personal data). Tool and connection failures raise McpServerError.
+    With ``record``, the call and its JSON-RPC messages go into the actor's call history of this
+    server (see :class:`servers.models.ToolCallRecord`), whether it worked or not.
     """
     if not has_role(actor, "editor"):
         raise PermissionDenied("Calling a tool needs the editor role.")
@@ -310,22 +333,92 @@ def mcp_server_call_tool(
         actor=actor, action="mcp_server.call_tool", obj=server,
         after={"tool": tool_name, "argument_names": sorted(arguments)},
     )  # fmt: skip
+    wire: list[dict[str, Any]] | None = [] if record else None
     started = time.perf_counter()
     try:
-        raw, result = pool_for_server(server).call_tool_traced_sync(server.mcp_id, tool_name, arguments)
+        raw, result = pool_for_server(server).call_tool_traced_sync(
+            server.mcp_id, tool_name, arguments, wire=wire
+        )
         if isinstance(result, McpError):
             raise result
     except (McpConnectionError, McpTimeoutError) as exc:
         _record_health(server, error=str(exc))
         shown = mcp_error_for(text=_strip_where(exc), admin=has_role(actor, "admin"))
-        raise McpServerError(f"The call failed: {shown}") from None
+        message = f"The call failed: {shown}"
+        _record_call(actor, server, tool_name, wire, started, error=message)
+        raise McpServerError(message) from None
     except McpError as exc:
         # The server answered (with a tool error or a malformed reply): it is reachable.
         _record_health(server, error="")
-        raise McpServerError(f"The tool reported an error: {_strip_where(exc)}") from None
+        message = f"The tool reported an error: {_strip_where(exc)}"
+        _record_call(actor, server, tool_name, wire, started, error=message)
+        raise McpServerError(message) from None
     latency_ms = (time.perf_counter() - started) * 1000
     _record_health(server, error="")
+    _record_call(actor, server, tool_name, wire, started, latency_ms=latency_ms)
     return ToolCall(result=result, raw=_raw_json(raw), latency_ms=latency_ms)
+
+
+def _record_call(
+    actor: Any,
+    server: McpServer,
+    tool_name: str,
+    wire: list[dict[str, Any]] | None,
+    started: float,
+    *,
+    error: str = "",
+    latency_ms: float | None = None,
+) -> None:
+    """Keep one call in the actor's history of ``server`` (newest HISTORY_MAX_ENTRIES kept)."""
+    if wire is None:
+        return
+    if latency_ms is None:
+        latency_ms = (time.perf_counter() - started) * 1000
+    secrets = _secret_values(server)
+    messages = []
+    for entry in wire:
+        text = redact_values(json.dumps(entry["message"], indent=2, ensure_ascii=False), secrets)
+        messages.append({
+            "direction": entry["direction"], "text": text[:HISTORY_MAX_MESSAGE_CHARS], "chars": len(text),
+            "truncated": len(text) > HISTORY_MAX_MESSAGE_CHARS,
+        })  # fmt: skip
+    with transaction.atomic():
+        ToolCallRecord.objects.create(
+            server=server, user=actor, tool_name=tool_name[:200], ok=not error,
+            error=redact_values(error, secrets)[:4000], latency_ms=latency_ms, messages=messages,
+        )  # fmt: skip
+        keep = ToolCallRecord.objects.filter(server=server, user=actor).values_list("pk", flat=True)[
+            :HISTORY_MAX_ENTRIES
+        ]
+        ToolCallRecord.objects.filter(server=server, user=actor).exclude(pk__in=list(keep)).delete()
+
+
+def _secret_values(server: McpServer) -> list[str]:
+    """The values of the variables this server is given (child env, or headers), longest first."""
+    names = list(server.env_names) + [header_env_name(h) for h in server.header_names]
+    values = {os.environ.get(name, "") for name in names}
+    return sorted((v for v in values if len(v) >= 4), key=len, reverse=True)
+
+
+def redact_values(text: str, secrets: list[str]) -> str:
+    """``text`` with each secret value, also as it reads inside a JSON string, replaced by [redacted]."""
+    for value in secrets:
+        escaped = json.dumps(value, ensure_ascii=False)[1:-1]
+        for form in dict.fromkeys((value, escaped)):
+            text = text.replace(form, REDACTED)
+    return text
+
+
+def mcp_server_stderr_tail(*, actor: Any, server: McpServer) -> list[str] | None:
+    """The last stderr lines of a stdio server's newest child in this process (redacted as read), admins only.
+
+    None for HTTP servers and when this process has not started the server (nothing is started to look).
+    A child may print what it was given, so even redacted lines are for admins only.
+    """
+    _require_admin(actor, "read a server's stderr")
+    if server.transport != McpServer.Transport.STDIO:
+        return None
+    return pool_for_server(server).stderr_tail_sync(server.mcp_id)
 
 
 def _raw_json(raw: Any, *, max_data_chars: int = 200) -> dict[str, Any]:

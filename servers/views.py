@@ -14,8 +14,8 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from llamon_web.http import HtmxHttpRequest
-from llamon_web.roles import require_role
-from servers.forms import McpServerForm, ToolCallForm
+from llamon_web.roles import has_role, require_role
+from servers.forms import McpServerForm, RawArgumentsForm, ToolCallForm
 from servers.models import McpServer
 from servers.selectors import (
     command_line,
@@ -26,14 +26,18 @@ from servers.selectors import (
     mcp_server_tool,
     mcp_tool_views,
     pretty_json,
+    tool_call_history,
 )
 from servers.services import (
+    HISTORY_MAX_ENTRIES,
     McpServerError,
     ToolsDiff,
     mcp_server_call_tool,
     mcp_server_create,
     mcp_server_delete,
+    mcp_server_list_tools_after_save,
     mcp_server_refresh_tools,
+    mcp_server_stderr_tail,
     mcp_server_update,
 )
 
@@ -68,7 +72,7 @@ def server_create(request: HtmxHttpRequest) -> HttpResponse:
     except McpServerError as exc:
         _add_error(form, exc)
         return render(request, FORM_TEMPLATE, {"form": form, "server": None})
-    messages.success(request, f"Saved {server.mcp_id}. Refresh its tools to see what it offers.")
+    _list_tools_after_save(request, server)
     return redirect("servers:detail", pk=server.pk)
 
 
@@ -88,7 +92,7 @@ def server_edit(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     except McpServerError as exc:
         _add_error(form, exc)
         return render(request, FORM_TEMPLATE, {"form": form, "server": server})
-    messages.success(request, f"Saved {server.mcp_id}.")
+    _list_tools_after_save(request, server)
     return redirect("servers:detail", pk=server.pk)
 
 
@@ -97,8 +101,12 @@ def server_edit(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 def server_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     """One server: its settings, health, tools (descriptions and input schemas) and the last refresh."""
     server = mcp_server_get(pk=pk)
-    template = f"{DETAIL_TEMPLATE}#server-tools" if request.htmx else DETAIL_TEMPLATE
-    return render(request, template, _detail_context(server))
+    if request.htmx:
+        return render(request, f"{DETAIL_TEMPLATE}#server-tools", _detail_context(server))
+    context = _detail_context(server)
+    if has_role(request.user, "admin"):  # a child may print what it was given: admins only
+        context["stderr_tail"] = mcp_server_stderr_tail(actor=request.user, server=server)
+    return render(request, DETAIL_TEMPLATE, context)
 
 
 @require_role("admin")
@@ -142,17 +150,23 @@ def tool_call(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         return render(request, CALL_TEMPLATE, context, status=404 if tool_name else 200)
     schema = tool.get("input_schema") or {}
     context["schema_json"] = pretty_json(schema)
-    if request.method == "GET":
-        context["form"] = ToolCallForm(schema)
+    context["history"] = tool_call_history(server=server, user=request.user)
+    context["history_max"] = HISTORY_MAX_ENTRIES
+    data = request.POST if request.method == "POST" else None
+    context["mode"] = "json" if (data or request.GET).get("mode") == "json" else "form"
+    form = ToolCallForm(schema, data)
+    raw_form = RawArgumentsForm(schema, data, initial={"arguments_raw": "{}"})
+    context.update(form=form, raw_form=raw_form)
+    if data is None:
         return render(request, CALL_TEMPLATE, context)
-    form = ToolCallForm(schema, request.POST)
-    context["form"] = form
-    if form.is_valid():
-        arguments = form.arguments()
+    # Both inputs come back as typed; only the chosen one is checked and used.
+    active = raw_form if context["mode"] == "json" else form
+    if active.is_valid():
+        arguments = active.arguments()
         context["arguments_json"] = pretty_json(arguments)
         try:
             call = mcp_server_call_tool(
-                actor=request.user, server=server, tool_name=tool_name, arguments=arguments
+                actor=request.user, server=server, tool_name=tool_name, arguments=arguments, record=True
             )
         except McpServerError as exc:
             context["call_error"] = exc.message
@@ -160,8 +174,10 @@ def tool_call(request: HtmxHttpRequest, pk: int) -> HttpResponse:
             context["result_json"] = pretty_json(call.result)
             context["raw_json"] = pretty_json(call.raw)
             context["latency_ms"] = call.latency_ms
-    template = f"{CALL_TEMPLATE}#tool-call" if request.htmx else CALL_TEMPLATE
-    return render(request, template, context)
+    if request.htmx:
+        context["oob_history"] = True
+        return render(request, f"{CALL_TEMPLATE}#tool-call", context)
+    return render(request, CALL_TEMPLATE, context)
 
 
 @require_role("admin")
@@ -197,6 +213,17 @@ def _preview_or_confirm(
         context["confirm_message"] = CONFIRM_MESSAGE
         return render(request, FORM_TEMPLATE, context)
     return None
+
+
+def _list_tools_after_save(request: HtmxHttpRequest, server: McpServer) -> None:
+    problem = mcp_server_list_tools_after_save(actor=request.user, server=server)
+    if problem:
+        messages.warning(request, problem)
+    else:
+        count = len(server.tools)
+        messages.success(
+            request, f"Saved {server.mcp_id}: it offers {count} tool{'s' if count != 1 else ''}."
+        )
 
 
 def _add_error(form: McpServerForm, exc: McpServerError) -> None:

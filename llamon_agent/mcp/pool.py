@@ -96,6 +96,7 @@ class _Slot:
         self.inflight: dict[asyncio.Task[Any], _Link] = {}
         self.supervisor: asyncio.Task[None] | None = None
         self.last_error: str | None = None
+        self.last_link: _Link | None = None  # the newest connection, opened or not (its stderr tail)
 
     def live(self) -> tuple[ClientSession, _Link] | None:
         if self.session is not None and self.link is not None and not self.link.done.is_set():
@@ -236,11 +237,25 @@ class McpPool:
         return self._blocking(self._call_normalized, mcp_id, tool_name, params, timeout)
 
     def call_tool_traced_sync(
-        self, mcp_id: str, tool_name: str, params: dict[str, Any] | None = None, timeout: float | None = None
+        self,
+        mcp_id: str,
+        tool_name: str,
+        params: dict[str, Any] | None = None,
+        timeout: float | None = None,
+        *,
+        wire: list[dict[str, Any]] | None = None,
     ) -> tuple[types.CallToolResult, Normalized | McpError]:
         """One call, both views: the raw ``CallToolResult`` and its normalized value (or the McpError
-        normalizing raised, e.g. for ``isError``). For pages that show what the server really sent."""
-        return self._blocking(self._call_both, mcp_id, tool_name, params, timeout)
+        normalizing raised, e.g. for ``isError``). For pages that show what the server really sent.
+
+        ``wire``, when given, receives the call's JSON-RPC messages as they pass (request, reply,
+        cancellation; see :mod:`llamon_agent.mcp.wiretap`), also when the call fails."""
+        return self._blocking(self._call_both, mcp_id, tool_name, params, timeout, wire)
+
+    def stderr_tail_sync(self, mcp_id: str) -> list[str] | None:
+        """The last stderr lines of ``mcp_id``'s newest stdio child in this process, as redacted when
+        read (see :func:`llamon_agent.mcp.transports.redact_stderr`); None when none was started here."""
+        return self._blocking(self._stderr_tail, mcp_id)
 
     def langchain_tools_sync(self, mcp_id: str) -> list[BaseTool]:
         """Blocking :meth:`langchain_tools`."""
@@ -379,10 +394,12 @@ class McpPool:
 
     async def _run_session(self, slot: _Slot) -> None:
         link = _Link()
+        slot.last_link = link
         attached = False
         try:
             async with AsyncExitStack() as stack:
                 read_stream, write_stream = await stack.enter_async_context(self._transport(slot.spec, link))
+                read_stream, write_stream = link.tap.wrap(read_stream, write_stream)
                 session = await stack.enter_async_context(ClientSession(read_stream, write_stream))
                 with anyio.fail_after(self.connect_timeout_s):
                     await session.initialize()
@@ -507,9 +524,14 @@ class McpPool:
         return normalize_result(result, mcp_id=mcp_id, tool_name=tool_name, output_schema=schema)
 
     async def _call_both(
-        self, mcp_id: str, tool_name: str, params: dict[str, Any] | None, timeout: float | None
+        self,
+        mcp_id: str,
+        tool_name: str,
+        params: dict[str, Any] | None,
+        timeout: float | None,
+        wire: list[dict[str, Any]] | None = None,
     ) -> tuple[types.CallToolResult, Normalized | McpError]:
-        raw = await self._call(mcp_id, tool_name, params, timeout)
+        raw = await self._call(mcp_id, tool_name, params, timeout, wire)
         slot = self._slots.get(mcp_id)
         schema = slot.output_schema(tool_name) if slot is not None else None
         try:
@@ -518,7 +540,12 @@ class McpPool:
             return raw, exc
 
     async def _call(
-        self, mcp_id: str, tool_name: str, params: dict[str, Any] | None, timeout: float | None
+        self,
+        mcp_id: str,
+        tool_name: str,
+        params: dict[str, Any] | None,
+        timeout: float | None,
+        wire: list[dict[str, Any]] | None = None,
     ) -> types.CallToolResult:
         slot = self._slot(mcp_id)
         if slot.tools is None:
@@ -527,7 +554,7 @@ class McpPool:
         bound = slot.spec.timeout_s if timeout is None else timeout
         for attempt in (1, 2):
             session, link = await self._session(slot)
-            outcome = await self._call_once(slot, session, link, tool_name, params or {}, bound)
+            outcome = await self._call_once(slot, session, link, tool_name, params or {}, bound, wire)
             if isinstance(outcome, types.CallToolResult):
                 return outcome
             request_id, cause = outcome
@@ -550,6 +577,7 @@ class McpPool:
         tool_name: str,
         params: dict[str, Any],
         timeout: float,
+        wire: list[dict[str, Any]] | None = None,
     ) -> types.CallToolResult | tuple[types.RequestId | None, str]:
         """One attempt: the result, or ``(request_id, cause)`` when the session died under it."""
         mcp_id = slot.spec.mcp_id
@@ -559,6 +587,8 @@ class McpPool:
         # call below taking it, so it is this request's id (needed to cancel it on the server).
         request_id: types.RequestId | None = getattr(session, "_request_id", None)
         slot.inflight[task] = link
+        if wire is not None and request_id is not None:
+            link.tap.watch(request_id, wire)
         try:
             async with asyncio.timeout(timeout):
                 return await session.call_tool(tool_name, params)
@@ -593,6 +623,8 @@ class McpPool:
             raise McpProtocolError.about(str(exc), mcp_id=mcp_id, tool_name=tool_name) from None
         finally:
             slot.inflight.pop(task, None)
+            if request_id is not None:
+                link.tap.unwatch(request_id)
 
     def _sdk_error(
         self,
@@ -647,6 +679,12 @@ class McpPool:
         if slot.lc_tools is None:
             slot.lc_tools = [_langchain_tool(self, mcp_id, tool) for tool in tools]
         return list(slot.lc_tools)
+
+    async def _stderr_tail(self, mcp_id: str) -> list[str] | None:
+        slot = self._slots.get(mcp_id)  # never opens a session just to look
+        if slot is None or slot.last_link is None or slot.spec.transport != "stdio":
+            return None
+        return list(slot.last_link.stderr_tail)
 
     async def _stats(self, mcp_id: str) -> dict[str, Any]:
         slot = self._slot(mcp_id)

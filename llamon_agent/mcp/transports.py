@@ -24,6 +24,7 @@ from llamon_agent.mcp.errors import (
     McpConnectionError,
 )
 from llamon_agent.mcp.spec import McpServerSpec
+from llamon_agent.mcp.wiretap import Wiretap
 from llamon_agent.net import DEFAULT_POLICY, DestinationRefused, guarded_async_client
 
 logger = logging.getLogger("llamon_agent.mcp")
@@ -52,6 +53,7 @@ class _Link:
     stderr_tail: collections.deque[str] = field(
         default_factory=lambda: collections.deque(maxlen=_STDERR_TAIL_LINES)
     )
+    tap: Wiretap = field(default_factory=Wiretap)  # the JSON-RPC messages of watched requests
 
     def finish(self, cause: str, *, kill: bool = False) -> None:
         """Mark the connection as ending; the first cause is the one reported."""

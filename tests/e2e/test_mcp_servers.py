@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import expect
 
 from servers import pool as rules_pool
 from servers.models import McpServer
@@ -70,3 +72,64 @@ def test_admin_adds_refreshes_and_calls_the_knowledge_base(page, logged_in) -> N
     page.get_by_text("Raw reply").click()
     assert '"structuredContent"' in page.locator("#raw-json").inner_text()
     screenshot(page, "mcp-call-tool")
+
+
+def test_inspector_lists_tools_on_save_and_calls_with_raw_json_and_history(page, logged_in) -> None:
+    logged_in("admin")
+    page.goto("/mcp/new/")
+    page.fill("#id_mcp_id", "kb-inspect")
+    page.check("input[name=transport][value=stdio]")
+    page.fill("#id_command", sys.executable)
+    page.fill("#id_args", KB_SCRIPT)
+    page.wait_for_function(
+        "script => document.querySelector('#command-line')?.textContent.includes(script)", arg=KB_SCRIPT
+    )
+    page.click("button[name=action][value=save]")
+    page.wait_for_url("**/mcp/*/")
+    # The tools are there at once: no "Refresh tools" needed.
+    assert page.locator(".tool-name").first.inner_text() == "search_docs"
+    assert "it offers 1 tool." in page.locator("#messages").inner_text()
+    assert page.locator("#server-stderr").is_visible()  # an admin sees the stdio server's stderr box
+
+    page.click("#server-tools a:has-text('Call')")
+    page.wait_for_url("**/call/?tool=search_docs")
+    page.get_by_label("q").fill("환불")
+    page.get_by_label("limit").fill("2")
+    box = page.locator("#id_arguments_raw")
+    assert not box.is_visible()
+    page.check("#mode-json")  # the JSON box opens with what the form held, in the schema's order
+    assert box.is_visible() and not page.get_by_label("q").is_visible()
+    assert json.loads(box.input_value()) == {"q": "환불", "limit": 2}
+
+    broken = '{"limit": 1, "q": "환불",'
+    box.fill(broken)
+    page.click("#call-tool")
+    errors = page.locator("#json-errors")
+    errors.wait_for()
+    assert "This is not valid JSON" in errors.inner_text()
+    assert page.locator("#id_arguments_raw").input_value() == broken  # kept as typed
+    page.check("#mode-form")  # invalid JSON leaves the form as it was
+    assert page.get_by_label("q").input_value() == "환불"
+    page.check("#mode-json")
+    assert page.locator("#id_arguments_raw").input_value() == broken  # and the JSON as typed
+
+    page.locator("#id_arguments_raw").fill('{"limit": "two", "q": "환불"}')
+    page.click("#call-tool")
+    expect(page.locator("#json-errors")).to_contain_text("do not fit the tool's input schema")
+    assert "limit: 'two' is not of type 'integer'" in page.locator("#json-errors").inner_text()
+
+    page.locator("#id_arguments_raw").fill('{"limit": 1, "q": "환불"}')
+    page.click("#call-tool")
+    page.locator("#result-json").wait_for()
+    assert '"doc_id": "KB-001"' in page.locator("#result-json").inner_text()
+    entry = page.locator("#call-history .history-entry").first
+    entry.wait_for()
+    entry.locator("summary").click()
+    wire = entry.locator("pre.wire")
+    request, reply = wire.nth(0).inner_text(), wire.nth(1).inner_text()
+    assert '"method": "tools/call"' in request and request.index('"limit"') < request.index('"q"')
+    assert '"result"' in reply and "KB-001" in reply
+    page.check("#mode-form")  # valid JSON fills the form
+    assert page.get_by_label("limit").input_value() == "1"
+    page.check("#mode-json")
+    screenshot(page, "mcp-inspector")
