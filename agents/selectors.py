@@ -227,7 +227,7 @@ def _canonical(value: Any) -> str:
 WATERFALL_LIMIT = 1000  # bars drawn; a longer run says how many were left out
 TRACE_LLM_CALLS = 200
 _SPAN_FIELDS = ("seq", "parent_seq", "kind", "name", "status", "started_at", "duration_ms", "tokens", "mcp_id", "tool_name")  # fmt: skip
-_KIND_LABELS = {"guardrail": "guardrail", "prestep": "pre-step", "rule": "rule", "llm": "LLM", "tool": "tool", "node": "step", "answer": "answer", "error": "error", "listing": "MCP tools"}  # fmt: skip
+_KIND_LABELS = {"guardrail": "guardrail", "prestep": "pre-step", "rule": "rule", "llm": "LLM", "tool": "tool", "node": "", "answer": "answer", "error": "error", "listing": "MCP tools"}  # fmt: skip
 
 
 @dataclass
@@ -390,7 +390,7 @@ def _span_label(row: dict[str, Any]) -> str:
         return f"{kind} {row['name']} → {row['mcp_id']}/{row['tool_name']}"
     if row["kind"] == RunStep.Kind.TOOL and row["mcp_id"]:
         return f"{kind} {row['mcp_id']}/{row['name']}"
-    return f"{kind} {row['name']}"
+    return f"{kind} {row['name']}".strip()
 
 
 def _usage_detail(usage: Usage) -> str:
