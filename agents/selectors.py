@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -319,7 +320,42 @@ def steps_with_usage(steps: list[RunStep]) -> list[RunStep]:
     for step in steps:
         if step.kind == RunStep.Kind.LLM:
             step.usage = llm_usage(step.name, step.tokens)
+            step.chat = llm_chat(step.input, step.output)
     return steps
+
+
+def llm_chat(data: Any, output: Any) -> dict[str, Any] | None:
+    """An LLM step's messages, tools offered and reply, in the shapes the chat view draws; None if it has none.
+
+    Served runs' steps come from the ingest API, so anything not shaped like a message is left
+    out here (it is still in the raw JSON).
+    """
+    messages = data.get("messages") if isinstance(data, dict) else None
+    if not isinstance(messages, list) or not messages:
+        return None
+    tools = data.get("tools")
+    reply = output if isinstance(output, dict) else {}
+    calls = _calls(reply.get("tool_calls"))
+    called = {c["name"] for c in calls}
+    return {
+        "messages": [
+            {**m, "role": str(m.get("role") or "?"), "tool_calls": _calls(m.get("tool_calls"))}
+            for m in messages
+            if isinstance(m, dict)
+        ],
+        "tools": [
+            {"name": t["name"], "description": str(t.get("description") or ""), "called": t["name"] in called}
+            for t in (tools if isinstance(tools, list) else [])
+            if isinstance(t, dict) and isinstance(t.get("name"), str)
+        ],
+        "reply": {"content": reply.get("content"), "tool_calls": calls} if reply else None,
+        "calls": calls,
+    }
+
+
+def _calls(value: Any) -> list[dict[str, Any]]:
+    calls = value if isinstance(value, list) else []
+    return [{**c, "name": str(c.get("name") or "")} for c in calls if isinstance(c, dict)]
 
 
 def run_trace(*, run: Run, now: datetime | None = None) -> Trace:
@@ -401,7 +437,8 @@ def _usage_detail(usage: Usage) -> str:
 
 def _listing_span(seq: int, prestep: Span, item: dict[str, Any]) -> Span:
     """A bar for the pre-step's listing of one server's tools (which may have connected it)."""
-    offset, duration = item.get("offset_ms"), item.get("duration_ms")
+    # Served runs' traces come from the ingest API: anything that is not a number is no time.
+    offset, duration = (_number(item.get(key)) for key in ("offset_ms", "duration_ms"))
     ok = item.get("tools") is not None
     return Span(
         key=f"step-{seq}-tools-{item.get('mcp_id')}",
@@ -409,12 +446,18 @@ def _listing_span(seq: int, prestep: Span, item: dict[str, Any]) -> Span:
         kind="listing",
         label=f"MCP tools of {item.get('mcp_id')} (list / connect)",
         status="ok" if ok else "error",
-        offset_ms=round(prestep.offset_ms + float(offset or 0), 3),
-        duration_ms=float(duration) if isinstance(duration, int | float) else None,
+        offset_ms=round(prestep.offset_ms + (offset or 0.0), 3),
+        duration_ms=duration,
         depth=min(prestep.depth + 1, 3),
         parent_seq=seq,
         detail=f"{item.get('tools')} tools" if ok else "tools not loaded",
     )
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value >= 0:
+        return float(value)
+    return None
 
 
 def _tool_listings(run: Run) -> dict[int, list[dict[str, Any]]]:
@@ -443,7 +486,8 @@ def _tools_offered(run: Run) -> list[str]:
     names: list[str] = []
     llm = run.steps.filter(kind=RunStep.Kind.LLM).order_by("seq").values_list("input", flat=True)
     for data in llm[:TRACE_LLM_CALLS]:
-        for tool in (data or {}).get("tools") or [] if isinstance(data, dict) else []:
+        tools = data.get("tools") if isinstance(data, dict) else None
+        for tool in tools if isinstance(tools, list) else []:
             name = tool.get("name") if isinstance(tool, dict) else None
             if isinstance(name, str) and name and name not in names:
                 names.append(name)

@@ -199,3 +199,39 @@ def test_the_run_page_shows_the_waterfall_usage_and_the_llm_chat(settings, viewe
         and "&quot;order_id&quot;: &quot;A-1&quot;" in page
     )
     assert '<span class="llm-cost">$0.003700</span>' in page
+
+
+def test_a_served_runs_malformed_trace_is_shown_without_an_error(settings, viewer_client) -> None:
+    # Served runs' steps come from the ingest API: whatever shape they have, the page renders.
+    settings.LLAMON_MODEL_PRICES = PRICES
+    run = Run.objects.create(
+        status=Run.Status.SUCCEEDED, source="served", query="q", started_at=T0, finished_at=T0
+    )
+    junk_listing = [{"mcp_id": "x", "offset_ms": "soon", "duration_ms": -4}, "junk", 7]
+    _step(run, 1, "prestep", "deterministic pre-step", 0, 5.0, output={"tools_listing": junk_listing})
+    _step(
+        run,
+        2,
+        "llm",
+        "gpt-test",
+        1,
+        2.0,
+        input={"messages": "text", "tools": 5},
+        tokens={"input_tokens": "many"},
+    )
+    _step(
+        run,
+        3,
+        "llm",
+        "gpt-test",
+        3,
+        2.0,
+        input={"messages": [5, {"role": "user"}], "tools": ["a", {"name": 3}]},
+    )
+    trace = selectors.run_trace(run=run)
+    listing = next(s for s in trace.spans if s.kind == "listing")
+    assert (listing.offset_ms, listing.duration_ms) == (0.0, None)
+    assert trace.tools_offered == [] and trace.usage.cost is None and trace.usage.total_tokens is None
+    response = viewer_client.get(reverse("agents:run_detail", args=[run.pk]))
+    assert response.status_code == 200 and b'<span id="run-cost">unknown</span>' in response.content
+    assert response.content.count(b'class="chat-msg') == 1  # the one message shaped like one
