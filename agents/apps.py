@@ -6,4 +6,4 @@ class AgentsConfig(AppConfig):
     verbose_name = "Agents and runs"
 
     def ready(self) -> None:
-        from agents import signals  # noqa: F401 - connects the Celery worker signals
+        from agents import pricing, signals  # noqa: F401 - Celery worker signals; the price table's check

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -226,3 +227,278 @@ def _canonical(value: Any) -> str:
     import json
 
     return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+
+
+# --- The trace: waterfall, usage and cost -------------------------------------------------------
+# The waterfall summarises every span of a run from one compact query (no input or output
+# payloads), so it stays cheap on a 5,000-step run whose timeline is read a page at a time.
+# The only payloads read are the pre-step's summary (one per run: when each server's tools were
+# listed) and the tools each LLM call was offered (one per model call, at most TRACE_LLM_CALLS).
+
+WATERFALL_LIMIT = 1000  # bars drawn; a longer run says how many were left out
+TRACE_LLM_CALLS = 200
+_SPAN_FIELDS = ("seq", "parent_seq", "kind", "name", "status", "started_at", "duration_ms", "tokens", "mcp_id", "tool_name")  # fmt: skip
+_KIND_LABELS = {"guardrail": "guardrail", "prestep": "pre-step", "rule": "rule", "llm": "LLM", "tool": "tool", "node": "", "answer": "answer", "error": "error", "listing": "MCP tools"}  # fmt: skip
+
+
+@dataclass
+class Span:
+    """One bar of the waterfall: where it starts on the run's time axis and how long it took."""
+
+    key: str
+    seq: int | None
+    kind: str
+    label: str
+    status: str
+    offset_ms: float
+    duration_ms: float | None
+    depth: int = 0
+    parent_seq: int | None = None
+    own_ms: float | None = None  # the part of a parent's time none of its children account for
+    detail: str = ""
+
+
+@dataclass
+class Usage:
+    """Token counts and cost of one LLM call, or of a run's calls summed."""
+
+    model: str = ""
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    total_tokens: int | None = None
+    cost: Any = None  # Decimal USD, or None: unknown (no price for the model, or no counts)
+    calls: int = 0
+
+    @property
+    def cost_known(self) -> bool:
+        return self.cost is not None
+
+
+@dataclass
+class Trace:
+    spans: list[Span]
+    total_ms: float
+    span_count: int  # all spans, also those past WATERFALL_LIMIT
+    usage: Usage
+    models: list[str]
+    tools_offered: list[str]
+    tools_called: dict[str, int]
+    prestep_calls: dict[str, int]
+
+    @property
+    def tools_not_called(self) -> list[str]:
+        return [name for name in self.tools_offered if name not in self.tools_called]
+
+    @property
+    def left_out(self) -> int:
+        return max(self.span_count - len(self.spans), 0)
+
+
+def llm_usage(model: str, tokens: Any) -> Usage:
+    """Usage and cost of one LLM call from its step's name (the model) and stored token counts."""
+    from agents.pricing import call_cost, usage_counts
+
+    counts = usage_counts(tokens) or {}
+    return Usage(model=model, cost=call_cost(model, tokens), calls=1, **counts)
+
+
+def run_usage(calls: Iterable[Usage]) -> Usage:
+    """A run's usage: counts summed over calls that reported them; cost known only if every call's is."""
+    total = Usage()
+    models: list[str] = []
+    costs = []
+    for call in calls:
+        total.calls += 1
+        if call.model and call.model not in models:
+            models.append(call.model)
+        for key in ("input_tokens", "output_tokens", "total_tokens"):
+            value = getattr(call, key)
+            if value is not None:
+                setattr(total, key, (getattr(total, key) or 0) + value)
+        costs.append(call.cost)
+    total.model = ", ".join(models)
+    total.cost = sum(costs) if costs and all(c is not None for c in costs) else None
+    if not costs:
+        from decimal import Decimal
+
+        total.cost = Decimal(0)  # no LLM call: nothing was spent
+    return total
+
+
+def steps_with_usage(steps: list[RunStep]) -> list[RunStep]:
+    """The page's steps, LLM ones with ``usage`` (tokens, cost) for the timeline."""
+    for step in steps:
+        if step.kind == RunStep.Kind.LLM:
+            step.usage = llm_usage(step.name, step.tokens)
+            step.chat = llm_chat(step.input, step.output)
+    return steps
+
+
+def llm_chat(data: Any, output: Any) -> dict[str, Any] | None:
+    """An LLM step's messages, tools offered and reply, in the shapes the chat view draws; None if it has none.
+
+    Served runs' steps come from the ingest API, so anything not shaped like a message is left
+    out here (it is still in the raw JSON).
+    """
+    messages = data.get("messages") if isinstance(data, dict) else None
+    if not isinstance(messages, list) or not messages:
+        return None
+    tools = data.get("tools")
+    reply = output if isinstance(output, dict) else {}
+    calls = _calls(reply.get("tool_calls"))
+    called = {c["name"] for c in calls}
+    return {
+        "messages": [
+            {**m, "role": str(m.get("role") or "?"), "tool_calls": _calls(m.get("tool_calls"))}
+            for m in messages
+            if isinstance(m, dict)
+        ],
+        "tools": [
+            {"name": t["name"], "description": str(t.get("description") or ""), "called": t["name"] in called}
+            for t in (tools if isinstance(tools, list) else [])
+            if isinstance(t, dict) and isinstance(t.get("name"), str)
+        ],
+        "reply": {"content": reply.get("content"), "tool_calls": calls} if reply else None,
+        "calls": calls,
+    }
+
+
+def _calls(value: Any) -> list[dict[str, Any]]:
+    calls = value if isinstance(value, list) else []
+    return [{**c, "name": str(c.get("name") or "")} for c in calls if isinstance(c, dict)]
+
+
+def run_trace(*, run: Run, now: datetime | None = None) -> Trace:
+    """The run's waterfall, usage, cost and tools offered vs called, from compact queries."""
+    rows = list(run.steps.order_by("seq").values(*_SPAN_FIELDS))
+    listings = _tool_listings(run)
+    now = now or timezone.now()
+    starts = [r["started_at"] for r in rows]
+    origin = min([*starts, *([run.started_at] if run.started_at else [])], default=run.started_at or now)
+    by_seq: dict[int, Span] = {}
+    spans: list[Span] = []
+    depth_of: dict[int, int] = {}
+    usages: list[Usage] = []
+    called: dict[str, int] = {}
+    prestep_calls: dict[str, int] = {}
+    for row in rows:
+        offset = (row["started_at"] - origin).total_seconds() * 1000
+        duration = row["duration_ms"]
+        if duration is None and row["status"] == "running":
+            end = run.finished_at if run.finished and run.finished_at else now
+            duration = max((end - row["started_at"]).total_seconds() * 1000, 0.0)
+        depth = depth_of.get(row["parent_seq"], -1) + 1 if row["parent_seq"] else 0
+        depth_of[row["seq"]] = depth
+        span = Span(
+            key=f"step-{row['seq']}",
+            seq=row["seq"],
+            kind=row["kind"],
+            label=_span_label(row),
+            status=row["status"],
+            offset_ms=round(offset, 3),
+            duration_ms=None if duration is None else round(duration, 3),
+            depth=min(depth, 3),
+            parent_seq=row["parent_seq"],
+        )
+        spans.append(span)
+        by_seq[row["seq"]] = span
+        if row["kind"] == RunStep.Kind.LLM:
+            usage = llm_usage(row["name"], row["tokens"])
+            usages.append(usage)
+            span.detail = _usage_detail(usage)
+        elif row["kind"] == RunStep.Kind.TOOL:
+            called[row["name"]] = called.get(row["name"], 0) + 1
+        elif row["kind"] == RunStep.Kind.RULE and row["tool_name"] and row["status"] != "error":
+            key = f"{row['mcp_id']}/{row['tool_name']}"
+            prestep_calls[key] = prestep_calls.get(key, 0) + 1
+        if row["kind"] == RunStep.Kind.PRESTEP:
+            for item in listings.get(row["seq"], []):
+                spans.append(_listing_span(row["seq"], span, item))
+    _own_times(spans, by_seq)
+    end_ms = max((s.offset_ms + (s.duration_ms or 0) for s in spans), default=0.0)
+    total = max(end_ms, run.duration_ms or 0.0) if run.finished else end_ms
+    usage = run_usage(usages)
+    return Trace(
+        spans=spans[:WATERFALL_LIMIT],
+        total_ms=round(total, 3),
+        span_count=len(spans),
+        usage=usage,
+        models=[m for m in usage.model.split(", ") if m],
+        tools_offered=_tools_offered(run),
+        tools_called=called,
+        prestep_calls=prestep_calls,
+    )
+
+
+def _span_label(row: dict[str, Any]) -> str:
+    kind = _KIND_LABELS.get(row["kind"], row["kind"])
+    if row["kind"] == RunStep.Kind.RULE and row["tool_name"]:
+        return f"{kind} {row['name']} → {row['mcp_id']}/{row['tool_name']}"
+    if row["kind"] == RunStep.Kind.TOOL and row["mcp_id"]:
+        return f"{kind} {row['mcp_id']}/{row['name']}"
+    return f"{kind} {row['name']}".strip()
+
+
+def _usage_detail(usage: Usage) -> str:
+    if usage.total_tokens is None:
+        return "tokens unknown"
+    return f"{usage.input_tokens} in / {usage.output_tokens} out tokens"
+
+
+def _listing_span(seq: int, prestep: Span, item: dict[str, Any]) -> Span:
+    """A bar for the pre-step's listing of one server's tools (which may have connected it)."""
+    # Served runs' traces come from the ingest API: anything that is not a number is no time.
+    offset, duration = (_number(item.get(key)) for key in ("offset_ms", "duration_ms"))
+    ok = item.get("tools") is not None
+    return Span(
+        key=f"step-{seq}-tools-{item.get('mcp_id')}",
+        seq=None,
+        kind="listing",
+        label=f"MCP tools of {item.get('mcp_id')} (list / connect)",
+        status="ok" if ok else "error",
+        offset_ms=round(prestep.offset_ms + (offset or 0.0), 3),
+        duration_ms=duration,
+        depth=min(prestep.depth + 1, 3),
+        parent_seq=seq,
+        detail=f"{item.get('tools')} tools" if ok else "tools not loaded",
+    )
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value >= 0:
+        return float(value)
+    return None
+
+
+def _tool_listings(run: Run) -> dict[int, list[dict[str, Any]]]:
+    found: dict[int, list[dict[str, Any]]] = {}
+    for seq, output in run.steps.filter(kind=RunStep.Kind.PRESTEP).values_list("seq", "output")[:20]:
+        items = output.get("tools_listing") if isinstance(output, dict) else None
+        if isinstance(items, list):
+            found[seq] = [i for i in items if isinstance(i, dict)][:100]
+    return found
+
+
+def _own_times(spans: list[Span], by_seq: dict[int, Span]) -> None:
+    """A parent's own time: its duration less the time its children cover (where the rest went)."""
+    covered: dict[int, float] = {}
+    for span in spans:
+        if span.parent_seq in by_seq and span.duration_ms is not None:
+            covered[span.parent_seq] = covered.get(span.parent_seq, 0.0) + span.duration_ms
+    for seq, total in covered.items():
+        parent = by_seq[seq]
+        if parent.duration_ms is not None:
+            parent.own_ms = round(max(parent.duration_ms - total, 0.0), 3)
+
+
+def _tools_offered(run: Run) -> list[str]:
+    """The tools the model was offered, over the run's LLM calls (first TRACE_LLM_CALLS of them)."""
+    names: list[str] = []
+    llm = run.steps.filter(kind=RunStep.Kind.LLM).order_by("seq").values_list("input", flat=True)
+    for data in llm[:TRACE_LLM_CALLS]:
+        tools = data.get("tools") if isinstance(data, dict) else None
+        for tool in tools if isinstance(tools, list) else []:
+            name = tool.get("name") if isinstance(tool, dict) else None
+            if isinstance(name, str) and name and name not in names:
+                names.append(name)
+    return names

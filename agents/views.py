@@ -107,6 +107,7 @@ def run_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         "poll": not run.finished and not more,
         "diagnostics": selectors.run_diagnostics(run=run) if run.finished else [],
         "can_edit": has_role(request.user, "editor"),
+        "trace": selectors.run_trace(run=run),
         "flow_graph": flow_graph(selectors.run_steps(run=run).filter(kind="node")) if run.source == Run.Source.FLOW else None,
     })  # fmt: skip
 
@@ -128,6 +129,8 @@ def run_steps(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         "poll": not final and not more, "can_edit": has_role(request.user, "editor"),
         # Only the last answer carries the diagnostics: earlier polls of an ended run would read them for nothing.
         "diagnostics": selectors.run_diagnostics(run=run) if final else [],
+        # The waterfall is redrawn once, when the run has ended (not on every poll).
+        "trace": selectors.run_trace(run=run) if final else None,
     }  # fmt: skip
     response = render(request, "agents/run_detail.html#run-poll", context)
     # 286 tells htmx to stop polling: the run has ended and every step is settled.
@@ -147,7 +150,7 @@ def _after(request: HtmxHttpRequest) -> int:
 def _step_page(run: Run, *, after: int) -> tuple[list, bool]:
     """Up to STEP_PAGE steps with seq > after, and whether more follow."""
     rows = list(selectors.run_steps(run=run, after=after)[: STEP_PAGE + 1])
-    return rows[:STEP_PAGE], len(rows) > STEP_PAGE
+    return selectors.steps_with_usage(rows[:STEP_PAGE]), len(rows) > STEP_PAGE
 
 
 def _settled_seq(steps: list, *, after: int) -> int:

@@ -597,11 +597,16 @@ class _PrestepRun:
         self.budgets: tuple[int | None, int | None] = (None, None)
         self.meter: Any = None  # the request's expression CostMeter, made with the first namespace
         self.plain: Any = None  # plain_request() of the request (or the ExprError it raised)
+        # Listing each server's tools may (re)connect its session: when and how long, for the
+        # trace's waterfall, so a slow connect is not mistaken for slow rules.
+        self.listings: list[dict[str, Any]] = []
+        self.t0 = time.perf_counter()
 
     # -- phases
 
     def execute(self, *, use_index: bool) -> None:
         """Bind check, then the rules; the trace span wraps both."""
+        self.t0 = time.perf_counter()
         if self.sink is not None:
             self.span = start_span(
                 self.sink,
@@ -633,11 +638,18 @@ class _PrestepRun:
 
     def _bind(self) -> None:
         for mcp_id in self.compiled.mcp_ids:
+            t0 = time.perf_counter()
             try:
                 tools = self.backend.tools_for(mcp_id)
             except Exception as exc:  # a backend that cannot list tools has not loaded them
                 logger.warning("tools_for(%r) failed: %s", mcp_id, _reason(exc))
                 tools = None
+            self.listings.append({
+                "mcp_id": mcp_id,
+                "offset_ms": round((t0 - self.t0) * 1000.0, 3),
+                "duration_ms": _ms_since(t0),
+                "tools": None if tools is None else len(tools),
+            })  # fmt: skip
             if tools is None:
                 self.unbound[mcp_id] = MCP_NOT_LOADED.format(mcp_id=mcp_id)
                 if self.error is None:
@@ -916,6 +928,7 @@ class _PrestepRun:
             "skipped": skipped,
             "skipped_count": skipped_count,
             "not_reached_count": len(infos) - self.reached - 1,
+            "tools_listing": self.listings,
         }
 
     def _log(self) -> None:

@@ -550,6 +550,7 @@ def test_trace_spans_nest_and_skipped_rules_go_into_the_prestep_output() -> None
     }
     assert rule_end.input == {"mcp_id": "b", "tool_name": "u1", "params": {"rule": "r"}}
     assert prestep_end.status == "ok"
+    listing = prestep_end.output.pop("tools_listing")
     assert prestep_end.output == {
         "calls": 1,
         "fired": ["r"],
@@ -558,7 +559,48 @@ def test_trace_spans_nest_and_skipped_rules_go_into_the_prestep_output() -> None
         "skipped_count": 2,
         "not_reached_count": 0,
     }
+    # Listing each server's tools (which may connect it) is timed, for the trace's waterfall.
+    assert [(item["mcp_id"], item["tools"]) for item in listing] == [("a", 2), ("b", 1), ("c", 1)]
+    assert all(item["offset_ms"] >= 0 and item["duration_ms"] >= 0 for item in listing)
     json.dumps([e.to_json() for e in sink.events], ensure_ascii=False)
+
+
+class ListingBackend(StaticToolBackend):
+    """Notes which trace events were emitted when the pre-step listed a server's tools."""
+
+    def __init__(self, sink: ListSink) -> None:
+        super().__init__(TOOLS, call=echo_call)
+        self.sink = sink
+        self.events_at_listing: list[int] = []
+
+    def tools_for(self, mcp_id: str) -> Any:
+        self.events_at_listing.append(len(self.sink.events))
+        return super().tools_for(mcp_id)
+
+
+def test_the_tool_listing_is_timed_inside_the_prestep_and_before_any_rule() -> None:
+    # A pre-step of 7.6 s whose one rule took 26 ms: the time went into (re)connecting the
+    # server while listing its tools; the pre-step's output says when and for how long.
+    sink = ListSink()
+    backend = ListingBackend(sink)
+    run_prestep([calling_rule("r1", "a", "t1")], AgentRequest(query="x"), backend=backend, sink=sink)
+    assert backend.events_at_listing == [1]  # after the prestep's start, before the rule's
+    prestep_end = [e for e in sink.of_kind("prestep") if e.phase == "end"][0]
+    (listing,) = prestep_end.output["tools_listing"]
+    assert (listing["mcp_id"], listing["tools"]) == ("a", 2)
+    assert listing["offset_ms"] + listing["duration_ms"] <= prestep_end.duration_ms
+
+
+def test_a_server_whose_tools_are_not_loaded_is_listed_with_no_tools() -> None:
+    sink = ListSink()
+    run_prestep(
+        [calling_rule("r1", "missing", "t1")],
+        AgentRequest(query="x"),
+        backend=StaticToolBackend(TOOLS),
+        sink=sink,
+    )
+    prestep_end = [e for e in sink.of_kind("prestep") if e.phase == "end"][0]
+    assert [(i["mcp_id"], i["tools"]) for i in prestep_end.output["tools_listing"]] == [("missing", None)]
 
 
 def test_a_failing_call_ends_its_rule_span_with_an_error() -> None:
