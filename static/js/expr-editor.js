@@ -211,6 +211,34 @@
     );
   }
 
+  // Typing over a selection that spans highlighted tokens makes Chromium's own editing keep the
+  // first token's colour with a <span style="color: ..."> (a style attribute, which the CSP refuses
+  // and reports). Such input is applied by CodeMirror instead, through its input handlers (so a
+  // bracket typed over a selection still wraps it). An IME composition (Korean) cannot be taken
+  // over: the selection is deleted through CodeMirror on the key press that starts it.
+  const replaceSelectionInput = CM.EditorView.domEventHandlers({
+    beforeinput(event, view) {
+      const range = view.state.selection.main;
+      if (range.empty || event.isComposing || !event.data) return false;
+      if (event.inputType !== "insertText" && event.inputType !== "insertReplacementText") return false;
+      event.preventDefault();
+      const text = event.data;
+      const insert = () => view.state.update(view.state.replaceSelection(text), { userEvent: "input.type" });
+      const handlers = view.state.facet(CM.EditorView.inputHandler);
+      if (!handlers.some((handler) => handler(view, range.from, range.to, text, insert))) {
+        view.dispatch(insert());
+      }
+      return true;
+    },
+    keydown(event, view) {
+      const composing = event.isComposing || event.keyCode === 229 || event.key === "Process";
+      if (composing && !view.composing && !view.state.selection.main.empty) {
+        view.dispatch(view.state.replaceSelection(""), { userEvent: "delete.selection" });
+      }
+      return false;
+    },
+  });
+
   function enhance(textarea) {
     if (textarea.hasAttribute("data-expr-enhanced")) return;
     const form = textarea.form;
@@ -248,6 +276,7 @@
       state: CM.EditorState.create({
         doc: textarea.value,
         extensions: [
+          replaceSelectionInput,
           CM.history(),
           CM.drawSelection(),
           CM.highlightSpecialChars(),
