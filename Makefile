@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-postgres test-engine lint fmt bench bench-scale lock clean
+.PHONY: install run test test-postgres test-engine lint fmt bench bench-scale lock clean editor-bundle
 
 install: $(STAMP)
 
@@ -62,6 +62,11 @@ lock:
 	rm -rf /tmp/llamon-lock && $(PYTHON) -m venv /tmp/llamon-lock
 	/tmp/llamon-lock/bin/pip install --quiet -e '.[test,postgres]'
 	/tmp/llamon-lock/bin/pip freeze --exclude-editable | grep -v '^llamon' > requirements.lock
+
+# Rebuild the vendored CodeMirror bundle of the expression editor (needs node and npm; tests and CI
+# use the committed file). Versions come from frontend/package-lock.json; see its README.md.
+editor-bundle:
+	cd frontend && npm ci --no-audit --no-fund && node build.mjs
 
 clean:
 	rm -rf $(VENV) var

@@ -12,7 +12,17 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from llamon_agent.expr import expression_rule
+from llamon_agent.expr import (
+    BUILTIN_NAMES,
+    CTX_NAMES,
+    HELPER_NAMES,
+    METHOD_NAMES,
+    ExprError,
+    compile_params,
+    compile_when,
+    expression_rule,
+)
+from llamon_agent.expr.limits import CTX_ATTRS
 from llamon_agent.prestep import (
     PrestepOutcome,
     RuleStatus,
@@ -240,3 +250,72 @@ def explain_rules(
         except ExprError:
             continue  # the record already says why (a request too big, an invalid draft expression)
     return out
+
+
+# --- the expression editor ------------------------------------------------------------------
+EXPRESSION_FIELDS = {"when": compile_when, "params": compile_params}
+# What the editor's completion shows beside each helper; the names themselves come from limits.py.
+_HELPER_SIGNATURES = {
+    "contains_any": ("contains_any(text, words)", "True when one of the words occurs in the text"),
+    "contains_all": ("contains_all(text, words)", "True when every one of the words occurs in the text"),
+    "re_search": ("re_search(pattern, text)", "True when the RE2 pattern matches somewhere in the text"),
+    "re_find": ("re_find(pattern, text, group=0)", "The first RE2 match (or its group), None when none"),
+    "data_get": ("data_get(key, default=None)", "The first value of key across the DataParts"),
+}
+
+
+def expression_vocabulary() -> dict[str, Any]:
+    """The names an expression may use, for the editor's completion (the checker's own lists)."""
+    return {
+        "names": list(CTX_NAMES),
+        "ctx_attrs": sorted(CTX_ATTRS),
+        "helpers": [
+            {
+                "name": name,
+                "signature": _HELPER_SIGNATURES.get(name, (name, ""))[0],
+                "info": _HELPER_SIGNATURES.get(name, (name, ""))[1],
+            }
+            for name in HELPER_NAMES
+        ],
+        "builtins": list(BUILTIN_NAMES),
+        "methods": sorted(METHOD_NAMES),
+    }
+
+
+def expression_diagnostics(field: str, source: str) -> list[dict[str, Any]]:
+    """What the compile check says of ``source`` as the rule's ``field``: [] or one error with its place.
+
+    Line and column are 1-based and count characters (code points) of ``source`` as given, so
+    the editor can mark the place; both are None when the error has no place.
+    """
+    try:
+        EXPRESSION_FIELDS[field](source)
+    except ExprError as exc:
+        return [{"line": exc.line, "column": exc.column, "message": exc.reason}]
+    return []
+
+
+def completion_data(server: McpServer | None, tool: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The chosen server's tool names and the chosen tool's params keys (from its input schema)."""
+    schema = (tool or {}).get("input_schema") or {}
+    props = schema.get("properties") if isinstance(schema, dict) else None
+    required = schema.get("required") if isinstance(schema, dict) else None
+    required = set(required) if isinstance(required, list) else set()
+    params = []
+    for name, spec in props.items() if isinstance(props, dict) else ():
+        spec = spec if isinstance(spec, dict) else {}
+        kind = spec.get("type")
+        params.append(
+            {
+                "name": str(name),
+                "type": kind if isinstance(kind, str) else "",
+                "description": str(spec.get("description") or "")[:200],
+                "required": name in required,
+            }
+        )
+    tools = [
+        {"name": str(t.get("name", "")), "description": str(t.get("description") or "")[:200]}
+        for t in (server.tools if server else [])
+        if isinstance(t, dict)
+    ]
+    return {"tools": tools, "params": params}

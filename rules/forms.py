@@ -39,11 +39,12 @@ class RuleForm(forms.Form):
         label="Tool", max_length=200, widget=forms.TextInput(attrs={**CODE, "list": "tool-options"})
     )
     when = forms.CharField(
-        widget=forms.Textarea(attrs={**CODE, "rows": 3}), help_text='Fires when true, e.g. "주문" in query'
+        widget=forms.Textarea(attrs={**CODE, "rows": 3, "data-expr-editor": "when"}),
+        help_text='Fires when true, e.g. "주문" in query',
     )
     params = forms.CharField(
         initial="{}",
-        widget=forms.Textarea(attrs={**CODE, "rows": 3}),
+        widget=forms.Textarea(attrs={**CODE, "rows": 3, "data-expr-editor": "params"}),
         help_text='A dict, e.g. {"query": query}',
     )
     stop = forms.BooleanField(

@@ -16,6 +16,7 @@ urlpatterns = [
     path("<int:pk>/rules/<int:rule_pk>/move", views.rule_move, name="rule_move"),
     path("<int:pk>/reorder", views.rule_set_reorder, name="reorder"),
     path("<int:pk>/validate", views.rule_validate, name="validate"),
+    path("<int:pk>/expression-check", views.expression_check, name="expression_check"),
     path("<int:pk>/tool", views.tool_info, name="tool_info"),
     path("<int:pk>/test", views.rule_set_test, name="test"),
     path("<int:pk>/versions/", views.version_list, name="versions"),

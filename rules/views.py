@@ -8,7 +8,7 @@ from typing import Any
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
@@ -104,6 +104,8 @@ def _editor_context(
         "servers": servers.values(),
         "chosen_server": chosen_server,
         "chosen_tool": chosen_tool,
+        "completions": json.dumps(engine.completion_data(chosen_server, chosen_tool)),
+        "expr_vocabulary": json.dumps(engine.expression_vocabulary()),
         "tester": tester or _tester_form(request, rule_set, tester_case),
         "tester_case": tester_case,
         "can_edit": has_role(request.user, "editor"),
@@ -269,6 +271,18 @@ def rule_validate(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     return trigger_client_event(response, "rule-edited")
 
 
+@require_POST
+@require_role("editor")
+def expression_check(request: HttpRequest, pk: int) -> JsonResponse:
+    """The expression editor's diagnostics: the compile check of one field, as JSON with line and column."""
+    get_object_or_404(RuleSet, pk=pk)
+    field = request.POST.get("field", "")
+    if field not in engine.EXPRESSION_FIELDS:
+        return JsonResponse({"detail": "field must be when or params."}, status=400)
+    source = request.POST.get("source", "")
+    return JsonResponse({"field": field, "diagnostics": engine.expression_diagnostics(field, source)})
+
+
 @require_GET
 @require_role("viewer")
 def tool_info(request: HtmxHttpRequest, pk: int) -> HttpResponse:
@@ -280,7 +294,12 @@ def tool_info(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     return render(
         request,
         "rules/_tool_info.html",
-        {"chosen_server": server, "chosen_tool": tool, "skeleton": engine.params_skeleton(tool)},
+        {
+            "chosen_server": server,
+            "chosen_tool": tool,
+            "skeleton": engine.params_skeleton(tool),
+            "completions": json.dumps(engine.completion_data(server, tool)),
+        },
     )
 
 

@@ -29,3 +29,8 @@ def screenshot(page, name: str) -> Path:
     path = SCREENSHOTS / f"{name}.png"
     page.screenshot(path=str(path), full_page=True)
     return path
+
+
+def fill_expression(page, field: str, text: str) -> None:
+    """Replace a rule's `when` or `params` in its expression editor (the textarea under it is hidden)."""
+    page.locator(f".expr-editor-host[data-expr-field='{field}'] .cm-content").fill(text)

@@ -9,7 +9,7 @@ from django.core.management import call_command
 
 from rules.models import Rule, RuleSet, TestCase
 from servers import pool as rules_pool
-from tests.e2e.conftest import screenshot
+from tests.e2e.conftest import fill_expression, screenshot
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -34,16 +34,17 @@ def test_write_a_rule_test_it_live_keep_a_case_publish_and_diff(page, logged_in)
     page.select_option("#id_rule-mcp_id", "knowledge-base")
     page.fill("#id_rule-tool_name", "search_docs")
     page.locator("#tool-info").get_by_text("search_docs").first.wait_for()
-    page.fill("#id_rule-params", '{"q": query}')
-    page.fill("#id_rule-when", '"환불" in qeury')
-    error = page.locator("#rule-errors li[data-field='when']")
+    fill_expression(page, "params", '{"q": query}')
+    fill_expression(page, "when", '"환불" in qeury')
+    # has_text: the check of the params edit (when still empty) may answer first.
+    error = page.locator("#rule-errors li[data-field='when']", has_text="qeury")
     error.wait_for()
     assert "line 1, column" in error.inner_text() and "qeury" in error.inner_text()
     screenshot(page, "workbench-typo")
     assert not Rule.objects.filter(rule_set=rule_set).exists()
 
     # Fixed: it compiles, and the live tester matches a Korean query on the unsaved draft.
-    page.fill("#id_rule-when", '"환불" in query and "검색" in query')
+    fill_expression(page, "when", '"환불" in query and "검색" in query')
     page.get_by_text("The rule compiles.").wait_for()
     page.fill("#id_t-query", "환불 정책 검색해줘")
     fired = page.locator("#tester-table tr[data-rule='route_refund_search'] .status-fired")
@@ -76,7 +77,7 @@ def test_write_a_rule_test_it_live_keep_a_case_publish_and_diff(page, logged_in)
     page.click("button:has-text('Publish')")
     page.get_by_text("Published v1").wait_for()
     page.goto(f"/rules/{rule_set.pk}/?rule={rule.pk}")
-    page.fill("#id_rule-when", 'contains_any(query, ["환불", "refund"]) and "검색" in query')
+    fill_expression(page, "when", 'contains_any(query, ["환불", "refund"]) and "검색" in query')
     page.click("text=Save rule")
     page.get_by_text("Saved rule route_refund_search").wait_for()
     page.get_by_text("none changed outcome").wait_for()  # the suite ran again after the save
