@@ -25,7 +25,7 @@ from agents.privacy import redactor
 from agents.sink import json_safe
 from governance import dispatch, selectors
 from governance.errors import ImpactError
-from governance.impact import Call, ImpactReport, Side
+from governance.impact import Call, ImpactReport, Side, run_diff
 from governance.models import ImpactAnalysis
 from llamon_agent.prestep import RuleStatus, run_prestep
 from llamon_agent.tools import AgentRequest
@@ -241,12 +241,17 @@ def impact_replay(
                 continue
             request = AgentRequest(query=query, context=context or {}, a2a_data=a2a_data, a2a_files=a2a_files)
             outcome = run_prestep(compiled, request, backend=backend, dry_run=True)
+            old, new = old_side(recorded.rules or []), new_side(outcome)
+            if run_diff(old, new):
+                # Only a run that differs as stored pays for masking (and for JSON-normalizing the
+                # candidate's params): equal before masking means equal after it.
+                old, new = old_side(recorded.rules or [], mask), new_side(outcome, mask)
             report.add(
                 run_id=run_id,
                 created_at=created_at.isoformat(),
                 query=lambda q=query: str(mask(q)),
-                old=old_side(recorded.rules or [], mask),
-                new=new_side(outcome, mask),
+                old=old,
+                new=new,
                 mask=mask,
             )
         done += len(rows)
@@ -262,7 +267,9 @@ def impact_replay(
     }
 
 
-def old_side(rule_steps: list[tuple[str, str, str, str, Any]], mask: Callable[[Any], Any]) -> Side:
+def old_side(
+    rule_steps: list[tuple[str, str, str, str, Any]], mask: Callable[[Any], Any] | None = None
+) -> Side:
     """What a run recorded: every rule that decided a call (made, running or failed when made), masked.
 
     A rule step with no tool name and an error is a decision that failed (its expression raised,
@@ -273,26 +280,32 @@ def old_side(rule_steps: list[tuple[str, str, str, str, Any]], mask: Callable[[A
     for name, status, mcp_id, tool_name, data in rule_steps:
         if tool_name:
             params = data.get("params") if isinstance(data, dict) else None
-            calls[name] = Call(mcp_id, tool_name, mask(params))
+            calls[name] = Call(mcp_id, tool_name, mask(params) if mask is not None else params)
         elif status == "error" and error_rule is None:
             error_rule = name
     return Side(calls, error_rule)
 
 
-def new_side(outcome: Any, mask: Callable[[Any], Any]) -> Side:
-    """The candidate's decision as a live run would make it: the calls before the first error, masked."""
+def new_side(outcome: Any, mask: Callable[[Any], Any] | None = None) -> Side:
+    """The candidate's decision as a live run would make it: the calls before the first error.
+
+    With ``mask`` the params are stored the way the step sink stores them (JSON data, masked, NaN as
+    text) and the error is masked; without it they are the engine's own values (the quick first look).
+    """
     if outcome.error is None:
         return Side({rec.rule: _call(rec, mask) for rec in outcome.fired})
     calls: dict[str, Call] = {}
     for rec in outcome.records:
         if rec.status is RuleStatus.ERROR:
-            return Side(calls, rec.rule, outcome.error)
+            return Side(calls, rec.rule, mask(outcome.error) if mask is not None else outcome.error)
         if rec.status is RuleStatus.FIRED:
             calls[rec.rule] = _call(rec, mask)
-    return Side(calls, ERROR_PRESTEP, outcome.error)
+    return Side(calls, ERROR_PRESTEP, mask(outcome.error) if mask is not None else outcome.error)
 
 
-def _call(rec: Any, mask: Callable[[Any], Any]) -> Call:
+def _call(rec: Any, mask: Callable[[Any], Any] | None) -> Call:
+    if mask is None:
+        return Call(rec.mcp_id, rec.tool_name, rec.params)
     # As the run's step sink stores params: JSON data (tuples become lists), masked, NaN as text.
     params = json.loads(json.dumps(rec.params, ensure_ascii=False, default=str))
     return Call(rec.mcp_id, rec.tool_name, json_safe(mask(params)))
