@@ -21,6 +21,7 @@ from ninja.errors import ValidationError as NinjaValidationError
 
 from agents.api import router as agents_router
 from agents.errors import AgentConflictError, AgentError, BrokerUnavailableError
+from governance.api import router as governance_router
 from llamon_web import token_services
 from llamon_web.api_auth import DbId, FormInvalid, error_responses, get_or_404, roles
 from llamon_web.errors import DomainError
@@ -233,3 +234,4 @@ api.add_router("", tokens)
 api.add_router("", servers_router)
 api.add_router("", rules_router)
 api.add_router("", agents_router)
+api.add_router("", governance_router)

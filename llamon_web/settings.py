@@ -66,6 +66,7 @@ INSTALLED_APPS = [
     "servers",
     "rules",
     "agents",
+    "governance",
 ]
 
 MIDDLEWARE = [

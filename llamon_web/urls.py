@@ -24,6 +24,7 @@ urlpatterns = [
     path("mcp/", include("servers.urls")),
     path("rules/", include("rules.urls")),
     path("agents/", include("agents.urls")),
+    path("governance/", include("governance.urls")),
     path("tokens/", token_views.token_list, name="tokens"),
     path("tokens/new", token_views.token_create, name="token_create"),
     path("tokens/<int:pk>/revoke", token_views.token_revoke, name="token_revoke"),

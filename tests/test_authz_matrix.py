@@ -72,6 +72,14 @@ EXPECTED: dict[str, tuple[str, dict[str, int | str]]] = {
     "agents:run_rerun": ("editor", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
     "agents:run_save_case": ("editor", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
     "agents:privacy": ("admin", {"anonymous": LOGIN, "viewer": 403, "editor": 403, "admin": 200}),
+    # Impact analyses: viewers read the form page and every analysis, editors start one.
+    "governance:impact_new": ("viewer", {"anonymous": LOGIN, "viewer": 200, "editor": 200, "admin": 200}),
+    "governance:impact_start": ("editor", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
+    "governance:impact_detail": ("viewer", {"anonymous": LOGIN, "viewer": 200, "editor": 200, "admin": 200}),
+    "governance:impact_progress": (
+        "viewer",
+        {"anonymous": LOGIN, "viewer": 200, "editor": 200, "admin": 200},
+    ),
     # API tokens: every user with a role manages their own (revoking someone else's token is a 404).
     "tokens": ("viewer", {"anonymous": LOGIN, "viewer": 200, "editor": 200, "admin": 200}),
     "token_create": ("viewer", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
@@ -150,6 +158,11 @@ def sample_kwargs(make_user) -> dict[str, dict[str, object]]:
             {"pk": run.pk},
         )
     )
+    from governance.services import impact_start
+
+    analysis = impact_start(actor=None, enqueue=False, rule_set=rule_set, version="draft", days=1)
+    kwargs["governance:impact_new"] = kwargs["governance:impact_start"] = {"pk": rule_set.pk}
+    kwargs["governance:impact_detail"] = kwargs["governance:impact_progress"] = {"pk": analysis.pk}
     from llamon_web.token_services import token_create
 
     kwargs["token_revoke"] = {"pk": token_create(actor=author, name="matrix").token.pk}

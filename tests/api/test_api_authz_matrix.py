@@ -80,6 +80,9 @@ EXPECTED: dict[str, tuple[str, int, bool]] = {
     "GET /api/runs/{run_id}/steps": ("viewer", 200, False),
     "POST /api/runs/{run_id}/cancel": ("editor", 200, False),
     "POST /api/runs/{run_id}/rerun": ("editor", 202, False),
+    # Impact analyses: viewers read them, editors start them.
+    "POST /api/rule-sets/{rule_set_id}/impact": ("editor", 202, False),
+    "GET /api/impact/{analysis_id}": ("viewer", 200, False),
 }
 
 
@@ -96,6 +99,7 @@ def _request(key: str, sample: dict[str, Any], token_id: int) -> tuple[str, str,
         "server_id": sample["server"].pk, "mcp_id": sample["server"].mcp_id, "rule_set_id": rule_set.pk,
         "rule_id": rule.pk, "number": sample["version"].number, "case_id": sample["case"].pk,
         "agent_id": sample["agent"].pk, "run_id": sample["run"].pk, "token_id": token_id,
+        "analysis_id": _impact_id(rule_set) if "{analysis_id}" in template else 0,
     }  # fmt: skip
     url = template.format(**values)
     bodies: dict[str, Any] = {
@@ -124,8 +128,15 @@ def _request(key: str, sample: dict[str, Any], token_id: int) -> tuple[str, str,
         "PATCH /api/agents/{agent_id}": {"revision": sample["agent"].revision, "description": "x"},
         "POST /api/runs": {"agent": sample["agent"].pk, "query": "주문 조회"},
         "POST /api/runs/ingest": {"source": "served", "agent_name": "matrix", "request": {"query": "q"}},
+        "POST /api/rule-sets/{rule_set_id}/impact": {"version": "draft", "days": 1},
     }  # fmt: skip
     return method, url, bodies.get(key)
+
+
+def _impact_id(rule_set: Any) -> int:
+    from governance.services import impact_start
+
+    return impact_start(actor=None, enqueue=False, rule_set=rule_set, version="draft", days=1).pk
 
 
 def _call_isolated(who: Any, key: str, sample: dict[str, Any], token_id: int) -> Any:

@@ -1,0 +1,44 @@
+"""The governance app's API: start an impact analysis, read its status and report.
+
+Handlers authorize, validate (a schema), make one service or selector call and return. Domain
+errors become ErrorOut responses in llamon_web.api (ImpactError 422, a broker that is down 503).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest
+from django.urls import reverse
+from ninja import Router, Status
+
+from governance import services
+from governance.models import ImpactAnalysis
+from governance.schemas import ImpactIn, ImpactOut
+from llamon_web.api_auth import DbId, error_responses, get_or_404, roles
+from rules.models import RuleSet
+
+router = Router(tags=["impact analysis"])
+
+
+def _out(analysis: ImpactAnalysis) -> ImpactAnalysis:
+    analysis.url = reverse("governance:impact_detail", args=[analysis.pk])  # type: ignore[attr-defined]
+    return analysis
+
+
+@router.post(
+    "/rule-sets/{rule_set_id}/impact",
+    response={202: ImpactOut, **error_responses(404, 503)},
+    auth=roles("editor"),
+)
+def start_impact(request: HttpRequest, rule_set_id: DbId, payload: ImpactIn) -> Any:
+    """Start an impact analysis of the draft or a version on a worker (editor); poll it by ``id``."""
+    rule_set = get_or_404(RuleSet, "rule set", pk=rule_set_id)
+    analysis = services.impact_start(actor=request.auth, rule_set=rule_set, **payload.dict())
+    return Status(202, _out(analysis))
+
+
+@router.get("/impact/{analysis_id}", response={200: ImpactOut, **error_responses(404)}, auth=roles("viewer"))
+def get_impact(request: HttpRequest, analysis_id: DbId) -> Any:
+    """One analysis: ``status`` and ``done``/``total`` while it runs, ``result`` once it has succeeded."""
+    return _out(get_or_404(ImpactAnalysis, "impact analysis", pk=analysis_id))

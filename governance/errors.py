@@ -1,0 +1,9 @@
+"""Domain errors of the governance app (the API answers them as 422, llamon_web.api)."""
+
+from __future__ import annotations
+
+from llamon_web.errors import DomainError
+
+
+class ImpactError(DomainError):
+    """An impact analysis was refused; ``field`` names the input at fault."""

@@ -1,0 +1,26 @@
+"""The impact analysis form: what to replay, over which days, for whom."""
+
+from __future__ import annotations
+
+from django import forms
+
+from governance.services import DRAFT, MAX_DAYS, MAX_FILTER_CHARS
+from rules.models import RuleSet
+
+
+class ImpactForm(forms.Form):
+    """The shapes only; the service checks the values again (the API and the command share it)."""
+
+    version = forms.ChoiceField(help_text="The draft, or a published version.")
+    days = forms.IntegerField(min_value=1, max_value=MAX_DAYS, initial=7, help_text=f"1 to {MAX_DAYS}.")
+    agent = forms.ChoiceField(required=False, help_text="Only this agent's runs.")
+    chatbot_id = forms.CharField(required=False, max_length=MAX_FILTER_CHARS, label="chatbotId")
+    user_id = forms.CharField(required=False, max_length=MAX_FILTER_CHARS, label="userId")
+
+    def __init__(self, *args, rule_set: RuleSet, agent_names: list[str], **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        numbers = list(rule_set.versions.order_by("-number").values_list("number", flat=True)[:200])
+        self.fields["version"].choices = [(DRAFT, f"draft (revision {rule_set.revision})")] + [
+            (str(n), f"v{n}") for n in numbers
+        ]
+        self.fields["agent"].choices = [("", "every agent")] + [(n, n) for n in agent_names]

@@ -1,0 +1,101 @@
+"""Reads for impact analyses: the analyses themselves, and the recorded runs streamed for a replay."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db.models import Q, QuerySet
+
+from agents.models import Agent, Run, RunStep
+from governance.models import ImpactAnalysis
+from rules.models import RuleSet
+
+CHUNK = 2_000  # runs per keyset chunk (and per IN list of step ids: under SQLite's variable cap)
+RUN_FIELDS = ("id", "created_at", "query", "context", "a2a_data", "a2a_files")
+
+
+def analysis_list(*, rule_set: RuleSet, limit: int = 20) -> QuerySet[ImpactAnalysis]:
+    """The newest analyses of a rule set (the form page lists them)."""
+    return (
+        ImpactAnalysis.objects.filter(rule_set=rule_set)
+        .select_related("created_by")
+        .defer("snapshot", "result")
+        .order_by("-created_at", "-id")[:limit]
+    )
+
+
+@dataclass(frozen=True)
+class RunFilter:
+    """Which recorded runs a replay reads: one rule set's runs in a time window, optionally narrowed."""
+
+    rule_set_name: str
+    since: datetime
+    until: datetime
+    agent: Agent | None = None
+    chatbot_id: str = ""
+    user_id: str = ""
+
+    def queryset(self) -> QuerySet[Run]:
+        runs = Run.objects.filter(
+            rule_set_name=self.rule_set_name, created_at__gte=self.since, created_at__lt=self.until
+        )
+        if self.agent is not None:
+            runs = runs.filter(agent=self.agent)
+        if self.chatbot_id:
+            runs = runs.filter(chatbot_id=self.chatbot_id)
+        if self.user_id:
+            runs = runs.filter(user_id=self.user_id)
+        return runs
+
+
+def recorded_count(*, runs: RunFilter, limit: int) -> int:
+    """How many runs match (at most ``limit``: a count past the cap is not needed)."""
+    return runs.queryset().order_by()[:limit].count()
+
+
+def recorded_chunks(*, runs: RunFilter, limit: int, chunk: int = CHUNK) -> Iterator[list[tuple[Any, ...]]]:
+    """The matching runs, oldest first, as ``RUN_FIELDS`` tuples in keyset chunks (at most ``limit``).
+
+    Each chunk continues after the (created_at, id) of the last one, along the run_created index:
+    no OFFSET, no sort of the whole window, and only the columns a replay needs.
+    """
+    base = runs.queryset().order_by("created_at", "id").values_list(*RUN_FIELDS)
+    page, left = base, limit
+    while left > 0:
+        rows = list(page[: min(chunk, left)])
+        if not rows:
+            return
+        yield rows
+        last_id, last_at = rows[-1][0], rows[-1][1]
+        page = base.filter(Q(created_at__gt=last_at) | Q(created_at=last_at, id__gt=last_id))
+        left -= len(rows)
+
+
+@dataclass
+class RecordedPrestep:
+    """What one run recorded of its pre-step: whether it completed, and its rule steps in order."""
+
+    status: str = ""
+    rules: list[tuple[str, str, str, str, Any]] | None = None  # (name, status, mcp_id, tool_name, input)
+
+
+def recorded_presteps(*, run_ids: list[int]) -> dict[int, RecordedPrestep]:
+    """The pre-step and rule steps of the given runs (two indexed reads, only the needed columns)."""
+    out: dict[int, RecordedPrestep] = {}
+    for run_id, status in RunStep.objects.filter(run_id__in=run_ids, kind=RunStep.Kind.PRESTEP).values_list(
+        "run_id", "status"
+    ):
+        out[run_id] = RecordedPrestep(status=status, rules=[])
+    rule_steps = (
+        RunStep.objects.filter(run_id__in=run_ids, kind=RunStep.Kind.RULE)
+        .order_by("run_id", "seq")
+        .values_list("run_id", "name", "status", "mcp_id", "tool_name", "input")
+    )
+    for run_id, name, status, mcp_id, tool_name, data in rule_steps:
+        found = out.get(run_id)
+        if found is not None:
+            found.rules.append((name, status, mcp_id, tool_name, data))
+    return out

@@ -1,0 +1,311 @@
+"""Impact analysis: start one (checked, audited, queued), and replay it (the worker's task body).
+
+The replay is the pre-step only, as a dry run: nothing is called. The candidate is compiled once
+(with its keyword index), the runs are streamed in keyset chunks with only the columns needed,
+and each run's recorded rule calls (the old side) are compared with the candidate's decision on
+the run's real stored input (the new side) by ``governance.impact``. Both sides are masked by the
+privacy settings before comparing, and the report keeps only masked values.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from agents.errors import BrokerUnavailableError
+from agents.models import Agent
+from agents.privacy import redactor
+from agents.sink import json_safe
+from governance import dispatch, selectors
+from governance.errors import ImpactError
+from governance.impact import Call, ImpactReport, Side, run_diff
+from governance.models import ImpactAnalysis
+from llamon_agent.prestep import RuleStatus, run_prestep
+from llamon_agent.tools import AgentRequest
+from llamon_web.audit import audit_record
+from llamon_web.content_hash import sha256
+from rules import engine
+from rules.models import RuleSet
+
+logger = logging.getLogger(__name__)
+
+MAX_DAYS = 90
+MAX_RUNS = 200_000  # runs replayed by one analysis (the oldest of the window first)
+MAX_FILTER_CHARS = 200  # the run columns' own length
+DRAFT = "draft"
+ERROR_PRESTEP = "(pre-step)"  # the group of a candidate failure no rule owns
+
+
+# --- Starting ------------------------------------------------------------------------------------
+
+
+def impact_candidate(*, rule_set: RuleSet, version: str | int) -> tuple[list[dict[str, Any]], str, str]:
+    """The rules to replay: ``(snapshot, ref, hash)`` of the draft or of a published version number."""
+    if version == DRAFT:
+        snapshot = engine.rule_set_snapshot(rule_set)
+        return snapshot, f"draft@{rule_set.revision}", sha256(snapshot)
+    try:
+        number = int(version)
+    except (TypeError, ValueError):
+        raise ImpactError(
+            f"The version must be 'draft' or a version number, not {str(version)[:40]!r}.", field="version"
+        ) from None
+    found = rule_set.versions.filter(number=number).first() if 0 < number < 2**31 else None
+    if found is None:
+        raise ImpactError(
+            f"Rule set {rule_set.name!r} has no version {number}: choose the draft or a published version.",
+            field="version",
+        )
+    return list(found.content), f"v{found.number}", found.content_hash
+
+
+def _check_text(value: str, *, field: str, what: str) -> str:
+    value = (value or "").strip()
+    if len(value) > MAX_FILTER_CHARS:
+        raise ImpactError(
+            f"The {what} filter is {len(value):,} characters; at most {MAX_FILTER_CHARS}.", field=field
+        )
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
+        raise ImpactError(f"The {what} filter contains control characters (a NUL or similar).", field=field)
+    return value
+
+
+def impact_check(
+    *,
+    rule_set: RuleSet,
+    version: str | int,
+    days: Any,
+    agent: str = "",
+    chatbot_id: str = "",
+    user_id: str = "",
+) -> dict[str, Any]:
+    """Validate what an analysis replays; the fields of the row to create (raises ImpactError)."""
+    try:
+        days = int(days)
+    except (TypeError, ValueError):
+        raise ImpactError("The number of days must be a whole number.", field="days") from None
+    if not 1 <= days <= MAX_DAYS:
+        raise ImpactError(f"The number of days must be between 1 and {MAX_DAYS}, not {days}.", field="days")
+    agent_name = _check_text(agent, field="agent", what="agent")
+    if agent_name and not Agent.objects.filter(name=agent_name).exists():
+        raise ImpactError(f"There is no agent named {agent_name!r}.", field="agent")
+    snapshot, ref, content_hash = impact_candidate(rule_set=rule_set, version=version)
+    until = timezone.now()
+    return {
+        "rule_set": rule_set,
+        "candidate_ref": ref,
+        "candidate_hash": content_hash,
+        "snapshot": snapshot,
+        "days": days,
+        "agent_name": agent_name,
+        "chatbot_id": _check_text(chatbot_id, field="chatbot_id", what="chatbotId"),
+        "user_id": _check_text(user_id, field="user_id", what="userId"),
+        "since": until - timedelta(days=days),
+        "until": until,
+    }
+
+
+def impact_start(*, actor: Any, enqueue: bool = True, **choice: Any) -> ImpactAnalysis:
+    """Store a queued analysis, audit it, and hand it to a worker (``enqueue=False``: the caller runs it).
+
+    A broker that refuses the message takes the row back: nothing is kept, and the caller hears
+    BrokerUnavailableError (the API's 503).
+    """
+    fields = impact_check(**choice)
+    with transaction.atomic():
+        analysis = ImpactAnalysis.objects.create(
+            created_by=actor if getattr(actor, "is_authenticated", False) else None, **fields
+        )
+    if enqueue:
+        impact_publish(analysis_id=analysis.pk)
+    audit_record(
+        actor=actor,
+        action="impact.start",
+        obj=analysis,
+        object_repr=f"{analysis.rule_set.name} {analysis.candidate_ref}"[:200],
+        after={
+            "rule_set": analysis.rule_set.name,
+            "candidate": analysis.candidate_ref,
+            "candidate_hash": analysis.candidate_hash,
+            "days": analysis.days,
+            "agent": analysis.agent_name,
+            "chatbot_id": analysis.chatbot_id,
+            "user_id": analysis.user_id,
+        },
+    )
+    return analysis
+
+
+def impact_publish(*, analysis_id: int) -> None:
+    """Send the analysis task; when the broker is down, delete the still-queued row and say so."""
+    from kombu.exceptions import OperationalError
+
+    try:
+        dispatch.impact_enqueue(analysis_id)
+    except (OperationalError, OSError) as exc:
+        logger.warning("impact analysis %s: the broker refused its task message: %s", analysis_id, exc)
+        ImpactAnalysis.objects.filter(pk=analysis_id, status=ImpactAnalysis.Status.QUEUED).delete()
+        raise BrokerUnavailableError(
+            "The task queue (the Celery broker) is unavailable, so the analysis was not started and "
+            "nothing was kept. Try again in a moment; /healthz shows whether the broker is back."
+        ) from None
+
+
+# --- Running -------------------------------------------------------------------------------------
+
+
+def impact_execute(*, analysis_id: int) -> None:
+    """Claim a queued analysis, replay it, store the report (the Celery task's body)."""
+    claimed = ImpactAnalysis.objects.filter(pk=analysis_id, status=ImpactAnalysis.Status.QUEUED).update(
+        status=ImpactAnalysis.Status.RUNNING, started_at=timezone.now()
+    )
+    if not claimed:
+        logger.info("impact analysis %s is not queued any more: nothing to do", analysis_id)
+        return
+    analysis = ImpactAnalysis.objects.select_related("rule_set").get(pk=analysis_id)
+    try:
+        result = impact_replay(
+            snapshot=analysis.snapshot,
+            runs=_run_filter(analysis),
+            on_progress=lambda done, total: ImpactAnalysis.objects.filter(pk=analysis_id).update(
+                done=done, total=total
+            ),
+        )
+    except Exception as exc:
+        logger.exception("impact analysis %s failed", analysis_id)
+        impact_fail(analysis_id=analysis_id, error=f"The analysis failed: {type(exc).__name__}: {exc}"[:2000])
+        raise
+    ImpactAnalysis.objects.filter(pk=analysis_id).update(
+        status=ImpactAnalysis.Status.SUCCEEDED,
+        result=result,
+        done=result["considered"],
+        total=result["considered"],
+        finished_at=timezone.now(),
+    )
+
+
+def impact_fail(*, analysis_id: int, error: str) -> None:
+    """Record that an analysis ended without a report."""
+    ImpactAnalysis.objects.filter(pk=analysis_id).exclude(status=ImpactAnalysis.Status.SUCCEEDED).update(
+        status=ImpactAnalysis.Status.FAILED, error=error, finished_at=timezone.now()
+    )
+
+
+def _run_filter(analysis: ImpactAnalysis) -> selectors.RunFilter:
+    agent = Agent.objects.filter(name=analysis.agent_name).first() if analysis.agent_name else None
+    if analysis.agent_name and agent is None:
+        raise ImpactError(f"The agent {analysis.agent_name!r} was deleted after the analysis was started.")
+    return selectors.RunFilter(
+        rule_set_name=analysis.rule_set.name,
+        since=analysis.since,
+        until=analysis.until,
+        agent=agent,
+        chatbot_id=analysis.chatbot_id,
+        user_id=analysis.user_id,
+    )
+
+
+def impact_replay(
+    *,
+    snapshot: list[dict[str, Any]],
+    runs: selectors.RunFilter,
+    on_progress: Callable[[int, int], Any] | None = None,
+    max_runs: int = MAX_RUNS,
+    chunk: int = selectors.CHUNK,
+) -> dict[str, Any]:
+    """Replay the candidate ``snapshot`` over the recorded runs; the report as JSON data."""
+    started = time.perf_counter()
+    compiled = engine.compile_snapshot(snapshot)  # once, with its keyword index
+    backend = engine.dry_backend(engine.servers_by_id(engine.snapshot_mcp_ids(snapshot)))
+    mask = redactor()
+    total = selectors.recorded_count(runs=runs, limit=max_runs + 1)
+    truncated = total > max_runs
+    total = min(total, max_runs)
+    report = ImpactReport()
+    done = 0
+    if on_progress is not None:
+        on_progress(0, total)
+    for rows in selectors.recorded_chunks(runs=runs, limit=max_runs, chunk=chunk):
+        presteps = selectors.recorded_presteps(run_ids=[row[0] for row in rows])
+        for run_id, created_at, query, context, a2a_data, a2a_files in rows:
+            recorded = presteps.get(run_id)
+            if recorded is None or recorded.status not in ("ok", "error"):
+                report.skip()  # never reached a completed pre-step: blocked, queued or died in it
+                continue
+            request = AgentRequest(query=query, context=context or {}, a2a_data=a2a_data, a2a_files=a2a_files)
+            outcome = run_prestep(compiled, request, backend=backend, dry_run=True)
+            old, new = old_side(recorded.rules or []), new_side(outcome)
+            if run_diff(old, new):
+                # Only a run that differs as stored pays for masking (and for JSON-normalizing the
+                # candidate's params): equal before masking means equal after it.
+                old, new = old_side(recorded.rules or [], mask), new_side(outcome, mask)
+            report.add(
+                run_id=run_id,
+                created_at=created_at.isoformat(),
+                query=lambda q=query: str(mask(q)),
+                old=old,
+                new=new,
+                mask=mask,
+            )
+        done += len(rows)
+        if on_progress is not None:
+            on_progress(done, total)
+    return {
+        "candidate_rules": sum(1 for r in snapshot if r.get("enabled", True)),
+        "considered": done,
+        "truncated": truncated,
+        "max_runs": max_runs,
+        **report.to_json(),
+        "duration_ms": round((time.perf_counter() - started) * 1000),
+    }
+
+
+def old_side(
+    rule_steps: list[tuple[str, str, str, str, Any]], mask: Callable[[Any], Any] | None = None
+) -> Side:
+    """What a run recorded: every rule that decided a call (made, running or failed when made), masked.
+
+    A rule step with no tool name and an error is a decision that failed (its expression raised,
+    or it returned something malformed): the run's pre-step stopped there.
+    """
+    calls: dict[str, Call] = {}
+    error_rule = None
+    for name, status, mcp_id, tool_name, data in rule_steps:
+        if tool_name:
+            params = data.get("params") if isinstance(data, dict) else None
+            calls[name] = Call(mcp_id, tool_name, mask(params) if mask is not None else params)
+        elif status == "error" and error_rule is None:
+            error_rule = name
+    return Side(calls, error_rule)
+
+
+def new_side(outcome: Any, mask: Callable[[Any], Any] | None = None) -> Side:
+    """The candidate's decision as a live run would make it: the calls before the first error.
+
+    With ``mask`` the params are stored the way the step sink stores them (JSON data, masked, NaN as
+    text) and the error is masked; without it they are the engine's own values (the quick first look).
+    """
+    if outcome.error is None:
+        return Side({rec.rule: _call(rec, mask) for rec in outcome.fired})
+    calls: dict[str, Call] = {}
+    for rec in outcome.records:
+        if rec.status is RuleStatus.ERROR:
+            return Side(calls, rec.rule, mask(outcome.error) if mask is not None else outcome.error)
+        if rec.status is RuleStatus.FIRED:
+            calls[rec.rule] = _call(rec, mask)
+    return Side(calls, ERROR_PRESTEP, mask(outcome.error) if mask is not None else outcome.error)
+
+
+def _call(rec: Any, mask: Callable[[Any], Any] | None) -> Call:
+    if mask is None:
+        return Call(rec.mcp_id, rec.tool_name, rec.params)
+    # As the run's step sink stores params: JSON data (tuples become lists), masked, NaN as text.
+    params = json.loads(json.dumps(rec.params, ensure_ascii=False, default=str))
+    return Call(rec.mcp_id, rec.tool_name, json_safe(mask(params)))

@@ -1,0 +1,12 @@
+from django.urls import path
+
+from governance import views
+
+app_name = "governance"
+
+urlpatterns = [
+    path("rule-sets/<int:pk>/impact/", views.impact_new, name="impact_new"),
+    path("rule-sets/<int:pk>/impact/start", views.impact_start, name="impact_start"),
+    path("impact/<int:pk>/", views.impact_detail, name="impact_detail"),
+    path("impact/<int:pk>/progress", views.impact_progress, name="impact_progress"),
+]

@@ -1,0 +1,77 @@
+"""Impact analysis pages. Views authorize, validate, call one service or selector, render."""
+
+from __future__ import annotations
+
+from django.http import HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_GET, require_POST
+from django_htmx.http import HttpResponseClientRefresh
+
+from agents.errors import BrokerUnavailableError
+from agents.models import Agent
+from governance import selectors, services
+from governance.errors import ImpactError
+from governance.forms import ImpactForm
+from governance.models import ImpactAnalysis
+from llamon_web.http import HtmxHttpRequest
+from llamon_web.roles import has_role, require_role
+from rules.models import RuleSet
+
+
+@require_GET
+@require_role("viewer")
+def impact_new(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """The form (editors start an analysis) and the rule set's recent analyses (everyone reads them)."""
+    rule_set = get_object_or_404(RuleSet, pk=pk)
+    return _form_page(request, rule_set, _form(request, rule_set), status=200)
+
+
+@require_POST
+@require_role("editor")
+def impact_start(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """Start an analysis on a worker; refusals keep the input and say why."""
+    rule_set = get_object_or_404(RuleSet, pk=pk)
+    form = _form(request, rule_set)
+    status = 400
+    if form.is_valid():
+        try:
+            analysis = services.impact_start(actor=request.user, rule_set=rule_set, **form.cleaned_data)
+        except ImpactError as exc:
+            form.add_error(exc.field if exc.field in form.fields else None, exc.message)
+        except BrokerUnavailableError as exc:
+            form.add_error(None, exc.message)
+            status = 503
+        else:
+            return redirect("governance:impact_detail", pk=analysis.pk)
+    return _form_page(request, rule_set, form, status=status)
+
+
+def _form(request: HtmxHttpRequest, rule_set: RuleSet) -> ImpactForm:
+    agents = list(Agent.objects.order_by("name").values_list("name", flat=True)[:500])
+    return ImpactForm(request.POST or None, rule_set=rule_set, agent_names=agents)
+
+
+def _form_page(request: HtmxHttpRequest, rule_set: RuleSet, form: ImpactForm, *, status: int) -> HttpResponse:
+    context = {
+        "rule_set": rule_set, "form": form, "can_edit": has_role(request.user, "editor"),
+        "analyses": selectors.analysis_list(rule_set=rule_set),
+    }  # fmt: skip
+    return render(request, "governance/impact_new.html", context, status=status)
+
+
+@require_GET
+@require_role("viewer")
+def impact_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """One analysis: its progress while it runs, then the report (a shareable URL)."""
+    analysis = get_object_or_404(ImpactAnalysis.objects.select_related("rule_set", "created_by"), pk=pk)
+    return render(request, "governance/impact_detail.html", {"analysis": analysis})
+
+
+@require_GET
+@require_role("viewer")
+def impact_progress(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """The progress bar (polled); once the analysis has ended the page reloads to show the report."""
+    analysis = get_object_or_404(ImpactAnalysis.objects.defer("snapshot", "result"), pk=pk)
+    if analysis.finished and request.htmx:
+        return HttpResponseClientRefresh()
+    return render(request, "governance/impact_detail.html#impact-progress", {"analysis": analysis})

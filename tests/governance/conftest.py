@@ -1,0 +1,72 @@
+"""Fixtures for impact analyses: a seed rule set, its published v1, and runs recorded by the real pre-step.
+
+A recorded run is what a worker leaves behind: the Run row (real input, rule set name and ref) and
+the steps the engine's pre-step emits through the product's own step sink (agents.sink.DbStepSink),
+masked by the privacy settings in force. Tools are not contacted: the backend answers each call.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from agents.models import Agent, Run
+from agents.privacy import redactor
+from agents.sink import DbStepSink
+from llamon_agent.prestep import StaticToolBackend, run_prestep
+from llamon_agent.tools import AgentRequest, ToolInfo
+from rules import engine
+from rules import services as rule_services
+from rules.models import RuleSet
+from tests.rules.conftest import SEED_RULES, build_rule_set, demo_servers, editor  # noqa: F401 - fixtures used here
+
+
+@pytest.fixture
+def seed_v1(editor, demo_servers) -> RuleSet:  # noqa: F811
+    """The seed's three rules, published as v1 (what the recorded runs ran)."""
+    rule_set = build_rule_set(editor, "seed", SEED_RULES)
+    rule_services.rule_set_publish(actor=editor, rule_set=rule_set, message="v1")
+    rule_set.refresh_from_db()
+    return rule_set
+
+
+@pytest.fixture
+def seed_agent(seed_v1) -> Agent:
+    return Agent.objects.create(
+        name="seed-agent", system_prompt="p", rule_set=seed_v1, rule_set_mode="latest"
+    )
+
+
+def record_run(
+    rule_set: RuleSet,
+    query: str,
+    *,
+    context: dict[str, Any] | None = None,
+    agent: Agent | None = None,
+    age: timedelta = timedelta(hours=1),
+    snapshot: list[dict[str, Any]] | None = None,
+) -> Run:
+    """A finished run whose pre-step (of ``snapshot``, default: the latest version) ran through the real engine."""
+    version = rule_set.versions.order_by("-number").first()
+    snapshot = snapshot if snapshot is not None else list(version.content)
+    context = context or {}
+    run = Run.objects.create(
+        agent=agent, agent_name=agent.name if agent else "", status=Run.Status.SUCCEEDED, query=query,
+        context=context, user_id=str(context.get("userId", "")), chatbot_id=str(context.get("chatbotId", "")),
+        rule_set_name=rule_set.name, rule_set_ref=f"v{version.number}",
+    )  # fmt: skip
+    Run.objects.filter(pk=run.pk).update(created_at=timezone.now() - age)
+    servers = engine.servers_by_id(engine.snapshot_mcp_ids(snapshot))
+    tools = {
+        mcp_id: [ToolInfo(t["name"], t.get("description", ""), t.get("input_schema", {})) for t in s.tools]
+        for mcp_id, s in servers.items()
+    }
+    backend = StaticToolBackend(tools, call=lambda mcp_id, tool, params: {"ok": True})
+    run_prestep(
+        engine.compile_snapshot(snapshot), AgentRequest(query=query, context=context),
+        backend=backend, sink=DbStepSink(run, redact=redactor()),
+    )  # fmt: skip
+    return run
