@@ -31,14 +31,15 @@ test-engine: install
 	$(VENV)/bin/pytest -p no:django tests/engine
 	cd examples/seed_project && ../../$(VENV)/bin/pytest -q
 
+# Exactly the hooks of .pre-commit-config.yaml (all local: they run the tools of .venv, offline):
+# django-upgrade, ruff check, ruff format --check, djade --check, mypy, lint-imports (docs/development.md).
 lint: install
-	$(VENV)/bin/ruff check .
-	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/lint-imports --no-cache
+	$(VENV)/bin/pre-commit run --all-files --show-diff-on-failure
 
 fmt: install
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
+	git ls-files -z 'templates/*.html' | xargs -0 $(VENV)/bin/djade --target-version 5.2
 
 bench: install
 	$(PY) benchmarks/bench_expr.py

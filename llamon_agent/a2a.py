@@ -17,7 +17,7 @@ import json
 import math
 import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from llamon_agent import strictjson
 from llamon_agent.tools import AgentRequest
@@ -139,7 +139,7 @@ def _unwrap(obj: dict[str, Any]) -> dict[str, Any]:
         params = obj.get("params")
         if not isinstance(params, dict) or not isinstance(params.get("message"), dict):
             raise A2AFormatError(f"a JSON-RPC {method} request needs 'params.message', an object")
-        return params["message"]
+        return cast(dict[str, Any], params["message"])
     if "parts" not in obj and "message" in obj:
         inner = obj["message"]
         if not isinstance(inner, dict):

@@ -105,7 +105,7 @@ class Mask:
 
         def replace(match: Any) -> str:
             nonlocal count
-            matched = match.group(0)
+            matched: str = match.group(0)
             parts = sorted(self._inner(matched))
             if not parts:
                 return matched

@@ -386,7 +386,7 @@ def _regex_set(patterns: Sequence[str]) -> tuple[Any, list[int]]:
     return regex_set, refused
 
 
-def compile_rules(rules: Sequence[Any], *, use_index: bool = True) -> CompiledRules:
+def compile_rules(rules: Sequence[Any] | CompiledRules, *, use_index: bool = True) -> CompiledRules:
     """Validate ``rules`` (each needs ``__llamon_rule__``) and build their keyword index."""
     if isinstance(rules, CompiledRules):
         return rules
@@ -909,7 +909,9 @@ class _PrestepRun:
 
     def _summary(self) -> dict[str, Any]:
         """Compact per-status rule names for the prestep span (skipped ones capped)."""
-        fired, errors, skipped = [], [], []
+        fired: list[str] = []
+        errors: list[str] = []
+        skipped: list[str] = []
         infos = self.compiled.infos
         for i in range(self.reached + 1):
             rec = self.evaluated.get(i)

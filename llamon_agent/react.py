@@ -255,7 +255,7 @@ class _Run:
                 )
             self.llm_calls += 1
             n = self.llm_calls
-        messages = [request.system_message] if request.system_message is not None else []
+        messages: list[BaseMessage] = [request.system_message] if request.system_message is not None else []
         messages.extend(request.messages)
         s = start_span(
             self.sink,
@@ -281,7 +281,7 @@ class _Run:
         s.finish()
         return ModelCallError(f"{LLM_FAILED}: {reason}")
 
-    def model_done(self, s: Span, response: Any) -> Any:
+    def model_done(self, s: Span, response: ModelResponse) -> ModelResponse:
         message = _ai_message(response)
         if message is None:
             reason = f"the model returned {type(response).__name__}, not an assistant message"
@@ -305,7 +305,7 @@ class _Run:
             with self._lock:
                 for key in ("input_tokens", "output_tokens", "total_tokens"):
                     if isinstance(usage.get(key), int):
-                        self.usage[key] = self.usage.get(key, 0) + usage[key]  # type: ignore[literal-required]
+                        self.usage[key] = self.usage.get(key, 0) + usage[key]
         s.output = {"content": _text(message), "tool_calls": [_call_view(c) for c in message.tool_calls]}
         s.finish()
         return response
@@ -341,7 +341,7 @@ class _Run:
             status="error",
         )
 
-    def tool_done(self, s: Span, result: Any) -> Any:
+    def tool_done(self, s: Span, result: ToolMessage | Command[Any]) -> ToolMessage | Command[Any]:
         if isinstance(result, ToolMessage):
             s.output = _truncate(_content_text(result.content), TOOL_RESULT_CHAR_LIMIT)
             if result.status == "error":
@@ -452,7 +452,7 @@ class _InputGuardrailMiddleware(AgentMiddleware[Any, Any, Any]):
 
 
 class _PrestepMiddleware(AgentMiddleware[Any, Any, Any]):
-    state_schema = _State  # type: ignore[assignment]
+    state_schema = _State
 
     def __init__(self, run: _Run, rules: CompiledRules) -> None:
         self.run = run

@@ -153,7 +153,7 @@ def _legacy_ipv4(labels: list[str]) -> int | None:
     """inet_aton's reading: 1-4 parts, each decimal, 0x-hex or 0-octal; the last fills the rest."""
     if len(labels) > 4:
         return None
-    numbers = []
+    numbers: list[int] = []
     for label in labels:
         try:
             if label.startswith("0x"):
@@ -170,7 +170,7 @@ def _legacy_ipv4(labels: list[str]) -> int | None:
     value = 0
     for n in head:
         value = value * 256 + n
-    return value * 256 ** (4 - len(head)) + last
+    return value * int(256 ** (4 - len(head))) + last  # int ** int is typed Any (could be a float)
 
 
 def _check_resolved(name: str, port: int, *, allow_private: bool, resolver: Resolver) -> list[str]:

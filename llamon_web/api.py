@@ -208,7 +208,7 @@ class TokenFilterIn(Schema):
 @tokens.get("/tokens", response={200: list[TokenOut], **error_responses()}, auth=roles("viewer"))
 def list_tokens(request: HttpRequest, filters: Query[TokenFilterIn]) -> Any:
     """Your API tokens (an admin may ask for everyone's with ``all=true``); secrets are never listed."""
-    return token_services.token_list(user=request.auth, all_users=filters.all)
+    return token_services.token_list(user=request.auth, all_users=filters.all)  # type: ignore[attr-defined]  # set by django-ninja's auth
 
 
 @tokens.post(
@@ -216,7 +216,7 @@ def list_tokens(request: HttpRequest, filters: Query[TokenFilterIn]) -> Any:
 )
 def create_token(request: HttpRequest, payload: TokenIn) -> Any:
     """Create a personal API token (from a browser session only); the secret is in ``token``, once."""
-    created = token_services.token_create(actor=request.auth, name=payload.name, max_role=payload.max_role)
+    created = token_services.token_create(actor=request.auth, name=payload.name, max_role=payload.max_role)  # type: ignore[attr-defined]  # set by django-ninja's auth
     created.token.secret = created.secret  # type: ignore[attr-defined]  # on this response only
     return Status(201, created.token)
 
@@ -227,7 +227,7 @@ def revoke_token(request: HttpRequest, token_id: DbId) -> Any:
     token = get_or_404(ApiToken, "API token", pk=token_id)
     if token.user_id != request.auth.pk and "admin" not in request.api_roles:  # type: ignore[attr-defined]
         raise Http404(f"There is no API token with id {token_id}.")  # others' tokens are not even confirmed
-    return token_services.token_revoke(actor=request.auth, token=token)
+    return token_services.token_revoke(actor=request.auth, token=token)  # type: ignore[attr-defined]  # set by django-ninja's auth
 
 
 api.add_router("", tokens)

@@ -75,7 +75,7 @@ def token_create(*, actor: Any, name: str, max_role: str = "") -> CreatedToken:
         raise TokenError(f"The name is longer than {MAX_NAME_CHARS} characters.", field="name")
     if max_role and max_role not in ROLES:
         raise TokenError("max_role must be viewer, editor, admin or empty.", field="max_role")
-    if max_role and not has_role(actor, max_role):  # type: ignore[arg-type]
+    if max_role and not has_role(actor, max_role):
         raise TokenError(f"You do not hold the {max_role} role, so a token cannot either.", field="max_role")
     if ApiToken.objects.filter(user=actor, revoked_at__isnull=True).count() >= MAX_ACTIVE_TOKENS:
         raise TokenError(f"You already have {MAX_ACTIVE_TOKENS} active tokens; revoke some first.")
@@ -134,5 +134,5 @@ def token_roles(*, user: Any, token: ApiToken | None) -> set[str]:
     """The roles a request holds: the user's roles now, capped by the token's ``max_role``."""
     roles = set(user_roles(user))
     if token is not None and token.max_role:
-        roles &= set(ROLES[: ROLES.index(token.max_role) + 1])  # type: ignore[arg-type]
+        roles &= set(ROLES[: ROLES.index(token.max_role) + 1])
     return roles

@@ -73,7 +73,7 @@ def _parse(source: Any) -> tuple[ast.Expression, _Source]:
     bidi = _BIDI.search(source)
     if bidi:
         before = source[: bidi.start()]
-        line = before.count("\n") + 1
+        line: int | None = before.count("\n") + 1
         raise ExprError(
             "the expression contains an invisible text-direction character",
             line,

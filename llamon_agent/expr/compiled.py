@@ -127,7 +127,7 @@ def _params(value: Any, namespace: dict[str, Any]) -> dict[str, Any]:
         raise ExprError(f'params must give a dict such as {{"q": query}}, not {_type_name(value)}')
     budget = [MAX_DATA_BYTES]
     try:
-        params = _json_value(value, 0, budget)
+        params: dict[str, Any] = _json_value(value, 0, budget)
     except _NotJson as exc:
         path = "params" + "".join(reversed(exc.path))
         raise ExprError("params: " + exc.template.replace("{path}", path)) from None

@@ -91,6 +91,5 @@ class _Source:
 def _type_name(value: Any) -> str:
     if value is None:
         return "None"
-    return {dict: "dict", list: "list", tuple: "tuple", str: "text", frozenset: "set"}.get(
-        type(value), type(value).__name__
-    )
+    names: dict[type, str] = {dict: "dict", list: "list", tuple: "tuple", str: "text", frozenset: "set"}
+    return names.get(type(value), type(value).__name__)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import ast
 import types
 import warnings
-from typing import Any
 
 from llamon_agent.expr.budget import (
     _COMPARE_INDEX,
@@ -78,7 +77,7 @@ def _static_contains(node: ast.Call) -> int | None:
     lowered = _query_ref(text)
     if lowered is None or not isinstance(words, (ast.List, ast.Tuple, ast.Set)):
         return None
-    if not all(_scalar(w) and type(w.value) is str for w in words.elts):
+    if not all(isinstance(w, ast.Constant) and type(w.value) is str for w in words.elts):
         return None
     return len(words.elts) + (READ_CHARS_PER_UNIT // BUILT_CHARS_PER_UNIT if lowered else 0)
 
@@ -192,7 +191,9 @@ class _Guard(ast.NodeTransformer):
                 args.append(part)
         return self._metered("__llamon_fstr", args, [], node)
 
-    def _comprehension(self, node: Any, body: list[ast.AST]) -> ast.AST:
+    def _comprehension(
+        self, node: ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp, body: list[ast.AST]
+    ) -> ast.AST:
         gen = node.generators[0]
         nodes = sum(1 for part in [*body, gen.target, *gen.ifs] for _ in ast.walk(part))
         gen.iter = self.visit(gen.iter)  # evaluated once, before the loop
@@ -209,7 +210,7 @@ class _Guard(ast.NodeTransformer):
         gen.iter = self._metered("__llamon_iter", [gen.iter, *per_item], [], gen.iter)
         return node
 
-    def visit_ListComp(self, node: ast.ListComp) -> ast.AST:
+    def visit_ListComp(self, node: ast.ListComp | ast.SetComp | ast.GeneratorExp) -> ast.AST:
         return self._comprehension(node, [node.elt])
 
     visit_SetComp = visit_ListComp

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import types
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 import re2
 
@@ -43,7 +43,7 @@ def _word_error(helper: str, word: Any) -> ExprError:
     return ExprError(f"{helper}(text, words): every word must be a text, not {_type_name(word)}")
 
 
-def contains_any(text: str | None, words: list[str]) -> bool:
+def contains_any(text: str | None, words: Iterable[str]) -> bool:
     """True when at least one of ``words`` occurs in ``text`` (None counts as no text)."""
     if type(text) is not str or type(words) not in _WORD_CONTAINERS:
         text = _text("contains_any", text)
@@ -59,7 +59,7 @@ def contains_any(text: str | None, words: list[str]) -> bool:
     return False
 
 
-def contains_all(text: str | None, words: list[str]) -> bool:
+def contains_all(text: str | None, words: Iterable[str]) -> bool:
     """True when every one of ``words`` occurs in ``text`` (None counts as no text)."""
     if type(text) is not str or type(words) not in _WORD_CONTAINERS:
         text = _text("contains_all", text)
@@ -122,7 +122,7 @@ def re_find(pattern: str, text: str | None, group: int | str = 0) -> str | None:
     if match is None:
         return None
     try:
-        return match.group(group)
+        return cast(str | None, match.group(group))  # re2 ships no type information
     except (IndexError, KeyError, TypeError):
         raise ExprError(f"re_find: the pattern {pattern!r} has no group {group!r}") from None
 
@@ -252,7 +252,7 @@ def _str(value: Any = "") -> str:
     """str(value): the text of a value, size-checked before it is built."""
     kind = type(value)
     if kind is str:
-        return value
+        return value  # type: ignore[no-any-return]  # kind is str; no cast() call on this hot path
     if value is None or kind is int or kind is float or kind is bool:
         return str(value)
     _check_text_size(value)

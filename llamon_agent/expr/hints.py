@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+from typing import Any
 
 from llamon_agent.expr.checker import _parse
 
@@ -53,7 +54,7 @@ def _is_safe_get(node: ast.AST) -> bool:
     """``context.get("k")``, ``ctx.context.get("k", <constant>)`` or ``data_get("k", ...)``: never raise."""
     if not isinstance(node, ast.Call) or node.keywords or not 1 <= len(node.args) <= 2:
         return False
-    if not all(isinstance(a, ast.Constant) for a in node.args) or type(node.args[0].value) is not str:
+    if not all(isinstance(a, ast.Constant) for a in node.args) or type(node.args[0].value) is not str:  # type: ignore[attr-defined]  # all Constant, checked just before
         return False
     func = node.func
     if isinstance(func, ast.Name):
@@ -181,8 +182,8 @@ def required_keywords(source_or_tree: str | ast.AST) -> frozenset[tuple[str, boo
 #   ("re", pattern)                       RE2 pattern matches somewhere in the raw query
 #   ("eq", source, key, default, value)   source.get(key, default) == value, source is
 #                                         "context" (ctx.context) or "data" (data_get)
-Atom = tuple
-Option = frozenset
+Atom = tuple[Any, ...]
+Option = frozenset[Atom]
 
 _EQ_TYPES = (str, int, float, bool, type(None))
 
@@ -294,7 +295,7 @@ def _options(node: ast.AST) -> list[Option] | None:
         if any(p is None for p in parts):
             return None
         # `or`: one option, each side's smallest (the rarest pick happens per rule, not per side)
-        return [frozenset().union(*(min(p, key=len) for p in parts))]  # type: ignore[arg-type, type-var]
+        return [frozenset().union(*(min(p, key=len) for p in parts))]  # type: ignore[arg-type]
     simple = _requirement(node)
     if simple is None:
         return None

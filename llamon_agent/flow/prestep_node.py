@@ -36,7 +36,7 @@ The trace is found, not passed: ``config["configurable"]["llamon_trace"]`` (a
 import asyncio
 import logging
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from langchain_core.runnables import RunnableConfig
 
@@ -156,7 +156,7 @@ def _trace_of(config: RunnableConfig | None) -> "tuple[TraceSink | None, str | N
 
 def _as_registry(registry: Any) -> "Registry":
     if hasattr(registry, "get") and not isinstance(registry, Mapping):
-        return registry
+        return cast("Registry", registry)
     if isinstance(registry, Mapping):
         from llamon_agent.mcp.langchain_compat import ConnectionsRegistry
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from mcp import types
 
@@ -44,7 +44,7 @@ def _langchain_tool(pool: McpPool, mcp_id: str, tool: types.Tool) -> BaseTool:
         return pool._submit(coroutine(*args, **kwargs)).result()
 
     lc_tool.func = run_sync
-    return lc_tool
+    return cast("BaseTool", lc_tool)
 
 
 # --------------------------------------------------------------------------- pre-step backend

@@ -52,8 +52,9 @@ def normalize_result(
     if result.structuredContent is not None:
         return _unwrap(result.structuredContent, output_schema)
     blocks = list(result.content)
-    if all(isinstance(block, types.TextContent) for block in blocks):
-        return _text_value("\n".join(block.text for block in blocks))
+    texts = [block.text for block in blocks if isinstance(block, types.TextContent)]
+    if len(texts) == len(blocks):
+        return _text_value("\n".join(texts))
     return [_summarize(block, mcp_id=mcp_id, tool_name=tool_name) for block in blocks]
 
 

@@ -11,7 +11,7 @@ import re
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import httpx
@@ -229,7 +229,7 @@ def _guess_request_id(text: str) -> types.RequestId | None:
     except ValueError:
         data = None
     if isinstance(data, dict) and isinstance(data.get("id"), int | str):
-        return data["id"]
+        return cast(types.RequestId, data["id"])
     match = _ID_RE.search(text)
     if match is None:
         return None
