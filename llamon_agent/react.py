@@ -24,9 +24,13 @@ the one place where "before the call" is reliable for both models and tools.
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import hashlib
+import json
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, NotRequired
@@ -176,6 +180,9 @@ class _Run:
         self.tool_calls = 0
         self.usage: dict[str, int] = {}
         self.last_llm_span: str | None = None
+        self.model: BaseChatModel | None = None  # this run's model and tools: the graph is shared
+        self.tools: dict[str, BaseTool] = {}
+        self.rules: CompiledRules = compile_rules([])
         self.started = time.perf_counter()
         # Tools of one model turn run in parallel threads: counters need the lock.
         self._lock = threading.Lock()
@@ -237,9 +244,15 @@ class _Run:
         results = self.prestep.results if self.prestep is not None else []
         text = inject_results(self.spec.system_prompt, results)
         overrides: dict[str, Any] = {"system_message": SystemMessage(content=text) if text.strip() else None}
+        overrides["model"] = self.model  # the cached graph holds the model it was built with
         if self.answer_only:
             overrides["tools"] = []
         return request.override(**overrides)
+
+    def own_tool(self, request: ToolCallRequest) -> ToolCallRequest:
+        """The call with this run's tool of that name (the cached graph holds another run's)."""
+        tool = self.tools.get(request.tool_call["name"])
+        return request if tool is None or tool is request.tool else request.override(tool=tool)
 
     # -- model calls
 
@@ -438,10 +451,19 @@ class _State(AgentState[Any]):
     metadata: NotRequired[dict[str, Any]]
 
 
-class _InputGuardrailMiddleware(AgentMiddleware[Any, Any, Any]):
-    def __init__(self, run: _Run) -> None:
-        self.run = run
+# The run being executed: the graph (and its middleware) is shared by every run of a spec, so
+# per-run state is never held by the middleware. LangGraph runs nodes and parallel tool calls
+# in copies of the invoking context, so each run (thread or task) sees its own.
+_CURRENT_RUN: contextvars.ContextVar[_Run] = contextvars.ContextVar("llamon_run")
 
+
+class _RunMiddleware(AgentMiddleware[Any, Any, Any]):
+    @property
+    def run(self) -> _Run:
+        return _CURRENT_RUN.get()
+
+
+class _InputGuardrailMiddleware(_RunMiddleware):
     @hook_config(can_jump_to=["end"])
     def before_agent(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:
         return self.run.input_stage()
@@ -451,12 +473,12 @@ class _InputGuardrailMiddleware(AgentMiddleware[Any, Any, Any]):
         return self.run.input_stage()
 
 
-class _PrestepMiddleware(AgentMiddleware[Any, Any, Any]):
+class _PrestepMiddleware(_RunMiddleware):
     state_schema = _State
 
-    def __init__(self, run: _Run, rules: CompiledRules) -> None:
-        self.run = run
-        self.rules = rules
+    @property
+    def rules(self) -> CompiledRules:
+        return self.run.rules
 
     @hook_config(can_jump_to=["end"])
     def before_agent(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:
@@ -479,10 +501,7 @@ class _PrestepMiddleware(AgentMiddleware[Any, Any, Any]):
         return await handler(self.run.shape_request(request))
 
 
-class _TraceMiddleware(AgentMiddleware[Any, Any, Any]):
-    def __init__(self, run: _Run) -> None:
-        self.run = run
-
+class _TraceMiddleware(_RunMiddleware):
     def wrap_model_call(
         self, request: ModelRequest, handler: Callable[[ModelRequest], ModelResponse]
     ) -> ModelResponse:
@@ -506,6 +525,7 @@ class _TraceMiddleware(AgentMiddleware[Any, Any, Any]):
     def wrap_tool_call(
         self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], ToolMessage | Command[Any]]
     ) -> ToolMessage | Command[Any]:
+        request = self.run.own_tool(request)
         s = self.run.tool_start(request)
         try:
             result = handler(request)
@@ -518,6 +538,7 @@ class _TraceMiddleware(AgentMiddleware[Any, Any, Any]):
         request: ToolCallRequest,
         handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
     ) -> ToolMessage | Command[Any]:
+        request = self.run.own_tool(request)
         s = self.run.tool_start(request)
         try:
             result = await handler(request)
@@ -526,10 +547,7 @@ class _TraceMiddleware(AgentMiddleware[Any, Any, Any]):
         return self.run.tool_done(s, result)
 
 
-class _OutputGuardrailMiddleware(AgentMiddleware[Any, Any, Any]):
-    def __init__(self, run: _Run) -> None:
-        self.run = run
-
+class _OutputGuardrailMiddleware(_RunMiddleware):
     def after_agent(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:
         return self.run.output_stage(state)
 
@@ -552,11 +570,14 @@ def run_agent(
 ) -> AgentResult:
     """Run ``spec`` on ``request`` through all five stages; never raises for a run that fails."""
     run = _Run(spec, request, backend=backend, sink=sink, should_cancel=should_cancel)
+    token = _CURRENT_RUN.set(run)
     try:
         agent = _build(spec, run, react_tools, chat_model)
         agent.invoke(_input(request), config=_config(spec))
     except Exception as exc:
         run.failed_with(exc)
+    finally:
+        _CURRENT_RUN.reset(token)
     return run.result()
 
 
@@ -572,6 +593,7 @@ async def arun_agent(
 ) -> AgentResult:
     """:func:`run_agent` for async callers (the pre-step's blocking calls go to a thread)."""
     run = _Run(spec, request, backend=backend, sink=sink, should_cancel=should_cancel)
+    token = _CURRENT_RUN.set(run)
     try:
         agent = _build(spec, run, react_tools, chat_model)
         await agent.ainvoke(_input(request), config=_config(spec))
@@ -583,7 +605,37 @@ async def arun_agent(
         raise
     except Exception as exc:
         run.failed_with(exc)
+    finally:
+        _CURRENT_RUN.reset(token)
     return run.result()
+
+
+GRAPH_CACHE_SIZE = 64  # agent graphs kept per process (one per spec and tool list)
+_GRAPHS: OrderedDict[str, Any] = OrderedDict()
+_GRAPHS_LOCK = threading.Lock()
+
+
+def graph_key(spec: AgentSpec, model: Any, tools: Sequence[Any]) -> str:
+    """A hash of what the agent graph is built from: the spec's model config, prompt and
+    limits, the model's class and each tool's name, description and argument schema."""
+
+    def schema(tool: Any) -> Any:
+        args = getattr(tool, "args_schema", None)
+        if isinstance(args, dict) or args is None:
+            return args
+        return args.model_json_schema() if hasattr(args, "model_json_schema") else repr(args)
+
+    content = {
+        "name": spec.name,
+        "model": repr(spec.model),
+        "model_class": f"{type(model).__module__}.{type(model).__qualname__}",
+        "system_prompt": spec.system_prompt,
+        "max_iterations": spec.max_iterations,
+        "answer_from_prestep": spec.answer_from_prestep,
+        "tools": [[t.name, t.description, schema(t)] for t in tools],
+    }
+    text = json.dumps(content, sort_keys=True, ensure_ascii=False, default=repr)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def _build(
@@ -593,18 +645,34 @@ def _build(
     run.check_cancel()
     model = chat_model if chat_model is not None else make_chat_model(spec.model, url_policy=spec.url_policy)
     run.model_name = str(getattr(model, "model_name", None) or spec.model.display_name)
-    return create_agent(
+    tools = list(react_tools or [])
+    run.model, run.tools, run.rules = model, {t.name: t for t in tools}, compile_rules(spec.rules)
+    # The graph is the same for every run of a spec (~8 ms to build): cached, and holding no
+    # per-run state (the middleware reads the run from _CURRENT_RUN; the run's own model and
+    # tools replace the ones the graph was built with on every call).
+    key = graph_key(spec, model, tools)
+    with _GRAPHS_LOCK:
+        graph = _GRAPHS.get(key)
+        if graph is not None:
+            _GRAPHS.move_to_end(key)
+            return graph
+    graph = create_agent(
         model,
-        tools=list(react_tools or []),
+        tools=tools,
         system_prompt=None,  # _PrestepMiddleware sets it on every call (with the results block)
         middleware=[
-            _InputGuardrailMiddleware(run),
-            _PrestepMiddleware(run, compile_rules(spec.rules)),
+            _InputGuardrailMiddleware(),
+            _PrestepMiddleware(),
             # After the pre-step middleware, so it traces the request as the model gets it.
-            _TraceMiddleware(run),
-            _OutputGuardrailMiddleware(run),
+            _TraceMiddleware(),
+            _OutputGuardrailMiddleware(),
         ],
     )
+    with _GRAPHS_LOCK:
+        _GRAPHS[key] = graph
+        while len(_GRAPHS) > GRAPH_CACHE_SIZE:
+            _GRAPHS.popitem(last=False)
+    return graph
 
 
 def _input(request: AgentRequest) -> dict[str, Any]:

@@ -8,6 +8,7 @@ import math
 import types
 from typing import Any
 
+from llamon_agent.expr import shapes
 from llamon_agent.expr.budget import (
     _METER,
     BUILT_CHARS_PER_UNIT,
@@ -137,6 +138,9 @@ def _params(value: Any, namespace: dict[str, Any]) -> dict[str, Any]:
     return params
 
 
+_FILL = object()  # CompiledExpr.index_options: fill the template's symbolic options in
+
+
 class CompiledExpr:
     """A checked, compiled expression: call it with a ctx, or ``evaluate`` a prebuilt namespace."""
 
@@ -144,12 +148,14 @@ class CompiledExpr:
         "source",
         "kind",
         "required_keywords",
-        "index_options",
+        "_index_options",
         "cost_line",
         "static_cost",
         "query_reads",
         "_code",
         "_src",
+        "_defaults",
+        "_template",
     )
 
     def __init__(
@@ -158,17 +164,40 @@ class CompiledExpr:
         kind: str,
         compiled: tuple[types.CodeType, int, int, bool],
         keywords: frozenset[tuple[str, bool]] | None,
-        src: _Source,
+        src: _Source | None,
     ) -> None:
         self.source = source
         self.kind = kind  # "when" or "params"
         self.required_keywords = keywords
-        self.index_options: tuple[frozenset[tuple[Any, ...]], ...] | None = None  # see hints.index_options
+        self._index_options: Any = None  # see hints.index_options, and the property below
         # (a, b): an evaluation costs at most a + b * len(query) units (None: not known statically)
         self.cost_line: tuple[int, float] | None = None
         # Charged to the request by ExpressionRule: one unit per node, plus each plain query read.
         self._code, self.static_cost, self.query_reads, _ = compiled
-        self._src = src
+        self._src = src  # None when shared by shape: made again on an error (see _where)
+        # Code shared by shape (see shapes): this expression's text literals, its arguments.
+        self._defaults: tuple[str, ...] | None = None
+        self._template: shapes.Template | None = None
+
+    @property
+    def index_options(self) -> tuple[frozenset[tuple[Any, ...]], ...] | None:
+        options = self._index_options
+        if options is _FILL:  # shared by shape: made when asked (by the index), not kept
+            filled = shapes.instantiate(self._template, self._defaults)  # type: ignore[arg-type]
+            assert filled is not None
+            return tuple(dict.fromkeys(filled[1])) if filled[1] else None
+        return options  # type: ignore[no-any-return]
+
+    @index_options.setter
+    def index_options(self, options: tuple[frozenset[tuple[Any, ...]], ...] | None) -> None:
+        self._index_options = options
+
+    def _where(self, tb: types.TracebackType | None) -> tuple[int | None, int | None]:
+        template = self._template
+        if template is None:
+            return _position(self._src, tb)  # type: ignore[arg-type]
+        line, column = _position(_Source(template.source), tb)
+        return shapes.map_position(template, self.source, line, column)
 
     def evaluate(self, namespace: dict[str, Any]) -> Any:
         """Run against a :func:`build_namespace` result: a bool for ``when``, a dict for ``params``.
@@ -177,13 +206,13 @@ class CompiledExpr:
         """
         namespace[_METER].left = namespace[_METER].expr_budget
         try:  # the body of run(), inline: a call would cost more than the budget's reset
-            value = types.FunctionType(self._code, namespace)()
+            value = types.FunctionType(self._code, namespace, None, self._defaults)()
         except ExprError as exc:
             if exc.line is None:
-                exc.line, exc.column = _position(self._src, exc.__traceback__)
+                exc.line, exc.column = self._where(exc.__traceback__)
             raise
         except Exception as exc:
-            line, column = _position(self._src, exc.__traceback__)
+            line, column = self._where(exc.__traceback__)
             raise ExprError(_runtime_reason(exc), line, column) from exc
         if self.kind == "when":
             return bool(value)
@@ -194,13 +223,13 @@ class CompiledExpr:
         try:
             # A fresh function per run binds this request's globals; no eval(), so no
             # "exec" audit event and names resolve with the fast global lookup.
-            value = types.FunctionType(self._code, namespace)()
+            value = types.FunctionType(self._code, namespace, None, self._defaults)()
         except ExprError as exc:
             if exc.line is None:
-                exc.line, exc.column = _position(self._src, exc.__traceback__)
+                exc.line, exc.column = self._where(exc.__traceback__)
             raise
         except Exception as exc:  # anything else becomes an ExprError (the pre-step's error path)
-            line, column = _position(self._src, exc.__traceback__)
+            line, column = self._where(exc.__traceback__)
             raise ExprError(_runtime_reason(exc), line, column) from exc
         if self.kind == "when":
             return bool(value)
@@ -228,7 +257,7 @@ def _compiled_expr(
     kind: str,
     compiled: tuple[types.CodeType, int, int, bool],
     keywords: frozenset[tuple[str, bool]] | None,
-    src: _Source,
+    src: _Source | None,
 ) -> CompiledExpr:
     cls = CompiledExpr if compiled[3] else _UnmeteredExpr
     return cls(source, kind, compiled, keywords, src)
@@ -268,22 +297,56 @@ def compile_when(source: str) -> CompiledExpr:
     return _cached_when(source)
 
 
-def _compile_when(source: str) -> CompiledExpr:
-    tree, src = _parse(source)
-    keywords = _requirement(tree.body)
-    options = _options(tree.body)  # before _compile, which rewrites the tree
+def _template_code(template: shapes.Template) -> tuple[types.CodeType, int, int, bool]:
+    return template.code, template.static_cost, template.query_reads, template.metered
+
+
+def _keywords_options(body: ast.AST) -> tuple[frozenset[tuple[str, bool]] | None, list[Any] | None]:
+    return _requirement(body), _options(body)
+
+
+def _when_hints(
+    body: ast.AST,
+) -> tuple[frozenset[tuple[str, bool]] | None, list[Any] | None, tuple[int, float] | None]:
+    keywords = _requirement(body)
+    options = _options(body)
     regex = None
     if options and any(atom[0] == "re" for option in options for atom in option):
-        regex = _regex_cost(tree.body)
-    compiled = _compile(tree, "<when>")
-    expr = _compiled_expr(source, "when", compiled, keywords, src)
+        regex = _regex_cost(body)
+    return keywords, options, regex
+
+
+def _compile_when(source: str) -> CompiledExpr:
+    found = shapes.lookup(source, "when") if type(source) is str else None
+    if found:  # another expression of this shape was compiled: only the literals differ
+        template, values = found  # type: ignore[misc]
+        filled = shapes.instantiate(template, values)
+        if filled is not None and not template.patterns:
+            keywords, options = filled
+            regex = None
+            if options:  # made again when the index asks: a rule set keeps fewer objects
+                expr = _compiled_expr(source, "when", _template_code(template), keywords, None)
+                expr._defaults, expr._template = values, template
+                expr._index_options = _FILL
+                return expr
+        else:
+            with template.lock:  # the hints read the literals' values: put this expression's in
+                for node, value in zip(template.literals, values, strict=True):
+                    node.value = value
+                keywords, options, regex = _when_hints(template.tree.body)
+        expr = _compiled_expr(source, "when", _template_code(template), keywords, None)
+        expr._defaults, expr._template = values, template
+    else:
+        tree, src = _parse(source)
+        keywords, options, regex = _when_hints(tree.body)  # before _compile, which rewrites the tree
+        expr = _compile_shared(source, "when", tree, src, found is False, keywords)
     if options:
         expr.index_options = tuple(dict.fromkeys(options))
     if regex is not None:
         # The whole evaluation when the pattern does not match: static cost, query reads, regexes.
         expr.cost_line = (
-            regex[0] + compiled[1] + compiled[2] + 1,
-            regex[1] + compiled[2] / READ_CHARS_PER_UNIT,
+            regex[0] + expr.static_cost + expr.query_reads + 1,
+            regex[1] + expr.query_reads / READ_CHARS_PER_UNIT,
         )
     return expr
 
@@ -309,12 +372,42 @@ def compile_params(source: str) -> CompiledExpr:
 
 
 def _compile_params(source: str) -> CompiledExpr:
+    found = shapes.lookup(source, "params") if type(source) is str else None
+    if found:
+        template, values = found  # type: ignore[misc]
+        expr = _compiled_expr(source, "params", _template_code(template), None, None)
+        expr._defaults, expr._template = values, template
+        return expr
     tree, src = _parse(source)
     if isinstance(tree.body, _NOT_A_DICT) or (
         isinstance(tree.body, ast.UnaryOp) and isinstance(tree.body.op, ast.Not)
     ):
         raise src.node_error(tree.body, 'params must give a dict such as {"q": query}')
-    return _compiled_expr(source, "params", _compile(tree, "<params>"), None, src)
+    return _compile_shared(source, "params", tree, src, found is False)
+
+
+def _compile_shared(
+    source: str,
+    kind: str,
+    tree: ast.Expression,
+    src: _Source,
+    learn: bool,
+    keywords: frozenset[tuple[str, bool]] | None = None,
+) -> CompiledExpr:
+    """Compile a checked tree; when ``learn``, as the template of its shape (see shapes)."""
+    plan = None
+    if learn:
+        pristine, _ = _parse(source)  # the template's own tree: the guard rewrites ``tree``
+        plan = shapes.learn(source, kind, tree, pristine, src)
+    if plan is None:
+        return _compiled_expr(source, kind, _compile(tree, f"<{kind}>"), keywords, src)
+    lift, literals, patterns, values = plan
+    compiled = _compile(tree, f"<{kind}>", lift)
+    hints = _keywords_options if kind == "when" else None
+    template = shapes.remember(source, kind, compiled, pristine, literals, patterns, hints)
+    expr = _compiled_expr(source, kind, compiled, keywords, None)
+    expr._defaults, expr._template = values, template
+    return expr
 
 
 _cached_when = functools.lru_cache(maxsize=_COMPILE_CACHE_SIZE)(_compile_when)

@@ -220,16 +220,40 @@ class _Guard(ast.NodeTransformer):
         return self._comprehension(node, [node.key, node.value])
 
 
-def _compile(tree: ast.Expression, name: str) -> tuple[types.CodeType, int, int, bool]:
-    """The expression as the code of a zero-argument function (run with per-request globals),
-    with its static cost and whether it charges the meter: (code, nodes, query scans, metered),
-    see :class:`_Guard`."""
+class _Lift(ast.NodeTransformer):
+    """Text literals (the given nodes) become the function's arguments ``__llamon_k<i>``: the
+    code then depends on the expression's shape only, and rules that differ by their texts
+    share it (see ``shapes``). Their values come back as the function's defaults."""
+
+    def __init__(self, lift: dict[int, int]) -> None:
+        self.lift = lift
+
+    def visit_Constant(self, node: ast.Constant) -> ast.AST:
+        index = self.lift.get(id(node))
+        if index is None:
+            return node
+        return ast.copy_location(ast.Name(id=f"__llamon_k{index}", ctx=ast.Load()), node)
+
+
+def _compile(
+    tree: ast.Expression, name: str, lift: dict[int, int] | None = None
+) -> tuple[types.CodeType, int, int, bool]:
+    """The expression as the code of a function without arguments to pass (run with per-request
+    globals), with its static cost and whether it charges the meter: (code, nodes, query scans,
+    metered), see :class:`_Guard`. ``lift`` maps ``id()`` of text literals of ``tree`` to the
+    index of the argument they become (:class:`_Lift`), given as defaults when it runs."""
     nodes = sum(1 for _ in ast.walk(tree.body))
     guard = _Guard()
     body = guard.visit(tree).body
+    params: list[ast.arg] = []
+    if lift:
+        body = _Lift(lift).visit(body)
+        params = [ast.arg(arg=f"__llamon_k{i}") for i in range(len(lift))]
     func = ast.FunctionDef(
         name=name,
-        args=ast.arguments(posonlyargs=[], args=[], vararg=None, kwonlyargs=[], kw_defaults=[], defaults=[]),
+        args=ast.arguments(
+            posonlyargs=[], args=params, vararg=None, kwonlyargs=[], kw_defaults=[], defaults=[]
+        ),
         body=[ast.copy_location(ast.Return(value=body), body)],
         decorator_list=[],
         returns=None,

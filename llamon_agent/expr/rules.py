@@ -33,6 +33,23 @@ def _with_field(exc: ExprError, field: str) -> ExprError:
 class ExpressionRule:
     """A routing rule made of expressions; the pre-step runs it like a ``@deterministic_tool`` function."""
 
+    # Slots: a rule set holds tens of thousands of rules in every process.
+    __slots__ = (
+        "name",
+        "mcp_id",
+        "tool_name",
+        "stop",
+        "when_source",
+        "params_source",
+        "compiled_when",
+        "compiled_params",
+        "_static",
+        "_reads",
+        "index_cost",
+        "__llamon_rule__",
+        "__weakref__",
+    )
+
     def __init__(
         self, *, name: str, mcp_id: str, tool_name: str, when: str, params: str, stop: bool = False
     ) -> None:
@@ -62,7 +79,6 @@ class ExpressionRule:
         # The pre-step's request index: the when's alternative requirements (hints.index_options)
         # and, for regex ones, a bound a + b * len(query) on what evaluating the rule costs
         # when the pattern does not match (over the budget, the index must not skip the rule).
-        self.index_options = compiled_when.index_options
         line = compiled_when.cost_line
         self.index_cost: tuple[int, float] | None = None
         if line is not None:
@@ -70,10 +86,22 @@ class ExpressionRule:
                 line[0] + compiled_params.static_cost + compiled_params.query_reads,
                 line[1] + compiled_params.query_reads / READ_CHARS_PER_UNIT,
             )
-        self.__name__ = self.__qualname__ = name  # read by code that names rules like functions
         self.__llamon_rule__ = RuleInfo(
             name=name, mcp_id=mcp_id, stop=self.stop, keywords=compiled_when.required_keywords
         )
+
+    @property
+    def index_options(self) -> Any:
+        return self.compiled_when.index_options
+
+    @property
+    def __name__(self) -> str:  # type: ignore[override]  # read by code that names rules like functions
+        return self.name
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr == "__qualname__":  # a class body cannot hold a __qualname__ property
+            return self.name
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {attr!r}")
 
     def evaluate_ns(self, namespace: dict[str, Any]) -> dict[str, Any] | None:
         """The rule's tool call on a prebuilt namespace, or None when ``when`` is falsy.

@@ -1,0 +1,265 @@
+"""Compiling by shape: rules that differ only by their text literals share one checked,
+guarded and compiled code object.
+
+A rule set of 50,000 rules holds a handful of *shapes* (``"<text>" in query``,
+``context.get("<text>") == "<text>"``, ...). The shape of an expression is its source with
+each plain text literal (``"..."``, ``'...'``, ``r"..."`` on one line, without escapes
+outside raw strings) replaced by a marker. The first expression of a shape is checked and
+compiled in full, with its text literals lifted into the arguments of the compiled function
+(guard ``_Lift``); the template keeps that code, the static cost, and the parsed tree. Any
+other expression of the same shape then needs only what depends on the literals' *values*:
+
+* the caps on the raw text (length, NUL, text-direction characters, UTF-8) and on each
+  literal (length), and the validity of a literal regex pattern (``re_search("...", ...)``);
+  on any failure the full path runs, so every error message is the full path's own;
+* the index hints and the regex cost bound, computed by the same functions on the
+  template's tree with the literal values put in (under a lock);
+* run-time error positions, mapped from the template's columns to the expression's own.
+
+Why this is sound: when nothing but recognised literals contains a quote, ``#`` or ``\\``,
+the expression tokenizes exactly like the template except for those literals' values (the
+shape keeps everything else, newlines included, verbatim), so the tree is the template's
+with other string values; the checker and the guard decide on node kinds, names and literal
+*types* only, except for the value checks listed above.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import threading
+import types
+from dataclasses import dataclass
+from typing import Any
+
+from llamon_agent.expr.errors import ExprError, _Source
+from llamon_agent.expr.limits import _BIDI, _NEWLINES, MAX_SOURCE_CHARS, MAX_STR_LITERAL_CHARS
+
+# A plain text literal Python reads exactly as written: no prefix but r/R, one line, and
+# outside a raw string no backslash. Anything else leaves a quote or a backslash behind.
+_LITERAL = re.compile(
+    r"""(?<!\w)(?:[rR](?:"(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*')|"[^"\\\n]*"|'[^'\\\n]*')"""
+)
+_LEFTOVER = re.compile(r"""["'\\#\x00]""")  # what the shape must not keep
+_MARK = "\x00"  # never in an accepted expression (NUL is refused), so never in a shape's text
+
+_MAX_SHAPES = 20_000
+
+
+@dataclass(frozen=True, slots=True)
+class Template:
+    """What expressions of one shape share (``code`` takes their literals as defaults)."""
+
+    kind: str
+    source: str  # the first expression of the shape: its columns are the code's
+    code: types.CodeType
+    static_cost: int
+    query_reads: int
+    metered: bool
+    tree: ast.Expression  # the template's checked tree, before the guard rewrote a copy
+    literals: tuple[ast.Constant, ...]  # its text literals in source order
+    patterns: tuple[int, ...]  # indexes of literals that are a regex helper's literal pattern
+    lock: threading.Lock
+    # The `when` hints (keywords, options) computed once with a distinct symbol for each literal
+    # (_SYMBOL), to be filled in by `instantiate`; None when a hint depends on more than
+    # equality between non-empty literals (contains_all picks its longest word).
+    symbolic: tuple[Any, Any] | None
+
+
+_UNSHAREABLE = object()
+_TEMPLATES: dict[tuple[str, str], Any] = {}
+
+
+def shape(source: str) -> tuple[str, tuple[str, ...]] | None:
+    """(shape text, literal values) of ``source``, or None when it cannot share code."""
+    if "\r" in source:
+        return None
+    parts: list[str] = []
+    values: list[str] = []
+    pos = 0
+    for match in _LITERAL.finditer(source):
+        start, end = match.span()
+        parts.append(source[pos:start])
+        if source[start] in "rR":
+            parts.append(_MARK + "r")
+            values.append(source[start + 2 : end - 1])
+        else:
+            parts.append(_MARK + "s")
+            values.append(source[start + 1 : end - 1])
+        pos = end
+    rest = source[pos:]
+    parts.append(rest)
+    text = "".join(parts)
+    if _LEFTOVER.search(text.replace(_MARK + "r", "").replace(_MARK + "s", "")):
+        return None
+    return text, tuple(values)
+
+
+def _spans(source: str) -> list[tuple[int, int, int]]:
+    """(line, start, end) of each literal, 1-based line, 0-based columns in the author's text."""
+    out = []
+    for match in _LITERAL.finditer(source):
+        start, end = match.span()
+        line_start = source.rfind("\n", 0, start) + 1
+        out.append((source.count("\n", 0, start) + 1, start - line_start, end - line_start))
+    return out
+
+
+def lookup(source: str, kind: str) -> tuple[Template, tuple[str, ...]] | None | bool:
+    """The template for ``source`` and its literal values; False when there is none yet (build
+    one with :func:`learn`); None when ``source`` must take the full path."""
+    if len(source) > MAX_SOURCE_CHARS or "\x00" in source or _BIDI.search(source):
+        return None
+    found = shape(source)
+    if found is None:
+        return None
+    text, values = found
+    template = _TEMPLATES.get((kind, text))
+    if template is None:
+        return False
+    if template is _UNSHAREABLE:
+        return None
+    for value in values:
+        if len(value) > MAX_STR_LITERAL_CHARS:
+            return None
+    if not source.isascii():
+        try:
+            source.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate: the parser's own error
+            return None
+    if template.patterns:
+        from llamon_agent.expr.helpers import _regex
+
+        try:
+            for index in template.patterns:
+                _regex(values[index])
+        except ExprError:
+            return None
+    return template, values
+
+
+def learn(
+    source: str, kind: str, tree: ast.Expression, pristine: ast.Expression, src: _Source
+) -> tuple[dict[int, int], tuple[ast.Constant, ...], tuple[int, ...], tuple[str, ...]] | None:
+    """Prepare ``tree`` (a checked parse of ``source``, to be compiled) for sharing: the map of
+    its text literals to argument indexes, the same literals in ``pristine`` (a second parse,
+    kept by the template), the regex patterns among them and their values; None when its
+    literals cannot be told apart."""
+    found = shape(source)
+    if found is None or len(_TEMPLATES) >= _MAX_SHAPES:
+        return None
+    text, values = found
+    spans = _spans(source)
+    where = {(line, start + 1): index for index, (line, start, _end) in enumerate(spans)}
+    lift: dict[int, int] = {}
+    literals: list[ast.Constant | None] = [None] * len(values)
+    for node, twin in zip(ast.walk(tree.body), ast.walk(pristine.body), strict=True):
+        if isinstance(node, ast.Constant) and type(node.value) is str:
+            index = where.get(src.byte_position(node.lineno, node.col_offset))  # type: ignore[arg-type]
+            if index is None or literals[index] is not None or node.value != values[index]:
+                _TEMPLATES[(kind, text)] = _UNSHAREABLE  # e.g. "a" "b": two literals, one text
+                return None
+            literals[index] = twin  # type: ignore[assignment]
+            lift[id(node)] = index
+    if any(node is None for node in literals):
+        _TEMPLATES[(kind, text)] = _UNSHAREABLE
+        return None
+    patterns = []
+    for node in ast.walk(tree.body):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("re_search", "re_find")
+            and node.args
+            and id(node.args[0]) in lift
+        ):
+            patterns.append(lift[id(node.args[0])])
+    return lift, tuple(literals), tuple(patterns), values  # type: ignore[return-value]
+
+
+_SYMBOL = "\x00llamon{}\x00"  # a literal can never hold NUL, so a symbol never equals one
+
+
+def remember(
+    source: str,
+    kind: str,
+    compiled: tuple[types.CodeType, int, int, bool],
+    tree: ast.Expression,
+    literals: tuple[ast.Constant, ...],
+    patterns: tuple[int, ...],
+    hints: Any = None,
+) -> Template:
+    """Publish the template of ``source``'s shape. ``hints(body)`` computes a `when`'s
+    (keywords, options) from its tree; they are kept with symbols for the literals."""
+    found = shape(source)
+    assert found is not None
+    symbolic = None
+    if hints is not None and not any(
+        isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "contains_all"
+        for node in ast.walk(tree.body)
+    ):
+        values = [node.value for node in literals]
+        for index, node in enumerate(literals):
+            node.value = _SYMBOL.format(index)
+        try:
+            symbolic = hints(tree.body)
+        finally:
+            for node, value in zip(literals, values, strict=True):
+                node.value = value
+    template = Template(
+        kind,
+        source,
+        compiled[0],
+        compiled[1],
+        compiled[2],
+        compiled[3],
+        tree,
+        literals,
+        patterns,
+        threading.Lock(),
+        symbolic,
+    )
+    _TEMPLATES[(kind, found[0])] = template
+    return template
+
+
+def instantiate(template: Template, values: tuple[str, ...]) -> tuple[Any, Any] | None:
+    """The template's symbolic hints with ``values`` for the literals; None when they might
+    differ from hints computed on the values themselves (an empty or a repeated literal)."""
+    symbolic = template.symbolic
+    if symbolic is None or not all(values) or len(set(values)) != len(values):
+        return None
+    table = {_SYMBOL.format(index): value for index, value in enumerate(values)}
+
+    def fill(atom: tuple[Any, ...]) -> tuple[Any, ...]:
+        return tuple(table.get(part, part) if type(part) is str else part for part in atom)
+
+    keywords, options = symbolic
+    if keywords is not None:
+        keywords = frozenset(fill(pair) for pair in keywords)
+    if options is not None:
+        options = [frozenset(fill(atom) for atom in option) for option in options]
+    return keywords, options
+
+
+def map_position(
+    template: Template, source: str, line: int | None, column: int | None
+) -> tuple[int | None, int | None]:
+    """A position in the template's text (1-based) as the same place in ``source``."""
+    if line is None or column is None:
+        return line, column
+    shift = 0
+    for (t_line, t_start, t_end), (_line, s_start, s_end) in zip(
+        _spans(template.source), _spans(source), strict=True
+    ):
+        if t_line == line and t_end <= column - 1:
+            shift += (s_end - s_start) - (t_end - t_start)
+    return line, column + shift
+
+
+def clear() -> None:
+    """Forget every template (tests)."""
+    _TEMPLATES.clear()
+
+
+assert _NEWLINES.pattern == r"\r\n|\r|\n"  # shape() refuses "\r": lines are split on "\n" alike
