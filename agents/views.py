@@ -10,6 +10,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django_htmx.http import HttpResponseStopPolling
 
 from agents import selectors, services
+from agents.compare import COMPARE_STEPS, compare_runs
 from agents.errors import AgentError, BrokerUnavailableError
 from agents.forms import AgentForm, PrivacyForm, RunFilterForm, RunStartForm
 from agents.graph_svg import flow_graph
@@ -183,20 +184,28 @@ def run_rerun(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 @require_GET
 @require_role("viewer")
 def run_compare(request: HtmxHttpRequest) -> HttpResponse:
-    """Two runs side by side: input, rule set, pre-step, LLM turns, tools, answer."""
+    """Two runs with their steps aligned and what differs marked (``?a=&b=``, or two ticked ``run``)."""
+    picked = request.GET.getlist("run")
+    if picked and len(picked) != 2:
+        messages.error(request, f"Tick exactly two runs to compare (you ticked {len(picked)}).")
+        return redirect("agents:run_list")
     try:
-        ids = [int(request.GET["a"]), int(request.GET["b"])]
+        ids = [int(x) for x in picked] if picked else [int(request.GET["a"]), int(request.GET["b"])]
         if not all(0 < i < 2**63 for i in ids):  # beyond a database integer: no such run
             raise ValueError
     except (KeyError, ValueError):
         messages.error(request, "Choose two runs to compare (a and b).")
         return redirect("agents:run_list")
-    runs = {r.pk: r for r in Run.objects.filter(pk__in=ids).prefetch_related("steps")}
+    runs = {r.pk: r for r in Run.objects.filter(pk__in=ids)}
     if len(runs) != len(set(ids)):
         messages.error(request, "One of the runs to compare does not exist.")
         return redirect("agents:run_list")
     selectors.runs_for_display(runs.values())
-    return render(request, "agents/run_compare.html", {"a": runs[ids[0]], "b": runs[ids[1]]})
+    a, b = runs[ids[0]], runs[ids[1]]
+    comparison = compare_runs(
+        a, b, *(list(selectors.run_steps(run=r)[:COMPARE_STEPS]) for r in (a, b))
+    )
+    return render(request, "agents/run_compare.html", {"a": a, "b": b, "cmp": comparison})
 
 
 @require_POST
