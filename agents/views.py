@@ -57,9 +57,15 @@ def agent_edit(request: HtmxHttpRequest, pk: int | None = None) -> HttpResponse:
 @require_GET
 @require_role("viewer")
 def run_list(request: HtmxHttpRequest) -> HttpResponse:
-    """Runs with filters and search; every run of one customer is a userId away."""
+    """Runs with filters and search; every run of one customer is a userId away.
+
+    ``?newer=<cursor>`` is the first page's poll: only the runs started since (keyset), plus the
+    rows of the runs it still shows running (``live``), swapped in place.
+    """
     form = RunFilterForm(request.GET or None)
     filters = form.cleaned_data if form.is_valid() else {}
+    if "newer" in request.GET:
+        return _run_list_poll(request, filters)
     try:
         page = selectors.run_page(filters=filters, cursor=request.GET.get("cursor"), limit=RUN_PAGE_SIZE)
     except selectors.CursorError as exc:
@@ -68,8 +74,39 @@ def run_list(request: HtmxHttpRequest) -> HttpResponse:
     newest = request.GET.copy()
     newest.pop("cursor", None)
     template = "agents/run_list.html#run-table" if request.htmx else "agents/run_list.html"
-    context = {"form": form, "page": page.runs, "run_page": page, "newest_query": newest.urlencode()}
+    context = {
+        "form": form, "page": page.runs, "run_page": page, "newest_query": newest.urlencode(),
+        "poll_query": _poll_query(request, page.runs[0] if page.runs else None, page.runs),
+    }  # fmt: skip
     return render(request, template, context)
+
+
+def _poll_query(request: HtmxHttpRequest, newest: Run | None, shown: list[Run]) -> str:
+    """The poll's query: the filters, the newest run shown and the unfinished runs shown."""
+    query = request.GET.copy()
+    for key in ("cursor", "newer", "live"):
+        query.pop(key, None)
+    query["newer"] = selectors.cursor_encode(newest) if newest else ""
+    query.setlist("live", [str(r.pk) for r in shown if not r.finished][:RUN_PAGE_SIZE])
+    return query.urlencode()
+
+
+def _run_list_poll(request: HtmxHttpRequest, filters: dict) -> HttpResponse:
+    try:
+        new, more = selectors.run_newer(
+            filters=filters, cursor=request.GET.get("newer") or None, limit=RUN_PAGE_SIZE
+        )
+    except selectors.CursorError as exc:
+        return HttpResponse(str(exc), status=400, content_type="text/plain; charset=utf-8")
+    live_ids = [int(x) for x in request.GET.getlist("live")[:RUN_PAGE_SIZE] if x.isascii() and x.isdigit()]
+    updated = list(Run.objects.select_related("agent").filter(pk__in=live_ids)) if live_ids else []
+    selectors.runs_for_display([*new, *updated])
+    query = request.GET.copy()
+    if new:  # nothing new: the next poll asks from the same place
+        query["newer"] = selectors.cursor_encode(new[0])
+    query.setlist("live", [str(r.pk) for r in [*new, *updated] if not r.finished][:RUN_PAGE_SIZE])
+    context = {"new": new, "more": more, "updated": updated, "poll_query": query.urlencode()}
+    return render(request, "agents/run_list.html#run-poll", context)
 
 
 RUN_PAGE_SIZE = 50
