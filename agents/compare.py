@@ -135,7 +135,7 @@ def run_field_diffs(a: Any, b: Any) -> list[dict[str, Any]]:
 def compare_runs(a: Any, b: Any, a_steps: Sequence[Any], b_steps: Sequence[Any]) -> RunComparison:
     """Everything the compare page shows; the step lists are cut at COMPARE_STEPS by the caller."""
     rows = align_steps(a_steps, b_steps)
-    counts = {op: 0 for op in ("same", "changed", "added", "removed", "moved")}
+    counts = dict.fromkeys(("same", "changed", "added", "removed", "moved"), 0)
     for row in rows:
         counts[row.op] += 1
     counts["moved"] //= 2  # one move is two rows

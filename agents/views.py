@@ -18,6 +18,7 @@ from agents.models import Agent, Run
 from agents.privacy import privacy_get
 from llamon_web.http import HtmxHttpRequest
 from llamon_web.roles import has_role, require_role
+from rules.tester import tester_inputs_put
 
 # --- Agents -------------------------------------------------------------------------------------
 
@@ -239,9 +240,7 @@ def run_compare(request: HtmxHttpRequest) -> HttpResponse:
         return redirect("agents:run_list")
     selectors.runs_for_display(runs.values())
     a, b = runs[ids[0]], runs[ids[1]]
-    comparison = compare_runs(
-        a, b, *(list(selectors.run_steps(run=r)[:COMPARE_STEPS]) for r in (a, b))
-    )
+    comparison = compare_runs(a, b, *(list(selectors.run_steps(run=r)[:COMPARE_STEPS]) for r in (a, b)))
     return render(request, "agents/run_compare.html", {"a": a, "b": b, "cmp": comparison})
 
 
@@ -259,6 +258,20 @@ def run_save_case(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         return redirect("agents:run_detail", pk=pk)
     messages.success(request, f"Saved test case {case.name!r} in rule set {case.rule_set.name}.")
     return redirect("agents:run_detail", pk=pk)
+
+
+@require_POST
+@require_role("viewer")
+def run_open_in_tester(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """Load this run's input (masked as shown), optionally its recorded tool outputs, into its rule set's tester."""
+    run = get_object_or_404(Run.objects.select_related("agent__rule_set"), pk=pk)
+    rule_set = run.agent.rule_set if run.agent else None
+    if rule_set is None:
+        messages.error(request, "This run has no agent with a rule set to open its tester.")
+        return redirect("agents:run_detail", pk=pk)
+    fields, origin = services.run_tester_inputs(run=run, with_outputs=request.POST.get("outputs") == "1")
+    tester_inputs_put(request.session, rule_set.pk, fields, origin)
+    return redirect("rules:editor", pk=rule_set.pk)
 
 
 @require_http_methods(["GET", "POST"])

@@ -58,7 +58,17 @@ def test_a_reordered_step_is_a_move_on_both_sides() -> None:
 
 def test_same_step_with_other_params_output_or_status_is_changed_and_says_which() -> None:
     a = [_s("rule", "r", "get_order", input={"params": {"q": "A-1"}}, output={"id": 1})]
-    b = [_s("rule", "r", "get_order", input={"params": {"q": "A-2"}}, output={"id": 2}, status="error", error="x")]
+    b = [
+        _s(
+            "rule",
+            "r",
+            "get_order",
+            input={"params": {"q": "A-2"}},
+            output={"id": 2},
+            status="error",
+            error="x",
+        )
+    ]
     (row,) = align_steps(a, b)
     assert row.op == "changed" and row.changes == ["status", "params", "output", "error"]
 

@@ -91,5 +91,7 @@ def test_a_poll_updates_the_rows_of_runs_still_running(viewer_client, agent) -> 
 
 
 def test_a_poll_with_a_cursor_it_did_not_give_out_is_a_400_with_a_sentence(viewer_client, agent) -> None:
-    response = viewer_client.get(reverse("agents:run_list"), {"newer": "!!nonsense", "live": ["x", "-1"]}, **HX)
+    response = viewer_client.get(
+        reverse("agents:run_list"), {"newer": "!!nonsense", "live": ["x", "-1"]}, **HX
+    )
     assert response.status_code == 400 and "not one this server gave out" in response.content.decode()
