@@ -228,7 +228,8 @@ def run_compare(request: HtmxHttpRequest) -> HttpResponse:
         messages.error(request, f"Tick exactly two runs to compare (you ticked {len(picked)}).")
         return redirect("agents:run_list")
     try:
-        ids = [int(x) for x in picked] if picked else [int(request.GET["a"]), int(request.GET["b"])]
+        # Ticked runs: the older (lower id) on the left, whatever order the list sent them in.
+        ids = sorted(int(x) for x in picked) if picked else [int(request.GET["a"]), int(request.GET["b"])]
         if not all(0 < i < 2**63 for i in ids):  # beyond a database integer: no such run
             raise ValueError
     except (KeyError, ValueError):

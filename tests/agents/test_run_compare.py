@@ -116,7 +116,8 @@ def two_runs(db) -> tuple[Run, Run]:
 
 def test_the_page_marks_changed_params_and_the_added_step(viewer_client, two_runs) -> None:
     a, b = two_runs
-    html = viewer_client.get(reverse("agents:run_compare"), {"run": [a.pk, b.pk]}).content.decode()
+    # Ticked in the list's order (newest first): the older run is still the left side.
+    html = viewer_client.get(reverse("agents:run_compare"), {"run": [b.pk, a.pk]}).content.decode()
     assert 'data-op="changed" data-key="rule:route_order"' in html
     assert 'data-change="params"' in html
     assert 'data-op="added" data-key="rule:route_faq"' in html
