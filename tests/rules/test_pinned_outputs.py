@@ -127,3 +127,18 @@ def test_a_case_with_a_bad_pin_is_not_saved(editor_client, rule_set) -> None:
 def test_the_save_case_form_carries_the_pins(editor_client, rule_set) -> None:
     _, text = _execute(editor_client, rule_set, "주문 A-1", json.dumps([PIN]))
     assert 'name="pinned" value="[{"mcp_id": "order-service"' in text
+
+
+def test_pins_survive_an_export_and_import(editor, rule_set) -> None:
+    from rules import cases, exporting
+
+    cases.case_create(
+        actor=editor, rule_set=rule_set, name="pinned", input={"query": "주문 A-1"},
+        expected={"must_fire": []}, pinned=[PIN],
+    )  # fmt: skip
+    doc = exporting.rule_set_export_json(rule_set)
+    copy = exporting.rule_set_import_json(actor=editor, data=json.dumps(doc), name="orders-copy")
+    assert copy.cases.get(name="pinned").pinned == [PIN]
+    doc["cases"][0]["pinned"] = [{**PIN, "tool_name": "drop_db"}]
+    with pytest.raises(RuleError, match="has no tool 'drop_db'"):
+        exporting.rule_set_import_json(actor=editor, data=json.dumps(doc), name="orders-bad")
