@@ -77,10 +77,27 @@ def align_steps(a_steps: Sequence[Any], b_steps: Sequence[Any]) -> list[CompareR
     """The two step lists aligned in order (see the module docstring)."""
     a_keys = [step_key(s) for s in a_steps]
     b_keys = [step_key(s) for s in b_steps]
-    # autojunk off: an agent's steps repeat (llm, tool, llm, ...); the heuristic would drop them.
-    matcher = difflib.SequenceMatcher(a=a_keys, b=b_keys, autojunk=False)
+    # The matcher is quadratic on steps that repeat (llm, tool, llm, ...): the common head and
+    # tail, where two runs of one agent usually agree, are paired first without it.
+    head = 0
+    while head < min(len(a_keys), len(b_keys)) and a_keys[head] == b_keys[head]:
+        head += 1
+    tail = 0
+    while tail < min(len(a_keys), len(b_keys)) - head and a_keys[-1 - tail] == b_keys[-1 - tail]:
+        tail += 1
+    # autojunk off: an agent's steps repeat; the heuristic would treat them as noise and drop them.
+    matcher = difflib.SequenceMatcher(
+        a=a_keys[head : len(a_keys) - tail], b=b_keys[head : len(b_keys) - tail], autojunk=False
+    )
+    opcodes = [
+        (op, i1 + head, i2 + head, j1 + head, j2 + head) for op, i1, i2, j1, j2 in matcher.get_opcodes()
+    ]
+    if head:
+        opcodes.insert(0, ("equal", 0, head, 0, head))
+    if tail:
+        opcodes.append(("equal", len(a_keys) - tail, len(a_keys), len(b_keys) - tail, len(b_keys)))
     rows: list[CompareRow] = []
-    for op, i1, i2, j1, j2 in matcher.get_opcodes():
+    for op, i1, i2, j1, j2 in opcodes:
         if op == "equal":
             for a, b in zip(a_steps[i1:i2], b_steps[j1:j2], strict=True):
                 changes = step_changes(a, b)
