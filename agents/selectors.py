@@ -130,6 +130,21 @@ def run_page(*, filters: dict[str, Any], cursor: str | None = None, limit: int =
     )
 
 
+def run_newer(*, filters: dict[str, Any], cursor: str | None, limit: int = 50) -> tuple[list[Run], bool]:
+    """The runs strictly newer than ``cursor`` (all when None), newest first: the run list's live rows.
+
+    Keyset like :func:`run_page`, the other way: created_at >= c AND NOT (created_at = c AND id <= c_id),
+    one forward range scan of the (created_at, id) index. Returns at most ``limit`` runs (the
+    newest) and whether more were newer still.
+    """
+    runs = run_list(filters=filters)
+    if cursor:
+        created_at, run_id = cursor_decode(cursor)
+        runs = runs.filter(created_at__gte=created_at).exclude(created_at=created_at, id__lte=run_id)
+    rows = list(runs[: limit + 1])
+    return rows[:limit], len(rows) > limit
+
+
 def run_count(*, filters: dict[str, Any], cap: int | None = None) -> tuple[int, bool]:
     """How many runs match, counted up to ``cap`` (stops reading there); and whether there are more."""
     cap = COUNT_CAP if cap is None else cap

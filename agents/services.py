@@ -462,6 +462,45 @@ def run_save_as_case(*, actor: Any, run: Run, name: str) -> Any:
         raise AgentError(exc.message) from None
 
 
+def run_tester_inputs(*, run: Run, with_outputs: bool) -> tuple[dict[str, str], dict[str, Any]]:
+    """A run's input as the rule set tester's fields, masked as pages show it, and where it came from.
+
+    The tester never gets the real input of a masked run: it gets the masked copy, and
+    ``origin["masked"]`` lists each masked value by path so the tester can say which values are
+    the mask's text (and refuse to Execute with them). ``with_outputs`` adds the run's recorded
+    pre-step calls as pinned outputs (stored steps are masked already, when they were stored).
+    """
+    from rules.pins import pins_from_steps
+    from rules.tester import masked_paths
+
+    redact = redactor()
+    real = {
+        "query": run.query,
+        "context": run.context or {},
+        "a2a_data": run.a2a_data,
+        "a2a_files": run.a2a_files,
+    }
+    shown = {key: redact(value) for key, value in real.items()}
+    masked = [[list(path), value] for path, value in masked_paths(real, shown)]
+    pins = (
+        pins_from_steps(list(run.steps.filter(kind=RunStep.Kind.RULE).order_by("seq")))
+        if with_outputs
+        else []
+    )
+
+    def as_json(value: Any) -> str:
+        return json.dumps(value, ensure_ascii=False) if value else ""
+
+    fields = {
+        "query": shown["query"] or "",
+        "context": json.dumps(shown["context"] or {}, ensure_ascii=False),
+        "data": as_json(shown["a2a_data"]),
+        "files": as_json(shown["a2a_files"]),
+        "pinned": as_json(pins),
+    }
+    return fields, {"run": run.pk, "masked": masked, "pinned": len(pins)}
+
+
 def privacy_preview(*, patterns: list[str], presets: list[str], text: str) -> str:
     """What a sample text would look like once stored, under the given settings."""
 

@@ -10,6 +10,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django_htmx.http import HttpResponseStopPolling
 
 from agents import selectors, services
+from agents.compare import COMPARE_STEPS, compare_runs
 from agents.errors import AgentError, BrokerUnavailableError
 from agents.forms import AgentForm, PrivacyForm, RunFilterForm, RunStartForm
 from agents.graph_svg import flow_graph
@@ -17,6 +18,7 @@ from agents.models import Agent, Run
 from agents.privacy import privacy_get
 from llamon_web.http import HtmxHttpRequest
 from llamon_web.roles import has_role, require_role
+from rules.tester import tester_inputs_put
 
 # --- Agents -------------------------------------------------------------------------------------
 
@@ -56,9 +58,15 @@ def agent_edit(request: HtmxHttpRequest, pk: int | None = None) -> HttpResponse:
 @require_GET
 @require_role("viewer")
 def run_list(request: HtmxHttpRequest) -> HttpResponse:
-    """Runs with filters and search; every run of one customer is a userId away."""
+    """Runs with filters and search; every run of one customer is a userId away.
+
+    ``?newer=<cursor>`` is the first page's poll: only the runs started since (keyset), plus the
+    rows of the runs it still shows running (``live``), swapped in place.
+    """
     form = RunFilterForm(request.GET or None)
     filters = form.cleaned_data if form.is_valid() else {}
+    if "newer" in request.GET:
+        return _run_list_poll(request, filters)
     try:
         page = selectors.run_page(filters=filters, cursor=request.GET.get("cursor"), limit=RUN_PAGE_SIZE)
     except selectors.CursorError as exc:
@@ -67,8 +75,39 @@ def run_list(request: HtmxHttpRequest) -> HttpResponse:
     newest = request.GET.copy()
     newest.pop("cursor", None)
     template = "agents/run_list.html#run-table" if request.htmx else "agents/run_list.html"
-    context = {"form": form, "page": page.runs, "run_page": page, "newest_query": newest.urlencode()}
+    context = {
+        "form": form, "page": page.runs, "run_page": page, "newest_query": newest.urlencode(),
+        "poll_query": _poll_query(request, page.runs[0] if page.runs else None, page.runs),
+    }  # fmt: skip
     return render(request, template, context)
+
+
+def _poll_query(request: HtmxHttpRequest, newest: Run | None, shown: list[Run]) -> str:
+    """The poll's query: the filters, the newest run shown and the unfinished runs shown."""
+    query = request.GET.copy()
+    for key in ("cursor", "newer", "live"):
+        query.pop(key, None)
+    query["newer"] = selectors.cursor_encode(newest) if newest else ""
+    query.setlist("live", [str(r.pk) for r in shown if not r.finished][:RUN_PAGE_SIZE])
+    return query.urlencode()
+
+
+def _run_list_poll(request: HtmxHttpRequest, filters: dict) -> HttpResponse:
+    try:
+        new, more = selectors.run_newer(
+            filters=filters, cursor=request.GET.get("newer") or None, limit=RUN_PAGE_SIZE
+        )
+    except selectors.CursorError as exc:
+        return HttpResponse(str(exc), status=400, content_type="text/plain; charset=utf-8")
+    live_ids = [int(x) for x in request.GET.getlist("live")[:RUN_PAGE_SIZE] if x.isascii() and x.isdigit()]
+    updated = list(Run.objects.select_related("agent").filter(pk__in=live_ids)) if live_ids else []
+    selectors.runs_for_display([*new, *updated])
+    query = request.GET.copy()
+    if new:  # nothing new: the next poll asks from the same place
+        query["newer"] = selectors.cursor_encode(new[0])
+    query.setlist("live", [str(r.pk) for r in [*new, *updated] if not r.finished][:RUN_PAGE_SIZE])
+    context = {"new": new, "more": more, "updated": updated, "poll_query": query.urlencode()}
+    return render(request, "agents/run_list.html#run-poll", context)
 
 
 RUN_PAGE_SIZE = 50
@@ -186,20 +225,27 @@ def run_rerun(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 @require_GET
 @require_role("viewer")
 def run_compare(request: HtmxHttpRequest) -> HttpResponse:
-    """Two runs side by side: input, rule set, pre-step, LLM turns, tools, answer."""
+    """Two runs with their steps aligned and what differs marked (``?a=&b=``, or two ticked ``run``)."""
+    picked = request.GET.getlist("run")
+    if picked and len(picked) != 2:
+        messages.error(request, f"Tick exactly two runs to compare (you ticked {len(picked)}).")
+        return redirect("agents:run_list")
     try:
-        ids = [int(request.GET["a"]), int(request.GET["b"])]
+        # Ticked runs: the older (lower id) on the left, whatever order the list sent them in.
+        ids = sorted(int(x) for x in picked) if picked else [int(request.GET["a"]), int(request.GET["b"])]
         if not all(0 < i < 2**63 for i in ids):  # beyond a database integer: no such run
             raise ValueError
     except (KeyError, ValueError):
         messages.error(request, "Choose two runs to compare (a and b).")
         return redirect("agents:run_list")
-    runs = {r.pk: r for r in Run.objects.filter(pk__in=ids).prefetch_related("steps")}
+    runs = {r.pk: r for r in Run.objects.filter(pk__in=ids)}
     if len(runs) != len(set(ids)):
         messages.error(request, "One of the runs to compare does not exist.")
         return redirect("agents:run_list")
     selectors.runs_for_display(runs.values())
-    return render(request, "agents/run_compare.html", {"a": runs[ids[0]], "b": runs[ids[1]]})
+    a, b = runs[ids[0]], runs[ids[1]]
+    comparison = compare_runs(a, b, *(list(selectors.run_steps(run=r)[:COMPARE_STEPS]) for r in (a, b)))
+    return render(request, "agents/run_compare.html", {"a": a, "b": b, "cmp": comparison})
 
 
 @require_POST
@@ -216,6 +262,20 @@ def run_save_case(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         return redirect("agents:run_detail", pk=pk)
     messages.success(request, f"Saved test case {case.name!r} in rule set {case.rule_set.name}.")
     return redirect("agents:run_detail", pk=pk)
+
+
+@require_POST
+@require_role("viewer")
+def run_open_in_tester(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """Load this run's input (masked as shown), optionally its recorded tool outputs, into its rule set's tester."""
+    run = get_object_or_404(Run.objects.select_related("agent__rule_set"), pk=pk)
+    rule_set = run.agent.rule_set if run.agent else None
+    if rule_set is None:
+        messages.error(request, "This run has no agent with a rule set to open its tester.")
+        return redirect("agents:run_detail", pk=pk)
+    fields, origin = services.run_tester_inputs(run=run, with_outputs=request.POST.get("outputs") == "1")
+    tester_inputs_put(request.session, rule_set.pk, fields, origin)
+    return redirect("rules:editor", pk=rule_set.pk)
 
 
 @require_http_methods(["GET", "POST"])

@@ -487,7 +487,17 @@ def _run_and_store(case: TestCase, runner: _DryRunner) -> CaseResult:
 
 
 def _case_snapshot(case: TestCase) -> dict[str, Any]:
-    return {"name": case.name, "input": case.input, "expected": case.expected}
+    return {"name": case.name, "input": case.input, "expected": case.expected, "pinned": case.pinned}
+
+
+def _pins_clean(pinned: Any) -> list[dict[str, Any]]:
+    """A case's pinned outputs, checked like the tester's (rules.pins)."""
+    from rules.pins import pins_clean
+
+    if not pinned:
+        return []
+    ids = [p.get("mcp_id") for p in pinned if isinstance(p, dict)] if isinstance(pinned, list) else []
+    return pins_clean(pinned, servers_by_id([i for i in ids if isinstance(i, str)]))
 
 
 def _clean_name(name: Any, *, rule_set: RuleSet, exclude_pk: int | None = None) -> str:
@@ -506,14 +516,17 @@ def _clean_name(name: Any, *, rule_set: RuleSet, exclude_pk: int | None = None) 
 
 
 @transaction.atomic
-def case_create(*, actor: Any, rule_set: RuleSet, name: str, input: Any, expected: Any) -> TestCase:
-    """Add a test case to ``rule_set`` after validating its name, input and expected outcome; audited."""
+def case_create(
+    *, actor: Any, rule_set: RuleSet, name: str, input: Any, expected: Any, pinned: Any = None
+) -> TestCase:
+    """Add a test case to ``rule_set`` after validating its name, input, expected outcome and pins; audited."""
     name = _clean_name(name, rule_set=rule_set)
     case = TestCase.objects.create(
         rule_set=rule_set,
         name=name,
         input=case_input_clean(input),
         expected=case_expected_clean(expected),
+        pinned=_pins_clean(pinned),
         created_by=actor if getattr(actor, "is_authenticated", False) else None,
     )
     audit_record(actor=actor, action="case.create", obj=case, after=_case_snapshot(case))
@@ -522,9 +535,15 @@ def case_create(*, actor: Any, rule_set: RuleSet, name: str, input: Any, expecte
 
 @transaction.atomic
 def case_update(
-    *, actor: Any, case: TestCase, name: str | None = None, input: Any = None, expected: Any = None
+    *,
+    actor: Any,
+    case: TestCase,
+    name: str | None = None,
+    input: Any = None,
+    expected: Any = None,
+    pinned: Any = None,
 ) -> TestCase:
-    """Change a case's name, input or expected outcome (None keeps a field); audited when something changed."""
+    """Change a case's name, input, expected outcome or pins (None keeps a field); audited when something changed."""
     current = TestCase.objects.select_for_update().get(pk=case.pk)
     before = _case_snapshot(current)
     if name is not None:
@@ -533,6 +552,8 @@ def case_update(
         current.input = case_input_clean(input)
     if expected is not None:
         current.expected = case_expected_clean(expected)
+    if pinned is not None:
+        current.pinned = _pins_clean(pinned)
     after = _case_snapshot(current)
     if after == before:
         return current

@@ -76,7 +76,9 @@ def rule_set_export_json(rule_set: RuleSet) -> dict[str, Any]:
         "description": rule_set.description,
         "rules": rule_set_snapshot(rule_set),
         "cases": [
+            # "pinned" only when the case has pins: a file without them stays what it was.
             {"name": case.name, "input": case.input, "expected": case.expected}
+            | ({"pinned": case.pinned} if case.pinned else {})
             for case in rule_set.cases.order_by("name", "id")
         ],
     }
@@ -127,6 +129,7 @@ def rule_set_import_json(
                         case=existing[case["name"].strip()],
                         input=case["input"],
                         expected=case["expected"],
+                        pinned=case.get("pinned") or [],
                     )
                 else:
                     case_create(actor=actor, rule_set=target, **case)
@@ -264,9 +267,10 @@ def _checked_document(doc: dict[str, Any]) -> tuple[list[dict[str, Any]], list[d
             )
         if isinstance(case.get("name"), str):
             label = f"Case {i + 1} {case['name']!r}"
-        if set(case) != _CASE_KEYS:
+        if not _CASE_KEYS <= set(case) <= _CASE_KEYS | {"pinned"}:
             raise RuleError(
-                f"{label}: a test case has exactly the fields name, input and expected.", field=f"cases.{i}"
+                f"{label}: a test case has exactly the fields name, input and expected (and optionally pinned).",
+                field=f"cases.{i}",
             )
         if not isinstance(case["name"], str) or not case["name"].strip():
             raise RuleError(f"{label}: the name must be a non-empty text.", field=f"cases.{i}.name")
@@ -280,7 +284,10 @@ def _checked_document(doc: dict[str, Any]) -> tuple[list[dict[str, Any]], list[d
             raise RuleError(
                 f"{label}: {exc.message}", field=f"cases.{i}.{exc.field}" if exc.field else f"cases.{i}"
             ) from None
-        checked_cases.append({"name": case["name"], "input": case["input"], "expected": case["expected"]})
+        checked_cases.append(
+            {"name": case["name"], "input": case["input"], "expected": case["expected"]}
+            | ({"pinned": case["pinned"]} if case.get("pinned") else {})
+        )
     return checked_rules, checked_cases
 
 

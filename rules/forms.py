@@ -121,6 +121,27 @@ class TesterForm(forms.Form):
         help_text='A JSON list of {"name", "mimeType", "uri"}',
     )
 
+    pinned = forms.CharField(
+        label="Pinned tool outputs",
+        required=False,
+        widget=forms.Textarea(attrs={**CODE, "rows": 2}),
+        help_text='Execute answers these calls from the recorded output instead of calling the tool: a JSON list of {"mcp_id", "tool_name", "params" (optional: any call of the tool), "output"}',
+    )
+
+    def clean_pinned(self) -> list[dict[str, Any]]:
+        from rules.engine import servers_by_id
+        from rules.errors import RuleError
+        from rules.pins import pins_clean
+
+        value = _json_field(self.cleaned_data["pinned"], "Pinned tool outputs", default=None)
+        ids = [p.get("mcp_id") for p in value if isinstance(p, dict)] if isinstance(value, list) else []
+        if isinstance(value, dict):
+            ids = [value.get("mcp_id")]
+        try:
+            return pins_clean(value, servers_by_id([i for i in ids if isinstance(i, str)]))
+        except RuleError as exc:
+            raise forms.ValidationError(exc.message) from None
+
     def clean_context(self) -> dict[str, Any]:
         value = _json_field(self.cleaned_data["context"], "Context", default={})
         if not isinstance(value, dict):

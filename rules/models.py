@@ -95,6 +95,9 @@ class TestCase(models.Model):
     name = models.CharField(max_length=200)
     input = OrderedJSONField(help_text="{query, context, a2a_data, a2a_files}")
     expected = OrderedJSONField(help_text="{must_fire: [...], must_not_fire: [...], error: str | null}")
+    # Recorded tool outputs the tester's Execute reuses when the case is opened (rules.pins); a
+    # suite run is a dry run and never uses them.
+    pinned = OrderedJSONField(default=list, blank=True, help_text="[{mcp_id, tool_name, params?, output}]")
     last_outcome = OrderedJSONField(null=True, blank=True)
     last_passed = models.BooleanField(null=True)
     last_run_at = models.DateTimeField(null=True, blank=True)

@@ -15,7 +15,7 @@ from typing import Any
 
 from llamon_agent.prestep import RuleRecord, RuleStatus
 
-TESTER_FIELDS = ("query", "context", "data", "files")
+TESTER_FIELDS = ("query", "context", "data", "files", "pinned")
 # What one rule set's remembered inputs may weigh in the session (the form's own caps are a bit
 # lower: 32,000 query characters plus 200 KB of data); a bigger post is not remembered.
 MAX_REMEMBERED_CHARS = 300_000
@@ -42,8 +42,72 @@ def tester_inputs_store(
     if sum(len(v) for v in values.values()) > MAX_REMEMBERED_CHARS:
         return
     key = _session_key(rule_set_pk)
-    if session.get(key) != values:
+    stored = session.get(key) or {}
+    if isinstance(stored.get("origin"), dict):
+        values["origin"] = stored["origin"]  # where loaded inputs came from stays until replaced
+    if stored != values:
         session[key] = values
+
+
+def tester_inputs_put(
+    session: Any, rule_set_pk: int, values: Mapping[str, str], origin: dict[str, Any]
+) -> None:
+    """Load inputs into a rule set's tester ("Open in tester"): they replace what the user had there.
+
+    ``origin`` says where they came from: ``{"run": pk, "masked": [[path, masked value], ...]}``;
+    the tester warns about every masked value still in its inputs (see :func:`tester_masked_left`).
+    """
+    session[_session_key(rule_set_pk)] = {
+        **{f: str(values.get(f) or "") for f in TESTER_FIELDS},
+        "origin": origin,
+    }
+
+
+def tester_origin_load(session: Any, rule_set_pk: int) -> dict[str, Any] | None:
+    """Where the tester's inputs were loaded from (a run), or None."""
+    origin = (session.get(_session_key(rule_set_pk)) or {}).get("origin")
+    return origin if isinstance(origin, dict) else None
+
+
+def masked_paths(real: Any, shown: Any, path: tuple = ()) -> list[tuple[tuple, Any]]:
+    """Where ``shown`` (the masked copy) differs from ``real``: (path, masked value) per leaf."""
+    if isinstance(real, Mapping) and isinstance(shown, Mapping):
+        return [p for k in real if k in shown for p in masked_paths(real[k], shown[k], (*path, k))]
+    if isinstance(real, list) and isinstance(shown, list):
+        return [
+            p
+            for i, (r, s) in enumerate(zip(real, shown, strict=False))
+            for p in masked_paths(r, s, (*path, i))
+        ]
+    return [] if real == shown else [(path, shown)]
+
+
+def path_label(path: Sequence[Any]) -> str:
+    """``("context", "userId")`` -> ``context.userId``; ``("a2a_data", 0, "card")`` -> ``DataParts[0].card``."""
+    names = {"a2a_data": "DataParts", "a2a_files": "FileParts"}
+    out: list[str] = []
+    for i, part in enumerate(path):
+        if isinstance(part, int):
+            out.append(f"[{part}]")
+        else:
+            out.append(("." if out else "") + (names.get(str(part), str(part)) if i == 0 else str(part)))
+    return "".join(out)
+
+
+def tester_masked_left(origin: Mapping[str, Any] | None, request_json: Mapping[str, Any]) -> list[str]:
+    """The masked values from ``origin`` the tester's request still holds (by path), as labels."""
+    left = []
+    for path, masked in (origin or {}).get("masked") or []:
+        value: Any = request_json
+        for part in path:
+            try:
+                value = value[part]
+            except (KeyError, IndexError, TypeError):
+                value = None
+                break
+        if value == masked:
+            left.append(path_label(path))
+    return left
 
 
 @dataclass

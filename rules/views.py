@@ -23,7 +23,14 @@ from rules.cases import case_expected_from_outcome, suite_run
 from rules.errors import RuleError, StaleEditError
 from rules.forms import AuditFilterForm, PublishForm, RuleForm, RuleSetForm, TesterForm
 from rules.models import Rule, RuleSet, RuleSetVersion, TestCase
-from rules.tester import tester_inputs_load, tester_inputs_store, tester_rows
+from rules.pins import PinnedToolBackend
+from rules.tester import (
+    tester_inputs_load,
+    tester_inputs_store,
+    tester_masked_left,
+    tester_origin_load,
+    tester_rows,
+)
 from servers import selectors as server_selectors
 
 # --- Rule sets ----------------------------------------------------------------------------------
@@ -108,6 +115,7 @@ def _editor_context(
         "expr_vocabulary": json.dumps(engine.expression_vocabulary()),
         "tester": tester or _tester_form(request, rule_set, tester_case),
         "tester_case": tester_case,
+        "tester_origin": None if tester_case else tester_origin_load(request.session, rule_set.pk),
         "can_edit": has_role(request.user, "editor"),
         "latest_version": rule_set.versions.order_by("-number").first(),
         "case_count": rule_set.cases.count(),
@@ -124,6 +132,7 @@ def _tester_form(request: HttpRequest, rule_set: RuleSet, case: TestCase | None)
             "context": json.dumps(data.get("context") or {}, ensure_ascii=False),
             "data": json.dumps(data["a2a_data"], ensure_ascii=False) if data.get("a2a_data") else "",
             "files": json.dumps(data["a2a_files"], ensure_ascii=False) if data.get("a2a_files") else "",
+            "pinned": json.dumps(case.pinned, ensure_ascii=False) if case.pinned else "",
         }
     else:
         initial = tester_inputs_load(request.session, rule_set.pk)
@@ -348,7 +357,18 @@ def rule_set_test(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     elif not tester.is_valid():
         status = 422
     else:
-        context.update(_tester_results(request, rule_set, tester, execute=execute))
+        origin = None if case else tester_origin_load(request.session, rule_set.pk)
+        masked_left = tester_masked_left(origin, tester.to_request().to_json())
+        context["masked_left"], context["origin"] = masked_left, origin
+        if execute and masked_left:
+            # A masked value is the mask's text, not the customer's: real tools must not get it as if real.
+            context["error"] = (
+                f"Execute would send masked values to real tools as if they were real: replace "
+                f"{', '.join(masked_left)} (loaded masked from run {origin['run']}) first, or use Dry run."
+            )
+            status = 422
+        else:
+            context.update(_tester_results(request, rule_set, tester, execute=execute))
     if request.htmx:
         return render(request, "rules/_tester_results.html", context, status=status)
     selected = _selected_rule(rule_set, request.POST.get("rule"))
@@ -374,10 +394,11 @@ def _tester_results(
             draft_note = "The rule you are editing has errors, so the tester uses its saved version."
     servers = engine.servers_by_id(engine.snapshot_mcp_ids(snapshot))
     sample = tester.to_request()
+    pins = tester.cleaned_data.get("pinned") or []
+    backend = None
     if execute:
-        evaluation = engine.evaluate(
-            snapshot, sample, servers=servers, backend=engine.live_backend(servers), dry_run=False
-        )
+        backend = PinnedToolBackend(engine.live_backend(servers), pins, tools=engine.dry_backend(servers))
+        evaluation = engine.evaluate(snapshot, sample, servers=servers, backend=backend, dry_run=False)
         # A case always runs as a dry run, so it expects what the dry run gives: the calls, never
         # a live tool's failure (which no later dry run could reproduce).
         proposal = engine.evaluate(snapshot, sample, servers=servers, dry_run=True)
@@ -394,11 +415,18 @@ def _tester_results(
     ]
     why = engine.explain_rules(snapshot, sample, skipped, servers=servers)
     shown.rows = [(rec, errors, why.get(rec.rule)) for rec, errors, _ in shown.rows]
+    pinned_rules = {
+        rec.rule for rec, _, _ in shown.rows
+        if backend is not None and rec.status is RuleStatus.FIRED and backend.was_pinned(rec.mcp_id, rec.tool_name, rec.params)
+    }  # fmt: skip
     return {
         "evaluation": evaluation, "outcome": evaluation.outcome, "execute": execute, "draft_note": draft_note,
         "request_json": json.dumps(sample.to_json(), ensure_ascii=False), "rows": shown.rows, "shown": shown,
         "expected_json": json.dumps(case_expected_from_outcome(proposal.to_json()), ensure_ascii=False),
-        "can_edit": has_role(request.user, "editor"),
+        "can_edit": has_role(request.user, "editor"), "pinned_rules": pinned_rules,
+        "pinned_count": len(backend.pinned_calls) if backend is not None else 0,
+        "live_count": evaluation.outcome.calls - len(backend.pinned_calls) if backend is not None else 0,
+        "pinned_json": json.dumps(pins, ensure_ascii=False) if pins else "",
     }  # fmt: skip
 
 
@@ -526,6 +554,7 @@ def case_create(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         case = cases.case_create(
             actor=request.user, rule_set=rule_set, name=request.POST.get("name", ""),
             input=_json_post(request, "input"), expected=_json_post(request, "expected"),
+            pinned=_json_post(request, "pinned"),
         )  # fmt: skip
     except RuleError as exc:
         messages.error(request, f"The case was not saved: {exc.message}")
@@ -542,7 +571,7 @@ def case_update(request: HtmxHttpRequest, pk: int, case_pk: int) -> HttpResponse
     try:
         case = cases.case_update(
             actor=request.user, case=case, input=_json_post(request, "input"),
-            expected=_json_post(request, "expected"),
+            expected=_json_post(request, "expected"), pinned=_json_post(request, "pinned") or [],
         )  # fmt: skip
     except RuleError as exc:
         messages.error(request, f"The case was not saved: {exc.message}")

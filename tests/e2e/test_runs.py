@@ -61,7 +61,6 @@ def test_start_a_run_watch_it_live_compare_and_save_as_a_case(page, logged_in, w
     page.wait_for_url("**/agents/runs/compare?*")
     sides = page.locator(".compare-side")
     assert sides.count() == 2 and "주문 조회 부탁해 A-1002" in sides.nth(1).inner_text()
-    screenshot(page, "run-compare")
 
     # Keep the first run as a regression case of the demo rule set.
     page.goto(f"/agents/runs/{first.pk}/")
