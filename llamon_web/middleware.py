@@ -78,7 +78,10 @@ class UserLanguageMiddleware:
         from llamon_web.user_services import language_of
 
         chosen = language_of(getattr(request, "user", None))
-        if chosen:
-            translation.activate(chosen)
-            request.LANGUAGE_CODE = chosen
-        return self.get_response(request)
+        if not chosen:
+            return self.get_response(request)
+        request.LANGUAGE_CODE = chosen
+        with translation.override(chosen):  # the thread's language is put back after the response
+            response = self.get_response(request)
+        response.headers["Content-Language"] = chosen  # LocaleMiddleware only sets it when unset
+        return response

@@ -223,6 +223,16 @@ def page(browser, live_server) -> Iterator[object]:
     assert not pg.csp_violations, f"Content-Security-Policy violations: {pg.csp_violations}"
 
 
+@pytest.fixture(autouse=True)
+def _english_after_each_test() -> Iterator[None]:
+    """A request in Korean leaves Korean active in its thread (LocaleMiddleware never resets it);
+    the next test starts in the default language again."""
+    yield
+    from django.utils import translation
+
+    translation.deactivate()
+
+
 @pytest.fixture
 def make_user(django_user_model):
     """``make_user("editor")`` -> a user holding exactly that role (None: no role), password 'pw'."""
