@@ -7,6 +7,7 @@ from typing import Any
 
 from django import forms
 from django.conf import settings
+from django.utils.translation import gettext_lazy as _
 
 from agents.models import Agent, PrivacySettings
 from llamon_agent import strictjson
@@ -37,10 +38,10 @@ class LinesField(forms.CharField):
 
 class AgentForm(forms.ModelForm):
     input_blocked_patterns = LinesField(
-        required=False, help_text="One RE2 pattern per line; a match refuses the request."
+        required=False, help_text=_("One RE2 pattern per line; a match refuses the request.")
     )
     output_blocked_patterns = LinesField(
-        required=False, help_text="One RE2 pattern per line; a match refuses the answer."
+        required=False, help_text=_("One RE2 pattern per line; a match refuses the answer.")
     )
     output_masks = forms.MultipleChoiceField(
         choices=MASK_CHOICES, required=False, widget=forms.CheckboxSelectMultiple
@@ -48,7 +49,9 @@ class AgentForm(forms.ModelForm):
     model_script = forms.CharField(
         required=False,
         widget=forms.Textarea(attrs={"rows": 4, "class": "code"}),
-        help_text='Scripted model only: a JSON list of replies, e.g. [{"content": "...", "tool_calls": [{"name": "get_order", "args": {"query": "A-1001"}}]}]',
+        help_text=_(
+            'Scripted model only: a JSON list of replies, e.g. [{"content": "...", "tool_calls": [{"name": "get_order", "args": {"query": "A-1001"}}]}]'
+        ),
     )
     react_servers = forms.ModelMultipleChoiceField(
         queryset=McpServer.objects.filter(enabled=True), required=False, widget=forms.CheckboxSelectMultiple
@@ -100,7 +103,7 @@ class AgentForm(forms.ModelForm):
                 ) from None
             raise forms.ValidationError(f"The script is refused: {exc}.") from None
         if not isinstance(value, list) or not all(isinstance(r, dict) for r in value):
-            raise forms.ValidationError('The script is a JSON list of replies like {"content": "..."}.')
+            raise forms.ValidationError(_('The script is a JSON list of replies like {"content": "..."}.'))
         return value
 
 
@@ -113,12 +116,12 @@ class RunStartForm(TesterForm):
 class RunFilterForm(forms.Form):
     agent = forms.ModelChoiceField(queryset=Agent.objects.order_by("name"), required=False)
     status = forms.ChoiceField(choices=[("", "any status")], required=False)
-    rule = forms.CharField(required=False, label="Rule fired")
-    tool = forms.CharField(required=False, label="Tool called")
+    rule = forms.CharField(required=False, label=_("Rule fired"))
+    tool = forms.CharField(required=False, label=_("Tool called"))
     user_id = forms.CharField(required=False, label="userId")
     chatbot_id = forms.CharField(required=False, label="chatbotId")
     session_id = forms.CharField(required=False, label="sessionId")
-    q = forms.CharField(required=False, label="Query text")
+    q = forms.CharField(required=False, label=_("Query text"))
     since = FilterDateTimeField(required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
     until = FilterDateTimeField(required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
 
@@ -132,7 +135,9 @@ class RunFilterForm(forms.Form):
 class PrivacyForm(forms.ModelForm):
     redaction_patterns = LinesField(
         required=False,
-        help_text="One RE2 pattern per line; matches are replaced by [redacted] in stored steps and answers.",
+        help_text=_(
+            "One RE2 pattern per line; matches are replaced by [redacted] in stored steps and answers."
+        ),
     )
     mask_presets = forms.MultipleChoiceField(
         choices=MASK_CHOICES, required=False, widget=forms.CheckboxSelectMultiple
@@ -140,7 +145,7 @@ class PrivacyForm(forms.ModelForm):
     preview = forms.CharField(
         required=False,
         widget=forms.Textarea(attrs={"rows": 3}),
-        help_text="Sample text to see what would be stored.",
+        help_text=_("Sample text to see what would be stored."),
     )
 
     class Meta:

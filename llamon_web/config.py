@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import secrets
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -168,3 +169,25 @@ def _redact(url: str) -> str:
         netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
         return parts._replace(netloc=netloc).geturl()
     return url
+
+
+# Variables that only a deployment sets: when any is present, manage.py never assumes development.
+PRODUCTION_SIGNS = ("SECRET_KEY", "DATABASE_URL", "REDIS_URL", "ALLOWED_HOSTS", "CSRF_TRUSTED_ORIGINS")
+
+
+def manage_env_default(base_dir: Path, environ: Mapping[str, str]) -> str | None:
+    """The LLAMON_ENV that ``manage.py`` assumes when none is set, or None to keep the prod default.
+
+    Development is assumed only when all three hold: LLAMON_ENV is unset (in the environment and
+    in ``.env``, which the caller has loaded), the command runs from a git checkout (``.git`` next to
+    ``manage.py``) and none of the production variables (:data:`PRODUCTION_SIGNS`) is set. Anything
+    else keeps ``prod``, whose settings refuse to start without a real ``SECRET_KEY``: a deployment
+    is never turned into development by accident, at worst a developer is asked to say ``dev``.
+    """
+    if (environ.get("LLAMON_ENV") or "").strip():
+        return None
+    if any((environ.get(name) or "").strip() for name in PRODUCTION_SIGNS):
+        return None
+    if not (base_dir / ".git").exists():
+        return None
+    return "dev"

@@ -9,6 +9,19 @@ GUNICORN_CMD_ARGS; the environment variables below are the ones docs/deploy.md n
 from __future__ import annotations
 
 import os
+from pathlib import Path
+
+from dotenv import load_dotenv
+
+# gunicorn serves production only: LLAMON_ENV is prod unless set, and dev (DEBUG on, a generated
+# secret, loopback MCP servers) is refused, also when it comes from a .env copied from .env.example.
+load_dotenv(Path(__file__).resolve().parent.parent / ".env", override=False)
+os.environ.setdefault("LLAMON_ENV", "prod")
+if os.environ["LLAMON_ENV"].strip() != "prod":
+    raise SystemExit(
+        f"gunicorn serves production: LLAMON_ENV must be prod, got {os.environ['LLAMON_ENV']!r} "
+        "(development runs with make run)"
+    )
 
 wsgi_app = "llamon_web.wsgi:application"
 bind = os.environ.get("LLAMON_BIND", "127.0.0.1:8000")

@@ -64,3 +64,24 @@ class RefuseNulMiddleware:
                             content_type="text/plain; charset=utf-8",
                         )
         return self.get_response(request)
+
+
+class UserLanguageMiddleware:
+    """A logged-in user's own language choice wins over the browser's (LocaleMiddleware ran first)."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        from django.utils import translation
+
+        from llamon_web.user_services import language_of
+
+        chosen = language_of(getattr(request, "user", None))
+        if not chosen:
+            return self.get_response(request)
+        request.LANGUAGE_CODE = chosen
+        with translation.override(chosen):  # the thread's language is put back after the response
+            response = self.get_response(request)
+        response.headers["Content-Language"] = chosen  # LocaleMiddleware only sets it when unset
+        return response

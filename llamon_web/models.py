@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 from llamon_web.fields import OrderedJSONField
 
@@ -63,3 +64,42 @@ class AuditEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.actor_name or 'system'} {self.action} {self.object_type} {self.object_repr}"
+
+
+class UserProfile(models.Model):
+    """What a person chose for themself: the interface language ('' = the browser's)."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="llamon_profile"
+    )
+    language = models.CharField(_("language"), max_length=8, blank=True)
+
+    class Meta:
+        verbose_name = _("user profile")
+        verbose_name_plural = _("user profiles")
+
+    def __str__(self) -> str:
+        return f"{self.user_id}: {self.language or 'browser'}"
+
+
+class UserInvite(models.Model):
+    """A one-time link to set a password. Only a SHA-256 of the secret is stored; it expires."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="llamon_invites"
+    )
+    token_hash = models.CharField(max_length=64, unique=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        verbose_name = _("invitation")
+        verbose_name_plural = _("invitations")
+
+    def __str__(self) -> str:
+        return f"invite {self.pk} for user {self.user_id}"

@@ -14,6 +14,7 @@ from django.contrib.auth.models import AnonymousUser, Group
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
+from django.utils.translation import gettext as _
 
 Role = Literal["viewer", "editor", "admin"]
 ROLES: tuple[Role, ...] = ("viewer", "editor", "admin")
@@ -66,7 +67,7 @@ def require_role(
             if not request.user.is_authenticated:
                 return redirect_to_login(request.get_full_path())
             if not has_role(request.user, role):
-                raise PermissionDenied(f"This page needs the {role} role.")
+                raise PermissionDenied(_("This page needs the %(role)s role.") % {"role": _(role)})
             return view(request, *args, **kwargs)
 
         wrapped.required_role = role  # type: ignore[attr-defined]

@@ -73,10 +73,12 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.locale.LocaleMiddleware",  # the language from the browser (Accept-Language)
     "django.middleware.common.CommonMiddleware",
     "llamon_web.middleware.RefuseNulMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "llamon_web.middleware.UserLanguageMiddleware",  # ... unless the user chose one
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -96,6 +98,7 @@ TEMPLATES = [
         "OPTIONS": {
             "context_processors": [
                 "django.template.context_processors.request",
+                "django.template.context_processors.i18n",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "llamon_web.roles.roles_context",
@@ -143,10 +146,16 @@ CONTENT_SECURITY_POLICY = {
 }
 
 LOGIN_URL = "login"
+# How long a one-time "set your password" invitation link works (users page, manage.py users invite).
+LLAMON_INVITE_HOURS = env_int("LLAMON_INVITE_HOURS", 72, minimum=1)
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
 
-LANGUAGE_CODE = "en-us"
+LANGUAGE_CODE = "en"
+# The interface speaks these; each user may choose one (user menu), else the browser's
+# Accept-Language decides. locale/ko holds the Korean catalogue (tests/test_i18n.py keeps it complete).
+LANGUAGES = [("en", "English"), ("ko", "한국어")]
+LOCALE_PATHS = [BASE_DIR / "locale"]
 TIME_ZONE = env_str("TIME_ZONE", "UTC")
 USE_I18N = True
 USE_TZ = True

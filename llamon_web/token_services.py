@@ -20,6 +20,7 @@ from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from llamon_web.audit import audit_record
 from llamon_web.errors import DomainError
@@ -56,7 +57,7 @@ def token_list(*, user: Any, all_users: bool = False) -> QuerySet[ApiToken]:
     tokens = ApiToken.objects.select_related("user").order_by("-created_at", "-id")
     if all_users:
         if not has_role(user, "admin"):
-            raise PermissionDenied("Listing other users' tokens needs the admin role.")
+            raise PermissionDenied(_("Listing other users' tokens needs the admin role."))
         return tokens
     return tokens.filter(user=user)
 
@@ -65,20 +66,27 @@ def token_list(*, user: Any, all_users: bool = False) -> QuerySet[ApiToken]:
 def token_create(*, actor: Any, name: str, max_role: str = "") -> CreatedToken:
     """Create a token for ``actor`` and return it with its secret (shown once); audited."""
     if not user_roles(actor):
-        raise PermissionDenied("Only users with a role (viewer, editor or admin) can create API tokens.")
+        raise PermissionDenied(_("Only users with a role (viewer, editor or admin) can create API tokens."))
     name = (name or "").strip()
     if not name:
         raise TokenError(
-            "Give the token a name that says where it is used (like 'ci-pipeline').", field="name"
+            _("Give the token a name that says where it is used (like 'ci-pipeline')."), field="name"
         )
     if len(name) > MAX_NAME_CHARS:
-        raise TokenError(f"The name is longer than {MAX_NAME_CHARS} characters.", field="name")
+        raise TokenError(
+            _("The name is longer than %(max)d characters.") % {"max": MAX_NAME_CHARS}, field="name"
+        )
     if max_role and max_role not in ROLES:
-        raise TokenError("max_role must be viewer, editor, admin or empty.", field="max_role")
+        raise TokenError(_("max_role must be viewer, editor, admin or empty."), field="max_role")
     if max_role and not has_role(actor, max_role):
-        raise TokenError(f"You do not hold the {max_role} role, so a token cannot either.", field="max_role")
+        raise TokenError(
+            _("You do not hold the %(role)s role, so a token cannot either.") % {"role": max_role},
+            field="max_role",
+        )
     if ApiToken.objects.filter(user=actor, revoked_at__isnull=True).count() >= MAX_ACTIVE_TOKENS:
-        raise TokenError(f"You already have {MAX_ACTIVE_TOKENS} active tokens; revoke some first.")
+        raise TokenError(
+            _("You already have %(count)d active tokens; revoke some first.") % {"count": MAX_ACTIVE_TOKENS}
+        )
     prefix = secrets.token_hex(4)
     secret = f"llamon_{prefix}_{secrets.token_urlsafe(32)}"
     token = ApiToken.objects.create(
@@ -95,7 +103,7 @@ def token_create(*, actor: Any, name: str, max_role: str = "") -> CreatedToken:
 def token_revoke(*, actor: Any, token: ApiToken) -> ApiToken:
     """Revoke a token (its owner, or an admin for anyone's); revoking twice changes nothing; audited."""
     if token.user_id != getattr(actor, "pk", None) and not has_role(actor, "admin"):
-        raise PermissionDenied("Only the token's owner or an admin may revoke it.")
+        raise PermissionDenied(_("Only the token's owner or an admin may revoke it."))
     current = ApiToken.objects.select_for_update().get(pk=token.pk)
     if current.revoked_at is None:
         current.revoked_at = timezone.now()

@@ -6,6 +6,8 @@ from django import forms
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
@@ -16,12 +18,21 @@ from llamon_web.roles import has_role, require_role
 
 
 class TokenForm(forms.Form):
-    name = forms.CharField(max_length=100, help_text="Where it is used, like ci-pipeline or served-agent.")
+    name = forms.CharField(
+        label=_("Name"),
+        max_length=100,
+        help_text=_("Where it is used, like ci-pipeline or served-agent."),
+    )
     max_role = forms.ChoiceField(
         required=False,
-        label="At most",
-        choices=[("", "my role"), ("viewer", "viewer (read)"), ("editor", "editor"), ("admin", "admin")],
-        help_text="A token never holds more than your own role; cap it lower for programs that only read.",
+        label=_("At most"),
+        choices=[
+            ("", _("my role")),
+            ("viewer", _("viewer (read)")),
+            ("editor", _("editor")),
+            ("admin", _("admin")),
+        ],
+        help_text=_("A token never holds more than your own role; cap it lower for programs that only read."),
     )
 
 
@@ -64,7 +75,10 @@ def token_revoke(request: HttpRequest, pk: int) -> HttpResponse:
     """Revoke one of your tokens (an admin: anyone's); someone else's token is a 404, not even confirmed."""
     token = get_object_or_404(ApiToken, pk=pk)
     if token.user_id != request.user.pk and not has_role(request.user, "admin"):
-        raise Http404("No such token.")
+        raise Http404(gettext("No such token."))
     token_services.token_revoke(actor=request.user, token=token)
-    messages.success(request, f"Revoked {token.name}: programs using it are refused from now on.")
+    messages.success(
+        request,
+        gettext("Revoked %(name)s: programs using it are refused from now on.") % {"name": token.name},
+    )
     return redirect("tokens")

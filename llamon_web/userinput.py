@@ -17,6 +17,7 @@ from typing import Annotated, Any
 from django import forms
 from django.http import HttpRequest
 from django.utils.datastructures import MultiValueDict
+from django.utils.translation import gettext as _
 from ninja.parser import Parser
 from pydantic import AfterValidator
 
@@ -37,8 +38,8 @@ def check_filter_datetime(value: datetime) -> datetime:
         sign = "-" if offset < timedelta(0) else "+"
         minutes = int(abs(offset).total_seconds()) // 60
         raise UserInputError(
-            f"The UTC offset {sign}{minutes // 60:02d}:{minutes % 60:02d} is out of range; "
-            "use one between -15:59 and +15:59."
+            _("The UTC offset %(offset)s is out of range; use one between -15:59 and +15:59.")
+            % {"offset": f"{sign}{minutes // 60:02d}:{minutes % 60:02d}"}
         )
     if offset is None:
         return value
@@ -46,7 +47,7 @@ def check_filter_datetime(value: datetime) -> datetime:
         return value.astimezone(UTC)
     except OverflowError:
         raise UserInputError(
-            "The date is out of range: in UTC it must fall in the years 1 to 9999."
+            _("The date is out of range: in UTC it must fall in the years 1 to 9999.")
         ) from None
 
 
@@ -67,7 +68,7 @@ class FilterDateTimeField(forms.DateTimeField):
         try:
             result = super().to_python(value)
         except OverflowError:  # making a naive 0001-01-01 aware in a zone east of UTC
-            raise forms.ValidationError("The date is out of range.") from None
+            raise forms.ValidationError(_("The date is out of range.")) from None
         if result is None:
             return None
         try:

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from django import forms
+from django.utils.translation import gettext_lazy as _
 
 from llamon_agent import strictjson
 from llamon_agent.a2a import A2AFormatError, to_request
@@ -34,21 +35,21 @@ class RuleForm(forms.Form):
 
     name = forms.CharField(max_length=100, widget=forms.TextInput(attrs=CODE))
     description = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
-    mcp_id = forms.CharField(label="Server", max_length=64)
+    mcp_id = forms.CharField(label=_("Server"), max_length=64)
     tool_name = forms.CharField(
-        label="Tool", max_length=200, widget=forms.TextInput(attrs={**CODE, "list": "tool-options"})
+        label=_("Tool"), max_length=200, widget=forms.TextInput(attrs={**CODE, "list": "tool-options"})
     )
     when = forms.CharField(
         widget=forms.Textarea(attrs={**CODE, "rows": 3, "data-expr-editor": "when"}),
-        help_text='Fires when true, e.g. "주문" in query',
+        help_text=_('Fires when true, e.g. "주문" in query'),
     )
     params = forms.CharField(
         initial="{}",
         widget=forms.Textarea(attrs={**CODE, "rows": 3, "data-expr-editor": "params"}),
-        help_text='A dict, e.g. {"query": query}',
+        help_text=_('A dict, e.g. {"query": query}'),
     )
     stop = forms.BooleanField(
-        required=False, help_text="When this rule fires, later rules are not evaluated."
+        required=False, help_text=_("When this rule fires, later rules are not evaluated.")
     )
     enabled = forms.BooleanField(required=False, initial=True)
     revision = forms.IntegerField(required=False, widget=forms.HiddenInput)
@@ -106,26 +107,30 @@ class TesterForm(forms.Form):
     context = forms.CharField(
         required=False,
         widget=forms.Textarea(attrs={**CODE, "rows": 3}),
-        help_text='A JSON object, e.g. {"userId": "C-1001"}',
+        help_text=_('A JSON object, e.g. {"userId": "C-1001"}'),
     )
     data = forms.CharField(
-        label="DataParts",
+        label=_("DataParts"),
         required=False,
         widget=forms.Textarea(attrs={**CODE, "rows": 3}),
-        help_text="A JSON list of objects (one per DataPart), one object, or a whole A2A message (0.3 or 1.0)",
+        help_text=_(
+            "A JSON list of objects (one per DataPart), one object, or a whole A2A message (0.3 or 1.0)"
+        ),
     )
     files = forms.CharField(
-        label="FileParts",
+        label=_("FileParts"),
         required=False,
         widget=forms.Textarea(attrs={**CODE, "rows": 2}),
-        help_text='A JSON list of {"name", "mimeType", "uri"}',
+        help_text=_('A JSON list of {"name", "mimeType", "uri"}'),
     )
 
     pinned = forms.CharField(
-        label="Pinned tool outputs",
+        label=_("Pinned tool outputs"),
         required=False,
         widget=forms.Textarea(attrs={**CODE, "rows": 2}),
-        help_text='Execute answers these calls from the recorded output instead of calling the tool: a JSON list of {"mcp_id", "tool_name", "params" (optional: any call of the tool), "output"}',
+        help_text=_(
+            'Execute answers these calls from the recorded output instead of calling the tool: a JSON list of {"mcp_id", "tool_name", "params" (optional: any call of the tool), "output"}'
+        ),
     )
 
     def clean_pinned(self) -> list[dict[str, Any]]:
@@ -248,4 +253,4 @@ class AuditFilterForm(forms.Form):
     action = forms.CharField(required=False)
     since = FilterDateTimeField(required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
     until = FilterDateTimeField(required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
-    query = forms.CharField(required=False, label="Object")
+    query = forms.CharField(required=False, label=_("Object"))

@@ -7,6 +7,7 @@ import re
 from typing import Any
 
 from django import forms
+from django.utils.translation import gettext_lazy as _
 
 from llamon_agent import strictjson
 from servers.models import McpServer
@@ -33,7 +34,9 @@ class McpServerForm(forms.Form):
     """Add or edit a server. For stdio, ``confirmed_command`` must match the command line to save."""
 
     mcp_id = forms.CharField(
-        label="Id", max_length=64, help_text="Lowercase letters, digits, '-', '_' or '.'; rules refer to it."
+        label=_("Id"),
+        max_length=64,
+        help_text=_("Lowercase letters, digits, '-', '_' or '.'; rules refer to it."),
     )
     description = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
     transport = forms.ChoiceField(
@@ -42,36 +45,36 @@ class McpServerForm(forms.Form):
     command = forms.CharField(
         required=False,
         max_length=500,
-        help_text="The program only, e.g. /usr/bin/python3. It runs without a shell.",
+        help_text=_("The program only, e.g. /usr/bin/python3. It runs without a shell."),
     )
     args = forms.CharField(
-        label="Arguments", required=False, widget=forms.Textarea(attrs={"rows": 4, "class": "code"}),
-        help_text="One argument per line (no shell quoting needed).",
+        label=_("Arguments"), required=False, widget=forms.Textarea(attrs={"rows": 4, "class": "code"}),
+        help_text=_("One argument per line (no shell quoting needed)."),
     )  # fmt: skip
     env_names = forms.CharField(
-        label="Environment variable names", required=False, widget=forms.Textarea(attrs={"rows": 2, "class": "code"}),
-        help_text=(
+        label=_("Environment variable names"), required=False, widget=forms.Textarea(attrs={"rows": 2, "class": "code"}),
+        help_text=_(
             "Names only (like LLAMON_MCP_ORDER_KEY), one per line: values come from the app's environment. "
             "Allowed names are set by the operator in LLAMON_MCP_ENV_NAMES."
         ),
     )  # fmt: skip
     url = forms.CharField(
-        label="URL", required=False, max_length=2000, help_text="e.g. https://mcp.example.com/mcp"
+        label=_("URL"), required=False, max_length=2000, help_text=_("e.g. https://mcp.example.com/mcp")
     )
     header_names = forms.CharField(
-        label="Headers from environment variables", required=False,
+        label=_("Headers from environment variables"), required=False,
         widget=forms.Textarea(attrs={"rows": 2, "class": "code"}),
-        help_text=(
+        help_text=_(
             "Header-Name=ENV_NAME, or just ENV_NAME for a bearer token; one per line "
             "(names allowed by LLAMON_MCP_ENV_NAMES)."
         ),
     )  # fmt: skip
     timeout_s = forms.FloatField(
-        label="Timeout (seconds)", initial=30.0, min_value=TIMEOUT_MIN_S, max_value=TIMEOUT_MAX_S,
+        label=_("Timeout (seconds)"), initial=30.0, min_value=TIMEOUT_MIN_S, max_value=TIMEOUT_MAX_S,
         error_messages={"min_value": _TIMEOUT_RANGE, "max_value": _TIMEOUT_RANGE, "invalid": _TIMEOUT_RANGE},
     )  # fmt: skip
     enabled = forms.BooleanField(
-        required=False, initial=True, help_text="Only enabled servers are bound by the pre-step."
+        required=False, initial=True, help_text=_("Only enabled servers are bound by the pre-step.")
     )
     confirmed_command = forms.CharField(required=False, widget=forms.HiddenInput)
 
@@ -89,9 +92,9 @@ class McpServerForm(forms.Form):
     def clean(self) -> dict[str, Any]:
         data = super().clean()
         if data.get("transport") == McpServer.Transport.STDIO and not (data.get("command") or "").strip():
-            self.add_error("command", "Enter the command to run (the program, without its arguments).")
+            self.add_error("command", _("Enter the command to run (the program, without its arguments)."))
         if data.get("transport") == McpServer.Transport.HTTP and not (data.get("url") or "").strip():
-            self.add_error("url", "Enter the server's URL, like https://mcp.example.com/mcp.")
+            self.add_error("url", _("Enter the server's URL, like https://mcp.example.com/mcp."))
         return data
 
     def preview_command_line(self) -> str:
@@ -186,7 +189,7 @@ class ToolCallForm(forms.Form):
         if not isinstance(props, dict) or len(props) > MAX_GENERATED_FIELDS:
             # No usable properties: edit the whole argument object as JSON.
             self.fields["arguments_json"] = JsonField(
-                label="Arguments (JSON object)", required=False, initial="{}"
+                label=_("Arguments (JSON object)"), required=False, initial="{}"
             )
             self._names["arguments_json"] = ""
             self.params.append(

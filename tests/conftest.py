@@ -205,8 +205,10 @@ def browser() -> Iterator[object]:
 @pytest.fixture
 def page(browser, live_server) -> Iterator[object]:
     """A fresh browser page; ``page.base_url`` is the live server's address."""
+    # English pages: the interface follows Accept-Language, and the assertions read English text.
+    # tests/e2e/test_users.py switches to Korean the way a person does.
     context = browser.new_context(
-        base_url=live_server.url, viewport={"width": 1280, "height": 800}, locale="ko-KR"
+        base_url=live_server.url, viewport={"width": 1280, "height": 800}, locale="en-US"
     )
     context.set_default_timeout(15_000)
     pg = context.new_page()
@@ -219,6 +221,16 @@ def page(browser, live_server) -> Iterator[object]:
     finally:
         context.close()
     assert not pg.csp_violations, f"Content-Security-Policy violations: {pg.csp_violations}"
+
+
+@pytest.fixture(autouse=True)
+def _english_after_each_test() -> Iterator[None]:
+    """A request in Korean leaves Korean active in its thread (LocaleMiddleware never resets it);
+    the next test starts in the default language again."""
+    yield
+    from django.utils import translation
+
+    translation.deactivate()
 
 
 @pytest.fixture

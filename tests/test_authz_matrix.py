@@ -86,6 +86,17 @@ EXPECTED: dict[str, tuple[str, dict[str, int | str]]] = {
     "tokens": ("viewer", {"anonymous": LOGIN, "viewer": 200, "editor": 200, "admin": 200}),
     "token_create": ("viewer", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
     "token_revoke": ("viewer", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
+    # Users and roles: admins only. The invitation page is public (its secret is the key): an
+    # unknown link is a 404 for everyone. Each user keeps their own language choice.
+    "users": ("admin", {"anonymous": LOGIN, "viewer": 403, "editor": 403, "admin": 200}),
+    "user_create": ("admin", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
+    "user_detail": ("admin", {"anonymous": LOGIN, "viewer": 403, "editor": 403, "admin": 200}),
+    "user_set_role": ("admin", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
+    "user_set_active": ("admin", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
+    "user_invite": ("admin", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
+    "user_token_revoke": ("admin", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
+    "invite_accept": ("public", {"anonymous": 404, "viewer": 404, "editor": 404, "admin": 404}),
+    "language_set": ("viewer", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
 }
 # POST-only pages: who may POST (anonymous -> login, a role below -> 403). Checked with an empty body.
 POST_ROLES: dict[str, str] = {
@@ -168,7 +179,13 @@ def sample_kwargs(make_user) -> dict[str, dict[str, object]]:
     kwargs["governance:impact_detail"] = kwargs["governance:impact_progress"] = {"pk": analysis.pk}
     from llamon_web.token_services import token_create
 
-    kwargs["token_revoke"] = {"pk": token_create(actor=author, name="matrix").token.pk}
+    matrix_token = token_create(actor=author, name="matrix").token
+    kwargs["token_revoke"] = {"pk": matrix_token.pk}
+    kwargs.update(
+        dict.fromkeys(("user_detail", "user_set_role", "user_set_active", "user_invite"), {"pk": author.pk})
+    )
+    kwargs["user_token_revoke"] = {"pk": author.pk, "token_pk": matrix_token.pk}
+    kwargs["invite_accept"] = {"secret": "x" * 43}
     # MCP server pages take the server's pk.
     kwargs.update(
         dict.fromkeys(

@@ -1,0 +1,92 @@
+"""The users page and the language choice in a real browser."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth import get_user_model
+
+from llamon_web.models import AuditEvent
+from llamon_web.user_services import role_of
+from tests.e2e.conftest import screenshot
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture(autouse=True)
+def _urlconf_imported() -> None:
+    """Import the URLconf (and every view module with it) here, not in the live server's first
+    request: on a busy machine that cold import alone outlasts the browser's navigation timeout."""
+    from django.urls import get_resolver
+
+    assert get_resolver().url_patterns
+
+
+def test_an_admin_adds_a_user_sets_the_role_and_deactivates_them(page, logged_in) -> None:
+    logged_in("admin")
+    page.click("nav >> text=Users")
+    page.wait_for_url("**/users/")
+    page.fill("#id_username", "mina")
+    page.fill("#id_email", "mina@example.com")
+    page.select_option("#id_role", "viewer")
+    page.click("#user-form button[type=submit]")
+    link = page.locator("#invite-link code").inner_text()
+    assert "/accounts/invite/" in link
+    assert page.locator("#user-role").inner_text() == "viewer"
+
+    page.select_option("#role-form select[name=role]", "editor")
+    page.click("#role-form button[type=submit]")
+    page.wait_for_selector(".msg >> text=mina is now editor.")
+    assert page.locator("#user-role").inner_text() == "editor"
+
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.click("#active-form button[type=submit]")
+    page.wait_for_selector(".msg >> text=mina is deactivated")
+    assert page.locator("#user-state").inner_text() == "deactivated"
+
+    mina = get_user_model().objects.get(username="mina")
+    assert not mina.is_active and role_of(mina) == "editor"  # has_role is False for the inactive
+    actions = set(AuditEvent.objects.filter(object_repr="mina").values_list("action", flat=True))
+    assert {"user.create", "user.invite", "user.set_role", "user.deactivate"} <= actions
+
+    page.click("text=All users")
+    page.wait_for_url("**/users/")
+    row = page.locator('tr[data-username="mina"]')
+    assert row.locator(".user-role").inner_text() == "editor"
+    assert row.locator(".user-state").inner_text() == "deactivated"
+    screenshot(page, "users")
+
+
+def test_the_invited_person_sets_a_password_and_logs_in(page, logged_in) -> None:
+    logged_in("admin")
+    page.goto("/users/")
+    page.fill("#id_username", "newbie")
+    page.click("#user-form button[type=submit]")
+    link = page.locator("#invite-link code").inner_text()
+    page.click("text=Log out")
+    page.wait_for_url("**/accounts/login/")
+    page.goto(link)
+    page.fill("#id_password1", "correct horse 42")
+    page.fill("#id_password2", "correct horse 42")
+    page.click("#invite-accept-form button[type=submit]")
+    page.wait_for_url("**/accounts/login/")
+    page.fill("#id_username", "newbie")
+    page.fill("#id_password", "correct horse 42")
+    page.click("button[type=submit]")
+    page.wait_for_url(lambda url: "/accounts/login" not in url)
+    assert "newbie" in page.locator(".who").inner_text()
+
+
+def test_choosing_korean_turns_the_interface_korean(page, logged_in) -> None:
+    logged_in("viewer")
+    page.goto("/rules/")
+    assert page.locator("nav.nav").get_by_text("Rule sets").is_visible()
+    page.select_option("#id_language_choice", "ko")
+    page.click("#language-form button[type=submit]")
+    page.wait_for_url("**/rules/")
+    nav = page.locator("nav.nav")
+    assert nav.get_by_text("규칙 세트").is_visible() and nav.get_by_text("MCP 서버").is_visible()
+    assert page.locator("html").get_attribute("lang") == "ko"
+    assert page.locator(".account").get_by_text("로그아웃").is_visible()
+    # The choice belongs to the user, not the page: it holds on the next page too.
+    page.goto("/agents/")
+    assert page.locator("nav.nav").get_by_text("에이전트").is_visible()

@@ -1,0 +1,113 @@
+"""The Korean interface: the catalogue is complete, current and compiled; the language follows the
+browser unless the user chose one; the seed's Korean contract strings are never translated."""
+
+from __future__ import annotations
+
+import gettext
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+from django.test import override_settings
+from django.urls import reverse
+from django.utils import translation
+
+from llamon_agent import models as agent_models
+from llamon_agent import prestep, project
+from llamon_web.management.commands.messages import LANGUAGES, MAKEMESSAGES_OPTIONS
+from tests.conftest import ROOT, require_executable
+
+PO = ROOT / "locale" / "ko" / "LC_MESSAGES" / "django.po"
+MO = PO.with_suffix(".mo")
+CONTRACT = [
+    prestep.MCP_NOT_LOADED,
+    prestep.PRESTEP_FAILED,
+    prestep.RESULTS_HEADER,
+    prestep.LOG_DONE,
+    project.NEVER_CALLED,
+    agent_models.OFFLINE_ANSWER_HEADER,
+]
+
+
+def _statistics(po: Path) -> str:
+    msgfmt = require_executable("msgfmt", "gettext")
+    result = subprocess.run(
+        [msgfmt, "--check", "--statistics", "-o", "/dev/null", str(po)], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stderr.strip()
+
+
+def _catalog(mo: Path) -> dict:
+    with mo.open("rb") as handle:
+        catalog = dict(gettext.GNUTranslations(handle)._catalog)  # type: ignore[attr-defined]
+    catalog.pop("", None)  # the header
+    return catalog
+
+
+def test_every_string_in_the_catalogue_is_translated() -> None:
+    stats = _statistics(PO)
+    assert stats.endswith(" translated messages."), f"untranslated or fuzzy entries in {PO.name}: {stats}"
+
+
+def test_makemessages_finds_no_new_or_removed_string(tmp_path: Path, monkeypatch) -> None:
+    """What `manage.py messages` would write equals what is committed: no string waits for a translation."""
+    require_executable("xgettext", "gettext")
+    for language in LANGUAGES:
+        target = tmp_path / language / "LC_MESSAGES"
+        target.mkdir(parents=True)
+        shutil.copy(PO, target / "django.po")
+    monkeypatch.chdir(ROOT)
+    with override_settings(LOCALE_PATHS=[tmp_path]):
+        call_command("makemessages", verbosity=0, **MAKEMESSAGES_OPTIONS)
+    fresh = tmp_path / "ko" / "LC_MESSAGES" / "django.po"
+    assert _statistics(fresh) == _statistics(PO), (
+        "the code's strings differ from locale/ko: run `manage.py messages`, translate the empty msgstr "
+        "entries and commit django.po and django.mo"
+    )
+
+
+def test_the_committed_mo_is_compiled_from_the_po(tmp_path: Path) -> None:
+    msgfmt = require_executable("msgfmt", "gettext")
+    compiled = tmp_path / "django.mo"
+    subprocess.run([msgfmt, "-o", str(compiled), str(PO)], check=True)
+    assert _catalog(MO) == _catalog(compiled), "django.mo is stale: run `manage.py messages`"
+
+
+def test_the_seed_contract_strings_are_never_translated() -> None:
+    catalog = _catalog(MO)
+    for contract in CONTRACT:
+        stem = contract.split("{")[0].split("%")[0].strip()
+        assert not [msgid for msgid in catalog if stem in str(msgid)], contract
+        with translation.override("ko"):
+            assert translation.gettext(contract) == contract
+
+
+@pytest.mark.django_db
+def test_the_browser_language_chooses_korean(viewer_client) -> None:
+    page = viewer_client.get(reverse("home"), HTTP_ACCEPT_LANGUAGE="ko-KR,ko;q=0.9,en;q=0.5").content.decode()
+    assert 'lang="ko"' in page and ">규칙 세트</a>" in page and "로그아웃" in page
+    page = viewer_client.get(reverse("home"), HTTP_ACCEPT_LANGUAGE="en-US").content.decode()
+    assert 'lang="en"' in page and ">Rule sets</a>" in page
+
+
+@pytest.mark.django_db
+def test_the_users_own_choice_wins_over_the_browser(viewer_client) -> None:
+    viewer_client.post(reverse("language_set"), {"language": "en"})
+    page = viewer_client.get(reverse("home"), HTTP_ACCEPT_LANGUAGE="ko").content.decode()
+    assert ">Rule sets</a>" in page
+    viewer_client.post(reverse("language_set"), {"language": "ko"})
+    page = viewer_client.get(reverse("home"), HTTP_ACCEPT_LANGUAGE="en").content.decode()
+    assert ">규칙 세트</a>" in page
+
+
+@pytest.mark.django_db
+def test_messages_from_python_are_korean_and_keep_their_values(client, make_user) -> None:
+    admin = make_user("admin")
+    client.force_login(admin)
+    client.post(reverse("language_set"), {"language": "ko"})
+    response = client.post(reverse("user_create"), {"username": "with space", "role": "viewer"})
+    assert response.status_code == 400
+    assert "사용자 이름에는 글자, 숫자와 @ . + - _ 만 쓸 수 있습니다" in response.content.decode()
