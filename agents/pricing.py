@@ -104,8 +104,13 @@ def usage_counts(tokens: Any) -> dict[str, int] | None:
     """``{"input_tokens", "output_tokens", "total_tokens"}`` of a step's stored usage, or None if it has none."""
     if not isinstance(tokens, dict):
         return None
-    counts = {key: tokens.get(key) for key in ("input_tokens", "output_tokens")}
-    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in counts.values()):
+    found = {key: tokens.get(key) for key in ("input_tokens", "output_tokens")}
+    counts: dict[str, int] = {
+        key: value
+        for key, value in found.items()
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    }
+    if len(counts) != len(found):
         return None
     total = tokens.get("total_tokens")
     counts["total_tokens"] = (

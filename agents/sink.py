@@ -42,7 +42,7 @@ class DbStepSink:
             }
         self.counts = {"llm": 0, "tool": 0}
         # The stored value (not the caller's copy): the tool filter pages by it like the run list.
-        self._created_at = Run.objects.filter(pk=run.pk).values_list("created_at", flat=True).first()
+        self._created_at = Run.objects.filter(pk=run.pk).values_list("created_at", flat=True).get()
         self._tools: set[str] = set()  # tools this sink recorded in RunTool already
 
     def emit(self, event: TraceEvent) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 from django import forms
 
 from governance.services import DRAFT, MAX_DAYS, MAX_FILTER_CHARS
@@ -20,7 +22,10 @@ class ImpactForm(forms.Form):
     def __init__(self, *args, rule_set: RuleSet, agent_names: list[str], **kwargs) -> None:
         super().__init__(*args, **kwargs)
         numbers = list(rule_set.versions.order_by("-number").values_list("number", flat=True)[:200])
-        self.fields["version"].choices = [(DRAFT, f"draft (revision {rule_set.revision})")] + [
+        # Both are ChoiceFields; django-stubs types form.fields values as Field.
+        version = cast(forms.ChoiceField, self.fields["version"])
+        version.choices = [(DRAFT, f"draft (revision {rule_set.revision})")] + [
             (str(n), f"v{n}") for n in numbers
         ]
-        self.fields["agent"].choices = [("", "every agent")] + [(n, n) for n in agent_names]
+        agent = cast(forms.ChoiceField, self.fields["agent"])
+        agent.choices = [("", "every agent")] + [(n, n) for n in agent_names]

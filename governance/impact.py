@@ -214,7 +214,7 @@ def _sample(
 
 
 def _calls_json(calls: Iterable[tuple[str, Call]]) -> list[dict[str, Any]]:
-    out = []
+    out: list[dict[str, Any]] = []
     for rule, call in calls:
         if len(out) >= CALLS_PER_SAMPLE:
             break

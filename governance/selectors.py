@@ -96,6 +96,6 @@ def recorded_presteps(*, run_ids: list[int]) -> dict[int, RecordedPrestep]:
     )
     for run_id, name, status, mcp_id, tool_name, data in rule_steps:
         found = out.get(run_id)
-        if found is not None:
+        if found is not None and found.rules is not None:
             found.rules.append((name, status, mcp_id, tool_name, data))
     return out

@@ -9,6 +9,7 @@ privacy settings before comparing, and the report keeps only masked values.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
@@ -249,7 +250,7 @@ def impact_replay(
             report.add(
                 run_id=run_id,
                 created_at=created_at.isoformat(),
-                query=lambda q=query: str(mask(q)),
+                query=functools.partial(_masked_text, mask, query),
                 old=old,
                 new=new,
                 mask=mask,
@@ -265,6 +266,10 @@ def impact_replay(
         **report.to_json(),
         "duration_ms": round((time.perf_counter() - started) * 1000),
     }
+
+
+def _masked_text(mask: Callable[[Any], Any], text: str) -> str:
+    return str(mask(text))
 
 
 def old_side(

@@ -7,6 +7,7 @@ user menu. Thin: each view validates a form and makes one call to llamon_web.use
 from __future__ import annotations
 
 from django import forms
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import get_user_model
 from django.http import HttpRequest, HttpResponse
@@ -67,7 +68,7 @@ class SetPasswordForm(forms.Form):
     )
 
     def clean(self) -> dict:
-        data = super().clean()
+        data = super().clean() or {}
         if data.get("password1") and data.get("password1") != data.get("password2"):
             raise forms.ValidationError(_("The two passwords differ."))
         return data
@@ -130,7 +131,7 @@ def _detail(request: HttpRequest, user, *, invite_url: str | None = None, status
         "role_form": RoleForm(initial={"role": user_services.role_of(user) or "viewer"}),
         "tokens": user_services.user_tokens(user),
         "invite_url": invite_url,
-        "invite_hours": user_services.settings.LLAMON_INVITE_HOURS,
+        "invite_hours": settings.LLAMON_INVITE_HOURS,
     }
     return render(request, "users/user_detail.html", context, status=status)
 

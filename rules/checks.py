@@ -82,10 +82,8 @@ def _params_problems(source: str, tool: Mapping[str, Any]) -> list[Problem]:
     # The literal values (dynamic ones left out) against the schema, required keys aside.
     known = {key: value for key, value in params.items() if value is not _DYNAMIC}
     properties = schema.get("properties")
-    closed = schema.get("additionalProperties") is False and isinstance(properties, Mapping)
-    reasons += [
-        f"'{key}' is not a parameter of the tool" for key in params if closed and key not in properties
-    ]
+    if schema.get("additionalProperties") is False and isinstance(properties, Mapping):
+        reasons += [f"'{key}' is not a parameter of the tool" for key in params if key not in properties]
     loose = {k: v for k, v in schema.items() if k not in ("required", "additionalProperties")}
     reasons += schema_errors(loose, known, limit=5)
     if not reasons:

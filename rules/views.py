@@ -360,7 +360,7 @@ def rule_set_test(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         origin = None if case else tester_origin_load(request.session, rule_set.pk)
         masked_left = tester_masked_left(origin, tester.to_request().to_json())
         context["masked_left"], context["origin"] = masked_left, origin
-        if execute and masked_left:
+        if execute and masked_left and origin is not None:
             # A masked value is the mask's text, not the customer's: real tools must not get it as if real.
             context["error"] = (
                 f"Execute would send masked values to real tools as if they were real: replace "

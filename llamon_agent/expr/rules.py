@@ -95,7 +95,7 @@ class ExpressionRule:
         return self.compiled_when.index_options
 
     @property
-    def __name__(self) -> str:  # type: ignore[override]  # read by code that names rules like functions
+    def __name__(self) -> str:  # read by code that names rules like functions
         return self.name
 
     def __getattr__(self, attr: str) -> Any:

@@ -30,7 +30,7 @@ import re
 import threading
 import types
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from llamon_agent.expr.errors import ExprError, _Source
 from llamon_agent.expr.limits import _BIDI, _NEWLINES, MAX_SOURCE_CHARS, MAX_STR_LITERAL_CHARS
@@ -159,7 +159,7 @@ def learn(
             if index is None or literals[index] is not None or node.value != values[index]:
                 _TEMPLATES[(kind, text)] = _UNSHAREABLE  # e.g. "a" "b": two literals, one text
                 return None
-            literals[index] = twin  # type: ignore[assignment]
+            literals[index] = cast(ast.Constant, twin)  # the pristine tree's node at the same place
             lift[id(node)] = index
     if any(node is None for node in literals):
         _TEMPLATES[(kind, text)] = _UNSHAREABLE
@@ -174,7 +174,12 @@ def learn(
             and id(node.args[0]) in lift
         ):
             patterns.append(lift[id(node.args[0])])
-    return lift, tuple(literals), tuple(patterns), values  # type: ignore[return-value]
+    return (
+        lift,
+        tuple(cast(list[ast.Constant], literals)),
+        tuple(patterns),
+        values,
+    )  # none is None (checked above)
 
 
 _SYMBOL = "\x00llamon{}\x00"  # a literal can never hold NUL, so a symbol never equals one

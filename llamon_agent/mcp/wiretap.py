@@ -94,7 +94,7 @@ class _TappedReceive:
         self._inner, self._tap = inner, tap
 
     async def receive(self) -> SessionMessage | Exception:
-        item = await self._inner.receive()
+        item: SessionMessage | Exception = await self._inner.receive()
         self._tap.seen(RECEIVED, item)
         return item
 
