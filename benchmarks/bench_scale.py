@@ -7,7 +7,7 @@ runs per timestamp (keyset ties), 5 agents, every status, 50,000 customers, a ru
 prints p50/p95 of the run list page and /api/runs for every filter, EXPLAIN (ANALYZE) summaries of
 the hot queries, and the long run's page old (every step) vs new (200 steps).
 
-Run: .ci/with-postgres .venv/bin/python benchmarks/bench_scale.py [--runs 1000000] [--n 30]
+Run: .ci/with-postgres .venv/bin/python benchmarks/bench_scale.py [--runs 1000000] [--n 30] [--tool-filter-only]
      .venv/bin/python benchmarks/bench_scale.py --import-only   (SQLite: the import lock)
 """
 
@@ -149,7 +149,6 @@ def bench_lists(user, agents, n: int) -> None:
     t0 = time.perf_counter()
     Run.objects.count()
     print(f"{'(old) COUNT(*) of all':26} {(time.perf_counter() - t0) * 1000:9.1f}")
-    bench_old_tool_filter(n)
 
 
 def bench_old_tool_filter(n: int) -> None:
@@ -325,6 +324,9 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=30)
     parser.add_argument("--rules", type=int, default=2000)
     parser.add_argument("--import-only", action="store_true")
+    parser.add_argument(
+        "--tool-filter-only", action="store_true", help="seed, then only the tool filter, old vs new"
+    )
     args = parser.parse_args()
     if args.import_only:
         bench_import_lock(args.rules)
@@ -332,7 +334,11 @@ def main() -> None:
     if connection.vendor != "postgresql":
         raise SystemExit("run it on PostgreSQL: .ci/with-postgres .venv/bin/python benchmarks/bench_scale.py")
     user, agents, long_run = seed(args.runs)
+    if args.tool_filter_only:
+        bench_old_tool_filter(args.n)
+        return
     bench_lists(user, agents, args.n)
+    bench_old_tool_filter(args.n)
     explain(agents)
     bench_long_run(user, long_run, args.n)
     bench_retention()
