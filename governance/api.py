@@ -12,9 +12,9 @@ from django.http import HttpRequest
 from django.urls import reverse
 from ninja import Router, Status
 
-from governance import services
+from governance import health, services
 from governance.models import ImpactAnalysis
-from governance.schemas import ImpactIn, ImpactOut
+from governance.schemas import ImpactIn, ImpactOut, RuleSetHealthOut
 from llamon_web.api_auth import DbId, error_responses, get_or_404, roles
 from rules.models import RuleSet
 
@@ -44,3 +44,15 @@ def start_impact(request: HttpRequest, rule_set_id: DbId, payload: ImpactIn) -> 
 def get_impact(request: HttpRequest, analysis_id: DbId) -> Any:
     """One analysis: ``status`` and ``done``/``total`` while it runs, ``result`` once it has succeeded."""
     return _out(get_or_404(ImpactAnalysis, "impact analysis", pk=analysis_id))
+
+
+@router.get(
+    "/rule-sets/{rule_set_id}/health",
+    response={200: RuleSetHealthOut, **error_responses(404)},
+    auth=roles("viewer"),
+    tags=["rule health"],
+)
+def get_rule_health(request: HttpRequest, rule_set_id: DbId, days: int = health.DEFAULT_DAYS) -> Any:
+    """Coverage and health per rule over the last ``days`` days (1 to 90; default 14)."""
+    rule_set = get_or_404(RuleSet, "rule set", pk=rule_set_id)
+    return health.rule_set_health(rule_set=rule_set, days=days).to_json()

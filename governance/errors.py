@@ -7,3 +7,7 @@ from llamon_web.errors import DomainError
 
 class ImpactError(DomainError):
     """An impact analysis was refused; ``field`` names the input at fault."""
+
+
+class HealthError(DomainError):
+    """A rule health report was refused (days out of range); ``field`` names the input at fault."""

@@ -47,3 +47,60 @@ class ImpactOut(Schema):
         description="replayed, unchanged, changed, skipped, kinds {added, removed, changed, error, fixed}, "
         "rules [{rule, runs, added, removed, changed, error, fixed, param_keys, errors, samples}] (docs/governance.md).",
     )
+
+
+class RuleHealthCasesOut(Schema):
+    expect_fire: list[str] = Field(description="Cases whose must_fire names this rule's tool (and server).")
+    expect_not_fire: list[str] = Field(description="Cases whose must_not_fire names this rule's tool.")
+    fired: list[str] = Field(description="Cases in which the rule fired (last suite run, or evaluated now).")
+    errors: list[str] = Field(description="Cases in which the rule failed.")
+
+
+class RuleHealthOut(Schema):
+    name: str
+    position: int | None = Field(
+        description="Evaluation order in the draft (1-based); null: not in the draft."
+    )
+    in_draft: bool
+    enabled: bool
+    mcp_id: str
+    tool_name: str
+    fires_per_day: list[int] = Field(description="Runs in which the rule fired, per day of day_labels.")
+    fires: int
+    errors: int
+    never_fired: bool
+    p50_ms: float | None = Field(description="Median duration of the rule step (its tool call), ms.")
+    p95_ms: float | None
+    duration_samples: int = Field(
+        description="How many recorded durations the percentiles are computed from."
+    )
+    cases: RuleHealthCasesOut
+    covered: bool = Field(description="The rule fires in at least one test case.")
+
+
+class CoverageOut(Schema):
+    covered: int
+    rules: int = Field(description="Enabled rules of the draft.")
+    percent: float | None
+    cases: int
+    cases_stored: int = Field(description="Cases whose last suite run is newer than the draft's last change.")
+    cases_evaluated: int = Field(
+        description="Cases evaluated now as a dry run on the draft (nothing stored)."
+    )
+    cases_invalid: int
+    cases_truncated: bool
+
+
+class RuleSetHealthOut(Schema):
+    """Per rule: fires per day, errors and latency of the last ``days`` days, and test-case coverage."""
+
+    rule_set: int
+    name: str
+    days: int
+    since: datetime
+    until: datetime
+    day_labels: list[str]
+    runs: int = Field(description="Runs of this rule set in the window.")
+    never_fired: list[str] = Field(description="Enabled draft rules that did not fire in the window.")
+    coverage: CoverageOut
+    rules: list[RuleHealthOut]

@@ -7,6 +7,7 @@ app_name = "governance"
 urlpatterns = [
     path("rule-sets/<int:pk>/impact/", views.impact_new, name="impact_new"),
     path("rule-sets/<int:pk>/impact/start", views.impact_start, name="impact_start"),
+    path("rule-sets/<int:pk>/health/", views.rule_health, name="rule_health"),
     path("impact/<int:pk>/", views.impact_detail, name="impact_detail"),
     path("impact/<int:pk>/progress", views.impact_progress, name="impact_progress"),
 ]

@@ -1,4 +1,4 @@
-"""Impact analysis pages. Views authorize, validate, call one service or selector, render."""
+"""Impact analysis and rule health pages. Views authorize, validate, call one service or selector, render."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from django_htmx.http import HttpResponseClientRefresh
 
 from agents.errors import BrokerUnavailableError
 from agents.models import Agent
-from governance import selectors, services
-from governance.errors import ImpactError
+from governance import health, selectors, services
+from governance.errors import HealthError, ImpactError
 from governance.forms import ImpactForm
 from governance.models import ImpactAnalysis
 from llamon_web.http import HtmxHttpRequest
@@ -75,3 +75,21 @@ def impact_progress(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     if analysis.finished and request.htmx:
         return HttpResponseClientRefresh()
     return render(request, "governance/impact_detail.html#impact-progress", {"analysis": analysis})
+
+
+@require_GET
+@require_role("viewer")
+def rule_health(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """Coverage and health per rule over the last N days (``?days=``, 1 to 90); a bad N says why (400)."""
+    rule_set = get_object_or_404(RuleSet, pk=pk)
+    raw = request.GET.get("days", str(health.DEFAULT_DAYS))
+    try:
+        days = health.health_days(raw)
+    except HealthError as exc:
+        context = {"rule_set": rule_set, "error": exc.message, "days": health.DEFAULT_DAYS,
+                   "max_days": health.MAX_DAYS}  # fmt: skip
+        return render(request, "governance/rule_health.html", context, status=400)
+    report = health.rule_set_health(rule_set=rule_set, days=days)
+    context = {"rule_set": rule_set, "report": report, "days": days, "max_days": health.MAX_DAYS,
+               "sample": health.SAMPLE_PER_RULE}  # fmt: skip
+    return render(request, "governance/rule_health.html", context)

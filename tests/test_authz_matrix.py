@@ -77,6 +77,7 @@ EXPECTED: dict[str, tuple[str, dict[str, int | str]]] = {
     # Impact analyses: viewers read the form page and every analysis, editors start one.
     "governance:impact_new": ("viewer", {"anonymous": LOGIN, "viewer": 200, "editor": 200, "admin": 200}),
     "governance:impact_start": ("editor", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
+    "governance:rule_health": ("viewer", {"anonymous": LOGIN, "viewer": 200, "editor": 200, "admin": 200}),
     "governance:impact_detail": ("viewer", {"anonymous": LOGIN, "viewer": 200, "editor": 200, "admin": 200}),
     "governance:impact_progress": (
         "viewer",
@@ -176,6 +177,7 @@ def sample_kwargs(make_user) -> dict[str, dict[str, object]]:
 
     analysis = impact_start(actor=None, enqueue=False, rule_set=rule_set, version="draft", days=1)
     kwargs["governance:impact_new"] = kwargs["governance:impact_start"] = {"pk": rule_set.pk}
+    kwargs["governance:rule_health"] = {"pk": rule_set.pk}
     kwargs["governance:impact_detail"] = kwargs["governance:impact_progress"] = {"pk": analysis.pk}
     from llamon_web.token_services import token_create
 

@@ -83,6 +83,8 @@ EXPECTED: dict[str, tuple[str, int, bool]] = {
     # Impact analyses: viewers read them, editors start them.
     "POST /api/rule-sets/{rule_set_id}/impact": ("editor", 202, False),
     "GET /api/impact/{analysis_id}": ("viewer", 200, False),
+    # Coverage and health per rule: viewers read it.
+    "GET /api/rule-sets/{rule_set_id}/health": ("viewer", 200, False),
 }
 
 
