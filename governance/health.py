@@ -202,7 +202,8 @@ def rule_set_health(
             row.errors += group["n"]
             continue
         row.fires += group["n"]
-        slot = index.get(_as_date(group["day"]))
+        day = _as_date(group["day"])
+        slot = index.get(day) if day is not None else None
         if slot is not None:
             row.per_day[slot] += group["n"]
     _percentiles(steps, rows)
