@@ -73,6 +73,14 @@ EXPECTED: dict[str, tuple[str, int, bool]] = {
     "GET /api/agents/{agent_id}": ("viewer", 200, False),
     "PATCH /api/agents/{agent_id}": ("editor", 200, False),
     "DELETE /api/agents/{agent_id}": ("editor", 204, False),
+    # Staged rollout and shadow mode: viewers read, editors change. The sample agent has no rollout
+    # to promote or roll back: a readable 409.
+    "GET /api/agents/{agent_id}/rollout": ("viewer", 200, False),
+    "PUT /api/agents/{agent_id}/rollout": ("editor", 200, False),
+    "POST /api/agents/{agent_id}/rollout/promote": ("editor", 409, False),
+    "POST /api/agents/{agent_id}/rollout/rollback": ("editor", 409, False),
+    "GET /api/agents/{agent_id}/shadow": ("viewer", 200, False),
+    "PUT /api/agents/{agent_id}/shadow": ("editor", 200, False),
     "GET /api/runs": ("viewer", 200, False),
     "POST /api/runs": ("editor", 202, False),
     "POST /api/runs/ingest": ("editor", 201, False),
@@ -122,6 +130,8 @@ def _request(key: str, sample: dict[str, Any], token_id: int) -> tuple[str, str,
         "PATCH /api/rule-sets/{rule_set_id}/cases/{case_id}": {"name": "renamed"},
         "POST /api/agents": {"name": "matrix-agent", "rule_set": rule_set.pk},
         "PATCH /api/agents/{agent_id}": {"revision": sample["agent"].revision, "description": "x"},
+        "PUT /api/agents/{agent_id}/rollout": {"version": sample["version"].number, "percent": 10},
+        "PUT /api/agents/{agent_id}/shadow": {"version": sample["version"].number},
         "POST /api/runs": {"agent": sample["agent"].pk, "query": "주문 조회"},
         "POST /api/runs/ingest": {"source": "served", "agent_name": "matrix", "request": {"query": "q"}},
     }  # fmt: skip
