@@ -208,7 +208,9 @@ def test_run_detail_lists_steps_and_the_filters_find_runs_by_rule_and_customer(v
         tool_name="get_order",
         started_at=now,
     )
-    RunTool.objects.create(run=a, tool_name="get_order", created_at=a.created_at)  # as the trace sink writes it
+    RunTool.objects.create(
+        run=a, tool_name="get_order", created_at=a.created_at
+    )  # as the trace sink writes it
     html = viewer_client.get(reverse("agents:run_list"), {"rule": "route_order_lookup"}).content.decode()
     assert f'data-run="{a.pk}"' in html and f'data-run="{b.pk}"' not in html
     html = viewer_client.get(reverse("agents:run_list"), {"user_id": "C-2002"}).content.decode()
