@@ -69,4 +69,9 @@ def test_the_version_page_shows_shadow_divergences(viewer_client, agent, version
     page = viewer_client.get(reverse("rules:versions", args=[versions[1].rule_set_id]))
     assert page.status_code == 200
     html = page.content.decode()
-    assert 'class="shadow-diverged">1<' in html and "Q-77" in html and "v2 in shadow on" in html
+    assert (
+        'class="shadow-diverged">1<' in html
+        and "Q-77" in html
+        and "v2 in shadow on" in html
+        and "Shadow divergences" in html
+    )
