@@ -75,3 +75,20 @@ def test_the_version_page_shows_shadow_divergences(viewer_client, agent, version
         and "v2 in shadow on" in html
         and "Shadow divergences" in html
     )
+
+
+def test_a_run_served_by_the_candidate_says_so(viewer_client, agent) -> None:  # noqa: F811
+    from agents.models import Run
+
+    fields = {"agent": agent, "agent_name": agent.name, "query": "q", "rule_set_name": "rollout"}
+    candidate = Run.objects.create(
+        **fields, rule_set_ref="v2", rule_set_hash="h" * 64, rollout_candidate=True
+    )
+    stable = Run.objects.create(**fields, rule_set_ref="v1", rule_set_hash="h" * 64)
+    assert (
+        b"(rollout candidate)" in viewer_client.get(reverse("agents:run_detail", args=[candidate.pk])).content
+    )
+    assert (
+        b"(rollout candidate)"
+        not in viewer_client.get(reverse("agents:run_detail", args=[stable.pk])).content
+    )
