@@ -22,12 +22,16 @@ from agents.schemas import (
     AgentPatchIn,
     IngestIn,
     IngestOut,
+    RolloutIn,
+    RolloutOut,
     RunAcceptedOut,
     RunCreateIn,
     RunFilterIn,
     RunOut,
     RunPageOut,
     RunStepsOut,
+    ShadowIn,
+    ShadowOut,
 )
 from llamon_agent.prestep import DEFAULT_PRESTEP_INSTRUCTION
 from llamon_agent.tools import AgentRequest
@@ -78,6 +82,103 @@ def delete_agent(request: HttpRequest, agent_id: DbId) -> Any:
     """Delete an agent (editor); its runs stay, with its name."""
     services.agent_delete(actor=request.auth, agent=get_or_404(Agent, "agent", pk=agent_id))
     return Status(204, None)
+
+
+@router.get(
+    "/agents/{agent_id}/rollout", response={200: RolloutOut, **error_responses(404)}, auth=VIEWER, tags=AGENTS
+)
+def get_rollout(request: HttpRequest, agent_id: DbId) -> Any:
+    """The agent's staged rollout (candidate version, share, chatbotIds) and shadow version."""
+    return selectors.rollout_view(get_or_404(Agent, "agent", pk=agent_id))
+
+
+@router.put(
+    "/agents/{agent_id}/rollout",
+    response={200: RolloutOut, **error_responses(404, 409)},
+    auth=EDITOR,
+    tags=AGENTS,
+)
+def set_rollout(request: HttpRequest, agent_id: DbId, payload: RolloutIn) -> Any:
+    """Start or change a staged rollout (editor): a share of sessions and/or chatbotIds get ``version``."""
+    agent = get_or_404(Agent, "agent", pk=agent_id)
+    version = _agent_version(agent, payload.version)
+    agent = services.rollout_set(
+        actor=request.auth,
+        agent=agent,
+        version=version,
+        percent=payload.percent,
+        chatbot_ids=payload.chatbot_ids,
+    )
+    return selectors.rollout_view(agent)
+
+
+@router.post(
+    "/agents/{agent_id}/rollout/promote",
+    response={200: RolloutOut, **error_responses(404, 409)}, auth=EDITOR, tags=AGENTS,
+)  # fmt: skip
+def promote_rollout(request: HttpRequest, agent_id: DbId) -> Any:
+    """The candidate becomes the agent's pinned version and the rollout ends (editor); 409 without one."""
+    agent = services.rollout_promote(actor=request.auth, agent=get_or_404(Agent, "agent", pk=agent_id))
+    return selectors.rollout_view(agent)
+
+
+@router.post(
+    "/agents/{agent_id}/rollout/rollback",
+    response={200: RolloutOut, **error_responses(404, 409)}, auth=EDITOR, tags=AGENTS,
+)  # fmt: skip
+def rollback_rollout(request: HttpRequest, agent_id: DbId) -> Any:
+    """End the rollout: every run gets the stable version again (editor); 409 without one."""
+    agent = services.rollout_rollback(actor=request.auth, agent=get_or_404(Agent, "agent", pk=agent_id))
+    return selectors.rollout_view(agent)
+
+
+@router.get(
+    "/agents/{agent_id}/shadow", response={200: ShadowOut, **error_responses(404)}, auth=VIEWER, tags=AGENTS
+)
+def get_shadow(request: HttpRequest, agent_id: DbId) -> Any:
+    """Shadow mode's counts per shadow version, with the newest divergences (live calls vs shadow calls)."""
+    agent = get_or_404(Agent, "agent", pk=agent_id)
+    return _shadow_body(agent)
+
+
+@router.put(
+    "/agents/{agent_id}/shadow", response={200: ShadowOut, **error_responses(404)}, auth=EDITOR, tags=AGENTS
+)
+def set_shadow(request: HttpRequest, agent_id: DbId, payload: ShadowIn) -> Any:
+    """Name the version evaluated in shadow beside every run (editor); ``null`` stops shadow mode."""
+    agent = get_or_404(Agent, "agent", pk=agent_id)
+    version = _agent_version(agent, payload.version) if payload.version is not None else None
+    return _shadow_body(services.shadow_set(actor=request.auth, agent=agent, version=version))
+
+
+def _shadow_body(agent: Agent) -> dict[str, Any]:
+    tallies = [
+        {
+            "version": t.version.number, "evaluated": t.evaluated, "diverged": t.diverged, "errors": t.errors,
+            "examples": [
+                {"run": e.run_id, "live_calls": e.live_calls, "shadow_calls": e.shadow_calls, "error": e.error,
+                 "created_at": e.created_at}
+                for e in t.examples.all()
+            ],
+        }
+        for t in selectors.shadow_tallies(agent=agent)
+    ]  # fmt: skip
+    return {
+        "shadow_version": agent.shadow_version.number if agent.shadow_version_id else None,
+        "tallies": tallies,
+    }
+
+
+def _agent_version(agent: Agent, number: int) -> RuleSetVersion:
+    """A published version of the agent's rule set by number (422 with the reason otherwise)."""
+    if agent.rule_set_id is None:
+        raise AgentError(f"Agent {agent.name!r} has no rule set, so it has no versions.", field="version")
+    version = RuleSetVersion.objects.filter(rule_set_id=agent.rule_set_id, number=number).first()
+    if version is None:
+        raise AgentError(
+            f"Rule set {agent.rule_set.name!r} has no published version {number}.", field="version"
+        )
+    return version
 
 
 def _agent_save(request: HttpRequest, agent: Agent, values: dict[str, Any], *, revision: int | None) -> Agent:

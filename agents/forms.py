@@ -162,3 +162,31 @@ class PrivacyForm(forms.ModelForm):
             except re2.error as exc:
                 raise forms.ValidationError(f"{pattern!r} is not a valid regular expression: {exc}") from None
         return patterns
+
+
+class RolloutForm(forms.Form):
+    """Start or change a staged rollout (the services check the values again)."""
+
+    version = forms.TypedChoiceField(coerce=int, label="Candidate version")
+    percent = forms.IntegerField(
+        min_value=0, max_value=100, initial=10, label="Share of sessions (%)",
+        help_text="Sticky by sessionId; a run without sessionId draws its own bucket.",
+    )  # fmt: skip
+    chatbot_ids = LinesField(
+        required=False, max_length=50_000, label="chatbotIds",
+        help_text="One per line (at most 200): these chatbots always get the candidate.",
+    )  # fmt: skip
+
+    def __init__(self, *args: Any, versions: list[Any], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["version"].choices = [(v.number, f"v{v.number}") for v in versions]
+
+
+class ShadowForm(forms.Form):
+    """Name the shadow version (empty: shadow mode off)."""
+
+    version = forms.TypedChoiceField(coerce=int, required=False, empty_value=None, label="Shadow version")
+
+    def __init__(self, *args: Any, versions: list[Any], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["version"].choices = [("", "off"), *((v.number, f"v{v.number}") for v in versions)]

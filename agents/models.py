@@ -68,6 +68,19 @@ class Agent(models.Model):
     max_iterations = models.PositiveIntegerField(default=6)
     answer_from_prestep = models.BooleanField(default=False)
 
+    # Staged rollout (agents.rollout, docs/agents.md): a candidate version of the rule set served
+    # to a share of sessions and/or to named chatbots, besides the stable version above.
+    rollout_version = models.ForeignKey(
+        RuleSetVersion, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    rollout_percent = models.PositiveSmallIntegerField(default=0)
+    rollout_chatbot_ids = OrderedJSONField(default=list, blank=True)
+    rollout_started_at = models.DateTimeField(null=True, blank=True)
+    # Shadow mode: a version evaluated as a dry run beside the live pre-step of every run.
+    shadow_version = models.ForeignKey(
+        RuleSetVersion, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+
     revision = models.PositiveIntegerField(default=1)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -114,6 +127,12 @@ class Run(models.Model):
     rule_set_name = models.CharField(max_length=100, blank=True)
     rule_set_ref = models.CharField(max_length=20, blank=True, help_text="v3, or draft@rev")
     rule_set_hash = models.CharField(max_length=64, blank=True)
+    # The published version that served the run (None: the draft, or no rule set) and whether it
+    # was a staged rollout's candidate rather than the agent's stable version.
+    rule_set_version = models.ForeignKey(
+        RuleSetVersion, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    rollout_candidate = models.BooleanField(default=False)
 
     answer = models.TextField(blank=True)
     error = models.TextField(blank=True)
@@ -234,6 +253,43 @@ class RunTool(models.Model):
 
     def __str__(self) -> str:
         return f"{self.run_id} {self.tool_name}"
+
+
+class ShadowTally(models.Model):
+    """Shadow mode's counts for one agent and one shadow version (agents.rollout.shadow_record)."""
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="shadow_tallies")
+    version = models.ForeignKey(RuleSetVersion, on_delete=models.CASCADE, related_name="shadow_tallies")
+    evaluated = models.PositiveIntegerField(default=0)
+    diverged = models.PositiveIntegerField(default=0)
+    errors = models.PositiveIntegerField(default=0)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["agent", "version"], name="shadow_tally_unique")]
+
+    def __str__(self) -> str:
+        return f"shadow {self.version} on {self.agent}"
+
+
+class ShadowExample(models.Model):
+    """One run where the shadow version decided other calls than the live one (or failed).
+
+    Only the newest SHADOW_EXAMPLES per tally are kept (older ones are deleted as new ones come).
+    """
+
+    tally = models.ForeignKey(ShadowTally, on_delete=models.CASCADE, related_name="examples")
+    run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    live_calls = OrderedJSONField(default=list)
+    shadow_calls = OrderedJSONField(default=list)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-id"]
+
+    def __str__(self) -> str:
+        return f"shadow example {self.pk} (run {self.run_id})"
 
 
 class PrivacySettings(models.Model):

@@ -15,6 +15,7 @@ from typing import Any
 
 from django.conf import settings
 
+from agents import rollout
 from agents.checks import llm_key_env_check, llm_url_check
 from agents.errors import AgentError
 from agents.models import Agent, Run
@@ -154,7 +155,9 @@ def execute_claimed_run(*, run_id: int) -> RunEnd:
     """Execute a run already claimed by this worker and say how it ended (the caller records it)."""
     from llamon_agent.react import run_agent
 
-    run = Run.objects.select_related("agent", "agent__rule_set", "agent__pinned_version").get(pk=run_id)
+    run = Run.objects.select_related(
+        "agent", "agent__rule_set", "agent__pinned_version", "agent__rollout_version", "agent__shadow_version"
+    ).get(pk=run_id)
     agent = run.agent
     if agent is None:
         return RunEnd(Run.Status.FAILED, error="The agent of this run was deleted.", error_kind="config")
@@ -164,13 +167,14 @@ def execute_claimed_run(*, run_id: int) -> RunEnd:
         if agent.model_provider == Agent.Provider.OPENAI and agent.model_api_key_env:
             # Again at run time: an agent saved before the allow-list (or before it was narrowed).
             llm_key_env_check(agent.model_api_key_env)
-        rules = agent_rules(agent)
+        rules, served = rollout.run_rules(agent, run)  # the stable version, or a rollout's candidate
         spec = agent_spec(agent, rules)
     except (AgentError, ValueError) as exc:
         return RunEnd(Run.Status.FAILED, error=getattr(exc, "message", str(exc)), error_kind="config")
     Run.objects.filter(pk=run_id).update(
-        rule_set_name=rules.name, rule_set_ref=rules.ref, rule_set_hash=rules.content_hash
-    )
+        rule_set_name=rules.name, rule_set_ref=rules.ref, rule_set_hash=rules.content_hash,
+        rule_set_version=served.version, rollout_candidate=served.candidate,
+    )  # fmt: skip
 
     redact = redactor()
     sink = DbStepSink(run, redact=redact)
@@ -198,6 +202,7 @@ def execute_claimed_run(*, run_id: int) -> RunEnd:
         )
     if exported is not None:
         exported.finish(result.status, error=result.error)
+    rollout.shadow_after_run(agent=agent, run_id=run_id, request=request, prestep=result.prestep)
     status = {"succeeded": Run.Status.SUCCEEDED, "cancelled": Run.Status.CANCELLED}.get(
         result.status, Run.Status.FAILED
     )

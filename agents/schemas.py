@@ -135,7 +135,7 @@ class RunOut(ModelSchema):
         model = Run
         fields = [
             "id", "agent_name", "source", "status", "query", "user_id", "session_id", "chatbot_id",
-            "rule_set_name", "rule_set_ref", "rule_set_hash", "answer", "error", "error_kind", "llm_calls",
+            "rule_set_name", "rule_set_ref", "rule_set_hash", "rollout_candidate", "answer", "error", "error_kind", "llm_calls",
             "tool_calls", "prestep_calls", "cancel_requested", "created_at", "started_at", "finished_at",
         ]  # fmt: skip
 
@@ -255,3 +255,59 @@ class IngestOut(Schema):
     created: bool
     status: str
     steps: int
+
+
+# --- Staged rollout and shadow mode ------------------------------------------------------------------
+
+
+class RolloutIn(Schema):
+    """Start or change a staged rollout: ``version`` is a version *number* of the agent's rule set."""
+
+    version: DbId
+    percent: int = Field(0, description="Share of sessions (0-100) served the candidate, sticky by sessionId")
+    chatbot_ids: list[str] = Field(
+        default_factory=list, description="chatbotIds always served the candidate (at most 200)"
+    )
+
+
+class RolloutStateOut(Schema):
+    version: int
+    percent: int
+    chatbot_ids: list[str]
+    started_at: Any = None
+
+
+class RolloutOut(Schema):
+    agent: int
+    revision: int
+    rule_set: str | None
+    stable: str = Field(description="What serves the other runs: v3 (pinned), latest or draft")
+    rollout: RolloutStateOut | None
+    shadow_version: int | None
+
+
+class ShadowIn(Schema):
+    """Name the version evaluated in shadow beside every run (a version number), or null to stop."""
+
+    version: DbId | None = None
+
+
+class ShadowExampleOut(Schema):
+    run: int | None
+    live_calls: list[dict[str, Any]]
+    shadow_calls: list[dict[str, Any]]
+    error: str
+    created_at: Any
+
+
+class ShadowTallyOut(Schema):
+    version: int
+    evaluated: int
+    diverged: int
+    errors: int
+    examples: list[ShadowExampleOut]
+
+
+class ShadowOut(Schema):
+    shadow_version: int | None
+    tallies: list[ShadowTallyOut]

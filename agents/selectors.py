@@ -517,3 +517,58 @@ def _tools_offered(run: Run) -> list[str]:
             if isinstance(name, str) and name and name not in names:
                 names.append(name)
     return names
+# --- Staged rollout and shadow mode -------------------------------------------------------------
+
+
+def stable_ref(agent: Agent) -> str:
+    """What serves the runs the rollout does not take: ``v3`` (pinned), ``latest`` or ``draft``."""
+    if agent.rule_set_id is None:
+        return ""
+    if agent.rule_set_mode == Agent.RuleSetMode.PINNED and agent.pinned_version is not None:
+        return f"v{agent.pinned_version.number}"
+    return agent.rule_set_mode
+
+
+def rollout_view(agent: Agent) -> dict[str, Any]:
+    """An agent's rollout and shadow as the page and the API show them."""
+    candidate = agent.rollout_version
+    return {
+        "agent": agent.pk,
+        "revision": agent.revision,
+        "rule_set": agent.rule_set.name if agent.rule_set_id else None,
+        "stable": stable_ref(agent),
+        "rollout": None
+        if candidate is None
+        else {
+            "version": candidate.number,
+            "percent": agent.rollout_percent,
+            "chatbot_ids": list(agent.rollout_chatbot_ids or []),
+            "started_at": agent.rollout_started_at,
+        },
+        "shadow_version": agent.shadow_version.number if agent.shadow_version_id else None,
+    }
+
+
+def shadow_tallies(*, agent: Agent | None = None, rule_set: Any = None) -> list[Any]:
+    """Shadow counts with their kept examples (newest first), of one agent or of one rule set's versions."""
+    from django.db.models import Prefetch
+
+    from agents.models import ShadowExample, ShadowTally
+
+    tallies = ShadowTally.objects.select_related("agent", "version").order_by(
+        "-version__number", "agent__name"
+    )
+    if agent is not None:
+        tallies = tallies.filter(agent=agent)
+    if rule_set is not None:
+        tallies = tallies.filter(version__rule_set=rule_set)
+    return list(
+        tallies.prefetch_related(Prefetch("examples", queryset=ShadowExample.objects.order_by("-id")))
+    )
+
+
+def agent_versions(agent: Agent) -> list[Any]:
+    """The published versions of the agent's rule set, newest first (the rollout's choices)."""
+    if agent.rule_set_id is None:
+        return []
+    return list(agent.rule_set.versions.order_by("-number").only("id", "number", "message", "created_at"))

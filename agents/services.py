@@ -398,6 +398,7 @@ def agent_save(
             )
         before = _agent_snapshot(current)
         agent.revision = current.revision + 1
+        _rollout_keep(agent, current)
     if Agent.objects.filter(name=agent.name).exclude(pk=agent.pk).exists():
         raise AgentError(f"An agent named {agent.name!r} already exists.", field="name")
     _agent_validate(agent)
@@ -641,3 +642,170 @@ def run_ingest(
         Run.objects.filter(pk=run.pk).update(**counts)
     run.refresh_from_db()
     return run, created
+
+
+# --- Staged rollout and shadow mode (agents.rollout decides per run; docs/agents.md) -------------
+
+MAX_ROLLOUT_CHATBOTS = 200  # chatbotIds on one rollout's list
+MAX_CHATBOT_ID_CHARS = 200  # as long as a run's chatbot_id column
+
+
+def _rollout_state(agent: Agent) -> dict[str, Any]:
+    return {
+        "rule_set_mode": agent.rule_set_mode,
+        "pinned_version": agent.pinned_version.number if agent.pinned_version else None,
+        "rollout_version": agent.rollout_version.number if agent.rollout_version else None,
+        "rollout_percent": agent.rollout_percent,
+        "rollout_chatbot_ids": list(agent.rollout_chatbot_ids or []),
+        "shadow_version": agent.shadow_version.number if agent.shadow_version else None,
+    }
+
+
+def _version_of_agent(agent: Agent, version: Any, *, field: str) -> Any:
+    """Refuse a version that is not a published version of the agent's own rule set."""
+    if agent.rule_set_id is None:
+        raise AgentError(
+            f"Agent {agent.name!r} has no rule set, so it has no versions to roll out.", field=field
+        )
+    if version is None or version.rule_set_id != agent.rule_set_id:
+        raise AgentError(
+            f"Choose a published version of the agent's rule set {agent.rule_set.name!r}.", field=field
+        )
+    return version
+
+
+def _chatbot_ids_clean(chatbot_ids: list[Any]) -> list[str]:
+    if not isinstance(chatbot_ids, list):
+        raise AgentError("The chatbotIds are a list of strings.", field="chatbot_ids")
+    if len(chatbot_ids) > MAX_ROLLOUT_CHATBOTS:
+        raise AgentError(
+            f"A rollout names at most {MAX_ROLLOUT_CHATBOTS} chatbotIds; this list has {len(chatbot_ids):,}.",
+            field="chatbot_ids",
+        )
+    cleaned: list[str] = []
+    for value in chatbot_ids:
+        if not isinstance(value, str) or not value.strip():
+            raise AgentError("Each chatbotId is a non-empty string.", field="chatbot_ids")
+        value = value.strip()
+        if len(value) > MAX_CHATBOT_ID_CHARS:
+            raise AgentError(
+                f"A chatbotId is at most {MAX_CHATBOT_ID_CHARS} characters ({value[:20]!r}... has {len(value):,}).",
+                field="chatbot_ids",
+            )
+        if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
+            raise AgentError(
+                f"The chatbotId {value[:40]!r} holds a control character (NUL, a line break ...).",
+                field="chatbot_ids",
+            )
+        if value not in cleaned:
+            cleaned.append(value)
+    return cleaned
+
+
+ROLLOUT_FIELDS = (
+    "rollout_version_id",
+    "rollout_percent",
+    "rollout_chatbot_ids",
+    "rollout_started_at",
+    "shadow_version_id",
+)
+
+
+def _rollout_keep(agent: Agent, current: Agent) -> None:
+    """The agent form never changes the rollout or the shadow (their own services do): keep them."""
+    for name in ROLLOUT_FIELDS:
+        setattr(agent, name, getattr(current, name))
+    if agent.rule_set_id != current.rule_set_id and (current.rollout_version_id or current.shadow_version_id):
+        raise AgentError(
+            "Roll back the staged rollout and stop shadow mode before changing the agent's rule set.",
+            field="rule_set",
+        )
+
+
+def _locked_agent(agent: Agent) -> Agent:
+    return Agent.objects.select_for_update().select_related("rule_set", "pinned_version", "rollout_version", "shadow_version").get(pk=agent.pk)  # fmt: skip
+
+
+def _agent_bump(agent: Agent, fields: list[str]) -> None:
+    # A rollout change is a change of the agent: an editor's open form (an older revision) is refused.
+    agent.revision += 1
+    agent.save(update_fields=[*fields, "revision", "updated_at"])
+
+
+@transaction.atomic
+def rollout_set(*, actor: Any, agent: Agent, version: Any, percent: int, chatbot_ids: list[Any]) -> Agent:
+    """Start a staged rollout of ``version`` (or change the running one): a share of sessions and/or chatbots."""
+    agent = _locked_agent(agent)
+    version = _version_of_agent(agent, version, field="version")
+    if isinstance(percent, bool) or not isinstance(percent, int) or not 0 <= percent <= 100:
+        raise AgentError(
+            f"The share of traffic is a whole percentage from 0 to 100, not {percent!r}.", field="percent"
+        )
+    chatbots = _chatbot_ids_clean(chatbot_ids)
+    before = _rollout_state(agent)
+    starting = agent.rollout_version_id is None or agent.rollout_version_id != version.pk
+    agent.rollout_version, agent.rollout_percent, agent.rollout_chatbot_ids = version, percent, chatbots
+    if starting:
+        agent.rollout_started_at = timezone.now()
+    _agent_bump(agent, ["rollout_version", "rollout_percent", "rollout_chatbot_ids", "rollout_started_at"])
+    audit_record(
+        actor=actor, action="agent.rollout.start" if starting else "agent.rollout.change", obj=agent,
+        before=before, after=_rollout_state(agent),
+    )  # fmt: skip
+    return agent
+
+
+def _rollout_clear(agent: Agent) -> None:
+    agent.rollout_version, agent.rollout_percent, agent.rollout_chatbot_ids = None, 0, []
+    agent.rollout_started_at = None
+
+
+@transaction.atomic
+def rollout_promote(*, actor: Any, agent: Agent) -> Agent:
+    """The candidate becomes the agent's stable (pinned) version; the rollout ends."""
+    agent = _locked_agent(agent)
+    candidate = agent.rollout_version
+    if candidate is None:
+        raise AgentConflictError(f"Agent {agent.name!r} has no rollout to promote.")
+    before = _rollout_state(agent)
+    agent.rule_set_mode, agent.pinned_version = Agent.RuleSetMode.PINNED, candidate
+    _rollout_clear(agent)
+    _agent_bump(agent, ["rule_set_mode", "pinned_version", "rollout_version", "rollout_percent",
+                        "rollout_chatbot_ids", "rollout_started_at"])  # fmt: skip
+    audit_record(
+        actor=actor, action="agent.rollout.promote", obj=agent, before=before, after=_rollout_state(agent)
+    )
+    return agent
+
+
+@transaction.atomic
+def rollout_rollback(*, actor: Any, agent: Agent) -> Agent:
+    """End the rollout: every run gets the stable version again."""
+    agent = _locked_agent(agent)
+    if agent.rollout_version_id is None:
+        raise AgentConflictError(f"Agent {agent.name!r} has no rollout to roll back.")
+    before = _rollout_state(agent)
+    _rollout_clear(agent)
+    _agent_bump(agent, ["rollout_version", "rollout_percent", "rollout_chatbot_ids", "rollout_started_at"])
+    audit_record(
+        actor=actor, action="agent.rollout.rollback", obj=agent, before=before, after=_rollout_state(agent)
+    )
+    return agent
+
+
+@transaction.atomic
+def shadow_set(*, actor: Any, agent: Agent, version: Any) -> Agent:
+    """Name the version evaluated in shadow beside every run (None: shadow mode off)."""
+    agent = _locked_agent(agent)
+    if version is not None:
+        version = _version_of_agent(agent, version, field="version")
+    before = _rollout_state(agent)
+    if (version.pk if version else None) == agent.shadow_version_id:
+        return agent
+    agent.shadow_version = version
+    _agent_bump(agent, ["shadow_version"])
+    audit_record(
+        actor=actor, action="agent.shadow.start" if version else "agent.shadow.stop", obj=agent,
+        before=before, after=_rollout_state(agent),
+    )  # fmt: skip
+    return agent

@@ -8,6 +8,13 @@ urlpatterns = [
     path("", views.agent_list, name="list"),
     path("new", views.agent_edit, name="create"),
     path("<int:pk>/edit", views.agent_edit, name="edit"),
+    path("<int:pk>/rollout", views.agent_rollout, name="rollout"),
+    path("<int:pk>/rollout/set", views.agent_rollout_set, name="rollout_set"),
+    path("<int:pk>/rollout/promote", views.agent_rollout_end, {"action": "promote"}, name="rollout_promote"),
+    path(
+        "<int:pk>/rollout/rollback", views.agent_rollout_end, {"action": "rollback"}, name="rollout_rollback"
+    ),
+    path("<int:pk>/shadow", views.agent_shadow_set, name="shadow_set"),
     path("runs/", views.run_list, name="run_list"),
     path("runs/new", views.run_start, name="run_start"),
     path("runs/compare", views.run_compare, name="run_compare"),

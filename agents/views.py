@@ -12,7 +12,7 @@ from django_htmx.http import HttpResponseStopPolling
 from agents import selectors, services
 from agents.compare import COMPARE_STEPS, compare_runs
 from agents.errors import AgentError, BrokerUnavailableError
-from agents.forms import AgentForm, PrivacyForm, RunFilterForm, RunStartForm
+from agents.forms import AgentForm, PrivacyForm, RolloutForm, RunFilterForm, RunStartForm, ShadowForm
 from agents.graph_svg import flow_graph
 from agents.models import Agent, Run
 from agents.privacy import privacy_get
@@ -306,3 +306,94 @@ def privacy(request: HtmxHttpRequest) -> HttpResponse:
     status = 400 if request.method == "POST" and form.errors else 200
     context = {"form": form, "preview": preview, "preview_run": preview_run}
     return render(request, "agents/privacy.html", context, status=status)
+
+
+# --- Staged rollout and shadow mode -------------------------------------------------------------
+
+
+def _rollout_page(request: HtmxHttpRequest, agent: Agent, *, rollout_form=None, shadow_form=None, status=200):
+    versions = selectors.agent_versions(agent)
+    state = selectors.rollout_view(agent)
+    initial = {"version": versions[0].number if versions else None, "percent": 10}
+    if state["rollout"]:
+        initial = {k: state["rollout"][k] for k in ("version", "percent", "chatbot_ids")}
+    return render(request, "agents/rollout.html", {
+        "agent": agent, "state": state, "versions": versions,
+        "rollout_form": rollout_form or RolloutForm(initial=initial, versions=versions),
+        "shadow_form": shadow_form or ShadowForm(initial={"version": state["shadow_version"]}, versions=versions),
+        "tallies": selectors.shadow_tallies(agent=agent), "can_edit": has_role(request.user, "editor"),
+    }, status=status)  # fmt: skip
+
+
+def _rollout_agent(pk: int) -> Agent:
+    related = ("rule_set", "pinned_version", "rollout_version", "shadow_version")
+    return get_object_or_404(Agent.objects.select_related(*related), pk=pk)
+
+
+@require_GET
+@require_role("viewer")
+def agent_rollout(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """The agent's staged rollout and shadow mode: state for viewers, controls for editors."""
+    return _rollout_page(request, _rollout_agent(pk))
+
+
+@require_POST
+@require_role("editor")
+def agent_rollout_set(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    agent = _rollout_agent(pk)
+    form = RolloutForm(request.POST, versions=selectors.agent_versions(agent))
+    if form.is_valid():
+        version = agent.rule_set.versions.filter(number=form.cleaned_data["version"]).first()
+        try:
+            services.rollout_set(
+                actor=request.user, agent=agent, version=version,
+                percent=form.cleaned_data["percent"], chatbot_ids=form.cleaned_data["chatbot_ids"],
+            )  # fmt: skip
+        except AgentError as exc:
+            form.add_error(exc.field if exc.field in form.fields else None, exc.message)
+        else:
+            messages.success(
+                request, f"Rolling out v{version.number} to {form.cleaned_data['percent']} % of sessions."
+            )
+            return redirect("agents:rollout", pk=pk)
+    return _rollout_page(request, agent, rollout_form=form, status=400)
+
+
+@require_POST
+@require_role("editor")
+def agent_rollout_end(request: HtmxHttpRequest, pk: int, action: str) -> HttpResponse:
+    """Promote the candidate (it becomes the pinned version) or roll back (the stable version again)."""
+    agent = _rollout_agent(pk)
+    service = {"promote": services.rollout_promote, "rollback": services.rollout_rollback}[action]
+    try:
+        agent = service(actor=request.user, agent=agent)
+    except AgentError as exc:
+        messages.error(request, exc.message)
+    else:
+        done = (
+            f"Promoted: the agent now pins {selectors.stable_ref(agent)}."
+            if action == "promote"
+            else "Rolled back."
+        )
+        messages.success(request, done)
+    return redirect("agents:rollout", pk=pk)
+
+
+@require_POST
+@require_role("editor")
+def agent_shadow_set(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    agent = _rollout_agent(pk)
+    form = ShadowForm(request.POST, versions=selectors.agent_versions(agent))
+    if form.is_valid():
+        number = form.cleaned_data["version"]
+        version = agent.rule_set.versions.filter(number=number).first() if number is not None else None
+        try:
+            services.shadow_set(actor=request.user, agent=agent, version=version)
+        except AgentError as exc:
+            form.add_error("version", exc.message)
+        else:
+            messages.success(
+                request, f"Shadow mode: v{number}." if number is not None else "Shadow mode is off."
+            )
+            return redirect("agents:rollout", pk=pk)
+    return _rollout_page(request, agent, shadow_form=form, status=400)

@@ -73,6 +73,12 @@ EXPECTED: dict[str, tuple[str, dict[str, int | str]]] = {
     "agents:run_save_case": ("editor", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
     # Loads a run's (masked) input into the user's own tester session: a viewer may, by POST only.
     "agents:run_open_in_tester": ("viewer", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
+    # Staged rollout and shadow mode: viewers see the page, editors change it.
+    "agents:rollout": ("viewer", {"anonymous": LOGIN, "viewer": 200, "editor": 200, "admin": 200}),
+    "agents:rollout_set": ("editor", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
+    "agents:rollout_promote": ("editor", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
+    "agents:rollout_rollback": ("editor", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
+    "agents:shadow_set": ("editor", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
     "agents:privacy": ("admin", {"anonymous": LOGIN, "viewer": 403, "editor": 403, "admin": 200}),
     # Impact analyses: viewers read the form page and every analysis, editors start one.
     "governance:impact_new": ("viewer", {"anonymous": LOGIN, "viewer": 200, "editor": 200, "admin": 200}),
@@ -160,6 +166,13 @@ def sample_kwargs(make_user) -> dict[str, dict[str, object]]:
     agent = Agent.objects.create(name="matrix", system_prompt="p", rule_set=rule_set)
     run = Run.objects.create(agent=agent, agent_name="matrix", query="q")  # stays queued: nothing is enqueued
     kwargs["agents:edit"] = {"pk": agent.pk}
+    kwargs.update(
+        dict.fromkeys(
+            ("agents:rollout", "agents:rollout_set", "agents:rollout_promote", "agents:rollout_rollback",
+             "agents:shadow_set"),
+            {"pk": agent.pk},
+        )
+    )  # fmt: skip
     kwargs.update(
         dict.fromkeys(
             (

@@ -1,0 +1,81 @@
+"""The rollout and shadow API: the happy path, and every value a caller chooses refused with a clear 4xx."""
+
+from __future__ import annotations
+
+import pytest
+
+from agents.models import Agent
+from llamon_web.models import AuditEvent
+from rules import services as rule_services
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def two_versions(sample, make_user):
+    author = make_user("editor")
+    rule_set = sample["rule_set"]
+    rule_services.rule_update(
+        actor=author, rule=sample["rule"], revision=sample["rule"].revision, description="changed for v2"
+    )
+    rule_set.refresh_from_db()
+    v2 = rule_services.rule_set_publish(actor=author, rule_set=rule_set, message="v2")
+    return sample["version"], v2
+
+
+def test_start_change_promote_through_the_api(editor_api, viewer_api, sample, two_versions) -> None:
+    agent = sample["agent"]
+    url = f"/api/agents/{agent.pk}/rollout"
+    assert viewer_api.get(url).json()["rollout"] is None
+    body = editor_api.call("put", url, json={"version": 2, "percent": 25, "chatbot_ids": ["bot-a"]}).json()
+    assert body["rollout"]["version"] == 2 and body["rollout"]["percent"] == 25
+    assert body["rollout"]["chatbot_ids"] == ["bot-a"] and body["stable"] == "latest"
+    body = editor_api.post(f"{url}/promote").json()
+    assert body["rollout"] is None and body["stable"] == "v2"
+    assert Agent.objects.get(pk=agent.pk).pinned_version == two_versions[1]
+    assert editor_api.post(f"{url}/rollback").status_code == 409  # nothing left to roll back
+    assert AuditEvent.objects.filter(action__startswith="agent.rollout").count() == 2
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"version": 2, "percent": 101}, "percent"),
+        ({"version": 2, "percent": -5}, "percent"),
+        ({"version": 7, "percent": 10}, "version"),  # no such version
+        ({"version": 2, "percent": 10, "chatbot_ids": ["b"] * 10_000}, "chatbot_ids"),
+        ({"version": 2, "percent": 10, "chatbot_ids": ["a\x00b"]}, None),  # NUL: the API's body check, 400
+        ({"version": 2, "percent": 10, "chatbot_ids": ["a\nb"]}, "chatbot_ids"),
+        ({"version": 2, "percent": 10, "chatbot_ids": ["x" * 5_000]}, "chatbot_ids"),
+    ],
+)
+def test_bad_rollout_input_is_a_422_and_nothing_changes(
+    editor_api, sample, two_versions, body, field
+) -> None:
+    agent = sample["agent"]
+    url = f"/api/agents/{agent.pk}/rollout"
+    assert (
+        editor_api.call("put", url, json={"version": 2, "percent": 5, "chatbot_ids": ["keep"]}).status_code
+        == 200
+    )
+    response = editor_api.call("put", url, json=body)
+    assert response.status_code == (400 if field is None else 422), response.content
+    assert response.json().get("field") == field and response.json()["detail"]
+    kept = editor_api.get(url).json()["rollout"]
+    assert (kept["version"], kept["percent"], kept["chatbot_ids"]) == (2, 5, ["keep"])
+
+
+@pytest.mark.parametrize("body", [{"version": "abc", "percent": 1}, {"percent": 1}, {"version": 2, "percent": "many"},
+                                  {"version": 2, "chatbot_ids": "bot"}, {"version": 2**70}])  # fmt: skip
+def test_malformed_rollout_bodies_are_a_422(editor_api, sample, two_versions, body) -> None:
+    response = editor_api.call("put", f"/api/agents/{sample['agent'].pk}/rollout", json=body)
+    assert response.status_code == 422 and response.json()["detail"]
+
+
+def test_shadow_through_the_api(editor_api, viewer_api, sample, two_versions) -> None:
+    url = f"/api/agents/{sample['agent'].pk}/shadow"
+    assert editor_api.call("put", url, json={"version": 2}).json() == {"shadow_version": 2, "tallies": []}
+    assert viewer_api.get(url).json()["shadow_version"] == 2
+    refused = editor_api.call("put", url, json={"version": 9})
+    assert refused.status_code == 422 and "no published version 9" in refused.json()["detail"]
+    assert editor_api.call("put", url, json={"version": None}).json()["shadow_version"] is None
