@@ -164,14 +164,14 @@ def _shadow_body(agent: Agent) -> dict[str, Any]:
         for t in selectors.shadow_tallies(agent=agent)
     ]  # fmt: skip
     return {
-        "shadow_version": agent.shadow_version.number if agent.shadow_version_id else None,
+        "shadow_version": agent.shadow_version.number if agent.shadow_version is not None else None,
         "tallies": tallies,
     }
 
 
 def _agent_version(agent: Agent, number: int) -> RuleSetVersion:
     """A published version of the agent's rule set by number (422 with the reason otherwise)."""
-    if agent.rule_set_id is None:
+    if agent.rule_set is None:
         raise AgentError(f"Agent {agent.name!r} has no rule set, so it has no versions.", field="version")
     version = RuleSetVersion.objects.filter(rule_set_id=agent.rule_set_id, number=number).first()
     if version is None:

@@ -72,6 +72,7 @@ def run_rules(agent: Agent, run: Run) -> tuple[Any, Served]:
     candidate = agent.rollout_version
     if (
         candidate is not None
+        and agent.rule_set is not None
         and candidate.rule_set_id == agent.rule_set_id
         and serves_candidate(agent, session_id=run.session_id, chatbot_id=run.chatbot_id)
     ):
@@ -81,7 +82,7 @@ def run_rules(agent: Agent, run: Run) -> tuple[Any, Served]:
         return rules, Served(candidate, True)
     rules = agent_rules(agent)
     version = None
-    if rules.ref.startswith("v") and agent.rule_set_id is not None:
+    if rules.ref.startswith("v") and agent.rule_set is not None:
         version = agent.rule_set.versions.filter(number=int(rules.ref[1:])).first()
     return rules, Served(version, False)
 

@@ -517,6 +517,8 @@ def _tools_offered(run: Run) -> list[str]:
             if isinstance(name, str) and name and name not in names:
                 names.append(name)
     return names
+
+
 # --- Staged rollout and shadow mode -------------------------------------------------------------
 
 
@@ -535,7 +537,7 @@ def rollout_view(agent: Agent) -> dict[str, Any]:
     return {
         "agent": agent.pk,
         "revision": agent.revision,
-        "rule_set": agent.rule_set.name if agent.rule_set_id else None,
+        "rule_set": agent.rule_set.name if agent.rule_set is not None else None,
         "stable": stable_ref(agent),
         "rollout": None
         if candidate is None
@@ -545,7 +547,7 @@ def rollout_view(agent: Agent) -> dict[str, Any]:
             "chatbot_ids": list(agent.rollout_chatbot_ids or []),
             "started_at": agent.rollout_started_at,
         },
-        "shadow_version": agent.shadow_version.number if agent.shadow_version_id else None,
+        "shadow_version": agent.shadow_version.number if agent.shadow_version is not None else None,
     }
 
 
@@ -569,6 +571,6 @@ def shadow_tallies(*, agent: Agent | None = None, rule_set: Any = None) -> list[
 
 def agent_versions(agent: Agent) -> list[Any]:
     """The published versions of the agent's rule set, newest first (the rollout's choices)."""
-    if agent.rule_set_id is None:
+    if agent.rule_set is None:
         return []
     return list(agent.rule_set.versions.order_by("-number").only("id", "number", "message", "created_at"))

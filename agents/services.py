@@ -663,7 +663,7 @@ def _rollout_state(agent: Agent) -> dict[str, Any]:
 
 def _version_of_agent(agent: Agent, version: Any, *, field: str) -> Any:
     """Refuse a version that is not a published version of the agent's own rule set."""
-    if agent.rule_set_id is None:
+    if agent.rule_set is None:
         raise AgentError(
             f"Agent {agent.name!r} has no rule set, so it has no versions to roll out.", field=field
         )

@@ -343,7 +343,10 @@ def agent_rollout_set(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     agent = _rollout_agent(pk)
     form = RolloutForm(request.POST, versions=selectors.agent_versions(agent))
     if form.is_valid():
-        version = agent.rule_set.versions.filter(number=form.cleaned_data["version"]).first()
+        number = form.cleaned_data["version"]
+        version = (
+            agent.rule_set.versions.filter(number=number).first() if agent.rule_set is not None else None
+        )
         try:
             services.rollout_set(
                 actor=request.user, agent=agent, version=version,
@@ -353,7 +356,7 @@ def agent_rollout_set(request: HtmxHttpRequest, pk: int) -> HttpResponse:
             form.add_error(exc.field if exc.field in form.fields else None, exc.message)
         else:
             messages.success(
-                request, f"Rolling out v{version.number} to {form.cleaned_data['percent']} % of sessions."
+                request, f"Rolling out v{number} to {form.cleaned_data['percent']} % of sessions."
             )
             return redirect("agents:rollout", pk=pk)
     return _rollout_page(request, agent, rollout_form=form, status=400)
@@ -386,7 +389,12 @@ def agent_shadow_set(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     form = ShadowForm(request.POST, versions=selectors.agent_versions(agent))
     if form.is_valid():
         number = form.cleaned_data["version"]
-        version = agent.rule_set.versions.filter(number=number).first() if number is not None else None
+        rule_set = agent.rule_set
+        version = (
+            rule_set.versions.filter(number=number).first()
+            if number is not None and rule_set is not None
+            else None
+        )
         try:
             services.shadow_set(actor=request.user, agent=agent, version=version)
         except AgentError as exc:
