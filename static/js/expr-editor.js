@@ -265,10 +265,8 @@
 
     const label = textarea.id ? form.querySelector('label[for="' + CSS.escape(textarea.id) + '"]') : null;
     const content = { spellcheck: "false", autocapitalize: "off", autocorrect: "off", "aria-required": "true" };
-    if (label) {
-      if (!label.id) label.id = textarea.id + "-label";
-      content["aria-labelledby"] = label.id;
-    }
+    // The editor lives in a shadow root, where aria-labelledby cannot reach the page's <label>: copy its text.
+    if (label) content["aria-label"] = label.textContent.trim();
 
     const view = new CM.EditorView({
       root: root,

@@ -1,0 +1,285 @@
+"""Accessibility and small screens: axe-core on every page at 1440 and 390 px, keyboard focus after htmx swaps.
+
+axe-core (tests/e2e/vendor/axe.min.js, MPL-2.0, see the README there) runs in the real page with the
+WCAG 2.0 A/AA and 2.1 AA rules; any "serious" or "critical" violation fails. At 390 px the page must
+not scroll sideways (wide tables scroll inside their own container). The pages come from the URL
+patterns: a GET page that is neither visited here nor excluded with a reason fails
+``test_every_page_pattern_is_visited_or_excluded``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+from django.urls import URLPattern, URLResolver, get_resolver
+
+from tests.e2e.conftest import screenshot
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True), pytest.mark.timeout(300)]
+
+AXE_SOURCE = (Path(__file__).parent / "vendor" / "axe.min.js").read_text(encoding="utf-8")
+AXE_TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]
+FAILING_IMPACTS = ("serious", "critical")
+WIDTHS = (1440, 390)
+
+
+@dataclass(frozen=True)
+class Visit:
+    """One page to check: how to build its address from the demo objects, and its screenshot name if any."""
+
+    path: Callable[[dict], str]
+    shot: str | None = None
+
+
+# URL name -> the page visited (as an admin, who sees every control). Extra states (a tester run,
+# the 403 page, the login page) are visited in the test itself.
+PAGES: dict[str, Visit] = {
+    "home": Visit(lambda o: "/", shot="home"),
+    "servers:list": Visit(lambda o: "/mcp/", shot="servers-list"),
+    "servers:create": Visit(lambda o: "/mcp/new/"),
+    "servers:detail": Visit(lambda o: f"/mcp/{o['server'].pk}/", shot="server-detail"),
+    "servers:edit": Visit(lambda o: f"/mcp/{o['server'].pk}/edit/"),
+    "servers:call": Visit(lambda o: f"/mcp/{o['server'].pk}/call/?tool=get_order", shot="tool-call"),
+    "servers:delete": Visit(lambda o: f"/mcp/{o['server'].pk}/delete/"),
+    "rules:list": Visit(lambda o: "/rules/"),
+    "rules:editor": Visit(
+        lambda o: f"/rules/{o['rule_set'].pk}/?rule={o['rule'].pk}", shot="rule-set-editor"
+    ),
+    "rules:versions": Visit(lambda o: f"/rules/{o['rule_set'].pk}/versions/"),
+    "rules:diff": Visit(lambda o: f"/rules/{o['rule_set'].pk}/versions/diff?a=1&b=draft"),
+    "rules:cases": Visit(lambda o: f"/rules/{o['rule_set'].pk}/cases/"),
+    "rules:import": Visit(lambda o: "/rules/import"),
+    "rules:audit": Visit(lambda o: "/rules/audit/"),
+    "agents:list": Visit(lambda o: "/agents/"),
+    "agents:create": Visit(lambda o: "/agents/new"),
+    "agents:edit": Visit(lambda o: f"/agents/{o['agent'].pk}/edit"),
+    "agents:run_list": Visit(lambda o: "/agents/runs/", shot="run-list"),
+    "agents:run_start": Visit(lambda o: "/agents/runs/new"),
+    "agents:run_detail": Visit(lambda o: f"/agents/runs/{o['runs'][0].pk}/", shot="run-detail"),
+    "agents:run_compare": Visit(lambda o: f"/agents/runs/compare?a={o['runs'][0].pk}&b={o['runs'][1].pk}"),
+    "agents:privacy": Visit(lambda o: "/agents/privacy"),
+    "tokens": Visit(lambda o: "/tokens/", shot="tokens"),
+}
+# URL name -> why it is not a page of its own to check.
+EXCLUDED: dict[str, str] = {
+    "login": "visited logged out, before the others (see the test)",
+    "logout": "POST only",
+    "healthz": "JSON for load balancers, not a page",
+    "rules:create": "POST only",
+    "rules:rule_create": "POST only",
+    "rules:rule_update": "POST only",
+    "rules:rule_delete": "POST only",
+    "rules:rule_toggle": "POST only",
+    "rules:rule_move": "POST only (its result is checked by the focus test)",
+    "rules:reorder": "POST only",
+    "rules:validate": "POST only (htmx fragment inside the editor)",
+    "rules:expression_check": "POST only (JSON for the expression editor)",
+    "rules:tool_info": "htmx fragment swapped into the editor, checked there",
+    "rules:test": "POST only (the tester's results are checked in the editor after a test)",
+    "rules:publish": "POST only",
+    "rules:restore": "POST only",
+    "rules:case_create": "POST only",
+    "rules:case_update": "POST only",
+    "rules:case_delete": "POST only",
+    "rules:export_json": "a JSON download, not a page",
+    "rules:export_tools": "a Python download, not a page",
+    "servers:refresh": "POST only",
+    "agents:run_steps": "htmx fragment polled into the run detail page, checked there",
+    "agents:run_cancel": "POST only",
+    "agents:run_rerun": "POST only",
+    "agents:run_save_case": "POST only",
+    "token_create": "POST only",
+    "token_revoke": "POST only",
+}
+IGNORED_PREFIXES = ("admin:", "api:")  # Django's admin (staff only) and the JSON API are not product pages
+
+
+def _pattern_names(resolver: URLResolver, namespace: str = "") -> list[str]:
+    names = []
+    for entry in resolver.url_patterns:
+        if isinstance(entry, URLResolver):
+            names += _pattern_names(entry, f"{namespace}{entry.namespace}:" if entry.namespace else namespace)
+        elif isinstance(entry, URLPattern):
+            names.append(f"{namespace}{entry.name or f'<unnamed {entry.pattern}>'}")
+    return [n for n in names if not n.startswith(IGNORED_PREFIXES)]
+
+
+def test_every_page_pattern_is_visited_or_excluded() -> None:
+    names = set(_pattern_names(get_resolver()))
+    missing = sorted(names - set(PAGES) - set(EXCLUDED))
+    stale = sorted((set(PAGES) | set(EXCLUDED)) - names)
+    assert not missing, (
+        f"add these URL patterns to PAGES (checked with axe) or EXCLUDED (with a reason): {missing}"
+    )
+    assert not stale, f"these entries name no URL pattern any more: {stale}"
+    assert not set(PAGES) & set(EXCLUDED)
+
+
+def axe_problems(page, label: str, width: int) -> list[str]:
+    """Run axe-core in the page; one readable line per serious/critical violation, plus sideways overflow."""
+    # (preload: false: axe's CSS preload copies a shadow root's stylesheets into a <style> element, which
+    # the CSP refuses; no rule of the WCAG tags run here needs it.)
+    # page.evaluate runs through the DevTools protocol, which the page's CSP (script-src 'self') does
+    # not govern; an injected <script> tag would be refused (and reported) by the CSP.
+    if not page.evaluate("typeof window.axe !== 'undefined'"):
+        page.evaluate(AXE_SOURCE)
+    result = page.evaluate(
+        """async tags => {
+            const r = await axe.run(document, {runOnly: {type: "tag", values: tags}, resultTypes: ["violations"],
+                                               preload: false});
+            return r.violations.map(v => ({id: v.id, impact: v.impact, help: v.help,
+                nodes: v.nodes.map(n => ({target: n.target.join(" "), summary: n.failureSummary}))}));
+        }""",
+        AXE_TAGS,
+    )
+    problems = [
+        f"{label} @{width}px: the CSP refused {refused}"
+        for refused in page.evaluate("window.__cspRefused || []")
+    ]
+    for violation in result:
+        if violation["impact"] not in FAILING_IMPACTS:
+            continue
+        for node in violation["nodes"]:
+            summary = " ".join((node["summary"] or "").split())[:220]
+            problems.append(
+                f"{label} @{width}px: {violation['impact']} {violation['id']} ({violation['help']}) "
+                f"at {node['target']}: {summary}"
+            )
+    if width <= 390:
+        scroll = page.evaluate("document.documentElement.scrollWidth")
+        if scroll > width:
+            wide = page.evaluate(
+                """w => [...document.querySelectorAll('body *')]
+                    .filter(e => e.getBoundingClientRect().right > w + 1)
+                    .filter(e => !e.parentElement || e.parentElement.getBoundingClientRect().right <= w + 1)
+                    .slice(0, 5).map(e => e.tagName.toLowerCase() + (e.id ? '#' + e.id : '') +
+                                     (e.className && typeof e.className === 'string' ? '.' + e.className.split(' ').join('.') : ''))""",
+                width,
+            )
+            problems.append(
+                f"{label} @{width}px: the page is {scroll}px wide (overflowing: {', '.join(wide)})"
+            )
+    return problems
+
+
+@pytest.fixture
+def demo_objects(make_user) -> dict:
+    """The demo (servers, seed rule set, agent) with two finished runs, a published version and a token."""
+    from agents.models import Agent, Run
+    from agents.services import run_execute
+    from llamon_web.token_services import token_create
+    from rules import services as rule_services
+    from rules.models import RuleSet
+    from servers import pool as rules_pool
+    from servers.models import McpServer
+
+    call_command("load_demo", verbosity=0)  # lists the stdio servers' tools and queues the demo runs
+    try:
+        for run in Run.objects.filter(status=Run.Status.QUEUED).order_by("pk"):
+            run_execute(run_id=run.pk)  # the worker's task body, run here: real MCP servers, scripted model
+    finally:
+        rules_pool.web_pool_close()
+    rule_set = RuleSet.objects.get(name="seed-rules")
+    admin = make_user("admin", username="a11y-admin")
+    if not rule_set.versions.exists():
+        rule_services.rule_set_publish(actor=admin, rule_set=rule_set)
+    first = rule_set.rules.order_by("position").first()
+    rule_services.rule_move(actor=admin, rule=first, direction="down", revision=rule_set.revision)
+    token_create(actor=admin, name="ci")
+    runs = list(Run.objects.order_by("pk"))
+    assert len(runs) >= 2 and all(r.finished for r in runs), [(r.pk, r.status) for r in runs]
+    return {
+        "admin": admin,
+        "server": McpServer.objects.get(mcp_id="order-service"),
+        "rule_set": rule_set,
+        "rule": rule_set.rules.order_by("position").first(),
+        "agent": Agent.objects.get(name="seed-demo"),
+        "runs": runs,
+    }
+
+
+def _login(page, username: str) -> None:
+    page.goto("/accounts/login/")
+    page.fill("#id_username", username)
+    page.fill("#id_password", "pw")
+    page.click("button[type=submit]")
+    page.wait_for_url(lambda url: "/accounts/login" not in url)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_every_page_has_no_serious_axe_violation_and_fits_the_width(
+    width: int, page, demo_objects, make_user
+) -> None:
+    page.set_viewport_size({"width": width, "height": 900})
+    # Which style or script the CSP refused, and where from (the console message does not say).
+    page.add_init_script(
+        "window.__cspRefused = []; document.addEventListener('securitypolicyviolation', e => "
+        "window.__cspRefused.push(e.violatedDirective + ' ' + e.sample + ' at ' + e.sourceFile + ':' + e.lineNumber))"
+    )
+    problems: list[str] = []
+
+    page.goto("/accounts/login/")
+    problems += axe_problems(page, "login", width)
+    _login(page, demo_objects["admin"].username)
+
+    for name, visit in PAGES.items():
+        response = page.goto(visit.path(demo_objects))
+        assert response is not None and response.status == 200, f"{name}: {response and response.status}"
+        page.wait_for_load_state("networkidle")
+        problems += axe_problems(page, name, width)
+        if visit.shot:
+            screenshot(page, f"a11y-{visit.shot}-{width}")
+
+    # The editor after a tester run: the results table and the LLM block swapped in by htmx.
+    page.goto(PAGES["rules:editor"].path(demo_objects))
+    page.fill("#id_t-query", "주문 조회 부탁해 A-1001")
+    page.locator("#tester-table tr[data-rule='route_order_lookup'] .status-fired").wait_for()
+    page.wait_for_load_state("networkidle")
+    problems += axe_problems(page, "rules:editor (tester results)", width)
+
+    # The 403 page, as a viewer.
+    page.context.clear_cookies()
+    _login(page, make_user("viewer").username)
+    response = page.goto("/mcp/new/")
+    assert response is not None and response.status == 403
+    problems += axe_problems(page, "403", width)
+
+    assert not problems, f"{len(problems)} accessibility problems:\n" + "\n".join(problems)
+
+
+def test_keyboard_focus_stays_on_the_moved_rules_button(page, logged_in) -> None:
+    from playwright.sync_api import expect
+
+    from rules.models import RuleSet
+
+    call_command("load_demo", "--no-refresh", "--no-runs", verbosity=0)
+    rule_set = RuleSet.objects.get(name="seed-rules")
+    first, second, third = rule_set.rules.order_by("position")
+    logged_in("editor")
+    page.goto(f"/rules/{rule_set.pk}/")
+    rules = page.locator("#rule-list li.rule")
+
+    # Keyboard only: focus the first rule's "down" button and press Enter; the list is redrawn by htmx.
+    page.locator(f"#rule-{first.pk} button[value=down]").focus()
+    page.keyboard.press("Enter")
+    expect(rules.nth(1)).to_have_id(f"rule-{first.pk}")
+    expect(rules.nth(1).locator("button[value=down]")).to_be_focused()
+    assert list(rule_set.rules.order_by("position").values_list("pk", flat=True)) == [
+        second.pk,
+        first.pk,
+        third.pk,
+    ]
+
+    # Moved to the end, its "down" button is disabled: focus goes to its "up" button, not to the page.
+    page.keyboard.press("Enter")
+    expect(rules.nth(2)).to_have_id(f"rule-{first.pk}")
+    expect(rules.nth(2).locator("button[value=up]")).to_be_focused()
+
+    # And up again from the keyboard, focus staying on that "up" button.
+    page.keyboard.press("Enter")
+    expect(rules.nth(1)).to_have_id(f"rule-{first.pk}")
+    expect(rules.nth(1).locator("button[value=up]")).to_be_focused()
