@@ -62,6 +62,11 @@ PAGES: dict[str, Visit] = {
     "agents:run_detail": Visit(lambda o: f"/agents/runs/{o['runs'][0].pk}/", shot="run-detail"),
     "agents:run_compare": Visit(lambda o: f"/agents/runs/compare?a={o['runs'][0].pk}&b={o['runs'][1].pk}"),
     "agents:privacy": Visit(lambda o: "/agents/privacy"),
+    "agents:rollout": Visit(lambda o: f"/agents/{o['agent'].pk}/rollout"),
+    "governance:impact_new": Visit(lambda o: f"/governance/rule-sets/{o['rule_set'].pk}/impact/"),
+    "governance:rule_health": Visit(lambda o: f"/governance/rule-sets/{o['rule_set'].pk}/health/"),
+    "users": Visit(lambda o: "/users/"),
+    "user_detail": Visit(lambda o: f"/users/{o['admin'].pk}/"),
     "tokens": Visit(lambda o: "/tokens/", shot="tokens"),
 }
 # URL name -> why it is not a page of its own to check.
@@ -94,6 +99,22 @@ EXCLUDED: dict[str, str] = {
     "agents:run_save_case": "POST only",
     "token_create": "POST only",
     "token_revoke": "POST only",
+    "agents:rollout_set": "POST only",
+    "agents:rollout_promote": "POST only",
+    "agents:rollout_rollback": "POST only",
+    "agents:shadow_set": "POST only",
+    "agents:run_open_in_tester": "POST only (its result is the rule set editor, checked)",
+    "agents:run_replay": "POST only",
+    "governance:impact_start": "POST only",
+    "governance:impact_progress": "htmx fragment polled into an analysis page",
+    "governance:impact_detail": "needs a finished analysis; its page is exercised by tests/e2e/test_impact.py",
+    "invite_accept": "needs a fresh one-time link; exercised by tests/e2e/test_users.py",
+    "language_set": "POST only",
+    "user_create": "POST only",
+    "user_invite": "POST only",
+    "user_set_active": "POST only",
+    "user_set_role": "POST only",
+    "user_token_revoke": "POST only",
 }
 IGNORED_PREFIXES = ("admin:", "api:")  # Django's admin (staff only) and the JSON API are not product pages
 
