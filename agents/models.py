@@ -137,6 +137,10 @@ class Run(models.Model):
     rerun_of = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="reruns"
     )
+    # A deterministic replay: its tool calls were answered from this run's recorded outputs.
+    replay_of = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="replays"
+    )
 
     class Meta:
         ordering = ["-created_at", "-id"]

@@ -69,6 +69,7 @@ EXPECTED: dict[str, tuple[str, dict[str, int | str]]] = {
     "agents:run_steps": ("viewer", {"anonymous": LOGIN, "viewer": 200, "editor": 200, "admin": 200}),
     "agents:run_cancel": ("editor", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
     "agents:run_rerun": ("editor", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
+    "agents:run_replay": ("editor", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
     "agents:run_save_case": ("editor", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
     "agents:privacy": ("admin", {"anonymous": LOGIN, "viewer": 403, "editor": 403, "admin": 200}),
     # API tokens: every user with a role manages their own (revoking someone else's token is a 404).
@@ -143,6 +144,7 @@ def sample_kwargs(make_user) -> dict[str, dict[str, object]]:
                 "agents:run_steps",
                 "agents:run_cancel",
                 "agents:run_rerun",
+                "agents:run_replay",
                 "agents:run_save_case",
             ),
             {"pk": run.pk},

@@ -80,6 +80,8 @@ EXPECTED: dict[str, tuple[str, int, bool]] = {
     "GET /api/runs/{run_id}/steps": ("viewer", 200, False),
     "POST /api/runs/{run_id}/cancel": ("editor", 200, False),
     "POST /api/runs/{run_id}/rerun": ("editor", 202, False),
+    # The sample run is still queued: replaying it is refused (409) once the role is checked.
+    "POST /api/runs/{run_id}/replay": ("editor", 409, False),
 }
 
 

@@ -1,0 +1,22 @@
+import django.db.models.deletion
+from django.db import migrations, models
+
+
+class Migration(migrations.Migration):
+    dependencies = [
+        ("agents", "0008_run_tools"),
+    ]
+
+    operations = [
+        migrations.AddField(
+            model_name="run",
+            name="replay_of",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.SET_NULL,
+                related_name="replays",
+                to="agents.run",
+            ),
+        ),
+    ]
