@@ -14,7 +14,8 @@ class Migration(migrations.Migration):
             field=models.ForeignKey(
                 blank=True,
                 null=True,
-                on_delete=django.db.models.deletion.SET_NULL,
+                db_constraint=False,
+                on_delete=django.db.models.deletion.DO_NOTHING,
                 related_name="replays",
                 to="agents.run",
             ),

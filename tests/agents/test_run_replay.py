@@ -83,3 +83,33 @@ def test_a_run_with_no_recorded_steps_replays_and_its_tools_have_no_outputs() ->
 
     run = Run.objects.create(agent_name="x", status=Run.Status.SUCCEEDED, query="q")
     assert recorded_calls(run.pk) == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_replay_whose_original_was_deleted_never_falls_back_to_the_live_server(make_user) -> None:
+    """Retention may delete the original while its replay waits: the replay keeps the id and its
+    calls fail with "no recorded output"; they are never sent to the (here broken) server."""
+    from rules import services as rule_services
+
+    author = make_user("editor")
+    McpServer.objects.create(
+        mcp_id="orders", transport="stdio", command="/nonexistent/orders",
+        tools=[{"name": "get_order", "description": "", "input_schema": {}}],
+    )  # fmt: skip
+    rule_set = rule_services.rule_set_create(actor=author, name="replayed")
+    rule_services.rule_create(
+        actor=author, rule_set=rule_set, name="lookup", mcp_id="orders", tool_name="get_order",
+        when="True", params='{"order_id": "A-1"}',
+    )  # fmt: skip
+    agent = Agent.objects.create(name="r", system_prompt="p", rule_set=rule_set, rule_set_mode="draft")
+    original = Run.objects.create(agent=agent, agent_name="r", status=Run.Status.SUCCEEDED, query="q")
+    replay = Run.objects.create(agent=agent, agent_name="r", query="q", replay_of=original)
+    original_pk = original.pk
+    original.delete()
+    services.run_execute(run_id=replay.pk)  # in this process: nothing but the database is needed
+
+    replay.refresh_from_db()
+    assert replay.replay_of_id == original_pk and replay.status == Run.Status.FAILED
+    rule = replay.steps.get(kind=RunStep.Kind.RULE)
+    assert rule.error == f'no recorded output for get_order({{"order_id":"A-1"}}) in run {original_pk}'
+    assert not replay.steps.filter(name__startswith="connect ").exists()
