@@ -112,3 +112,19 @@ def test_the_page_refuses_a_running_run(editor_client, finished) -> None:
     assert "is still running" in response.content.decode()
     assert not Run.objects.filter(replay_of=finished).exists()
     assert editor_client.post("/agents/runs/987654/replay").status_code == 404
+
+
+def test_a_replay_runs_on_the_real_input_and_shows_it_masked(editor_client, finished) -> None:
+    from agents import services
+    from agents.models import PrivacySettings
+    from agents.selectors import runs_for_display
+
+    PrivacySettings.objects.update_or_create(pk=1, defaults={"mask_presets": ["email"]})
+    Run.objects.filter(pk=finished.pk).update(query="mail kim@example.com about A-1")
+    [shown] = runs_for_display([Run.objects.get(pk=finished.pk)])  # what a page holds: masked
+    assert "kim@example.com" not in shown.query
+    replay = services.run_replay(actor=None, run=shown)
+    assert Run.objects.get(pk=replay.pk).query == "mail kim@example.com about A-1"  # the worker's input
+    page = editor_client.get(f"/agents/runs/{replay.pk}/").content.decode()
+    assert "kim@example.com" not in page
+    assert "kim@example.com" not in str(AuditEvent.objects.get(action="run.replay").after)
