@@ -351,6 +351,26 @@ def rerun_run(request: HttpRequest, run_id: DbId) -> Any:
     )
 
 
+@router.post(
+    "/runs/{run_id}/replay",
+    response={202: RunAcceptedOut, **error_responses(404, 409, 503)},
+    auth=EDITOR,
+    tags=RUNS,
+)
+def replay_run(request: HttpRequest, run_id: DbId, agent: DbId | None = None) -> Any:
+    """Run a finished run's input again with its recorded tool outputs (editor); 202 with the new run.
+
+    No tool call reaches a server: each is answered from the original run's steps, or fails with
+    "no recorded output". ``?agent=<id>`` chooses whose settings (model, prompt, rule set) to use;
+    by default the run's own agent as it is now. No body. A run still queued or running is a 409.
+    """
+    run = get_or_404(Run, "run", pk=run_id)
+    chosen = Agent.objects.filter(pk=agent).first() if agent is not None else None
+    if agent is not None and chosen is None:
+        raise AgentError(f"There is no agent with id {agent} to replay the run with.", field="agent")
+    return Status(202, _accepted(services.run_replay(actor=request.auth, run=run, agent=chosen)))
+
+
 def _accepted(run: Run) -> dict[str, Any]:
     return {"id": run.pk, "status": run.status, "url": f"/api/runs/{run.pk}"}
 

@@ -156,6 +156,17 @@ class Run(models.Model):
     rerun_of = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="reruns"
     )
+    # A deterministic replay: its tool calls are answered from this run's recorded outputs. The id
+    # outlives the original (retention may delete it first): a replay must never fall back to the
+    # live servers, so with the original gone its calls have no recorded output (agents.replay).
+    replay_of = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        related_name="replays",
+    )
 
     class Meta:
         ordering = ["-created_at", "-id"]

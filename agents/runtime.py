@@ -179,11 +179,17 @@ def execute_claimed_run(*, run_id: int) -> RunEnd:
     redact = redactor()
     sink = DbStepSink(run, redact=redact)
     exported = otel_sink(agent_name=agent.name, run_id=run_id, source="worker", redact=redact)  # None: off
-    servers = engine.servers_by_id(set(engine.snapshot_mcp_ids(rules.snapshot)) | set(spec.react_mcp_ids))
-    backend = engine.live_backend(servers)
+    mcp_ids = set(engine.snapshot_mcp_ids(rules.snapshot)) | set(spec.react_mcp_ids)
     run_sink = MultiSink(sink, exported) if exported is not None else sink  # connect steps are spans too
-    connect_cold_servers(backend.pool, sorted(backend.mcp_ids), run_sink)
-    react_tools = _react_tools(backend, spec.react_mcp_ids)
+    if run.replay_of_id is not None:  # a replay: the original's recorded outputs, no server (agents.replay)
+        from agents.replay import replay_backend
+
+        backend = replay_backend(run, mcp_ids)
+        react_tools = backend.langchain_tools(spec.react_mcp_ids)
+    else:
+        backend = engine.live_backend(engine.servers_by_id(mcp_ids))
+        connect_cold_servers(backend.pool, sorted(backend.mcp_ids), run_sink)
+        react_tools = _react_tools(backend, spec.react_mcp_ids)
 
     def should_cancel() -> bool:
         return Run.objects.filter(pk=run_id, cancel_requested=True).exists()

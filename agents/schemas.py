@@ -126,6 +126,7 @@ class RunAcceptedOut(Schema):
 class RunOut(ModelSchema):
     agent: int | None
     rerun_of: int | None
+    replay_of: int | None
     context: dict[str, Any]
     a2a_data: list[dict[str, Any]] | None
     a2a_files: list[dict[str, Any]] | None
@@ -146,6 +147,10 @@ class RunOut(ModelSchema):
     @staticmethod
     def resolve_rerun_of(obj: Run) -> int | None:
         return obj.rerun_of_id
+
+    @staticmethod
+    def resolve_replay_of(obj: Run) -> int | None:
+        return obj.replay_of_id
 
 
 class RunFilterIn(Schema):

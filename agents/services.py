@@ -86,8 +86,15 @@ def _lookup_ids(request: AgentRequest) -> dict[str, str]:
 
 
 @transaction.atomic
-def run_create(*, actor: Any, agent: Agent, request: AgentRequest, rerun_of: Run | None = None) -> Run:
-    """Store a queued run and enqueue it once the transaction commits."""
+def run_create(
+    *,
+    actor: Any,
+    agent: Agent,
+    request: AgentRequest,
+    rerun_of: Run | None = None,
+    replay_of: Run | None = None,
+) -> Run:
+    """Store a queued run and enqueue it once the transaction commits (``replay_of``: see run_replay)."""
     request_check_size(request)
     run = Run.objects.create(
         agent=agent,
@@ -99,6 +106,7 @@ def run_create(*, actor: Any, agent: Agent, request: AgentRequest, rerun_of: Run
         a2a_files=request.a2a_files,
         created_by=actor if getattr(actor, "is_authenticated", False) else None,
         rerun_of=rerun_of,
+        replay_of=replay_of,
         queued_at=timezone.now(),
         **_lookup_ids(request),
     )
@@ -136,6 +144,41 @@ def run_rerun(*, actor: Any, run: Run) -> Run:
         query=run.query, context=run.context, a2a_data=run.a2a_data, a2a_files=run.a2a_files
     )
     return run_create(actor=actor, agent=run.agent, request=request, rerun_of=run)
+
+
+@transaction.atomic
+def run_replay(*, actor: Any, run: Run, agent: Agent | None = None) -> Run:
+    """Run a finished run's input again, every tool call answered from its recorded outputs (audited).
+
+    ``agent``: whose settings (model, prompt, rule set) the replay runs with; by default the run's
+    own agent as it is now. The worker answers the tools from the original's steps
+    (agents.replay), so the replay never reaches a server.
+    """
+    # Read again: a row read for display has its input masked, and the replay needs the real one.
+    run = Run.objects.select_related("agent").get(pk=run.pk)
+    if not run.finished:
+        raise AgentConflictError(
+            f"Run {run.pk} is still {run.status}: replay it once it has finished, when all its tool "
+            "outputs are recorded."
+        )
+    agent = agent or run.agent
+    if agent is None:
+        raise AgentError(
+            f"Run {run.pk} has no agent here (a served or flow run, or its agent was deleted): choose the "
+            "agent whose settings the replay should use.",
+            field="agent",
+        )
+    request = AgentRequest(
+        query=run.query, context=run.context, a2a_data=run.a2a_data, a2a_files=run.a2a_files
+    )
+    replay = run_create(actor=actor, agent=agent, request=request, replay_of=run)
+    audit_record(
+        actor=actor,
+        action="run.replay",
+        obj=replay,
+        after={"replay_of": run.pk, "agent": agent.name, "agent_revision": agent.revision},
+    )
+    return replay
 
 
 def run_cancel(*, actor: Any, run: Run) -> Run:

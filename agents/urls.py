@@ -22,6 +22,7 @@ urlpatterns = [
     path("runs/<int:pk>/steps", views.run_steps, name="run_steps"),
     path("runs/<int:pk>/cancel", views.run_cancel, name="run_cancel"),
     path("runs/<int:pk>/rerun", views.run_rerun, name="run_rerun"),
+    path("runs/<int:pk>/replay", views.run_replay, name="run_replay"),
     path("runs/<int:pk>/save-case", views.run_save_case, name="run_save_case"),
     path("runs/<int:pk>/open-in-tester", views.run_open_in_tester, name="run_open_in_tester"),
     path("privacy", views.privacy, name="privacy"),

@@ -146,6 +146,7 @@ def run_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         "poll": not run.finished and not more,
         "diagnostics": selectors.run_diagnostics(run=run) if run.finished else [],
         "can_edit": has_role(request.user, "editor"),
+        "replay_agents": selectors.agent_list() if has_role(request.user, "editor") else [],
         "trace": selectors.run_trace(run=run),
         "flow_graph": flow_graph(selectors.run_steps(run=run).filter(kind="node")) if run.source == Run.Source.FLOW else None,
     })  # fmt: skip
@@ -220,6 +221,32 @@ def run_rerun(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         messages.error(request, exc.message)
         return redirect("agents:run_detail", pk=pk)
     return redirect("agents:run_detail", pk=run.pk)
+
+
+@require_POST
+@require_role("editor")
+def run_replay(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """Replay this run with its recorded tool outputs, with the chosen agent's settings (default: its own)."""
+    run = get_object_or_404(Run, pk=pk)
+    chosen = request.POST.get("agent", "").strip()
+    agent = None
+    if chosen:
+        agent = (
+            Agent.objects.filter(pk=int(chosen)).first() if chosen.isdigit() and len(chosen) < 19 else None
+        )
+        if agent is None:
+            messages.error(
+                request,
+                f"There is no agent {chosen[:40]!r} to replay the run with: choose one from the list.",
+            )
+            return redirect("agents:run_detail", pk=pk)
+    try:
+        replay = services.run_replay(actor=request.user, run=run, agent=agent)
+    except AgentError as exc:
+        messages.error(request, exc.message)
+        return redirect("agents:run_detail", pk=pk)
+    messages.success(request, f"Replaying run {pk}: every tool call is answered from its recorded outputs.")
+    return redirect("agents:run_detail", pk=replay.pk)
 
 
 @require_GET

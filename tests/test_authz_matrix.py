@@ -70,6 +70,7 @@ EXPECTED: dict[str, tuple[str, dict[str, int | str]]] = {
     "agents:run_steps": ("viewer", {"anonymous": LOGIN, "viewer": 200, "editor": 200, "admin": 200}),
     "agents:run_cancel": ("editor", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
     "agents:run_rerun": ("editor", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
+    "agents:run_replay": ("editor", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
     "agents:run_save_case": ("editor", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
     # Loads a run's (masked) input into the user's own tester session: a viewer may, by POST only.
     "agents:run_open_in_tester": ("viewer", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
@@ -180,6 +181,7 @@ def sample_kwargs(make_user) -> dict[str, dict[str, object]]:
                 "agents:run_steps",
                 "agents:run_cancel",
                 "agents:run_rerun",
+                "agents:run_replay",
                 "agents:run_save_case",
                 "agents:run_open_in_tester",
             ),

@@ -93,6 +93,8 @@ EXPECTED: dict[str, tuple[str, int, bool]] = {
     "GET /api/impact/{analysis_id}": ("viewer", 200, False),
     # Coverage and health per rule: viewers read it.
     "GET /api/rule-sets/{rule_set_id}/health": ("viewer", 200, False),
+    # The sample run is still queued: replaying it is refused (409) once the role is checked.
+    "POST /api/runs/{run_id}/replay": ("editor", 409, False),
 }
 
 
