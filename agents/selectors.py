@@ -252,6 +252,7 @@ def _canonical(value: Any) -> str:
 
 WATERFALL_LIMIT = 1000  # bars drawn; a longer run says how many were left out
 TRACE_LLM_CALLS = 200
+TRACE_ROWS = 20_000  # steps read (compact columns only) for the waterfall, usage and tool counts
 _SPAN_FIELDS = ("seq", "parent_seq", "kind", "name", "status", "started_at", "duration_ms", "tokens", "mcp_id", "tool_name")  # fmt: skip
 _KIND_LABELS = {"guardrail": "guardrail", "prestep": "pre-step", "rule": "rule", "llm": "LLM", "tool": "tool", "node": "", "answer": "answer", "error": "error", "listing": "MCP tools"}  # fmt: skip
 
@@ -384,8 +385,12 @@ def _calls(value: Any) -> list[dict[str, Any]]:
 
 
 def run_trace(*, run: Run, now: datetime | None = None) -> Trace:
-    """The run's waterfall, usage, cost and tools offered vs called, from compact queries."""
-    rows = list(run.steps.order_by("seq").values(*_SPAN_FIELDS))
+    """The run's waterfall, usage, cost and tools offered vs called, from compact queries.
+
+    The spans are read without their payloads and at most TRACE_ROWS of them (the usage and tool
+    counts of a longer run cover its first TRACE_ROWS steps): every read of the run page is bounded.
+    """
+    rows = list(run.steps.order_by("seq").values(*_SPAN_FIELDS)[:TRACE_ROWS])
     listings = _tool_listings(run)
     now = now or timezone.now()
     starts = [r["started_at"] for r in rows]
