@@ -18,6 +18,7 @@ from agents.models import Agent, Run
 from agents.privacy import privacy_get
 from llamon_web.http import HtmxHttpRequest
 from llamon_web.roles import has_role, require_role
+from llamon_web.userinput import db_id
 from rules.tester import tester_inputs_put
 
 # --- Agents -------------------------------------------------------------------------------------
@@ -99,7 +100,7 @@ def _run_list_poll(request: HtmxHttpRequest, filters: dict) -> HttpResponse:
         )
     except selectors.CursorError as exc:
         return HttpResponse(str(exc), status=400, content_type="text/plain; charset=utf-8")
-    live_ids = [int(x) for x in request.GET.getlist("live")[:RUN_PAGE_SIZE] if x.isascii() and x.isdigit()]
+    live_ids = [pk for x in request.GET.getlist("live")[:RUN_PAGE_SIZE] if (pk := db_id(x)) is not None]
     updated = list(Run.objects.select_related("agent").filter(pk__in=live_ids)) if live_ids else []
     selectors.runs_for_display([*new, *updated])
     query = request.GET.copy()
@@ -231,9 +232,8 @@ def run_replay(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     chosen = request.POST.get("agent", "").strip()
     agent = None
     if chosen:
-        agent = (
-            Agent.objects.filter(pk=int(chosen)).first() if chosen.isdigit() and len(chosen) < 19 else None
-        )
+        agent_pk = db_id(chosen)
+        agent = Agent.objects.filter(pk=agent_pk).first() if agent_pk is not None else None
         if agent is None:
             messages.error(
                 request,

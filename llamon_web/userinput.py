@@ -24,6 +24,22 @@ from pydantic import AfterValidator
 from llamon_agent.strictjson import JSONInputError, loads
 
 MAX_UTC_OFFSET = timedelta(hours=15, minutes=59)
+MAX_DB_ID = 2**63 - 1  # a bigint primary key
+
+
+def db_id(text: str | None) -> int | None:
+    """A primary key typed by a person (``?rule=12``), or None when it cannot be one.
+
+    Only ASCII digits count ("²".isdigit() is true, and int() refuses it) and at most 19 of them:
+    int() of a 5,000-digit text raises ValueError (Python's 4,300-digit limit), and a key past
+    2**63 - 1 overflows the database's bigint. Callers answer None with their own 404 or 400.
+    """
+    if not text or len(text) > 19 or not (text.isascii() and text.isdigit()):
+        return None
+    value = int(text)
+    return value if 1 <= value <= MAX_DB_ID else None
+
+
 NUL_MESSAGE = "Null characters are not allowed."  # Django's ProhibitNullCharactersValidator says the same
 
 

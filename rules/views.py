@@ -18,6 +18,7 @@ from llamon_agent import strictjson
 from llamon_agent.prestep import RuleStatus
 from llamon_web.http import HtmxHttpRequest
 from llamon_web.roles import has_role, require_role
+from llamon_web.userinput import db_id
 from rules import cases, engine, exporting, selectors, services
 from rules.cases import case_expected_from_outcome, suite_run
 from rules.errors import RuleError, StaleEditError
@@ -316,7 +317,8 @@ def _selected_rule(rule_set: RuleSet, wanted: str | None) -> Rule | None:
     """The rule named by ``?rule=`` (or the tester's hidden field); Http404 when it is not in the set."""
     if not wanted:
         return None
-    selected = rule_set.rules.filter(pk=wanted).first() if wanted.isascii() and wanted.isdigit() else None
+    pk = db_id(wanted)
+    selected = rule_set.rules.filter(pk=pk).first() if pk is not None else None
     if selected is None:
         raise Http404("No such rule in this rule set.")
     return selected
@@ -326,7 +328,8 @@ def _tester_case(rule_set: RuleSet, wanted: str | None) -> TestCase | None:
     """The case opened in the tester (``?case=`` or the tester's hidden field); Http404 when not in the set."""
     if not wanted:
         return None
-    case = rule_set.cases.filter(pk=wanted).first() if wanted.isascii() and wanted.isdigit() else None
+    pk = db_id(wanted)
+    case = rule_set.cases.filter(pk=pk).first() if pk is not None else None
     if case is None:
         raise Http404("No such test case in this rule set.")
     return case

@@ -146,3 +146,34 @@ def test_a_case_name_with_a_nul_is_refused_by_the_service(make_user) -> None:
         case_create(
             actor=make_user("editor"), rule_set=rule_set, name="x\x00", input={"query": "q"}, expected={}
         )
+
+
+HOSTILE_IDS = {
+    "5,000 digits": "9" * 5_000,  # int() refuses past 4,300 digits
+    "past bigint": str(2**63),
+    "superscript digit": "²",  # isdigit() but not int()
+    "zero": "0",
+}
+
+
+@pytest.mark.parametrize("value", HOSTILE_IDS.values(), ids=HOSTILE_IDS.keys())
+@pytest.mark.parametrize("param", ["rule", "case"])
+def test_the_editor_answers_a_hostile_id_with_a_404(viewer_client, param, value) -> None:
+    from rules.models import RuleSet
+
+    rule_set = RuleSet.objects.create(name="ids")
+    response = viewer_client.get(reverse("rules:editor", args=[rule_set.pk]), {param: value})
+    assert response.status_code == 404
+
+
+@pytest.mark.parametrize("value", HOSTILE_IDS.values(), ids=HOSTILE_IDS.keys())
+def test_the_run_list_poll_ignores_a_hostile_live_id(viewer_client, value) -> None:
+    response = viewer_client.get(reverse("agents:run_list"), {"live": value}, headers={"HX-Request": "true"})
+    assert response.status_code < 500
+
+
+def test_db_id_accepts_only_what_a_bigint_key_can_be() -> None:
+    from llamon_web.userinput import db_id
+
+    assert [db_id(v) for v in ("1", "42", str(2**63 - 1))] == [1, 42, 2**63 - 1]
+    assert all(db_id(v) is None for v in [*HOSTILE_IDS.values(), "", None, "-1", " 1", "1.0", "１"])

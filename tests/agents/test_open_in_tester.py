@@ -68,7 +68,8 @@ def test_the_run_input_lands_in_the_tester_masked_never_real(viewer_client, run)
     assert '"userId": "[이메일]"' in page and '"chatbotId": "premium"' in page and "주문 A-1001" in page
     assert '"ticketType": "faq"' in page  # the DataParts too
     assert f"run {run.pk}</a>" in page and "masked 1 value" in page
-    assert "Pinned tool outputs" in page and 'A-1001", "status"' not in page  # outputs only when asked
+    # Outputs only when asked; a viewer cannot Execute, so gets no pinned-outputs field at all.
+    assert "Pinned tool outputs" not in page and 'A-1001", "status"' not in page
 
 
 def test_with_outputs_the_recorded_calls_become_pins_and_execute_uses_them(editor_client, run) -> None:
