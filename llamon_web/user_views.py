@@ -10,7 +10,7 @@ from django import forms
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import get_user_model
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
@@ -241,8 +241,9 @@ def language_set(request: HttpRequest) -> HttpResponse:
     except DomainError as exc:
         messages.error(request, exc.message)
     target = request.POST.get("next") or ""
-    if not url_has_allowed_host_and_scheme(
+    # Only a path on this site; redirect() would also try "NaN" as a view name (NoReverseMatch, a 500).
+    if not target.startswith("/") or not url_has_allowed_host_and_scheme(
         target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
     ):
         target = reverse("home")
-    return redirect(target)
+    return HttpResponseRedirect(target)

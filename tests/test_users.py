@@ -262,6 +262,9 @@ def test_the_language_choice_is_kept_and_an_unknown_one_refused(viewer_client) -
         reverse("language_set"), {"language": "xx" * 1000, "next": "https://evil.example/"}
     )
     assert response["Location"] == reverse("home")  # an off-site next is not followed
+    for hostile in ("NaN", "home", "//evil.example/", "javascript:alert(1)", "\\evil.example"):
+        response = viewer_client.post(reverse("language_set"), {"language": "ko", "next": hostile})
+        assert response.status_code == 302 and response["Location"] == reverse("home"), hostile
     assert 'lang="ko"' in viewer_client.get(reverse("home")).content.decode()
 
 
