@@ -99,9 +99,10 @@ class AgentForm(forms.ModelForm):
         except strictjson.JSONInputError as exc:
             if (err := exc.decode_error) is not None:
                 raise forms.ValidationError(
-                    f"Not valid JSON: {err.msg} at line {err.lineno}, column {err.colno}."
+                    _("Not valid JSON: %(msg)s at line %(lineno)s, column %(colno)s.")
+                    % {"msg": err.msg, "lineno": err.lineno, "colno": err.colno}
                 ) from None
-            raise forms.ValidationError(f"The script is refused: {exc}.") from None
+            raise forms.ValidationError(_("The script is refused: %(exc)s.") % {"exc": exc}) from None
         if not isinstance(value, list) or not all(isinstance(r, dict) for r in value):
             raise forms.ValidationError(_('The script is a JSON list of replies like {"content": "..."}.'))
         return value
@@ -160,5 +161,8 @@ class PrivacyForm(forms.ModelForm):
             try:
                 re2.compile(pattern)
             except re2.error as exc:
-                raise forms.ValidationError(f"{pattern!r} is not a valid regular expression: {exc}") from None
+                raise forms.ValidationError(
+                    _("%(pattern)r is not a valid regular expression: %(exc)s")
+                    % {"pattern": pattern, "exc": exc}
+                ) from None
         return patterns

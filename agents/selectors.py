@@ -108,7 +108,8 @@ def cursor_decode(cursor: str) -> tuple[datetime, int]:
             raise ValueError
     except (ValueError, binascii.Error, UnicodeDecodeError, OverflowError):
         raise CursorError(
-            f"The cursor {cursor[:40]!r} is not one this server gave out. {CURSOR_HELP}"
+            _("The cursor %(cursor)r is not one this server gave out. %(CURSOR_HELP)s")
+            % {"cursor": cursor[:40], "CURSOR_HELP": CURSOR_HELP}
         ) from None
     return created_at, run_id
 

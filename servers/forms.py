@@ -7,6 +7,7 @@ import re
 from typing import Any
 
 from django import forms
+from django.utils.text import format_lazy
 from django.utils.translation import gettext_lazy as _
 
 from llamon_agent import strictjson
@@ -17,7 +18,11 @@ from servers.toolschema import schema_errors
 
 _NAME_SPLIT = re.compile(r"[\s,]+")
 MAX_GENERATED_FIELDS = 50
-_TIMEOUT_RANGE = f"The timeout must be between {TIMEOUT_MIN_S:g} and {TIMEOUT_MAX_S:g} seconds."
+_TIMEOUT_RANGE = format_lazy(
+    _("The timeout must be between {min} and {max} seconds."),
+    min=f"{TIMEOUT_MIN_S:g}",
+    max=f"{TIMEOUT_MAX_S:g}",
+)
 
 
 def split_lines(text: str) -> list[str]:
@@ -140,9 +145,10 @@ def _json_value(text: str) -> Any:
     except strictjson.JSONInputError as exc:
         if (err := exc.decode_error) is not None:
             raise forms.ValidationError(
-                f"This is not valid JSON: {err.msg} (line {err.lineno}, column {err.colno})."
+                _("This is not valid JSON: %(msg)s (line %(lineno)s, column %(colno)s).")
+                % {"msg": err.msg, "lineno": err.lineno, "colno": err.colno}
             ) from None
-        raise forms.ValidationError(f"This JSON is refused: {exc}.") from None
+        raise forms.ValidationError(_("This JSON is refused: %(exc)s.") % {"exc": exc}) from None
 
 
 class JsonField(forms.CharField):
@@ -279,12 +285,13 @@ class RawArgumentsForm(forms.Form):
         text = self.cleaned_data.get("arguments_raw") or ""
         if not text.strip():
             raise forms.ValidationError(
-                'Type the arguments as a JSON object, like {"q": "refund"} ({} for none).'
+                _('Type the arguments as a JSON object, like {"q": "refund"} ({} for none).')
             )
         value = _json_value(text)
         if not isinstance(value, dict):
             raise forms.ValidationError(
-                f"The arguments must be a JSON object ({{...}}), not {_json_kind(value)}."
+                _("The arguments must be a JSON object ({...}), not %(json_kind)s.")
+                % {"json_kind": _json_kind(value)}
             )
         errors = schema_errors(self.schema, value)
         if errors:
