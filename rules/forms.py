@@ -102,9 +102,10 @@ class TesterForm(forms.Form):
     _message: AgentRequest | None = None  # a pasted A2A message, parsed by clean()
 
     query = forms.CharField(
-        required=False, max_length=MAX_QUERY_CHARS, widget=forms.Textarea(attrs={"rows": 2})
+        label=_("Query"), required=False, max_length=MAX_QUERY_CHARS, widget=forms.Textarea(attrs={"rows": 2})
     )
     context = forms.CharField(
+        label=_("Context"),
         required=False,
         widget=forms.Textarea(attrs={**CODE, "rows": 3}),
         help_text=_('A JSON object, e.g. {"userId": "C-1001"}'),
@@ -250,15 +251,21 @@ def _json_field(text: str, label: str, *, default: Any) -> Any:
 
 class PublishForm(forms.Form):
     message = forms.CharField(
-        required=False, max_length=500, widget=forms.TextInput(attrs={"placeholder": "What changed and why"})
+        required=False,
+        max_length=500,
+        widget=forms.TextInput(attrs={"placeholder": _("What changed and why")}),
     )
     revision = forms.IntegerField(required=False, widget=forms.HiddenInput)
 
 
 class AuditFilterForm(forms.Form):
-    actor = forms.CharField(required=False)
-    object_type = forms.CharField(required=False)
-    action = forms.CharField(required=False)
-    since = FilterDateTimeField(required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
-    until = FilterDateTimeField(required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
+    actor = forms.CharField(required=False, label=_("Actor"))
+    object_type = forms.CharField(required=False, label=_("Object type"))
+    action = forms.CharField(required=False, label=_("Action"))
+    since = FilterDateTimeField(
+        required=False, label=_("Since"), widget=forms.DateTimeInput(attrs={"type": "datetime-local"})
+    )
+    until = FilterDateTimeField(
+        required=False, label=_("Until"), widget=forms.DateTimeInput(attrs={"type": "datetime-local"})
+    )
     query = forms.CharField(required=False, label=_("Object"))

@@ -43,11 +43,14 @@ class McpServerForm(forms.Form):
         max_length=64,
         help_text=_("Lowercase letters, digits, '-', '_' or '.'; rules refer to it."),
     )
-    description = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
+    description = forms.CharField(
+        label=_("Description"), required=False, widget=forms.Textarea(attrs={"rows": 2})
+    )
     transport = forms.ChoiceField(
-        choices=McpServer.Transport.choices, widget=forms.RadioSelect, initial="stdio"
+        label=_("Transport"), choices=McpServer.Transport.choices, widget=forms.RadioSelect, initial="stdio"
     )
     command = forms.CharField(
+        label=_("Command"),
         required=False,
         max_length=500,
         help_text=_("The program only, e.g. /usr/bin/python3. It runs without a shell."),
@@ -79,7 +82,10 @@ class McpServerForm(forms.Form):
         error_messages={"min_value": _TIMEOUT_RANGE, "max_value": _TIMEOUT_RANGE, "invalid": _TIMEOUT_RANGE},
     )  # fmt: skip
     enabled = forms.BooleanField(
-        required=False, initial=True, help_text=_("Only enabled servers are bound by the pre-step.")
+        label=_("Enabled"),
+        required=False,
+        initial=True,
+        help_text=_("Only enabled servers are bound by the pre-step."),
     )
     confirmed_command = forms.CharField(required=False, widget=forms.HiddenInput)
 
