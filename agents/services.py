@@ -125,7 +125,7 @@ def run_publish(*, run_id: int) -> None:
         dispatch.run_enqueue(run_id)
     except (OperationalError, OSError) as exc:
         logger.warning("run %s: the broker refused its task message: %s", run_id, exc)
-        deleted, _ = Run.objects.filter(pk=run_id, status=Run.Status.QUEUED).delete()
+        deleted, _count = Run.objects.filter(pk=run_id, status=Run.Status.QUEUED).delete()
         if deleted:
             raise BrokerUnavailableError(
                 _(

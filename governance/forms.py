@@ -28,7 +28,7 @@ class ImpactForm(forms.Form):
     def __init__(self, *args, rule_set: RuleSet, agent_names: list[str], **kwargs) -> None:
         super().__init__(*args, **kwargs)
         numbers = list(rule_set.versions.order_by("-number").values_list("number", flat=True)[:200])
-        self.fields["version"].choices = [(DRAFT, f"draft (revision {rule_set.revision})")] + [
-            (str(n), f"v{n}") for n in numbers
-        ]
-        self.fields["agent"].choices = [("", "every agent")] + [(n, n) for n in agent_names]
+        self.fields["version"].choices = [
+            (DRAFT, _("draft (revision %(revision)s)") % {"revision": rule_set.revision})
+        ] + [(str(n), f"v{n}") for n in numbers]
+        self.fields["agent"].choices = [("", _("every agent"))] + [(n, n) for n in agent_names]

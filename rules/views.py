@@ -370,7 +370,7 @@ def rule_set_test(request: HtmxHttpRequest, pk: int) -> HttpResponse:
             context["error"] = _(
                 "Execute would send masked values to real tools as if they were real: replace "
                 "%(fields)s (loaded masked from run %(run)s) first, or use Dry run."
-            ) % {"fields": ", ".join(masked_left), "run": origin["run"]}
+            ) % {"fields": ", ".join(masked_left), "run": (origin or {}).get("run")}
             status = 422
         else:
             context.update(_tester_results(request, rule_set, tester, execute=execute))

@@ -554,7 +554,7 @@ def _validated_http(url: str, header_names: list[str]) -> dict[str, Any]:
     headers = []
     for entry in header_names:
         entry = str(entry).strip()
-        header, _, env_name = entry.rpartition("=")
+        header, _sep, env_name = entry.rpartition("=")
         if header and not _HEADER_NAME_RE.match(header):
             raise McpServerError(
                 _(

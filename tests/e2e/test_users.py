@@ -120,7 +120,9 @@ def test_the_rule_set_editor_in_korean_keeps_the_seed_contract_strings(page, log
 
         page.fill("#id_t-query", "주문 조회 부탁해 A-1001")
         page.locator("#tester-table tr[data-rule='route_order_lookup'] .status-fired").wait_for()
-        assert "확정 호출 결과" in page.locator("#llm-block").inner_text()  # a contract string, not translated
+        assert (
+            "확정 호출 결과" in page.locator("#llm-block").inner_text()
+        )  # a contract string, not translated
         page.click("#tester-dry-run")
         page.locator("#tester-outcome[data-mode='dry-run']").wait_for()
         assert "모의 실행: 규칙" in page.locator("#tester-outcome").inner_text()
