@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 from django.http import HttpRequest
+from django.utils.translation import gettext as _
 from ninja import Query, Router, Status
 
 from agents import selectors, services
@@ -205,7 +206,8 @@ def _agent_form_data(values: dict[str, Any], *, revision: int | None) -> dict[st
         version = RuleSetVersion.objects.filter(rule_set_id=values.get("rule_set"), number=pinned).first()
         if version is None:
             raise AgentError(
-                f"The agent's rule set has no published version {pinned}.", field="pinned_version"
+                _("The agent's rule set has no published version %(pinned)s.") % {"pinned": pinned},
+                field="pinned_version",
             )
         pinned_pk = version.pk
     wanted = list(dict.fromkeys(values.get("react_servers") or []))
@@ -213,11 +215,12 @@ def _agent_form_data(values: dict[str, Any], *, revision: int | None) -> dict[st
     missing = [m for m in wanted if m not in servers]
     if missing:
         raise AgentError(
-            f"No enabled MCP server with the id(s) {', '.join(map(repr, missing))}.", field="react_servers"
+            _("No enabled MCP server with the id(s) %(join)s.") % {"join": ", ".join(map(repr, missing))},
+            field="react_servers",
         )
     for field in ("input_blocked_patterns", "output_blocked_patterns"):
         if any("\n" in p or "\r" in p or not p.strip() for p in values.get(field) or []):
-            raise AgentError("Each pattern is one non-empty line.", field=field)
+            raise AgentError(_("Each pattern is one non-empty line."), field=field)
     script = values.get("model_script") or []
     return {
         "name": values["name"], "description": values.get("description") or "",

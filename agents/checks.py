@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from django.utils.translation import gettext as _
+
 from agents.errors import AgentError
 
 
@@ -12,7 +14,9 @@ def llm_url_check(url: str) -> None:
     try:
         check_mcp_url_configured(url)
     except UnsafeUrlError as exc:
-        raise AgentError(f"The model's base URL is refused: {exc}", field="model_base_url") from None
+        raise AgentError(
+            _("The model's base URL is refused: %(exc)s") % {"exc": exc}, field="model_base_url"
+        ) from None
 
 
 def llm_key_env_check(name: str) -> None:
@@ -21,4 +25,6 @@ def llm_key_env_check(name: str) -> None:
 
     reason = llm_key_policy().refusal(name)
     if reason is not None:
-        raise AgentError(f"The API key variable is refused: {reason}.", field="model_api_key_env")
+        raise AgentError(
+            _("The API key variable is refused: %(reason)s.") % {"reason": reason}, field="model_api_key_env"
+        )

@@ -18,9 +18,9 @@ from rules.models import RuleSetVersion
 from servers.models import McpServer
 
 MASK_CHOICES = [
-    ("card_number", "card numbers (Luhn-checked)"),
+    ("card_number", _("card numbers (Luhn-checked)")),
     ("kr_rrn", "주민등록번호"),
-    ("email", "e-mail addresses"),
+    ("email", _("e-mail addresses")),
 ]
 
 
@@ -99,9 +99,10 @@ class AgentForm(forms.ModelForm):
         except strictjson.JSONInputError as exc:
             if (err := exc.decode_error) is not None:
                 raise forms.ValidationError(
-                    f"Not valid JSON: {err.msg} at line {err.lineno}, column {err.colno}."
+                    _("Not valid JSON: %(msg)s at line %(lineno)s, column %(colno)s.")
+                    % {"msg": err.msg, "lineno": err.lineno, "colno": err.colno}
                 ) from None
-            raise forms.ValidationError(f"The script is refused: {exc}.") from None
+            raise forms.ValidationError(_("The script is refused: %(exc)s.") % {"exc": exc}) from None
         if not isinstance(value, list) or not all(isinstance(r, dict) for r in value):
             raise forms.ValidationError(_('The script is a JSON list of replies like {"content": "..."}.'))
         return value
@@ -110,39 +111,47 @@ class AgentForm(forms.ModelForm):
 class RunStartForm(TesterForm):
     """Start a run: the agent and a request (the same fields as the live tester)."""
 
-    agent = forms.ModelChoiceField(queryset=Agent.objects.order_by("name"), empty_label=None)
+    agent = forms.ModelChoiceField(
+        queryset=Agent.objects.order_by("name"), empty_label=None, label=_("Agent")
+    )
 
 
 class RunFilterForm(forms.Form):
-    agent = forms.ModelChoiceField(queryset=Agent.objects.order_by("name"), required=False)
-    status = forms.ChoiceField(choices=[("", "any status")], required=False)
+    agent = forms.ModelChoiceField(queryset=Agent.objects.order_by("name"), required=False, label=_("Agent"))
+    status = forms.ChoiceField(choices=[("", _("any status"))], required=False, label=_("Status"))
     rule = forms.CharField(required=False, label=_("Rule fired"))
     tool = forms.CharField(required=False, label=_("Tool called"))
     user_id = forms.CharField(required=False, label="userId")
     chatbot_id = forms.CharField(required=False, label="chatbotId")
     session_id = forms.CharField(required=False, label="sessionId")
     q = forms.CharField(required=False, label=_("Query text"))
-    since = FilterDateTimeField(required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
-    until = FilterDateTimeField(required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
+    since = FilterDateTimeField(
+        required=False, label=_("Since"), widget=forms.DateTimeInput(attrs={"type": "datetime-local"})
+    )
+    until = FilterDateTimeField(
+        required=False, label=_("Until"), widget=forms.DateTimeInput(attrs={"type": "datetime-local"})
+    )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         from agents.models import Run
 
-        self.fields["status"].choices = [("", "any status"), *Run.Status.choices]
+        self.fields["status"].choices = [("", _("any status")), *Run.Status.choices]
 
 
 class PrivacyForm(forms.ModelForm):
     redaction_patterns = LinesField(
+        label=_("Redaction patterns"),
         required=False,
         help_text=_(
             "One RE2 pattern per line; matches are replaced by [redacted] in stored steps and answers."
         ),
     )
     mask_presets = forms.MultipleChoiceField(
-        choices=MASK_CHOICES, required=False, widget=forms.CheckboxSelectMultiple
+        label=_("Mask presets"), choices=MASK_CHOICES, required=False, widget=forms.CheckboxSelectMultiple
     )
     preview = forms.CharField(
+        label=_("Preview"),
         required=False,
         widget=forms.Textarea(attrs={"rows": 3}),
         help_text=_("Sample text to see what would be stored."),
@@ -151,6 +160,7 @@ class PrivacyForm(forms.ModelForm):
     class Meta:
         model = PrivacySettings
         fields = ["redaction_patterns", "mask_presets", "retention_days"]
+        labels = {"retention_days": _("Retention days")}
 
     def clean_redaction_patterns(self) -> list[str]:
         import re2
@@ -160,7 +170,10 @@ class PrivacyForm(forms.ModelForm):
             try:
                 re2.compile(pattern)
             except re2.error as exc:
-                raise forms.ValidationError(f"{pattern!r} is not a valid regular expression: {exc}") from None
+                raise forms.ValidationError(
+                    _("%(pattern)r is not a valid regular expression: %(exc)s")
+                    % {"pattern": pattern, "exc": exc}
+                ) from None
         return patterns
 
 

@@ -6,6 +6,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 from llamon_web.fields import OrderedJSONField
 from rules.models import RuleSet, RuleSetVersion
@@ -31,14 +32,14 @@ class Agent(models.Model):
     """A ReAct agent: prompt, pre-step rule set, chat model, guardrails and limits."""
 
     class RuleSetMode(models.TextChoices):
-        PINNED = "pinned", "a pinned published version"
-        LATEST = "latest", "the latest published version"
-        DRAFT = "draft", "the draft (for trying)"
+        PINNED = "pinned", _("a pinned published version")
+        LATEST = "latest", _("the latest published version")
+        DRAFT = "draft", _("the draft (for trying)")
 
     class Provider(models.TextChoices):
-        OFFLINE = "offline", "offline (no network; answers from pre-step results)"
-        SCRIPTED = "scripted", "scripted (replays a list of replies)"
-        OPENAI = "openai-compatible", "OpenAI-compatible endpoint (vLLM, Ollama, llama.cpp ...)"
+        OFFLINE = "offline", _("offline (no network; answers from pre-step results)")
+        SCRIPTED = "scripted", _("scripted (replays a list of replies)")
+        OPENAI = "openai-compatible", _("OpenAI-compatible endpoint (vLLM, Ollama, llama.cpp ...)")
 
     name = models.CharField(max_length=100, unique=True)
     description = models.TextField(blank=True)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
+from django.utils.translation import gettext as _
 
 from agents import rollout
 from agents.checks import llm_key_env_check, llm_url_check
@@ -54,13 +55,17 @@ def agent_rules(agent: Agent) -> RulesRef:
         version = agent.pinned_version
         if version is None:
             raise AgentError(
-                f"The agent pins no version of rule set {rule_set.name!r}: choose one or follow the latest."
+                _("The agent pins no version of rule set %(name)r: choose one or follow the latest.")
+                % {"name": rule_set.name}
             )
     else:
         version = rule_set.versions.order_by("-number").first()
         if version is None:
             raise AgentError(
-                f"Rule set {rule_set.name!r} has no published version yet: publish it, or let the agent use the draft."
+                _(
+                    "Rule set %(name)r has no published version yet: publish it, or let the agent use the draft."
+                )
+                % {"name": rule_set.name}
             )
     return RulesRef(list(version.content), rule_set.name, f"v{version.number}", version.content_hash)
 

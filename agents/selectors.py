@@ -12,6 +12,7 @@ from typing import Any
 
 from django.db.models import FilteredRelation, Q, QuerySet
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from agents.models import Agent, Run, RunStep, WorkerHeartbeat
 from agents.privacy import redactor, redactor_active
@@ -102,13 +103,14 @@ def cursor_decode(cursor: str) -> tuple[datetime, int]:
         if len(cursor) > 100 or not cursor.isascii():
             raise ValueError
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        stamp, _, pk = raw.partition("|")
+        stamp, _sep, pk = raw.partition("|")
         created_at, run_id = datetime.fromisoformat(stamp), int(pk)
         if created_at.tzinfo is None or not 0 < run_id < 2**63:
             raise ValueError
     except (ValueError, binascii.Error, UnicodeDecodeError, OverflowError):
         raise CursorError(
-            f"The cursor {cursor[:40]!r} is not one this server gave out. {CURSOR_HELP}"
+            _("The cursor %(cursor)r is not one this server gave out. %(CURSOR_HELP)s")
+            % {"cursor": cursor[:40], "CURSOR_HELP": CURSOR_HELP}
         ) from None
     return created_at, run_id
 

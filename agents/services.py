@@ -17,6 +17,7 @@ from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from agents import dispatch
 from agents.checks import llm_key_env_check, llm_url_check
@@ -57,7 +58,8 @@ def request_check_size(request: AgentRequest) -> None:
     """Refuse a request over the size limits before anything is stored or enqueued."""
     if len(request.query) > MAX_QUERY_CHARS:
         raise AgentError(
-            f"The query is {len(request.query):,} characters; the limit is {MAX_QUERY_CHARS:,}.",
+            _("The query is %(n_query)s characters; the limit is %(MAX_QUERY_CHARS)s.")
+            % {"n_query": format(len(request.query), ","), "MAX_QUERY_CHARS": format(MAX_QUERY_CHARS, ",")},
             field="query",
         )
     size = len(
@@ -67,7 +69,10 @@ def request_check_size(request: AgentRequest) -> None:
     )
     if size > MAX_DATA_BYTES:
         raise AgentError(
-            f"Context, DataParts and FileParts are {size:,} bytes together; the limit is {MAX_DATA_BYTES:,}.",
+            _(
+                "Context, DataParts and FileParts are %(size)s bytes together; the limit is %(MAX_DATA_BYTES)s."
+            )
+            % {"size": format(size, ","), "MAX_DATA_BYTES": format(MAX_DATA_BYTES, ",")},
             field="data",
         )
 
@@ -128,18 +133,21 @@ def run_publish(*, run_id: int) -> None:
         dispatch.run_enqueue(run_id)
     except (OperationalError, OSError) as exc:
         logger.warning("run %s: the broker refused its task message: %s", run_id, exc)
-        deleted, _ = Run.objects.filter(pk=run_id, status=Run.Status.QUEUED).delete()
+        deleted, _count = Run.objects.filter(pk=run_id, status=Run.Status.QUEUED).delete()
         if deleted:
             raise BrokerUnavailableError(
-                "The run queue (the Celery broker) is unavailable, so the run was not started and "
-                "nothing was kept. Try again in a moment; /healthz shows whether the broker is back."
+                _(
+                    "The run queue (the Celery broker) is unavailable, so the run was not started and nothing was kept. Try again in a moment; /healthz shows whether the broker is back."
+                )
             ) from None
 
 
 def run_rerun(*, actor: Any, run: Run) -> Run:
     """Run the same input again with the agent as it is now."""
     if run.agent is None:
-        raise AgentError("This run has no agent (it was served or a flow), so it cannot be run again here.")
+        raise AgentError(
+            _("This run has no agent (it was served or a flow), so it cannot be run again here.")
+        )
     request = AgentRequest(
         query=run.query, context=run.context, a2a_data=run.a2a_data, a2a_files=run.a2a_files
     )
@@ -404,16 +412,20 @@ def _agent_validate(agent: Agent) -> None:
                 re2.compile(pattern)
             except re2.error as exc:
                 raise AgentError(
-                    f"The pattern {pattern!r} is not a valid regular expression: {exc}", field=field
+                    _("The pattern %(pattern)r is not a valid regular expression: %(exc)s")
+                    % {"pattern": pattern, "exc": exc},
+                    field=field,
                 ) from None
     pinned = agent.pinned_version
     if agent.rule_set_mode == Agent.RuleSetMode.PINNED and (
         pinned is None or pinned.rule_set_id != agent.rule_set_id
     ):
-        raise AgentError("Choose a published version of the agent's rule set to pin.", field="pinned_version")
+        raise AgentError(
+            _("Choose a published version of the agent's rule set to pin."), field="pinned_version"
+        )
     if agent.model_provider == Agent.Provider.OPENAI and not agent.model_base_url:
         raise AgentError(
-            "An OpenAI-compatible model needs its base URL (e.g. http://127.0.0.1:11434/v1).",
+            _("An OpenAI-compatible model needs its base URL (e.g. http://127.0.0.1:11434/v1)."),
             field="model_base_url",
         )
     if agent.model_provider == Agent.Provider.OPENAI:
@@ -421,9 +433,9 @@ def _agent_validate(agent: Agent) -> None:
     if agent.model_api_key_env:
         llm_key_env_check(agent.model_api_key_env)
     if agent.model_provider == Agent.Provider.SCRIPTED and not agent.model_script:
-        raise AgentError("A scripted model needs at least one reply.", field="model_script")
+        raise AgentError(_("A scripted model needs at least one reply."), field="model_script")
     if not 1 <= agent.max_iterations <= 50:
-        raise AgentError("Maximum iterations must be between 1 and 50.", field="max_iterations")
+        raise AgentError(_("Maximum iterations must be between 1 and 50."), field="max_iterations")
 
 
 @transaction.atomic
@@ -437,13 +449,16 @@ def agent_save(
         current = Agent.objects.select_for_update().get(pk=agent.pk)
         if revision is not None and revision != current.revision:
             raise AgentConflictError(
-                f"Agent {current.name!r} was changed while you were editing (revision {current.revision}, yours was {revision}). Nothing was overwritten: reload and apply your change again."
+                _(
+                    "Agent %(name)r was changed while you were editing (revision %(revision)s, yours was %(revision2)s). Nothing was overwritten: reload and apply your change again."
+                )
+                % {"name": current.name, "revision": current.revision, "revision2": revision}
             )
         before = _agent_snapshot(current)
         agent.revision = current.revision + 1
         _rollout_keep(agent, current)
     if Agent.objects.filter(name=agent.name).exclude(pk=agent.pk).exists():
-        raise AgentError(f"An agent named {agent.name!r} already exists.", field="name")
+        raise AgentError(_("An agent named %(name)r already exists.") % {"name": agent.name}, field="name")
     _agent_validate(agent)
     agent.save()
     if react_servers is not None:
@@ -466,7 +481,7 @@ def run_save_as_case(*, actor: Any, run: Run, name: str) -> Any:
     from rules.errors import RuleError
 
     if run.agent is None or run.agent.rule_set is None:
-        raise AgentError("This run has no agent with a rule set to keep the case in.")
+        raise AgentError(_("This run has no agent with a rule set to keep the case in."))
     fired = [
         {
             "mcp_id": s.mcp_id,
@@ -616,16 +631,19 @@ def run_ingest(
     created = run is None
     if run is None:
         if source not in (Run.Source.SERVED, Run.Source.FLOW):
-            raise AgentError("Ingested runs have the source 'served' or 'flow'.", field="source")
+            raise AgentError(_("Ingested runs have the source 'served' or 'flow'."), field="source")
         if agent is None and not agent_name.strip():
             raise AgentError(
-                "A new ingested run needs the agent it traces: send 'agent' (a registered agent's id) "
-                "or 'agent_name'. To add to a run, send its 'run_id'.",
+                _(
+                    "A new ingested run needs the agent it traces: send 'agent' (a registered agent's id) or 'agent_name'. To add to a run, send its 'run_id'."
+                ),
                 field="agent_name",
             )
         if request is None and not events and finish is None:
             raise AgentError(
-                "A new ingested run needs its 'request', some 'events' or its 'finish': this body holds nothing to record.",
+                _(
+                    "A new ingested run needs its 'request', some 'events' or its 'finish': this body holds nothing to record."
+                ),
                 field="events",
             )
         request = request or AgentRequest(query="")
@@ -648,11 +666,13 @@ def run_ingest(
         run = Run.objects.select_for_update().get(pk=run.pk)  # one batch at a time: seq numbers stay unique
         if run.source == Run.Source.WORKER:
             raise AgentConflictError(
-                f"Run {run.pk} ran on a worker; only served and flow runs take ingested events."
+                _("Run %(pk)s ran on a worker; only served and flow runs take ingested events.")
+                % {"pk": run.pk}
             )
         if run.finished:
             raise AgentConflictError(
-                f"Run {run.pk} has already finished ({run.status}); it takes no more events."
+                _("Run %(pk)s has already finished (%(status)s); it takes no more events.")
+                % {"pk": run.pk, "status": run.status}
             )
         owner = run.created_by_id is not None and run.created_by_id == getattr(actor, "pk", None)
         if actor is not None and not owner and not has_role(actor, "admin"):  # None: the system itself

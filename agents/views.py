@@ -6,6 +6,7 @@ from django.contrib import messages
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseStopPolling
 
@@ -45,7 +46,7 @@ def agent_edit(request: HtmxHttpRequest, pk: int | None = None) -> HttpResponse:
         except AgentError as exc:
             form.add_error(exc.field if exc.field in form.fields else None, exc.message)
         else:
-            messages.success(request, f"Saved agent {saved.name}.")
+            messages.success(request, _("Saved agent %(name)s.") % {"name": saved.name})
             return redirect("agents:list")
     status = 400 if request.method == "POST" else 200
     return render(
@@ -208,7 +209,9 @@ def run_cancel(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     run = services.run_cancel(actor=request.user, run=get_object_or_404(Run, pk=pk))
     messages.info(
         request,
-        "Cancelled." if run.status == Run.Status.CANCELLED else "Asked the run to stop at its next step.",
+        _("Cancelled.")
+        if run.status == Run.Status.CANCELLED
+        else _("Asked the run to stop at its next step."),
     )
     return redirect("agents:run_detail", pk=pk)
 
@@ -255,7 +258,10 @@ def run_compare(request: HtmxHttpRequest) -> HttpResponse:
     """Two runs with their steps aligned and what differs marked (``?a=&b=``, or two ticked ``run``)."""
     picked = request.GET.getlist("run")
     if picked and len(picked) != 2:
-        messages.error(request, f"Tick exactly two runs to compare (you ticked {len(picked)}).")
+        messages.error(
+            request,
+            _("Tick exactly two runs to compare (you ticked %(n_picked)s).") % {"n_picked": len(picked)},
+        )
         return redirect("agents:run_list")
     try:
         # Ticked runs: the older (lower id) on the left, whatever order the list sent them in.
@@ -263,11 +269,11 @@ def run_compare(request: HtmxHttpRequest) -> HttpResponse:
         if not all(0 < i < 2**63 for i in ids):  # beyond a database integer: no such run
             raise ValueError
     except (KeyError, ValueError):
-        messages.error(request, "Choose two runs to compare (a and b).")
+        messages.error(request, _("Choose two runs to compare (a and b)."))
         return redirect("agents:run_list")
     runs = {r.pk: r for r in Run.objects.filter(pk__in=ids)}
     if len(runs) != len(set(ids)):
-        messages.error(request, "One of the runs to compare does not exist.")
+        messages.error(request, _("One of the runs to compare does not exist."))
         return redirect("agents:run_list")
     selectors.runs_for_display(runs.values())
     a, b = runs[ids[0]], runs[ids[1]]
@@ -287,7 +293,11 @@ def run_save_case(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     except AgentError as exc:
         messages.error(request, exc.message)
         return redirect("agents:run_detail", pk=pk)
-    messages.success(request, f"Saved test case {case.name!r} in rule set {case.rule_set.name}.")
+    messages.success(
+        request,
+        _("Saved test case %(name)r in rule set %(name2)s.")
+        % {"name": case.name, "name2": case.rule_set.name},
+    )
     return redirect("agents:run_detail", pk=pk)
 
 
@@ -298,7 +308,7 @@ def run_open_in_tester(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     run = get_object_or_404(Run.objects.select_related("agent__rule_set"), pk=pk)
     rule_set = run.agent.rule_set if run.agent else None
     if rule_set is None:
-        messages.error(request, "This run has no agent with a rule set to open its tester.")
+        messages.error(request, _("This run has no agent with a rule set to open its tester."))
         return redirect("agents:run_detail", pk=pk)
     fields, origin = services.run_tester_inputs(run=run, with_outputs=request.POST.get("outputs") == "1")
     tester_inputs_put(request.session, rule_set.pk, fields, origin)
@@ -328,7 +338,9 @@ def privacy(request: HtmxHttpRequest) -> HttpResponse:
                 actor=request.user,
                 **{k: form.cleaned_data[k] for k in ("redaction_patterns", "mask_presets", "retention_days")},
             )
-            messages.success(request, "Saved the privacy settings: they apply to steps stored from now on.")
+            messages.success(
+                request, _("Saved the privacy settings: they apply to steps stored from now on.")
+            )
             return redirect(reverse("agents:privacy"))
     status = 400 if request.method == "POST" and form.errors else 200
     context = {"form": form, "preview": preview, "preview_run": preview_run}

@@ -19,6 +19,7 @@ from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from agents.errors import BrokerUnavailableError
 from agents.models import Agent
@@ -56,12 +57,15 @@ def impact_candidate(*, rule_set: RuleSet, version: str | int) -> tuple[list[dic
         number = int(version)
     except (TypeError, ValueError):
         raise ImpactError(
-            f"The version must be 'draft' or a version number, not {str(version)[:40]!r}.", field="version"
+            _("The version must be 'draft' or a version number, not %(version)r.")
+            % {"version": str(version)[:40]},
+            field="version",
         ) from None
     found = rule_set.versions.filter(number=number).first() if 0 < number < 2**31 else None
     if found is None:
         raise ImpactError(
-            f"Rule set {rule_set.name!r} has no version {number}: choose the draft or a published version.",
+            _("Rule set %(name)r has no version %(number)s: choose the draft or a published version.")
+            % {"name": rule_set.name, "number": number},
             field="version",
         )
     return list(found.content), f"v{found.number}", found.content_hash
@@ -71,10 +75,15 @@ def _check_text(value: str, *, field: str, what: str) -> str:
     value = (value or "").strip()
     if len(value) > MAX_FILTER_CHARS:
         raise ImpactError(
-            f"The {what} filter is {len(value):,} characters; at most {MAX_FILTER_CHARS}.", field=field
+            _("The %(what)s filter is %(n_value)s characters; at most %(MAX_FILTER_CHARS)s.")
+            % {"what": what, "n_value": format(len(value), ","), "MAX_FILTER_CHARS": MAX_FILTER_CHARS},
+            field=field,
         )
     if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
-        raise ImpactError(f"The {what} filter contains control characters (a NUL or similar).", field=field)
+        raise ImpactError(
+            _("The %(what)s filter contains control characters (a NUL or similar).") % {"what": what},
+            field=field,
+        )
     return value
 
 
@@ -91,12 +100,18 @@ def impact_check(
     try:
         days = int(days)
     except (TypeError, ValueError):
-        raise ImpactError("The number of days must be a whole number.", field="days") from None
+        raise ImpactError(_("The number of days must be a whole number."), field="days") from None
     if not 1 <= days <= MAX_DAYS:
-        raise ImpactError(f"The number of days must be between 1 and {MAX_DAYS}, not {days}.", field="days")
+        raise ImpactError(
+            _("The number of days must be between 1 and %(MAX_DAYS)s, not %(days)s.")
+            % {"MAX_DAYS": MAX_DAYS, "days": days},
+            field="days",
+        )
     agent_name = _check_text(agent, field="agent", what="agent")
     if agent_name and not Agent.objects.filter(name=agent_name).exists():
-        raise ImpactError(f"There is no agent named {agent_name!r}.", field="agent")
+        raise ImpactError(
+            _("There is no agent named %(agent_name)r.") % {"agent_name": agent_name}, field="agent"
+        )
     snapshot, ref, content_hash = impact_candidate(rule_set=rule_set, version=version)
     until = timezone.now()
     return {
@@ -154,8 +169,9 @@ def impact_publish(*, analysis_id: int) -> None:
         logger.warning("impact analysis %s: the broker refused its task message: %s", analysis_id, exc)
         ImpactAnalysis.objects.filter(pk=analysis_id, status=ImpactAnalysis.Status.QUEUED).delete()
         raise BrokerUnavailableError(
-            "The task queue (the Celery broker) is unavailable, so the analysis was not started and "
-            "nothing was kept. Try again in a moment; /healthz shows whether the broker is back."
+            _(
+                "The task queue (the Celery broker) is unavailable, so the analysis was not started and nothing was kept. Try again in a moment; /healthz shows whether the broker is back."
+            )
         ) from None
 
 
@@ -202,7 +218,10 @@ def impact_fail(*, analysis_id: int, error: str) -> None:
 def _run_filter(analysis: ImpactAnalysis) -> selectors.RunFilter:
     agent = Agent.objects.filter(name=analysis.agent_name).first() if analysis.agent_name else None
     if analysis.agent_name and agent is None:
-        raise ImpactError(f"The agent {analysis.agent_name!r} was deleted after the analysis was started.")
+        raise ImpactError(
+            _("The agent %(agent_name)r was deleted after the analysis was started.")
+            % {"agent_name": analysis.agent_name}
+        )
     return selectors.RunFilter(
         rule_set_name=analysis.rule_set.name,
         since=analysis.since,

@@ -19,6 +19,7 @@ from django import forms
 from django.conf import settings
 from django.db.models import Model
 from django.http import Http404, HttpRequest
+from django.utils.translation import gettext as _
 from ninja import Field, Schema
 from ninja.errors import AuthenticationError, AuthorizationError, HttpError
 from ninja.security import APIKeyCookie, HttpBearer
@@ -137,8 +138,9 @@ class SessionAuth(_RoleCheck, APIKeyCookie):
         if request.method not in SAFE_METHODS and check_csrf(request):
             raise HttpError(
                 403,
-                "CSRF check failed: send the csrftoken cookie's value in an X-CSRFToken header "
-                "(or use an API token instead of the session).",
+                _(
+                    "CSRF check failed: send the csrftoken cookie's value in an X-CSRFToken header (or use an API token instead of the session)."
+                ),
             )
         return self._grant(request, user, None)
 

@@ -102,7 +102,7 @@ class StrictParser(Parser):
         except JSONInputError as exc:
             # ninja wraps whatever this raises in HttpError(400, "Cannot parse request body"); the
             # API's HttpError handler shows this message instead (it is the __cause__).
-            raise UserInputError(f"The request body is not usable: {exc}.") from None
+            raise UserInputError(_("The request body is not usable: %(exc)s.") % {"exc": exc}) from None
 
     def parse_querydict(
         self, data: MultiValueDict, list_fields: list[str], request: HttpRequest

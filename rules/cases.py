@@ -23,6 +23,7 @@ from typing import Any
 import jsonschema
 from django.db import transaction
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from llamon_agent.expr import ExprError, request_size_error
 from llamon_agent.prestep import RuleStatus
@@ -92,7 +93,9 @@ def case_expected_clean(expected: Any) -> dict[str, Any]:
     """The expected outcome checked against EXPECTED_SCHEMA, with every key present; RuleError if malformed."""
     if not isinstance(expected, Mapping):
         raise RuleError(
-            f"The expected outcome must be a JSON object, not {json_type_name(expected)}.", field="expected"
+            _("The expected outcome must be a JSON object, not %(expected)s.")
+            % {"expected": json_type_name(expected)},
+            field="expected",
         )
     errors = sorted(
         _EXPECTED_VALIDATOR.iter_errors(dict(expected)), key=lambda e: [str(p) for p in e.absolute_path]
@@ -100,7 +103,10 @@ def case_expected_clean(expected: Any) -> dict[str, Any]:
     if errors:
         reasons = "; ".join(_schema_reason(e) for e in errors[:3])
         more = f" (and {len(errors) - 3} more)" if len(errors) > 3 else ""
-        raise RuleError(f"The expected outcome is not valid: {reasons}{more}.", field="expected")
+        raise RuleError(
+            _("The expected outcome is not valid: %(reasons)s%(more)s.") % {"reasons": reasons, "more": more},
+            field="expected",
+        )
     clean = {
         "must_fire": [
             {**item, "match": item.get("match", "exact")} for item in expected.get("must_fire", [])
@@ -114,7 +120,8 @@ def case_expected_clean(expected: Any) -> dict[str, Any]:
                 wanted.get("mcp_id"), item.get("mcp_id")
             ):
                 raise RuleError(
-                    f"The expected outcome says {_label(item)} must fire and must not fire; keep one.",
+                    _("The expected outcome says %(label)s must fire and must not fire; keep one.")
+                    % {"label": _label(item)},
                     field="expected",
                 )
     return clean
@@ -124,37 +131,51 @@ def case_input_clean(value: Any) -> dict[str, Any]:
     """The case input as {query, context, a2a_data, a2a_files}; RuleError naming the bad field."""
     if not isinstance(value, Mapping):
         raise RuleError(
-            f"The input must be a JSON object with a query, not {json_type_name(value)}.", field="input"
+            _("The input must be a JSON object with a query, not %(value)s.")
+            % {"value": json_type_name(value)},
+            field="input",
         )
     unknown = sorted(set(value) - set(_INPUT_KEYS))
     if unknown:
         raise RuleError(
-            f"The input has unknown field(s) {', '.join(map(repr, unknown))}; it has query, context, a2a_data and a2a_files.",
+            _("The input has unknown field(s) %(join)s; it has query, context, a2a_data and a2a_files.")
+            % {"join": ", ".join(map(repr, unknown))},
             field="input",
         )
     query = value.get("query")
     if not isinstance(query, str):
-        raise RuleError(f"The input's query must be a text, not {json_type_name(query)}.", field="query")
+        raise RuleError(
+            _("The input's query must be a text, not %(query)s.") % {"query": json_type_name(query)},
+            field="query",
+        )
     context = value.get("context", {})
     if context is None:
         context = {}
     if not isinstance(context, dict):
         raise RuleError(
-            f"The input's context must be a JSON object, not {json_type_name(context)}.", field="context"
+            _("The input's context must be a JSON object, not %(context)s.")
+            % {"context": json_type_name(context)},
+            field="context",
         )
     clean: dict[str, Any] = {"query": query, "context": context}
     for key, what in (("a2a_data", "DataParts"), ("a2a_files", "FileParts")):
         parts = value.get(key)
         if parts is not None and (not isinstance(parts, list) or not all(isinstance(p, dict) for p in parts)):
-            raise RuleError(f"The input's {key} ({what}) must be a list of JSON objects or null.", field=key)
+            raise RuleError(
+                _("The input's %(key)s (%(what)s) must be a list of JSON objects or null.")
+                % {"key": key, "what": what},
+                field=key,
+            )
         clean[key] = parts
     too_big = request_size_error(**clean)
     if too_big:
-        raise RuleError(f"The input is too big: {too_big}.", field="input")
+        raise RuleError(_("The input is too big: %(too_big)s.") % {"too_big": too_big}, field="input")
     try:
         json.dumps(clean, allow_nan=False)
     except (TypeError, ValueError) as exc:
-        raise RuleError(f"The input holds values JSON cannot carry: {exc}.", field="input") from None
+        raise RuleError(
+            _("The input holds values JSON cannot carry: %(exc)s.") % {"exc": exc}, field="input"
+        ) from None
     return clean
 
 
@@ -502,15 +523,21 @@ def _pins_clean(pinned: Any) -> list[dict[str, Any]]:
 
 def _clean_name(name: Any, *, rule_set: RuleSet, exclude_pk: int | None = None) -> str:
     if not isinstance(name, str) or not name.strip():
-        raise RuleError("Give the test case a name.", field="name")
+        raise RuleError(_("Give the test case a name."), field="name")
     name = name.strip()
     if "\x00" in name:
-        raise RuleError("The test case name cannot contain a null character.", field="name")
+        raise RuleError(_("The test case name cannot contain a null character."), field="name")
     if len(name) > MAX_CASE_NAME_CHARS:
-        raise RuleError(f"The test case name is longer than {MAX_CASE_NAME_CHARS} characters.", field="name")
+        raise RuleError(
+            _("The test case name is longer than %(MAX_CASE_NAME_CHARS)s characters.")
+            % {"MAX_CASE_NAME_CHARS": MAX_CASE_NAME_CHARS},
+            field="name",
+        )
     if rule_set.cases.filter(name=name).exclude(pk=exclude_pk).exists():
         raise RuleError(
-            f"A test case named {name!r} already exists in this rule set; pick another name.", field="name"
+            _("A test case named %(name)r already exists in this rule set; pick another name.")
+            % {"name": name},
+            field="name",
         )
     return name
 

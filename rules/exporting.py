@@ -25,6 +25,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.db.models import F, Model
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from llamon_agent import strictjson
 from llamon_agent.expr import ExprError, check_rule_name, expression_rule
@@ -135,7 +136,8 @@ def rule_set_import_json(
                     case_create(actor=actor, rule_set=target, **case)
             except RuleError as exc:
                 raise RuleError(
-                    f"Case {i + 1} {case['name']!r}: {exc.message}",
+                    _("Case %(value)s %(name)r: %(message)s")
+                    % {"value": i + 1, "name": case["name"], "message": exc.message},
                     field=f"cases.{i}.{exc.field or ''}".rstrip("."),
                 ) from None
         target.refresh_from_db()
@@ -163,21 +165,24 @@ def _load(data: Mapping[str, Any] | str | bytes) -> dict[str, Any]:
         try:
             raw.decode("utf-8")
         except UnicodeDecodeError:
-            raise RuleError("The file is not UTF-8 text; export it again from llamon-web.") from None
+            raise RuleError(_("The file is not UTF-8 text; export it again from llamon-web.")) from None
         try:
             data = strictjson.loads(raw)
         except strictjson.JSONInputError as exc:
             if (err := exc.decode_error) is not None:
                 raise RuleError(
-                    f"The file is not valid JSON: line {err.lineno}, column {err.colno}: {err.msg}."
+                    _("The file is not valid JSON: line %(lineno)s, column %(colno)s: %(msg)s.")
+                    % {"lineno": err.lineno, "colno": err.colno, "msg": err.msg}
                 ) from None
-            raise RuleError(f"The file is refused: {exc}.") from None
+            raise RuleError(_("The file is refused: %(exc)s.") % {"exc": exc}) from None
     if not isinstance(data, Mapping):
-        raise RuleError(f"A rule set export is a JSON object, not {json_type_name(data)}.")
+        raise RuleError(
+            _("A rule set export is a JSON object, not %(data)s.") % {"data": json_type_name(data)}
+        )
     try:
         size = len(json.dumps(data, ensure_ascii=False).encode("utf-8"))
     except (TypeError, ValueError, RecursionError):
-        raise RuleError("The document holds values JSON cannot carry.") from None
+        raise RuleError(_("The document holds values JSON cannot carry.")) from None
     if size > MAX_IMPORT_BYTES:
         raise RuleError(_too_big(size))
     return dict(data)
@@ -196,31 +201,42 @@ def _checked_document(doc: dict[str, Any]) -> tuple[list[dict[str, Any]], list[d
     if fmt != FORMAT:
         got = "no format tag" if fmt is None else f"format {fmt!r}"
         raise RuleError(
-            f'This is not a llamon-web rule set export: expected "format": "{FORMAT}", found {got}.',
+            _('This is not a llamon-web rule set export: expected "format": "%(FORMAT)s", found %(got)s.')
+            % {"FORMAT": FORMAT, "got": got},
             field="format",
         )
     unknown = sorted(set(doc) - _TOP_KEYS)
     if unknown:
         raise RuleError(
-            f"Unknown top-level key(s) {', '.join(map(repr, unknown))}; expected {', '.join(sorted(_TOP_KEYS))}."
+            _("Unknown top-level key(s) %(join)s; expected %(join2)s.")
+            % {"join": ", ".join(map(repr, unknown)), "join2": ", ".join(sorted(_TOP_KEYS))}
         )
     if not isinstance(doc.get("name"), str) or not doc["name"].strip():
-        raise RuleError('"name" must be a non-empty text.', field="name")
+        raise RuleError(_('"name" must be a non-empty text.'), field="name")
     if not isinstance(doc.get("description", ""), str):
-        raise RuleError('"description" must be a text.', field="description")
+        raise RuleError(_('"description" must be a text.'), field="description")
     rules = doc.get("rules")
     if not isinstance(rules, list):
-        raise RuleError(f'"rules" must be a list of rules, not {json_type_name(rules)}.', field="rules")
+        raise RuleError(
+            _('"rules" must be a list of rules, not %(rules)s.') % {"rules": json_type_name(rules)},
+            field="rules",
+        )
     if len(rules) > MAX_IMPORT_RULES:
         raise RuleError(
-            f"The file has {len(rules):,} rules; imports are limited to {MAX_IMPORT_RULES:,}.", field="rules"
+            _("The file has %(n_rules)s rules; imports are limited to %(MAX_IMPORT_RULES)s.")
+            % {"n_rules": format(len(rules), ","), "MAX_IMPORT_RULES": format(MAX_IMPORT_RULES, ",")},
+            field="rules",
         )
     cases = doc.get("cases", [])
     if not isinstance(cases, list):
-        raise RuleError(f'"cases" must be a list of test cases, not {json_type_name(cases)}.', field="cases")
+        raise RuleError(
+            _('"cases" must be a list of test cases, not %(cases)s.') % {"cases": json_type_name(cases)},
+            field="cases",
+        )
     if len(cases) > MAX_IMPORT_CASES:
         raise RuleError(
-            f"The file has {len(cases):,} test cases; imports are limited to {MAX_IMPORT_CASES:,}.",
+            _("The file has %(n_cases)s test cases; imports are limited to %(MAX_IMPORT_CASES)s.")
+            % {"n_cases": format(len(cases), ","), "MAX_IMPORT_CASES": format(MAX_IMPORT_CASES, ",")},
             field="cases",
         )
 
@@ -229,29 +245,39 @@ def _checked_document(doc: dict[str, Any]) -> tuple[list[dict[str, Any]], list[d
     for i, rule in enumerate(rules):
         label = f"Rule {i + 1}"
         if not isinstance(rule, dict):
-            raise RuleError(f"{label}: a rule is an object, not {json_type_name(rule)}.", field=f"rules.{i}")
+            raise RuleError(
+                _("%(label)s: a rule is an object, not %(rule)s.")
+                % {"label": label, "rule": json_type_name(rule)},
+                field=f"rules.{i}",
+            )
         if isinstance(rule.get("name"), str):
             label = f"Rule {i + 1} {rule['name']!r}"
         extra = sorted(set(rule) - set(_RULE_TYPES))
         if extra:
             raise RuleError(
-                f"{label}: unknown field(s) {', '.join(map(repr, extra))}; a rule has {', '.join(SNAPSHOT_FIELDS)}.",
+                _("%(label)s: unknown field(s) %(join)s; a rule has %(join2)s.")
+                % {"label": label, "join": ", ".join(map(repr, extra)), "join2": ", ".join(SNAPSHOT_FIELDS)},
                 field=f"rules.{i}",
             )
         for key in _RULE_REQUIRED:
             if key not in rule:
-                raise RuleError(f"{label}: the field {key!r} is missing.", field=f"rules.{i}.{key}")
+                raise RuleError(
+                    _("%(label)s: the field %(key)r is missing.") % {"label": label, "key": key},
+                    field=f"rules.{i}.{key}",
+                )
         full = {**_RULE_DEFAULTS, **rule}
         for key, kind in _RULE_TYPES.items():
             if type(full[key]) is not kind:
                 wanted = "true or false" if kind is bool else "a text"
                 raise RuleError(
-                    f"{label}: {key} must be {wanted}, not {json_type_name(full[key])}.",
+                    _("%(label)s: %(key)s must be %(wanted)s, not %(full)s.")
+                    % {"label": label, "key": key, "wanted": wanted, "full": json_type_name(full[key])},
                     field=f"rules.{i}.{key}",
                 )
         if full["name"] in seen:
             raise RuleError(
-                f"{label}: the name is used twice (also by rule {seen[full['name']] + 1}).",
+                _("%(label)s: the name is used twice (also by rule %(value)s).")
+                % {"label": label, "value": seen[full["name"]] + 1},
                 field=f"rules.{i}.name",
             )
         seen[full["name"]] = i
@@ -263,19 +289,28 @@ def _checked_document(doc: dict[str, Any]) -> tuple[list[dict[str, Any]], list[d
         label = f"Case {i + 1}"
         if not isinstance(case, dict):
             raise RuleError(
-                f"{label}: a test case is an object, not {json_type_name(case)}.", field=f"cases.{i}"
+                _("%(label)s: a test case is an object, not %(case)s.")
+                % {"label": label, "case": json_type_name(case)},
+                field=f"cases.{i}",
             )
         if isinstance(case.get("name"), str):
             label = f"Case {i + 1} {case['name']!r}"
         if not _CASE_KEYS <= set(case) <= _CASE_KEYS | {"pinned"}:
             raise RuleError(
-                f"{label}: a test case has exactly the fields name, input and expected (and optionally pinned).",
+                _(
+                    "%(label)s: a test case has exactly the fields name, input and expected (and optionally pinned)."
+                )
+                % {"label": label},
                 field=f"cases.{i}",
             )
         if not isinstance(case["name"], str) or not case["name"].strip():
-            raise RuleError(f"{label}: the name must be a non-empty text.", field=f"cases.{i}.name")
+            raise RuleError(
+                _("%(label)s: the name must be a non-empty text.") % {"label": label}, field=f"cases.{i}.name"
+            )
         if case["name"].strip() in case_names:
-            raise RuleError(f"{label}: the name is used twice.", field=f"cases.{i}.name")
+            raise RuleError(
+                _("%(label)s: the name is used twice.") % {"label": label}, field=f"cases.{i}.name"
+            )
         case_names.add(case["name"].strip())
         try:
             case_input_clean(case["input"])
@@ -293,7 +328,7 @@ def _checked_document(doc: dict[str, Any]) -> tuple[list[dict[str, Any]], list[d
 
 def _create_set(*, actor: Any, name: Any, description: str) -> RuleSet:
     if not isinstance(name, str):
-        raise RuleError("The rule set name must be a text.", field="name")
+        raise RuleError(_("The rule set name must be a text."), field="name")
     return rule_set_create(actor=actor, name=name, description=description)
 
 
@@ -324,7 +359,8 @@ def _check_rule(*, index: int, rule: dict[str, Any]) -> None:
     except RuleError as exc:
         # The editor's message names the field; the import adds which rule of the file it was.
         raise RuleError(
-            f"Rule {index + 1} {rule['name']!r}: {exc.message}",
+            _("Rule %(value)s %(name)r: %(message)s")
+            % {"value": index + 1, "name": rule["name"], "message": exc.message},
             field=f"rules.{index}.{exc.field}" if exc.field else f"rules.{index}",
         ) from None
 
@@ -444,17 +480,30 @@ def _checked_export_rule(index: int, rule: dict[str, Any]) -> dict[str, Any]:
         value = full.get(key)
         if type(value) is not _RULE_TYPES[key]:
             raise RuleError(
-                f"{label}: {key} must be {'true or false' if _RULE_TYPES[key] is bool else 'a text'}.",
+                _("%(label)s: %(key)s must be %(value)s.")
+                % {
+                    "label": label,
+                    "key": key,
+                    "value": _("true or false") if _RULE_TYPES[key] is bool else _("a text"),
+                },
                 field=key,
             )
         if isinstance(value, str) and "\x00" in value:
-            raise RuleError(f"{label}: {key} contains a NUL character, which cannot be exported.", field=key)
+            raise RuleError(
+                _("%(label)s: %(key)s contains a NUL character, which cannot be exported.")
+                % {"label": label, "key": key},
+                field=key,
+            )
     try:
         check_rule_name(name)
     except ExprError as exc:
         raise RuleError(f"{label}: {exc.reason}", field="name") from None
     if not MCP_ID_RE.match(full["mcp_id"]):
-        raise RuleError(f"{label}: {full['mcp_id']!r} is not a valid MCP server id.", field="mcp_id")
+        raise RuleError(
+            _("%(label)s: %(mcp_id)r is not a valid MCP server id.")
+            % {"label": label, "mcp_id": full["mcp_id"]},
+            field="mcp_id",
+        )
     if full["enabled"]:
         # Compiling here means the module never fails at import time on a bad expression.
         try:
@@ -487,7 +536,8 @@ def _check_names(rules: list[dict[str, Any]]) -> None:
             why = "shadows a Python built-in"
         if why:
             raise RuleError(
-                f"Rule {name!r} cannot be exported to app/tools.py: the name {why}. Rename the rule.",
+                _("Rule %(name)r cannot be exported to app/tools.py: the name %(why)s. Rename the rule.")
+                % {"name": name, "why": why},
                 field="name",
             )
         seen.add(name)
@@ -573,7 +623,9 @@ def _verify(source: str, rules: list[dict[str, Any]], header: str) -> None:
     try:
         tree = ast.parse(source)
     except SyntaxError as exc:  # pragma: no cover - a bug in this module, never user input
-        raise RuleError(f"internal error: the generated app/tools.py does not parse ({exc.msg})") from None
+        raise RuleError(
+            _("internal error: the generated app/tools.py does not parse (%(msg)s)") % {"msg": exc.msg}
+        ) from None
     body = list(tree.body)
     expected_imports = [
         ("llamon_agent.expr", ["compile_params", "compile_when"]),
@@ -602,7 +654,9 @@ def _verify(source: str, rules: list[dict[str, Any]], header: str) -> None:
         )
     if not ok:  # pragma: no cover - a bug in this module, never user input
         raise RuleError(
-            "internal error: the generated app/tools.py does not have the expected shape; nothing was exported"
+            _(
+                "internal error: the generated app/tools.py does not have the expected shape; nothing was exported"
+            )
         )
 
 

@@ -102,9 +102,10 @@ class TesterForm(forms.Form):
     _message: AgentRequest | None = None  # a pasted A2A message, parsed by clean()
 
     query = forms.CharField(
-        required=False, max_length=MAX_QUERY_CHARS, widget=forms.Textarea(attrs={"rows": 2})
+        label=_("Query"), required=False, max_length=MAX_QUERY_CHARS, widget=forms.Textarea(attrs={"rows": 2})
     )
     context = forms.CharField(
+        label=_("Context"),
         required=False,
         widget=forms.Textarea(attrs={**CODE, "rows": 3}),
         help_text=_('A JSON object, e.g. {"userId": "C-1001"}'),
@@ -151,7 +152,8 @@ class TesterForm(forms.Form):
         value = _json_field(self.cleaned_data["context"], "Context", default={})
         if not isinstance(value, dict):
             raise forms.ValidationError(
-                f'Context must be a JSON object like {{"userId": "C-1001"}}, not {json_type_name(value)}.'
+                _('Context must be a JSON object like {"userId": "C-1001"}, not %(value)s.')
+                % {"value": json_type_name(value)}
             )
         return value
 
@@ -163,7 +165,7 @@ class TesterForm(forms.Form):
             return [value]
         if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
             raise forms.ValidationError(
-                "DataParts must be a JSON object, a list of objects, or an A2A message."
+                _("DataParts must be a JSON object, a list of objects, or an A2A message.")
             )
         return value or None
 
@@ -175,14 +177,17 @@ class TesterForm(forms.Form):
             value = [value]
         if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
             raise forms.ValidationError(
-                'FileParts must be a JSON list of objects like {"name": "a.pdf", "mimeType": "application/pdf", "uri": "https://..."}.'
+                _(
+                    'FileParts must be a JSON list of objects like {"name": "a.pdf", "mimeType": "application/pdf", "uri": "https://..."}.'
+                )
             )
         allowed = {"name", "mimeType", "uri", "size"}
         for i, item in enumerate(value, start=1):
             unknown = set(item) - allowed
             if unknown:
                 raise forms.ValidationError(
-                    f"FilePart {i}: unknown field(s) {', '.join(sorted(unknown))}; use name, mimeType, uri, size."
+                    _("FilePart %(i)s: unknown field(s) %(join)s; use name, mimeType, uri, size.")
+                    % {"i": i, "join": ", ".join(sorted(unknown))}
                 )
         return [{k: item.get(k) for k in ("name", "mimeType", "uri", "size")} for item in value] or None
 
@@ -197,7 +202,10 @@ class TesterForm(forms.Form):
         )
         if size > MAX_DATA_BYTES:
             raise forms.ValidationError(
-                f"Context, DataParts and FileParts together are {size:,} bytes; the limit is {MAX_DATA_BYTES:,}."
+                _(
+                    "Context, DataParts and FileParts together are %(size)s bytes; the limit is %(MAX_DATA_BYTES)s."
+                )
+                % {"size": format(size, ","), "MAX_DATA_BYTES": format(MAX_DATA_BYTES, ",")}
             )
         if isinstance(cleaned.get("data"), dict):
             # A pasted A2A message is parsed now so that its errors land on the DataParts field.
@@ -235,22 +243,29 @@ def _json_field(text: str, label: str, *, default: Any) -> Any:
     except strictjson.JSONInputError as exc:
         if (err := exc.decode_error) is not None:
             raise forms.ValidationError(
-                f"{label} is not valid JSON: {err.msg} at line {err.lineno}, column {err.colno}."
+                _("%(label)s is not valid JSON: %(msg)s at line %(lineno)s, column %(colno)s.")
+                % {"label": label, "msg": err.msg, "lineno": err.lineno, "colno": err.colno}
             ) from None
         raise forms.ValidationError(f"{label}: {exc}.") from None
 
 
 class PublishForm(forms.Form):
     message = forms.CharField(
-        required=False, max_length=500, widget=forms.TextInput(attrs={"placeholder": "What changed and why"})
+        required=False,
+        max_length=500,
+        widget=forms.TextInput(attrs={"placeholder": _("What changed and why")}),
     )
     revision = forms.IntegerField(required=False, widget=forms.HiddenInput)
 
 
 class AuditFilterForm(forms.Form):
-    actor = forms.CharField(required=False)
-    object_type = forms.CharField(required=False)
-    action = forms.CharField(required=False)
-    since = FilterDateTimeField(required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
-    until = FilterDateTimeField(required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
+    actor = forms.CharField(required=False, label=_("Actor"))
+    object_type = forms.CharField(required=False, label=_("Object type"))
+    action = forms.CharField(required=False, label=_("Action"))
+    since = FilterDateTimeField(
+        required=False, label=_("Since"), widget=forms.DateTimeInput(attrs={"type": "datetime-local"})
+    )
+    until = FilterDateTimeField(
+        required=False, label=_("Until"), widget=forms.DateTimeInput(attrs={"type": "datetime-local"})
+    )
     query = forms.CharField(required=False, label=_("Object"))

@@ -13,6 +13,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from django.utils.translation import gettext as _
+
 from rules.errors import RuleError, json_type_name
 
 MAX_PINS = 100
@@ -32,42 +34,67 @@ def pins_clean(value: Any, servers: Mapping[str, Any]) -> list[dict[str, Any]]:
         value = [value]
     if not isinstance(value, list):
         raise RuleError(
-            f"Pinned outputs must be a JSON list of objects, not {json_type_name(value)}.", field="pinned"
+            _("Pinned outputs must be a JSON list of objects, not %(value)s.")
+            % {"value": json_type_name(value)},
+            field="pinned",
         )
     if len(value) > MAX_PINS:
-        raise RuleError(f"There are {len(value)} pinned outputs; the limit is {MAX_PINS}.", field="pinned")
+        raise RuleError(
+            _("There are %(n_value)s pinned outputs; the limit is %(MAX_PINS)s.")
+            % {"n_value": len(value), "MAX_PINS": MAX_PINS},
+            field="pinned",
+        )
     size = len(_canonical(value).encode())
     if size > MAX_PINNED_BYTES:
         raise RuleError(
-            f"Pinned outputs are {size:,} bytes together; the limit is {MAX_PINNED_BYTES:,}.", field="pinned"
+            _("Pinned outputs are %(size)s bytes together; the limit is %(MAX_PINNED_BYTES)s.")
+            % {"size": format(size, ","), "MAX_PINNED_BYTES": format(MAX_PINNED_BYTES, ",")},
+            field="pinned",
         )
     out = []
     for i, pin in enumerate(value, start=1):
-        where = f"Pinned output {i}"
+        where = _("Pinned output %(number)s") % {"number": i}
         if not isinstance(pin, dict):
-            raise RuleError(f"{where} must be a JSON object, not {json_type_name(pin)}.", field="pinned")
+            raise RuleError(
+                _("%(where)s must be a JSON object, not %(pin)s.")
+                % {"where": where, "pin": json_type_name(pin)},
+                field="pinned",
+            )
         unknown = sorted(set(pin) - _PIN_KEYS)
         if unknown:
             raise RuleError(
-                f"{where} has unknown field(s) {', '.join(unknown)}; use mcp_id, tool_name, params, output.",
+                _("%(where)s has unknown field(s) %(join)s; use mcp_id, tool_name, params, output.")
+                % {"where": where, "join": ", ".join(unknown)},
                 field="pinned",
             )
         for key in ("mcp_id", "tool_name"):
             if not isinstance(pin.get(key), str) or not pin[key]:
-                raise RuleError(f"{where} needs a {key} (a text).", field="pinned")
+                raise RuleError(
+                    _("%(where)s needs a %(key)s (a text).") % {"where": where, "key": key}, field="pinned"
+                )
         if "output" not in pin:
-            raise RuleError(f"{where} needs an output (the recorded result, any JSON).", field="pinned")
+            raise RuleError(
+                _("%(where)s needs an output (the recorded result, any JSON).") % {"where": where},
+                field="pinned",
+            )
         if "params" in pin and not isinstance(pin["params"], dict):
             raise RuleError(
-                f"{where}: params must be a JSON object (or left out to match any call of the tool).",
+                _("%(where)s: params must be a JSON object (or left out to match any call of the tool).")
+                % {"where": where},
                 field="pinned",
             )
         server = servers.get(pin["mcp_id"])
         if server is None:
-            raise RuleError(f"{where}: there is no MCP server {pin['mcp_id']!r}.", field="pinned")
+            raise RuleError(
+                _("%(where)s: there is no MCP server %(mcp_id)r.")
+                % {"where": where, "mcp_id": pin["mcp_id"]},
+                field="pinned",
+            )
         if not any(t.get("name") == pin["tool_name"] for t in server.tools):
             raise RuleError(
-                f"{where}: the server {pin['mcp_id']} has no tool {pin['tool_name']!r}.", field="pinned"
+                _("%(where)s: the server %(mcp_id)s has no tool %(tool_name)r.")
+                % {"where": where, "mcp_id": pin["mcp_id"], "tool_name": pin["tool_name"]},
+                field="pinned",
             )
         out.append({k: pin[k] for k in ("mcp_id", "tool_name", "params", "output") if k in pin})
     return out

@@ -7,6 +7,7 @@ from typing import Any
 from django.db import transaction
 from django.db.models import F, Max
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from llamon_agent.mcp.spec import MCP_ID_RE
 from llamon_web.audit import audit_record, snapshot
@@ -32,7 +33,8 @@ def _rule_validate(
     rule_fields_check(name=name, mcp_id=mcp_id, tool_name=tool_name, when=when, params=params)
     if rule_set.rules.filter(name=name).exclude(pk=exclude_pk).exists():
         raise RuleError(
-            f"A rule named {name!r} already exists in this rule set; pick another name.", field="name"
+            _("A rule named %(name)r already exists in this rule set; pick another name.") % {"name": name},
+            field="name",
         )
 
 
@@ -43,11 +45,11 @@ def rule_fields_check(*, name: str, mcp_id: str, tool_name: str, when: str, para
     try:
         check_rule_name(name)
     except ExprError as exc:
-        raise RuleError(f"Name: {exc.reason}", field="name") from None
+        raise RuleError(_("Name: %(reason)s") % {"reason": exc.reason}, field="name") from None
     if not MCP_ID_RE.match(mcp_id or ""):
-        raise RuleError("Choose the MCP server the rule calls.", field="mcp_id")
+        raise RuleError(_("Choose the MCP server the rule calls."), field="mcp_id")
     if not tool_name or len(tool_name) > 200:
-        raise RuleError("Choose the tool the rule calls.", field="tool_name")
+        raise RuleError(_("Choose the tool the rule calls."), field="tool_name")
     for field_name, source, compiler in (("when", when, compile_when), ("params", params, compile_params)):
         try:
             compiler(source)
@@ -70,9 +72,9 @@ def rule_set_create(*, actor: Any, name: str, description: str = "") -> RuleSet:
     """Create an empty rule set (names are unique)."""
     name = name.strip()
     if not name:
-        raise RuleError("Give the rule set a name.", field="name")
+        raise RuleError(_("Give the rule set a name."), field="name")
     if RuleSet.objects.filter(name=name).exists():
-        raise RuleError(f"A rule set named {name!r} already exists.", field="name")
+        raise RuleError(_("A rule set named %(name)r already exists.") % {"name": name}, field="name")
     rule_set = RuleSet.objects.create(name=name, description=description, created_by=_user(actor))
     audit_record(
         actor=actor, action="rule_set.create", obj=rule_set, after={"name": name, "description": description}
@@ -154,7 +156,9 @@ def rule_set_reorder(*, actor: Any, rule_set: RuleSet, order: list[int], revisio
     )
     rules = {r.pk: r for r in rule_set.rules.all()}
     if sorted(order) != sorted(rules) or len(set(order)) != len(order):
-        raise RuleError("The new order must list every rule of the set exactly once; reload and try again.")
+        raise RuleError(
+            _("The new order must list every rule of the set exactly once; reload and try again.")
+        )
     before = [rules[pk].name for pk in sorted(rules, key=lambda pk: rules[pk].position)]
     for position, pk in enumerate(order, start=1):
         rules[pk].position = position
@@ -176,7 +180,7 @@ def rule_move(*, actor: Any, rule: Rule, direction: str, revision: int | None) -
     index = ids.index(rule.pk)
     target = index - 1 if direction == "up" else index + 1
     if direction not in {"up", "down"}:
-        raise RuleError("direction must be 'up' or 'down'")
+        raise RuleError(_("direction must be 'up' or 'down'"))
     if 0 <= target < len(ids):
         ids[index], ids[target] = ids[target], ids[index]
     return rule_set_reorder(actor=actor, rule_set=rule.rule_set, order=ids, revision=revision)
@@ -203,11 +207,14 @@ def rule_set_publish(
     )
     content = rule_set_snapshot(rule_set)
     if not content:
-        raise RuleError("An empty rule set cannot be published: add a rule first.")
+        raise RuleError(_("An empty rule set cannot be published: add a rule first."))
     content_hash = sha256(content)
     latest = rule_set.versions.order_by("-number").first()
     if latest is not None and latest.content_hash == content_hash:
-        raise RuleError(f"Nothing changed since v{latest.number}: the draft has the same content.")
+        raise RuleError(
+            _("Nothing changed since v%(number)s: the draft has the same content.")
+            % {"number": latest.number}
+        )
     servers = servers_by_id(snapshot_mcp_ids(content)).values()
     version = RuleSetVersion.objects.create(
         rule_set=rule_set,
@@ -236,7 +243,7 @@ def rule_set_restore(
 
     rule_set = RuleSet.objects.select_for_update().get(pk=rule_set.pk)
     if version.rule_set_id != rule_set.pk:
-        raise RuleError("That version belongs to another rule set.")
+        raise RuleError(_("That version belongs to another rule set."))
     _check_revision(
         what=f"Rule set {rule_set.name!r}", current=rule_set.revision, expected=revision, who="someone else"
     )
@@ -278,9 +285,9 @@ def rule_set_update(
     if name is not None:
         name = name.strip()
         if not name:
-            raise RuleError("Give the rule set a name.", field="name")
+            raise RuleError(_("Give the rule set a name."), field="name")
         if RuleSet.objects.filter(name=name).exclude(pk=current.pk).exists():
-            raise RuleError(f"A rule set named {name!r} already exists.", field="name")
+            raise RuleError(_("A rule set named %(name)r already exists.") % {"name": name}, field="name")
         current.name = name
     if description is not None:
         current.description = description
@@ -301,8 +308,8 @@ def rule_set_delete(*, actor: Any, rule_set: RuleSet) -> None:
     agents = list(rule_set.agents.values_list("name", flat=True)) if hasattr(rule_set, "agents") else []
     if agents:
         raise RuleError(
-            f"Rule set {rule_set.name!r} is used by the agent(s) {', '.join(map(repr, agents))}; "
-            "point them at another rule set first."
+            _("Rule set %(name)r is used by the agent(s) %(join)s; point them at another rule set first.")
+            % {"name": rule_set.name, "join": ", ".join(map(repr, agents))}
         )
     audit_record(
         actor=actor, action="rule_set.delete", obj=rule_set,

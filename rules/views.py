@@ -11,6 +11,7 @@ from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect, trigger_client_event
 
@@ -177,7 +178,7 @@ def rule_save(request: HtmxHttpRequest, pk: int, rule_pk: int | None = None) -> 
         except RuleError as exc:
             form.add_error(exc.field if exc.field in form.fields else None, exc.message)
         else:
-            messages.success(request, f"Saved rule {saved.name}.")
+            messages.success(request, _("Saved rule %(name)s.") % {"name": saved.name})
             _report_suite_changes(request, rule_set)
             return redirect(f"{reverse('rules:editor', args=[rule_set.pk])}?rule={saved.pk}")
     context = _editor_context(request, rule_set, rule_form=form, selected=rule)
@@ -195,9 +196,13 @@ def _report_suite_changes(request: HttpRequest, rule_set: RuleSet) -> None:
         names = ", ".join(
             f"{r.case.name} now {'passes' if r.result.passed else 'fails'}" for r in suite.changed
         )
-        messages.warning(request, f"Test cases that changed outcome: {names}.")
+        messages.warning(request, _("Test cases that changed outcome: %(names)s.") % {"names": names})
     else:
-        messages.info(request, f"Test cases: {suite.passed} of {suite.total} pass; none changed outcome.")
+        messages.info(
+            request,
+            _("Test cases: %(passed)s of %(total)s pass; none changed outcome.")
+            % {"passed": suite.passed, "total": suite.total},
+        )
 
 
 @require_POST
@@ -205,7 +210,7 @@ def _report_suite_changes(request: HttpRequest, rule_set: RuleSet) -> None:
 def rule_delete(request: HtmxHttpRequest, pk: int, rule_pk: int) -> HttpResponse:
     rule = get_object_or_404(Rule, pk=rule_pk, rule_set_id=pk)
     services.rule_delete(actor=request.user, rule=rule)
-    messages.success(request, f"Deleted rule {rule.name}.")
+    messages.success(request, _("Deleted rule %(name)s.") % {"name": rule.name})
     return redirect("rules:editor", pk=pk)
 
 
@@ -249,7 +254,7 @@ def rule_set_reorder(request: HtmxHttpRequest, pk: int) -> HttpResponse:
             actor=request.user, rule_set=rule_set, order=order, revision=_int(request.POST.get("revision"))
         )
     except ValueError:
-        messages.error(request, "The new order must be a list of rule ids.")
+        messages.error(request, _("The new order must be a list of rule ids."))
     except RuleError as exc:
         messages.error(request, exc.message)
     return _rule_list_response(request, rule_set)
@@ -355,7 +360,7 @@ def rule_set_test(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     context: dict[str, Any] = {"rule_set": rule_set, "tester": tester, "tester_case": case}
     status = 200
     if execute and not has_role(request.user, "editor"):
-        context["error"] = "Executing calls real tools: it needs the editor role."
+        context["error"] = _("Executing calls real tools: it needs the editor role.")
         status = 403
     elif not tester.is_valid():
         status = 422
@@ -365,10 +370,10 @@ def rule_set_test(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         context["masked_left"], context["origin"] = masked_left, origin
         if execute and masked_left and origin is not None:
             # A masked value is the mask's text, not the customer's: real tools must not get it as if real.
-            context["error"] = (
-                f"Execute would send masked values to real tools as if they were real: replace "
-                f"{', '.join(masked_left)} (loaded masked from run {origin['run']}) first, or use Dry run."
-            )
+            context["error"] = _(
+                "Execute would send masked values to real tools as if they were real: replace "
+                "%(fields)s (loaded masked from run %(run)s) first, or use Dry run."
+            ) % {"fields": ", ".join(masked_left), "run": (origin or {}).get("run")}
             status = 422
         else:
             context.update(_tester_results(request, rule_set, tester, execute=execute))
@@ -391,10 +396,10 @@ def _tester_results(
                 snapshot, edit.cleaned_data, original_name=request.POST.get("rule-original") or None
             )
             if edited != snapshot:
-                draft_note = "Includes your unsaved edit of this rule."
+                draft_note = _("Includes your unsaved edit of this rule.")
             snapshot = edited
         else:
-            draft_note = "The rule you are editing has errors, so the tester uses its saved version."
+            draft_note = _("The rule you are editing has errors, so the tester uses its saved version.")
     servers = engine.servers_by_id(engine.snapshot_mcp_ids(snapshot))
     sample = tester.to_request()
     pins = tester.cleaned_data.get("pinned") or []
@@ -459,7 +464,11 @@ def rule_set_publish(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         except RuleError as exc:
             messages.error(request, exc.message)
         else:
-            messages.success(request, f"Published v{version.number} ({version.content_hash[:12]}).")
+            messages.success(
+                request,
+                _("Published v%(number)s (%(content_hash)s).")
+                % {"number": version.number, "content_hash": version.content_hash[:12]},
+            )
     return redirect("rules:versions", pk=pk)
 
 
@@ -476,7 +485,9 @@ def version_diff(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         else:
             version = rule_set.versions.filter(number=_int(value) or -1).first()
             if version is None:
-                messages.error(request, f"There is no version {value!r} of this rule set.")
+                messages.error(
+                    request, _("There is no version %(value)r of this rule set.") % {"value": value}
+                )
                 return redirect("rules:versions", pk=pk)
             sides[key] = (f"v{version.number}", version.content)
     rows = selectors.version_diff(old=sides["a"][1], new=sides["b"][1])
@@ -508,7 +519,7 @@ def version_restore(request: HtmxHttpRequest, pk: int, number: int) -> HttpRespo
     except RuleError as exc:
         messages.error(request, exc.message)
         return redirect("rules:versions", pk=pk)
-    messages.success(request, f"The draft now holds the rules of v{version.number}.")
+    messages.success(request, _("The draft now holds the rules of v%(number)s.") % {"number": version.number})
     if request.htmx:
         return HttpResponseClientRedirect(reverse("rules:editor", args=[pk]))
     return redirect("rules:editor", pk=pk)
@@ -560,9 +571,9 @@ def case_create(request: HtmxHttpRequest, pk: int) -> HttpResponse:
             pinned=_json_post(request, "pinned"),
         )  # fmt: skip
     except RuleError as exc:
-        messages.error(request, f"The case was not saved: {exc.message}")
+        messages.error(request, _("The case was not saved: %(message)s") % {"message": exc.message})
         return redirect("rules:editor", pk=pk)
-    messages.success(request, f"Saved test case {case.name!r}.")
+    messages.success(request, _("Saved test case %(name)r.") % {"name": case.name})
     return redirect("rules:cases", pk=pk)
 
 
@@ -577,9 +588,9 @@ def case_update(request: HtmxHttpRequest, pk: int, case_pk: int) -> HttpResponse
             expected=_json_post(request, "expected"), pinned=_json_post(request, "pinned") or [],
         )  # fmt: skip
     except RuleError as exc:
-        messages.error(request, f"The case was not saved: {exc.message}")
+        messages.error(request, _("The case was not saved: %(message)s") % {"message": exc.message})
         return redirect(f"{reverse('rules:editor', args=[pk])}?case={case.pk}")
-    messages.success(request, f"Updated test case {case.name!r}.")
+    messages.success(request, _("Updated test case %(name)r.") % {"name": case.name})
     return redirect("rules:cases", pk=pk)
 
 
@@ -588,7 +599,7 @@ def case_update(request: HtmxHttpRequest, pk: int, case_pk: int) -> HttpResponse
 def case_delete(request: HtmxHttpRequest, pk: int, case_pk: int) -> HttpResponse:
     case = get_object_or_404(TestCase, pk=case_pk, rule_set_id=pk)
     cases.case_delete(actor=request.user, case=case)
-    messages.success(request, f"Deleted test case {case.name!r}.")
+    messages.success(request, _("Deleted test case %(name)r.") % {"name": case.name})
     return redirect("rules:cases", pk=pk)
 
 
@@ -621,7 +632,7 @@ def export_tools(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     try:
         body = exporting.rule_set_export_tools_py(rule_set)
     except RuleError as exc:
-        messages.error(request, f"Cannot export as tools.py: {exc.message}")
+        messages.error(request, _("Cannot export as tools.py: %(message)s") % {"message": exc.message})
         return redirect("rules:editor", pk=pk)
     response = HttpResponse(body, content_type="text/x-python; charset=utf-8")
     response["Content-Disposition"] = 'attachment; filename="tools.py"'
@@ -644,7 +655,11 @@ def import_json(request: HtmxHttpRequest) -> HttpResponse:
         except RuleError as exc:
             error = exc.message
         else:
-            messages.success(request, f"Imported {rule_set.rules.count()} rules into {rule_set.name}.")
+            messages.success(
+                request,
+                _("Imported %(count)s rules into %(name)s.")
+                % {"count": rule_set.rules.count(), "name": rule_set.name},
+            )
             return redirect("rules:editor", pk=rule_set.pk)
     return render(
         request, "rules/import.html", {"error": error, "rule_sets": selectors.rule_set_list(), "data": request.POST.get("data", "")},

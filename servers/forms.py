@@ -7,6 +7,7 @@ import re
 from typing import Any
 
 from django import forms
+from django.utils.text import format_lazy
 from django.utils.translation import gettext_lazy as _
 
 from llamon_agent import strictjson
@@ -17,7 +18,11 @@ from servers.toolschema import schema_errors
 
 _NAME_SPLIT = re.compile(r"[\s,]+")
 MAX_GENERATED_FIELDS = 50
-_TIMEOUT_RANGE = f"The timeout must be between {TIMEOUT_MIN_S:g} and {TIMEOUT_MAX_S:g} seconds."
+_TIMEOUT_RANGE = format_lazy(
+    _("The timeout must be between {min} and {max} seconds."),
+    min=f"{TIMEOUT_MIN_S:g}",
+    max=f"{TIMEOUT_MAX_S:g}",
+)
 
 
 def split_lines(text: str) -> list[str]:
@@ -38,11 +43,14 @@ class McpServerForm(forms.Form):
         max_length=64,
         help_text=_("Lowercase letters, digits, '-', '_' or '.'; rules refer to it."),
     )
-    description = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
+    description = forms.CharField(
+        label=_("Description"), required=False, widget=forms.Textarea(attrs={"rows": 2})
+    )
     transport = forms.ChoiceField(
-        choices=McpServer.Transport.choices, widget=forms.RadioSelect, initial="stdio"
+        label=_("Transport"), choices=McpServer.Transport.choices, widget=forms.RadioSelect, initial="stdio"
     )
     command = forms.CharField(
+        label=_("Command"),
         required=False,
         max_length=500,
         help_text=_("The program only, e.g. /usr/bin/python3. It runs without a shell."),
@@ -74,7 +82,10 @@ class McpServerForm(forms.Form):
         error_messages={"min_value": _TIMEOUT_RANGE, "max_value": _TIMEOUT_RANGE, "invalid": _TIMEOUT_RANGE},
     )  # fmt: skip
     enabled = forms.BooleanField(
-        required=False, initial=True, help_text=_("Only enabled servers are bound by the pre-step.")
+        label=_("Enabled"),
+        required=False,
+        initial=True,
+        help_text=_("Only enabled servers are bound by the pre-step."),
     )
     confirmed_command = forms.CharField(required=False, widget=forms.HiddenInput)
 
@@ -140,9 +151,10 @@ def _json_value(text: str) -> Any:
     except strictjson.JSONInputError as exc:
         if (err := exc.decode_error) is not None:
             raise forms.ValidationError(
-                f"This is not valid JSON: {err.msg} (line {err.lineno}, column {err.colno})."
+                _("This is not valid JSON: %(msg)s (line %(lineno)s, column %(colno)s).")
+                % {"msg": err.msg, "lineno": err.lineno, "colno": err.colno}
             ) from None
-        raise forms.ValidationError(f"This JSON is refused: {exc}.") from None
+        raise forms.ValidationError(_("This JSON is refused: %(exc)s.") % {"exc": exc}) from None
 
 
 class JsonField(forms.CharField):
@@ -279,12 +291,13 @@ class RawArgumentsForm(forms.Form):
         text = self.cleaned_data.get("arguments_raw") or ""
         if not text.strip():
             raise forms.ValidationError(
-                'Type the arguments as a JSON object, like {"q": "refund"} ({} for none).'
+                _('Type the arguments as a JSON object, like {"q": "refund"} ({} for none).')
             )
         value = _json_value(text)
         if not isinstance(value, dict):
             raise forms.ValidationError(
-                f"The arguments must be a JSON object ({{...}}), not {_json_kind(value)}."
+                _("The arguments must be a JSON object ({...}), not %(json_kind)s.")
+                % {"json_kind": _json_kind(value)}
             )
         errors = schema_errors(self.schema, value)
         if errors:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.core.validators import RegexValidator
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 from llamon_agent.mcp.spec import MCP_ID_RE
 from llamon_web.fields import OrderedJSONField
@@ -19,8 +20,8 @@ class McpServer(models.Model):
     """An MCP server the pre-step and agents may call; secrets are named, never stored."""
 
     class Transport(models.TextChoices):
-        STDIO = "stdio", "stdio (runs a command)"
-        HTTP = "http", "streamable HTTP"
+        STDIO = "stdio", _("stdio (runs a command)")
+        HTTP = "http", _("streamable HTTP")
 
     mcp_id = models.CharField(max_length=64, unique=True, validators=[mcp_id_validator])
     description = models.TextField(blank=True)

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from django.conf import settings
+from django.utils.translation import gettext as _
 
 from llamon_agent.mcp import McpServerSpec
 from llamon_agent.mcp.pool import McpPool, set_pool
@@ -46,22 +47,28 @@ def stdio_refusal(command: str, args: Sequence[str], allowed_dirs: Sequence[Path
     where = ", ".join(str(r) for r in roots) or "(none)"
     executable = _resolve_command(command)
     if executable is None:
-        return f"The command {command!r} was not found."
+        return _("The command %(command)r was not found.") % {"command": command}
     if _is_python(executable):
         script = args[0] if args else ""
         if not script or script.startswith("-"):
-            return (
+            return _(
                 "A Python interpreter may only run a script file from the allowed folders: the first "
-                f"argument must be that script (options such as -c or -m are not allowed). Allowed folders: {where}."
-            )
+                "argument must be that script (options such as -c or -m are not allowed). Allowed folders: %(where)s."
+            ) % {"where": where}
         path = Path(script).expanduser().resolve()
         if not path.is_file():
-            return f"The script {script!r} does not exist."
+            return _("The script %(script)r does not exist.") % {"script": script}
         if not any(path.is_relative_to(root) for root in roots):
-            return f"The script {str(path)!r} is outside the folders stdio servers may run from: {where}."
+            return _("The script %(path)r is outside the folders stdio servers may run from: %(where)s.") % {
+                "path": str(path),
+                "where": where,
+            }
         return None
     if not any(executable.is_relative_to(root) for root in roots):
-        return f"The command {str(executable)!r} is outside the folders stdio servers may run from: {where}."
+        return _("The command %(command)r is outside the folders stdio servers may run from: %(where)s.") % {
+            "command": str(executable),
+            "where": where,
+        }
     return None
 
 

@@ -20,6 +20,7 @@ from django.conf import settings
 from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, transaction
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from llamon_agent.envnames import header_env_name
 from llamon_agent.mcp import McpError, McpServerSpec
@@ -218,7 +219,10 @@ def _refresh_tools(
             audit_record(
                 actor=actor, action="mcp_server.refresh_tools_failed", obj=server, after={"error": str(exc)}
             )
-        raise McpServerError(f"Could not list the tools of {server.mcp_id}: {_strip_where(exc)}") from None
+        raise McpServerError(
+            _("Could not list the tools of %(mcp_id)s: %(exc)s")
+            % {"mcp_id": server.mcp_id, "exc": _strip_where(exc)}
+        ) from None
     tools = [
         {"name": t.name, "description": t.description or "", "input_schema": dict(t.inputSchema or {})}
         for t in listed
@@ -229,7 +233,10 @@ def _refresh_tools(
         audit_record(
             actor=actor, action="mcp_server.refresh_tools_failed", obj=server, after={"error": too_many}
         )
-        raise McpServerError(f"Did not store the tools of {server.mcp_id}: {too_many}") from None
+        raise McpServerError(
+            _("Did not store the tools of %(mcp_id)s: %(too_many)s")
+            % {"mcp_id": server.mcp_id, "too_many": too_many}
+        ) from None
     with transaction.atomic():
         current = McpServer.objects.select_for_update().get(pk=server.pk)
         diff = tools_diff(current.tools, tools, first=current.tools_refreshed_at is None)
@@ -318,16 +325,19 @@ def mcp_server_call_tool(
         raise PermissionDenied("Calling a tool needs the editor role.")
     tool = next((t for t in server.tools if t["name"] == tool_name), None)
     if tool is None:
-        known = ", ".join(t["name"] for t in server.tools) or "none yet: refresh the tools first"
+        known = ", ".join(t["name"] for t in server.tools) or _("none yet: refresh the tools first")
         raise McpServerError(
-            f"{server.mcp_id} has no tool named {tool_name!r} (known tools: {known}).", field="tool"
+            _("%(mcp_id)s has no tool named %(tool_name)r (known tools: %(known)s).")
+            % {"mcp_id": server.mcp_id, "tool_name": tool_name, "known": known},
+            field="tool",
         )
     if not isinstance(arguments, dict):
-        raise McpServerError("The arguments must be a JSON object.", field="arguments")
+        raise McpServerError(_("The arguments must be a JSON object."), field="arguments")
     errors = schema_errors(tool.get("input_schema") or {}, arguments)
     if errors:
         raise McpServerError(
-            "The arguments do not fit the tool's input schema: " + "; ".join(errors), field="arguments"
+            _("The arguments do not fit the tool's input schema: %(errors)s") % {"errors": "; ".join(errors)},
+            field="arguments",
         )
     audit_record(
         actor=actor, action="mcp_server.call_tool", obj=server,
@@ -344,13 +354,13 @@ def mcp_server_call_tool(
     except (McpConnectionError, McpTimeoutError) as exc:
         _record_health(server, error=str(exc))
         shown = mcp_error_for(text=_strip_where(exc), admin=has_role(actor, "admin"))
-        message = f"The call failed: {shown}"
+        message = _("The call failed: %(error)s") % {"error": shown}
         _record_call(actor, server, tool_name, wire, started, error=message)
         raise McpServerError(message) from None
     except McpError as exc:
         # The server answered (with a tool error or a malformed reply): it is reachable.
         _record_health(server, error="")
-        message = f"The tool reported an error: {_strip_where(exc)}"
+        message = _("The tool reported an error: %(error)s") % {"error": _strip_where(exc)}
         _record_call(actor, server, tool_name, wire, started, error=message)
         raise McpServerError(message) from None
     latency_ms = (time.perf_counter() - started) * 1000
@@ -476,19 +486,22 @@ def _validated(
     mcp_id = (mcp_id or "").strip()
     if not MCP_ID_RE.match(mcp_id):
         raise McpServerError(
-            "The id must be 1-64 lowercase letters, digits, '-', '_' or '.', starting with a letter or digit "
-            "(like order-service).",
+            _(
+                "The id must be 1-64 lowercase letters, digits, '-', '_' or '.', starting with a letter or digit (like order-service)."
+            ),
             field="mcp_id",
         )
     if transport not in McpServer.Transport.values:
-        raise McpServerError("Choose the transport: stdio (runs a command) or http.", field="transport")
+        raise McpServerError(_("Choose the transport: stdio (runs a command) or http."), field="transport")
     try:
         timeout_s = float(timeout_s)
     except (TypeError, ValueError):
-        raise McpServerError("The timeout must be a number of seconds.", field="timeout_s") from None
+        raise McpServerError(_("The timeout must be a number of seconds."), field="timeout_s") from None
     if not math.isfinite(timeout_s) or not TIMEOUT_MIN_S <= timeout_s <= TIMEOUT_MAX_S:
         raise McpServerError(
-            f"The timeout must be between {TIMEOUT_MIN_S:g} and {TIMEOUT_MAX_S:g} seconds.", field="timeout_s"
+            _("The timeout must be between %(TIMEOUT_MIN_S)g and %(TIMEOUT_MAX_S)g seconds.")
+            % {"TIMEOUT_MIN_S": TIMEOUT_MIN_S, "TIMEOUT_MAX_S": TIMEOUT_MAX_S},
+            field="timeout_s",
         )
     fields: dict[str, Any] = {
         "mcp_id": mcp_id, "description": (description or "").strip(), "transport": transport,
@@ -505,7 +518,7 @@ def _validated(
             env=fields["env_names"], url=fields["url"] or None, headers=fields["header_names"], timeout_s=timeout_s,
         )  # fmt: skip
     except ValueError as exc:  # pydantic's ValidationError; the checks above should have said it better
-        raise McpServerError(f"This server definition is not valid: {exc}") from None
+        raise McpServerError(_("This server definition is not valid: %(exc)s") % {"exc": exc}) from None
     return fields
 
 
@@ -513,16 +526,18 @@ def _validated_stdio(command: str, args: list[str], env_names: list[str]) -> dic
     command = (command or "").strip()
     if not command:
         raise McpServerError(
-            "Enter the command to run (the program, without its arguments).", field="command"
+            _("Enter the command to run (the program, without its arguments)."), field="command"
         )
     if "\x00" in command or "\n" in command or len(command) > 500:
-        raise McpServerError("The command must be one line of at most 500 characters.", field="command")
+        raise McpServerError(_("The command must be one line of at most 500 characters."), field="command")
     if len(args) > MAX_ARGS:
-        raise McpServerError(f"At most {MAX_ARGS} arguments.", field="args")
+        raise McpServerError(_("At most %(MAX_ARGS)s arguments.") % {"MAX_ARGS": MAX_ARGS}, field="args")
     for arg in args:
         if not isinstance(arg, str) or "\x00" in arg or "\n" in arg or len(arg) > MAX_ARG_CHARS:
             raise McpServerError(
-                f"Each argument is one line of at most {MAX_ARG_CHARS} characters.", field="args"
+                _("Each argument is one line of at most %(MAX_ARG_CHARS)s characters.")
+                % {"MAX_ARG_CHARS": MAX_ARG_CHARS},
+                field="args",
             )
     refusal = stdio_refusal(command, args, settings.LLAMON_STDIO_ALLOWED_DIRS)
     if refusal:
@@ -539,28 +554,35 @@ def _validated_http(url: str, header_names: list[str]) -> dict[str, Any]:
     headers = []
     for entry in header_names:
         entry = str(entry).strip()
-        header, _, env_name = entry.rpartition("=")
+        header, _sep, env_name = entry.rpartition("=")
         if header and not _HEADER_NAME_RE.match(header):
             raise McpServerError(
-                f"{entry!r}: a header name uses letters, digits and '-' only (like X-Api-Key=ORDER_API_KEY).",
+                _(
+                    "%(entry)r: a header name uses letters, digits and '-' only (like X-Api-Key=ORDER_API_KEY)."
+                )
+                % {"entry": entry},
                 field="header_names",
             )
         _checked_env_names([env_name], field="header_names")
         headers.append(f"{header}={env_name}" if header else env_name)
     if len(headers) > MAX_NAMES:
-        raise McpServerError(f"At most {MAX_NAMES} headers.", field="header_names")
+        raise McpServerError(
+            _("At most %(MAX_NAMES)s headers.") % {"MAX_NAMES": MAX_NAMES}, field="header_names"
+        )
     return {"url": url, "header_names": headers}
 
 
 def _checked_env_names(names: list[str], *, field: str) -> list[str]:
     cleaned = [str(n).strip() for n in names if str(n).strip()]
     if len(cleaned) > MAX_NAMES:
-        raise McpServerError(f"At most {MAX_NAMES} names.", field=field)
+        raise McpServerError(_("At most %(MAX_NAMES)s names.") % {"MAX_NAMES": MAX_NAMES}, field=field)
     for name in cleaned:
         if not ENV_NAME_RE.fullmatch(name):
             raise McpServerError(
-                f"{name!r} is not an environment variable name. Enter names only (like LLAMON_MCP_ORDER_KEY), "
-                "never values: the value is read from the app's environment when the server is used.",
+                _(
+                    "%(name)r is not an environment variable name. Enter names only (like LLAMON_MCP_ORDER_KEY), never values: the value is read from the app's environment when the server is used."
+                )
+                % {"name": name},
                 field=field,
             )
     reason = mcp_env_policy().first_refusal(
@@ -581,7 +603,8 @@ def _require_admin(actor: Any, what: str) -> None:
 
 def _duplicate(mcp_id: str) -> McpServerError:
     return McpServerError(
-        f"An MCP server with the id {mcp_id!r} already exists; choose another id.", field="mcp_id"
+        _("An MCP server with the id %(mcp_id)r already exists; choose another id.") % {"mcp_id": mcp_id},
+        field="mcp_id",
     )
 
 

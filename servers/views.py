@@ -11,6 +11,8 @@ from __future__ import annotations
 from django.contrib import messages
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
+from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from llamon_web.http import HtmxHttpRequest
@@ -190,7 +192,7 @@ def server_delete(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         return render(request, "servers/server_delete.html", context)
     mcp_id = server.mcp_id
     mcp_server_delete(actor=request.user, server=server)
-    messages.success(request, f"Deleted {mcp_id}.")
+    messages.success(request, _("Deleted %(mcp_id)s.") % {"mcp_id": mcp_id})
     return redirect("servers:list")
 
 
@@ -222,7 +224,13 @@ def _list_tools_after_save(request: HtmxHttpRequest, server: McpServer) -> None:
     else:
         count = len(server.tools)
         messages.success(
-            request, f"Saved {server.mcp_id}: it offers {count} tool{'s' if count != 1 else ''}."
+            request,
+            ngettext(
+                "Saved %(mcp_id)s: it offers %(count)s tool.",
+                "Saved %(mcp_id)s: it offers %(count)s tools.",
+                count,
+            )
+            % {"mcp_id": server.mcp_id, "count": count},
         )
 
 
@@ -241,14 +249,14 @@ def _detail_context(server: McpServer) -> dict:
 
 def _diff_summary(diff: ToolsDiff) -> str:
     if diff.first:
-        return f"Tools refreshed for the first time: {len(diff.added)} found."
+        return _("Tools refreshed for the first time: %(count)s found.") % {"count": len(diff.added)}
     if diff.unchanged:
-        return "Tools refreshed: nothing changed since the last refresh."
+        return _("Tools refreshed: nothing changed since the last refresh.")
     parts = []
     if diff.added:
-        parts.append("added " + ", ".join(diff.added))
+        parts.append(_("added %(names)s") % {"names": ", ".join(diff.added)})
     if diff.removed:
-        parts.append("removed " + ", ".join(diff.removed))
+        parts.append(_("removed %(names)s") % {"names": ", ".join(diff.removed)})
     if diff.changed:
-        parts.append("changed " + ", ".join(diff.changed))
-    return "Tools refreshed: " + "; ".join(parts) + "."
+        parts.append(_("changed %(names)s") % {"names": ", ".join(diff.changed)})
+    return _("Tools refreshed: %(changes)s.") % {"changes": "; ".join(parts)}

@@ -4,13 +4,15 @@ browser unless the user chose one; the seed's Korean contract strings are never 
 from __future__ import annotations
 
 import gettext
+import html
+import re
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 from django.core.management import call_command
-from django.test import override_settings
+from django.test import Client, override_settings
 from django.urls import reverse
 from django.utils import translation
 
@@ -111,3 +113,79 @@ def test_messages_from_python_are_korean_and_keep_their_values(client, make_user
     response = client.post(reverse("user_create"), {"username": "with space", "role": "viewer"})
     assert response.status_code == 400
     assert "사용자 이름에는 글자, 숫자와 @ . + - _ 만 쓸 수 있습니다" in response.content.decode()
+
+
+# Each main page with labels of its own (the menu is on all of them): in Korean none may stay English.
+NAV = ["MCP servers", "Rule sets", "Agents", "Runs", "Audit", "API tokens", "Users", "Log out"]
+KOREAN_PAGES = {
+    "home": ["Workbench", "Recent runs", "Services", "All rule sets →"],
+    "servers:list": ["Add a server", "Transport", "Target", "Health"],
+    "rules:editor": [
+        "Live tester",
+        "Impact analysis",
+        "Dry run",
+        "Execute",
+        "Export JSON",
+        "Versions",
+        "Drag to reorder",
+    ],
+    "agents:run_list": [
+        "Start a run",
+        "Compare ticked runs",
+        "Filter",
+        "Status",
+        "Since",
+        "Until",
+        "any status",
+    ],
+    "agents:run_detail": ["Timeline", "Re-run", "Save as test case", "Open in tester", "Expand all"],
+    "agents:list": ["New agent", "Privacy", "ReAct servers", "Answer from pre-step"],
+    "rules:audit": ["Audit log", "Actor", "Action", "Before / after"],
+    "tokens": ["Create token", "Last used", "No tokens yet."],
+    "users": ["Add a user", "Last login", "Active tokens", "Username"],
+}
+
+
+def _visible_text(page: str) -> str:
+    """What a person reads: text and the labels assistive technology reads out; code and data excluded."""
+    page = re.sub(r"(?s)<(script|style|code|pre|textarea)\b.*?</\1>", " ", page)
+    said = " ".join(re.findall(r'(?:aria-label|title|placeholder|data-confirm)="([^"]*)"', page))
+    return html.unescape(re.sub(r"(?s)<[^>]+>", " ", page) + " " + said)
+
+
+def _page_url(name: str) -> str:
+    from agents.models import Run
+    from rules.models import RuleSet
+
+    if name == "rules:editor":
+        return reverse(name, args=[RuleSet.objects.get(name="seed-rules").pk])
+    if name == "agents:run_detail":
+        return reverse(name, args=[Run.objects.order_by("pk").first().pk])
+    return reverse(name)
+
+
+@pytest.mark.django_db
+def test_the_main_pages_in_korean_leave_none_of_their_labels_english(make_user) -> None:
+    """A guard that new interface strings get marked: each label is on the English page and gone from the
+    Korean one (Accept-Language for most pages, the user's own setting for the rest)."""
+    call_command("load_demo", verbosity=0)
+    by_browser, by_setting = Client(), Client()
+    by_browser.force_login(make_user("admin"))
+    by_setting.force_login(make_user("admin"))
+    by_setting.post(reverse("language_set"), {"language": "ko"})
+    for i, (name, labels) in enumerate(KOREAN_PAGES.items()):
+        url = _page_url(name)
+        english = _visible_text(by_browser.get(url, HTTP_ACCEPT_LANGUAGE="en").content.decode())
+        if i % 2:  # half the pages by the user's setting, which wins over an English browser
+            response = by_setting.get(url, HTTP_ACCEPT_LANGUAGE="en")
+        else:
+            response = by_browser.get(url, HTTP_ACCEPT_LANGUAGE="ko")
+        assert response.status_code == 200, url
+        korean = _visible_text(response.content.decode())
+        with translation.override("ko"):
+            for label in NAV + labels:
+                assert re.search(rf"(?<![\w-]){re.escape(label)}(?![\w-])", english), (name, label)
+                assert not re.search(rf"(?<![\w-]){re.escape(label)}(?![\w-])", korean), (
+                    f"{name}: {label!r} is still English in Korean: mark it and run `manage.py messages`"
+                )
+                assert translation.gettext(label) in korean, (name, label)

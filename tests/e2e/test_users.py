@@ -90,3 +90,48 @@ def test_choosing_korean_turns_the_interface_korean(page, logged_in) -> None:
     # The choice belongs to the user, not the page: it holds on the next page too.
     page.goto("/agents/")
     assert page.locator("nav.nav").get_by_text("에이전트").is_visible()
+
+
+def test_the_rule_set_editor_in_korean_keeps_the_seed_contract_strings(page, logged_in) -> None:
+    """The editor's labels, the tester's verdict and a flash message read Korean; what the LLM receives
+    (the seed's contract header) reads byte for byte the same."""
+    from django.core.management import call_command
+
+    from rules.models import Rule, RuleSet
+    from servers import pool as rules_pool
+
+    call_command("load_demo", "--no-runs", verbosity=0)  # servers with their real tool lists
+    try:
+        rule_set = RuleSet.objects.get(name="seed-rules")
+        logged_in("editor")
+        page.goto("/rules/")
+        page.select_option("#id_language_choice", "ko")
+        page.click("#language-form button[type=submit]")
+        page.wait_for_url("**/rules/")
+        page.goto(f"/rules/{rule_set.pk}/")
+        assert page.locator("html").get_attribute("lang") == "ko"
+        shown = page.locator("main").inner_text()
+        for label in ["실시간 테스터", "모의 실행", "실제 실행", "JSON 내보내기", "영향 분석", "규칙 추가"]:
+            assert label in shown, label
+        for english in ["Live tester", "Dry run", "Execute", "Add rule", "Export JSON", "Impact analysis"]:
+            assert english not in shown, english
+        assert page.locator("#tester-execute").inner_text() == "실제 실행"
+        assert page.locator("#tester-execute").get_attribute("title") == "실제로 도구를 호출합니다"
+
+        page.fill("#id_t-query", "주문 조회 부탁해 A-1001")
+        page.locator("#tester-table tr[data-rule='route_order_lookup'] .status-fired").wait_for()
+        assert (
+            "확정 호출 결과" in page.locator("#llm-block").inner_text()
+        )  # a contract string, not translated
+        page.click("#tester-dry-run")
+        page.locator("#tester-outcome[data-mode='dry-run']").wait_for()
+        assert "모의 실행: 규칙" in page.locator("#tester-outcome").inner_text()
+        screenshot(page, "korean-editor")
+
+        # A message from Python (a flash after saving a rule) is Korean too.
+        rule = Rule.objects.get(rule_set=rule_set, name="route_order_lookup")
+        page.goto(f"/rules/{rule_set.pk}/?rule={rule.pk}")
+        page.click("#rule-form button.primary")
+        page.get_by_text("규칙 route_order_lookup을(를) 저장했습니다.").wait_for()
+    finally:
+        rules_pool.web_pool_close()
