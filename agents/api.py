@@ -173,11 +173,16 @@ def _shadow_body(agent: Agent) -> dict[str, Any]:
 def _agent_version(agent: Agent, number: int) -> RuleSetVersion:
     """A published version of the agent's rule set by number (422 with the reason otherwise)."""
     if agent.rule_set is None:
-        raise AgentError(f"Agent {agent.name!r} has no rule set, so it has no versions.", field="version")
+        raise AgentError(
+            _("Agent %(name)r has no rule set, so it has no versions.") % {"name": agent.name},
+            field="version",
+        )
     version = RuleSetVersion.objects.filter(rule_set_id=agent.rule_set_id, number=number).first()
     if version is None:
         raise AgentError(
-            f"Rule set {agent.rule_set.name!r} has no published version {number}.", field="version"
+            _("Rule set %(name)r has no published version %(number)s.")
+            % {"name": agent.rule_set.name, "number": number},
+            field="version",
         )
     return version
 
@@ -370,7 +375,9 @@ def replay_run(request: HttpRequest, run_id: DbId, agent: DbId | None = None) ->
     run = get_or_404(Run, "run", pk=run_id)
     chosen = Agent.objects.filter(pk=agent).first() if agent is not None else None
     if agent is not None and chosen is None:
-        raise AgentError(f"There is no agent with id {agent} to replay the run with.", field="agent")
+        raise AgentError(
+            _("There is no agent with id %(value)s to replay the run with.") % {"value": agent}, field="agent"
+        )
     return Status(202, _accepted(services.run_replay(actor=request.auth, run=run, agent=chosen)))
 
 

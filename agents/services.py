@@ -44,7 +44,7 @@ def worker_heartbeat_record(
 ) -> WorkerHeartbeat:
     """Record that a worker process is alive now (one row per hostname)."""
     now = timezone.now()
-    heartbeat, _ = WorkerHeartbeat.objects.update_or_create(
+    heartbeat, _created = WorkerHeartbeat.objects.update_or_create(
         hostname=hostname,
         defaults={"pid": pid, "seen_at": now, "started_at": started_at or now},
     )
@@ -166,14 +166,18 @@ def run_replay(*, actor: Any, run: Run, agent: Agent | None = None) -> Run:
     run = Run.objects.select_related("agent").get(pk=run.pk)
     if not run.finished:
         raise AgentConflictError(
-            f"Run {run.pk} is still {run.status}: replay it once it has finished, when all its tool "
-            "outputs are recorded."
+            _(
+                "Run %(pk)s is still %(status)s: replay it once it has finished, when all its tool outputs are recorded."
+            )
+            % {"pk": run.pk, "status": run.status}
         )
     agent = agent or run.agent
     if agent is None:
         raise AgentError(
-            f"Run {run.pk} has no agent here (a served or flow run, or its agent was deleted): choose the "
-            "agent whose settings the replay should use.",
+            _(
+                "Run %(pk)s has no agent here (a served or flow run, or its agent was deleted): choose the agent whose settings the replay should use."
+            )
+            % {"pk": run.pk},
             field="agent",
         )
     request = AgentRequest(
@@ -678,7 +682,10 @@ def run_ingest(
         if actor is not None and not owner and not has_role(actor, "admin"):  # None: the system itself
             # An editor could otherwise write steps into, or end, someone else's served run.
             raise PermissionDenied(
-                f"Run {run.pk} was started by another user: only they (or an admin) may add to it or finish it."
+                _(
+                    "Run %(pk)s was started by another user: only they (or an admin) may add to it or finish it."
+                )
+                % {"pk": run.pk}
             )
     redact = redactor()
     sink = DbStepSink(run, redact=redact, resume=True)
@@ -728,36 +735,41 @@ def _version_of_agent(agent: Agent, version: Any, *, field: str) -> Any:
     """Refuse a version that is not a published version of the agent's own rule set."""
     if agent.rule_set is None:
         raise AgentError(
-            f"Agent {agent.name!r} has no rule set, so it has no versions to roll out.", field=field
+            _("Agent %(name)r has no rule set, so it has no versions to roll out.") % {"name": agent.name},
+            field=field,
         )
     if version is None or version.rule_set_id != agent.rule_set_id:
         raise AgentError(
-            f"Choose a published version of the agent's rule set {agent.rule_set.name!r}.", field=field
+            _("Choose a published version of the agent's rule set %(name)r.") % {"name": agent.rule_set.name},
+            field=field,
         )
     return version
 
 
 def _chatbot_ids_clean(chatbot_ids: list[Any]) -> list[str]:
     if not isinstance(chatbot_ids, list):
-        raise AgentError("The chatbotIds are a list of strings.", field="chatbot_ids")
+        raise AgentError(_("The chatbotIds are a list of strings."), field="chatbot_ids")
     if len(chatbot_ids) > MAX_ROLLOUT_CHATBOTS:
         raise AgentError(
-            f"A rollout names at most {MAX_ROLLOUT_CHATBOTS} chatbotIds; this list has {len(chatbot_ids):,}.",
+            _("A rollout names at most %(most)s chatbotIds; this list has %(count)s.")
+            % {"most": MAX_ROLLOUT_CHATBOTS, "count": f"{len(chatbot_ids):,}"},
             field="chatbot_ids",
         )
     cleaned: list[str] = []
     for value in chatbot_ids:
         if not isinstance(value, str) or not value.strip():
-            raise AgentError("Each chatbotId is a non-empty string.", field="chatbot_ids")
+            raise AgentError(_("Each chatbotId is a non-empty string."), field="chatbot_ids")
         value = value.strip()
         if len(value) > MAX_CHATBOT_ID_CHARS:
             raise AgentError(
-                f"A chatbotId is at most {MAX_CHATBOT_ID_CHARS} characters ({value[:20]!r}... has {len(value):,}).",
+                _("A chatbotId is at most %(most)s characters (%(start)r... has %(count)s).")
+                % {"most": MAX_CHATBOT_ID_CHARS, "start": value[:20], "count": f"{len(value):,}"},
                 field="chatbot_ids",
             )
         if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
             raise AgentError(
-                f"The chatbotId {value[:40]!r} holds a control character (NUL, a line break ...).",
+                _("The chatbotId %(value)r holds a control character (NUL, a line break ...).")
+                % {"value": value[:40]},
                 field="chatbot_ids",
             )
         if value not in cleaned:
@@ -780,7 +792,7 @@ def _rollout_keep(agent: Agent, current: Agent) -> None:
         setattr(agent, name, getattr(current, name))
     if agent.rule_set_id != current.rule_set_id and (current.rollout_version_id or current.shadow_version_id):
         raise AgentError(
-            "Roll back the staged rollout and stop shadow mode before changing the agent's rule set.",
+            _("Roll back the staged rollout and stop shadow mode before changing the agent's rule set."),
             field="rule_set",
         )
 
@@ -802,7 +814,9 @@ def rollout_set(*, actor: Any, agent: Agent, version: Any, percent: int, chatbot
     version = _version_of_agent(agent, version, field="version")
     if isinstance(percent, bool) or not isinstance(percent, int) or not 0 <= percent <= 100:
         raise AgentError(
-            f"The share of traffic is a whole percentage from 0 to 100, not {percent!r}.", field="percent"
+            _("The share of traffic is a whole percentage from 0 to 100, not %(value)r.")
+            % {"value": percent},
+            field="percent",
         )
     chatbots = _chatbot_ids_clean(chatbot_ids)
     before = _rollout_state(agent)
@@ -829,7 +843,7 @@ def rollout_promote(*, actor: Any, agent: Agent) -> Agent:
     agent = _locked_agent(agent)
     candidate = agent.rollout_version
     if candidate is None:
-        raise AgentConflictError(f"Agent {agent.name!r} has no rollout to promote.")
+        raise AgentConflictError(_("Agent %(name)r has no rollout to promote.") % {"name": agent.name})
     before = _rollout_state(agent)
     agent.rule_set_mode, agent.pinned_version = Agent.RuleSetMode.PINNED, candidate
     _rollout_clear(agent)
@@ -846,7 +860,7 @@ def rollout_rollback(*, actor: Any, agent: Agent) -> Agent:
     """End the rollout: every run gets the stable version again."""
     agent = _locked_agent(agent)
     if agent.rollout_version_id is None:
-        raise AgentConflictError(f"Agent {agent.name!r} has no rollout to roll back.")
+        raise AgentConflictError(_("Agent %(name)r has no rollout to roll back.") % {"name": agent.name})
     before = _rollout_state(agent)
     _rollout_clear(agent)
     _agent_bump(agent, ["rollout_version", "rollout_percent", "rollout_chatbot_ids", "rollout_started_at"])

@@ -240,7 +240,8 @@ def run_replay(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         if agent is None:
             messages.error(
                 request,
-                f"There is no agent {chosen[:40]!r} to replay the run with: choose one from the list.",
+                _("There is no agent %(value)r to replay the run with: choose one from the list.")
+                % {"value": chosen[:40]},
             )
             return redirect("agents:run_detail", pk=pk)
     try:
@@ -248,7 +249,10 @@ def run_replay(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     except AgentError as exc:
         messages.error(request, exc.message)
         return redirect("agents:run_detail", pk=pk)
-    messages.success(request, f"Replaying run {pk}: every tool call is answered from its recorded outputs.")
+    messages.success(
+        request,
+        _("Replaying run %(pk)s: every tool call is answered from its recorded outputs.") % {"pk": pk},
+    )
     return redirect("agents:run_detail", pk=replay.pk)
 
 
@@ -395,7 +399,9 @@ def agent_rollout_set(request: HtmxHttpRequest, pk: int) -> HttpResponse:
             form.add_error(exc.field if exc.field in form.fields else None, exc.message)
         else:
             messages.success(
-                request, f"Rolling out v{number} to {form.cleaned_data['percent']} % of sessions."
+                request,
+                _("Rolling out v%(number)s to %(percent)s %% of sessions.")
+                % {"number": number, "percent": form.cleaned_data["percent"]},
             )
             return redirect("agents:rollout", pk=pk)
     return _rollout_page(request, agent, rollout_form=form, status=400)
@@ -413,9 +419,9 @@ def agent_rollout_end(request: HtmxHttpRequest, pk: int, action: str) -> HttpRes
         messages.error(request, exc.message)
     else:
         done = (
-            f"Promoted: the agent now pins {selectors.stable_ref(agent)}."
+            _("Promoted: the agent now pins %(ref)s.") % {"ref": selectors.stable_ref(agent)}
             if action == "promote"
-            else "Rolled back."
+            else _("Rolled back.")
         )
         messages.success(request, done)
     return redirect("agents:rollout", pk=pk)
@@ -440,7 +446,10 @@ def agent_shadow_set(request: HtmxHttpRequest, pk: int) -> HttpResponse:
             form.add_error("version", exc.message)
         else:
             messages.success(
-                request, f"Shadow mode: v{number}." if number is not None else "Shadow mode is off."
+                request,
+                _("Shadow mode: v%(number)s.") % {"number": number}
+                if number is not None
+                else _("Shadow mode is off."),
             )
             return redirect("agents:rollout", pk=pk)
     return _rollout_page(request, agent, shadow_form=form, status=400)

@@ -26,6 +26,7 @@ from typing import Any
 from django.db.models import Count, F, Window
 from django.db.models.functions import RowNumber, TruncDate
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from agents.models import Run, RunStep
 from governance.errors import HealthError
@@ -154,11 +155,16 @@ def health_days(value: Any) -> int:
         days = None
     if days is None:
         raise HealthError(
-            f"The days must be a whole number from 1 to {MAX_DAYS}, not {str(value)[:20]!r}.", field="days"
+            _("The days must be a whole number from 1 to %(most)s, not %(value)r.")
+            % {"most": MAX_DAYS, "value": str(value)[:20]},
+            field="days",
         )
     if not 1 <= days <= MAX_DAYS:
         shown = str(days) if len(str(days)) <= 20 else str(days)[:20] + "…"
-        raise HealthError(f"The days must be between 1 and {MAX_DAYS}, not {shown}.", field="days")
+        raise HealthError(
+            _("The days must be between 1 and %(most)s, not %(value)s.") % {"most": MAX_DAYS, "value": shown},
+            field="days",
+        )
     return days
 
 
