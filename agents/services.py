@@ -798,7 +798,7 @@ def _rollout_keep(agent: Agent, current: Agent) -> None:
 
 
 def _locked_agent(agent: Agent) -> Agent:
-    return Agent.objects.select_for_update().select_related("rule_set", "pinned_version", "rollout_version", "shadow_version").get(pk=agent.pk)  # fmt: skip
+    return Agent.objects.select_for_update(of=("self",)).select_related("rule_set", "pinned_version", "rollout_version", "shadow_version").get(pk=agent.pk)  # fmt: skip
 
 
 def _agent_bump(agent: Agent, fields: list[str]) -> None:

@@ -92,7 +92,11 @@ def _check_leaves_an_admin(user: Any, *, becomes_admin: bool, stays_active: bool
     if not (user.is_active and role_of(user) == "admin"):
         return
     # Lock the admins' rows so that two admins demoting each other at once cannot both succeed.
-    others = list(_active_admins().exclude(pk=user.pk).select_for_update().values_list("pk", flat=True))
+    # Locked through a subquery: PostgreSQL refuses FOR UPDATE on the DISTINCT that the groups join needs.
+    admins = _active_admins().exclude(pk=user.pk).values("pk")
+    others = list(
+        get_user_model().objects.select_for_update().filter(pk__in=admins).values_list("pk", flat=True)
+    )
     if not others:
         raise UserError(
             _(
