@@ -1,10 +1,25 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from django.core.management import call_command
+
+from servers import pool as web_pool
 
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+
+
+@pytest.fixture
+def demo() -> Iterator[None]:
+    """The demo without runs: its MCP servers with their real tool lists, rule sets and agents.
+
+    The web process's MCP sessions opened by the test are closed after it.
+    """
+    call_command("load_demo", "--no-runs", verbosity=0)
+    yield
+    web_pool.web_pool_close()
 
 
 @pytest.fixture

@@ -2,23 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
-from django.core.management import call_command
 
 from rules.models import Rule, RuleSet
-from servers import pool as rules_pool
 from tests.e2e.conftest import screenshot
 
-pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture(autouse=True)
-def demo() -> Iterator[None]:
-    call_command("load_demo", "--no-runs", verbosity=0)  # servers with their real tool lists
-    yield
-    rules_pool.web_pool_close()
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("demo")]
 
 
 def _editor(page, field: str):

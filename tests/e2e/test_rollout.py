@@ -2,25 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
-from django.core.management import call_command
 
 from agents.models import Agent
 from llamon_web.models import AuditEvent
 from rules import services as rule_services
-from servers import pool as rules_pool
 from tests.e2e.conftest import screenshot
 
-pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture(autouse=True)
-def demo() -> Iterator[None]:
-    call_command("load_demo", "--no-runs", verbosity=0)
-    yield
-    rules_pool.web_pool_close()
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("demo")]
 
 
 def test_start_a_rollout_then_promote_it(page, logged_in) -> None:

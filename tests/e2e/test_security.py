@@ -2,24 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
-from django.core.management import call_command
 
 from agents.models import Agent, Run
-from servers import pool as rules_pool
 from servers.models import McpServer
 from tests.rules.conftest import build_rule_set
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture
-def demo() -> Iterator[None]:
-    call_command("load_demo", "--no-runs", verbosity=0)
-    yield
-    rules_pool.web_pool_close()
 
 
 def test_the_main_pages_work_under_the_policy_and_it_blocks_injected_script(

@@ -2,26 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
-from django.core.management import call_command
 from django.utils import timezone
 
 from rules import services
 from rules.models import Rule, RuleSet, TestCase
-from servers import pool as rules_pool
 from servers.models import McpServer
 from tests.e2e.conftest import screenshot
 
-pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture(autouse=True)
-def demo() -> Iterator[None]:
-    call_command("load_demo", "--no-runs", verbosity=0)  # servers with their real tool lists
-    yield
-    rules_pool.web_pool_close()
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("demo")]
 
 
 def _stays_on(page, url: str) -> None:

@@ -2,24 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
-from django.core.management import call_command
 
 from rules.models import RuleSet
-from servers import pool as rules_pool
 from servers.models import McpServer
 from tests.e2e.conftest import screenshot
 
-pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture(autouse=True)
-def demo() -> Iterator[None]:
-    call_command("load_demo", "--no-runs", verbosity=0)  # servers with their real tool lists
-    yield
-    rules_pool.web_pool_close()
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("demo")]
 
 
 def test_a_renamed_parameter_and_a_vanished_tool_are_flagged_on_the_rules_that_use_them(
