@@ -28,18 +28,11 @@ import django  # noqa: E402
 
 django.setup()
 
+# The same rule keywords, queries and percentile as the tester's benchmark (its module sets up
+# Django the same way, so importing it is harmless).
+from bench_tester import KEYWORDS, QUERIES, percentile  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 from django.utils import timezone  # noqa: E402
-
-KEYWORDS = ["주문", "조회", "환불", "배송", "결제", "카드", "계좌", "보험", "청구", "예약", "취소", "변경",
-            "order", "refund", "card", "claim", "policy", "invoice", "account", "premium"]  # fmt: skip
-QUERIES = ["주문 조회 부탁해 A-1001", "환불은 언제 되나요?", "what is my card limit", "날씨 어때?",
-           "보험 청구 서류", "cancel my order A-1002", "계좌 변경하고 싶어요", "hello there"]  # fmt: skip
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
 def setup(n_rules: int):
