@@ -54,6 +54,11 @@ bench: install
 	$(PY) benchmarks/bench_graph.py
 	$(PY) benchmarks/bench_outbound.py
 	$(PY) benchmarks/bench_serving.py
+	$(PY) benchmarks/bench_compile.py --quick
+	$(PY) benchmarks/bench_react_graph.py
+	$(PY) benchmarks/bench_shadow.py
+	$(PY) benchmarks/bench_rule_health.py --runs 20000
+	$(PY) benchmarks/bench_impact.py --runs 20000 --naive-runs 500
 
 # The million-run figures of docs/performance.md ("Stored data at scale") need PostgreSQL.
 bench-scale: install
