@@ -269,9 +269,11 @@ def run_compare(request: HtmxHttpRequest) -> HttpResponse:
         return redirect("agents:run_list")
     try:
         # Ticked runs: the older (lower id) on the left, whatever order the list sent them in.
-        ids = sorted(int(x) for x in picked) if picked else [int(request.GET["a"]), int(request.GET["b"])]
-        if not all(0 < i < 2**63 for i in ids):  # beyond a database integer: no such run
+        given = [db_id(x) for x in (picked or [request.GET["a"], request.GET["b"]])]
+        ids = [pk for pk in given if pk is not None]
+        if len(ids) != 2:  # not a database id: no such run
             raise ValueError
+        ids = sorted(ids) if picked else ids
     except (KeyError, ValueError):
         messages.error(request, _("Choose two runs to compare (a and b)."))
         return redirect("agents:run_list")

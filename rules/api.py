@@ -13,6 +13,7 @@ from django.http import Http404, HttpRequest
 from ninja import Query, Router, Status
 
 from llamon_web.api_auth import DbId, FormInvalid, error_responses, get_or_404, require_api_role, roles
+from llamon_web.userinput import db_id
 from rules import cases, engine, exporting, selectors, services
 from rules.forms import RuleForm, TesterForm
 from rules.models import Rule, RuleSet, RuleSetVersion, TestCase
@@ -275,9 +276,11 @@ def diff_versions(
 def _side(rule_set: RuleSet, value: str) -> tuple[str, list[dict[str, Any]]]:
     if value == "draft":
         return "draft", engine.rule_set_snapshot(rule_set)
-    number = int(value) if value.isdigit() and len(value) < 10 else -1
+    number = db_id(value)  # "²".isdigit() is true and int() refuses it: that was a 500
     version = (
-        get_or_404(RuleSetVersion, "version", rule_set_id=rule_set.pk, number=number) if number > 0 else None
+        get_or_404(RuleSetVersion, "version", rule_set_id=rule_set.pk, number=number)
+        if number is not None
+        else None
     )
     if version is None:
         raise Http404(f"There is no version {value!r} of rule set {rule_set.name!r}.")

@@ -177,3 +177,18 @@ def test_db_id_accepts_only_what_a_bigint_key_can_be() -> None:
 
     assert [db_id(v) for v in ("1", "42", str(2**63 - 1))] == [1, 42, 2**63 - 1]
     assert all(db_id(v) is None for v in [*HOSTILE_IDS.values(), "", None, "-1", " 1", "1.0", "１"])
+
+
+@pytest.mark.parametrize("value", HOSTILE_IDS.values(), ids=HOSTILE_IDS.keys())
+def test_a_hostile_version_in_the_diff_api_is_a_4xx(api, value) -> None:
+    from rules.models import RuleSet
+
+    rule_set = RuleSet.objects.create(name="diff-ids")
+    response = api("get", f"/api/rule-sets/{rule_set.pk}/diff?a={quote(value)}&b=draft")
+    assert 400 <= response.status_code < 500
+
+
+@pytest.mark.parametrize("value", HOSTILE_IDS.values(), ids=HOSTILE_IDS.keys())
+def test_a_hostile_run_id_on_the_compare_page_goes_back_with_a_sentence(viewer_client, value) -> None:
+    response = viewer_client.get(reverse("agents:run_compare"), {"a": value, "b": "1"})
+    assert response.status_code == 302 and response.url == reverse("agents:run_list")
