@@ -6,16 +6,23 @@
   // the new content (so the rule list's move buttons carry ids). When that element is now disabled (a
   // rule moved to the end has no "down" button), focus would fall to the page: give it to the first
   // enabled button of the same form instead (the rule's "up"), so a keyboard user keeps their place.
-  let focusedId = null;
-  document.addEventListener("htmx:beforeSwap", function () {
+  // The focused id is kept per request (keyed by its XHR): another swap settling in between (the tester
+  // refreshing after a move) must neither see nor clear this one's.
+  const focusedIds = new WeakMap();
+  document.addEventListener("htmx:beforeSwap", function (event) {
     const active = document.activeElement;
-    focusedId = active && active !== document.body && active.id ? active.id : null;
+    if (active && active !== document.body && active.id && event.detail.xhr) {
+      focusedIds.set(event.detail.xhr, active.id);
+    }
   });
-  document.addEventListener("htmx:afterSettle", function () {
+  document.addEventListener("htmx:afterSettle", function (event) {
+    const xhr = event.detail.xhr;
+    const focusedId = xhr ? focusedIds.get(xhr) : null;
     if (focusedId) {
+      focusedIds.delete(xhr);
       const again = document.getElementById(focusedId);
-      focusedId = null;
-      if (again && again.disabled && document.activeElement !== again) {
+      const lost = !document.activeElement || document.activeElement === document.body;
+      if (again && again.disabled && (lost || document.activeElement === again)) {
         const container = again.closest("form") || again.parentElement;
         const other = container && container.querySelector("button:not([disabled])");
         if (other) other.focus();

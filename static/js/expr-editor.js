@@ -216,14 +216,51 @@
   // and reports). Such input is applied by CodeMirror instead, through its input handlers (so a
   // bracket typed over a selection still wraps it). An IME composition (Korean) cannot be taken
   // over: the selection is deleted through CodeMirror on the key press that starts it.
+  // What the browser is about to replace, read from the event or the DOM, never from the editor state
+  // alone: the DOM selection may have changed in this same task (a script or a test selecting all,
+  // then typing) before CodeMirror's selectionchange handler copied it into the state.
+  function replacedRange(event, view) {
+    const targets = event.getTargetRanges ? event.getTargetRanges() : [];
+    if (targets.length) {
+      try {
+        const a = view.posAtDOM(targets[0].startContainer, targets[0].startOffset);
+        const b = view.posAtDOM(targets[0].endContainer, targets[0].endOffset);
+        return { from: Math.min(a, b), to: Math.max(a, b) };
+      } catch (error) {
+        // a range outside the editor's content: fall back to the editor's own selection
+      }
+    }
+    // Chromium gives no target range for text inserted by the DevTools protocol (what automation
+    // and some input tools use): read the live DOM selection (a shadow root has its own in Chromium).
+    const selection = view.root.getSelection ? view.root.getSelection() : document.getSelection();
+    const content = view.contentDOM;
+    if (selection && selection.rangeCount && content.contains(selection.anchorNode) && content.contains(selection.focusNode)) {
+      try {
+        const a = view.posAtDOM(selection.anchorNode, selection.anchorOffset);
+        const b = view.posAtDOM(selection.focusNode, selection.focusOffset);
+        return { from: Math.min(a, b), to: Math.max(a, b) };
+      } catch (error) {
+        // fall through to the editor's own selection
+      }
+    }
+    const main = view.state.selection.main;
+    return { from: main.from, to: main.to };
+  }
+
   const replaceSelectionInput = CM.EditorView.domEventHandlers({
     beforeinput(event, view) {
-      const range = view.state.selection.main;
-      if (range.empty || event.isComposing || !event.data) return false;
+      if (event.isComposing || !event.data) return false;
       if (event.inputType !== "insertText" && event.inputType !== "insertReplacementText") return false;
+      const range = replacedRange(event, view);
+      if (!range || range.from === range.to) return false;
       event.preventDefault();
       const text = event.data;
-      const insert = () => view.state.update(view.state.replaceSelection(text), { userEvent: "input.type" });
+      const insert = () =>
+        view.state.update({
+          changes: { from: range.from, to: range.to, insert: text },
+          selection: { anchor: range.from + text.length },
+          userEvent: "input.type",
+        });
       const handlers = view.state.facet(CM.EditorView.inputHandler);
       if (!handlers.some((handler) => handler(view, range.from, range.to, text, insert))) {
         view.dispatch(insert());
