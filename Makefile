@@ -22,10 +22,12 @@ run: install
 test: install
 	$(VENV)/bin/pytest
 
-# The whole suite on a throwaway PostgreSQL cluster (needs Debian's `postgresql` package);
-# psycopg comes with `make install` (requirements.lock holds the `postgres` extra).
+# Every test that can reach the database, on a throwaway PostgreSQL cluster (needs Debian's
+# `postgresql` package; psycopg comes with `make install`). The tests that cannot (the engine, the
+# settings checks, `make run` on its embedded SQLite) give the same result on any database: they run
+# once, in `make test` (tests/conftest.py, LLAMON_TEST_DATABASE_ONLY).
 test-postgres: install
-	.ci/with-postgres $(VENV)/bin/pytest $(PYTEST_ARGS)
+	LLAMON_TEST_DATABASE_ONLY=1 .ci/with-postgres $(VENV)/bin/pytest $(PYTEST_ARGS)
 
 test-engine: install
 	$(VENV)/bin/pytest -p no:django tests/engine

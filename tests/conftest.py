@@ -267,9 +267,34 @@ def viewer_client(client, make_user):
     return client
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+# Fixtures through which a test reaches the database (pytest-django blocks it otherwise).
+_DB_FIXTURES = frozenset(
+    {"db", "transactional_db", "django_db_reset_sequences", "django_db_serialized_rollback", "live_server"}
+)
+
+
+def uses_database(item: pytest.Item) -> bool:
+    """Whether the test can reach the database: a django_db mark, a database fixture, or the
+    `database` mark of a test whose subprocess connects to DATABASE_URL itself."""
+    if item.get_closest_marker("django_db") or item.get_closest_marker("database"):
+        return True
+    return bool(_DB_FIXTURES & set(getattr(item, "fixturenames", ())))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Browser tests run last: Playwright's sync API keeps an event loop running in the main
-    thread for the rest of the session, which would break later tests that call asyncio.run."""
+    thread for the rest of the session, which would break later tests that call asyncio.run.
+
+    With LLAMON_TEST_DATABASE_ONLY=1 (the PostgreSQL leg, `make test-postgres`) only the tests that
+    can reach the database run: the others (the engine, which never imports Django, the settings
+    checks, `make run` on its embedded SQLite) give the same result on every database and run once,
+    in `make test`."""
+    if os.environ.get("LLAMON_TEST_DATABASE_ONLY") == "1":
+        kept = [item for item in items if uses_database(item)]
+        dropped = [item for item in items if not uses_database(item)]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = kept
     items.sort(key=lambda item: item.get_closest_marker("e2e") is not None)
 
 

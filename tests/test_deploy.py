@@ -13,8 +13,12 @@ import sys
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.conftest import free_port, wait_for_port
+
+# Its gunicorn and release commands connect to DATABASE_URL: the PostgreSQL leg runs it too.
+pytestmark = pytest.mark.database
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "deploy.md"
