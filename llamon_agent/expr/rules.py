@@ -6,7 +6,7 @@ import keyword
 from typing import Any
 
 from llamon_agent.expr.budget import _METER, READ_CHARS_PER_UNIT
-from llamon_agent.expr.compiled import compile_params, compile_when
+from llamon_agent.expr.compiled import CompiledExpr, compile_params, compile_when
 from llamon_agent.expr.errors import ExprError
 from llamon_agent.expr.limits import MAX_RULE_NAME_CHARS
 from llamon_agent.expr.namespace import build_namespace
@@ -28,6 +28,41 @@ def check_rule_name(name: Any) -> None:
 
 def _with_field(exc: ExprError, field: str) -> ExprError:
     return ExprError(exc.reason, exc.line, exc.column, field=field)
+
+
+class _ExprRuleInfo(RuleInfo):
+    """The RuleInfo of an expression rule: its keyword hint is made when read, from the rule's
+    compiled ``when`` (the request index reads ``index_options`` instead, so a rule set of
+    50,000 rules would otherwise keep 50,000 hints nobody reads)."""
+
+    __slots__ = ("_when",)
+
+    def __init__(self, name: str, mcp_id: str, stop: bool, when: CompiledExpr) -> None:
+        # RuleInfo is frozen: set its fields the way its own __init__ does.
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "mcp_id", mcp_id)
+        object.__setattr__(self, "stop", stop)
+        object.__setattr__(self, "_when", when)
+
+    @property  # type: ignore[misc]
+    def keywords(self) -> frozenset[tuple[str, bool]] | None:  # type: ignore[override]
+        return self._when.required_keywords
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, RuleInfo):
+            return (self.name, self.mcp_id, self.stop, self.keywords) == (
+                other.name,
+                other.mcp_id,
+                other.stop,
+                other.keywords,
+            )
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.mcp_id, self.stop, self.keywords))
+
+    def __repr__(self) -> str:
+        return f"RuleInfo(name={self.name!r}, mcp_id={self.mcp_id!r}, stop={self.stop!r}, keywords={self.keywords!r})"
 
 
 class ExpressionRule:
@@ -86,9 +121,7 @@ class ExpressionRule:
                 line[0] + compiled_params.static_cost + compiled_params.query_reads,
                 line[1] + compiled_params.query_reads / READ_CHARS_PER_UNIT,
             )
-        self.__llamon_rule__ = RuleInfo(
-            name=name, mcp_id=mcp_id, stop=self.stop, keywords=compiled_when.required_keywords
-        )
+        self.__llamon_rule__: RuleInfo = _ExprRuleInfo(name, mcp_id, self.stop, compiled_when)
 
     @property
     def index_options(self) -> Any:

@@ -61,7 +61,7 @@ class Template:
     patterns: tuple[int, ...]  # indexes of literals that are a regex helper's literal pattern
     lock: threading.Lock
     # The `when` hints (keywords, options) computed once with a distinct symbol for each literal
-    # (_SYMBOL), to be filled in by `instantiate`; None when a hint depends on more than
+    # (_SYMBOL), to be filled in by `fill_keywords` and `fill_options`; None when a hint depends on more than
     # equality between non-empty literals (contains_all picks its longest word).
     symbolic: tuple[Any, Any] | None
 
@@ -228,23 +228,42 @@ def remember(
     return template
 
 
-def instantiate(template: Template, values: tuple[str, ...]) -> tuple[Any, Any] | None:
-    """The template's symbolic hints with ``values`` for the literals; None when they might
-    differ from hints computed on the values themselves (an empty or a repeated literal)."""
-    symbolic = template.symbolic
-    if symbolic is None or not all(values) or len(set(values)) != len(values):
-        return None
+def fillable(template: Template, values: tuple[str, ...]) -> bool:
+    """Whether the template's symbolic hints, filled with ``values``, are the hints computed on
+    the values themselves: not when a literal is empty or repeated, nor with a regex pattern."""
+    return (
+        template.symbolic is not None
+        and not template.patterns
+        and all(values)
+        and len(set(values)) == len(values)
+    )
+
+
+def _filler(values: tuple[str, ...]) -> Any:
     table = {_SYMBOL.format(index): value for index, value in enumerate(values)}
 
     def fill(atom: tuple[Any, ...]) -> tuple[Any, ...]:
         return tuple(table.get(part, part) if type(part) is str else part for part in atom)
 
-    keywords, options = symbolic
-    if keywords is not None:
-        keywords = frozenset(fill(pair) for pair in keywords)
-    if options is not None:
-        options = [frozenset(fill(atom) for atom in option) for option in options]
-    return keywords, options
+    return fill
+
+
+def fill_keywords(template: Template, values: tuple[str, ...]) -> frozenset[tuple[str, bool]] | None:
+    """The template's symbolic keyword hint with ``values`` for the literals (see fillable)."""
+    keywords = template.symbolic[0]  # type: ignore[index]
+    if keywords is None:
+        return None
+    fill = _filler(values)
+    return frozenset(fill(pair) for pair in keywords)  # type: ignore[misc]
+
+
+def fill_options(template: Template, values: tuple[str, ...]) -> list[frozenset[tuple[Any, ...]]] | None:
+    """The template's symbolic index options with ``values`` for the literals (see fillable)."""
+    options = template.symbolic[1]  # type: ignore[index]
+    if options is None:
+        return None
+    fill = _filler(values)
+    return [frozenset(fill(atom) for atom in option) for option in options]
 
 
 def map_position(
