@@ -218,7 +218,7 @@ class _RequestIndex:
             options = _rule_options(rule, info)
             per_rule.append(options)
             if options:
-                for atom in frozenset().union(*options):
+                for atom in options[0] if len(options) == 1 else frozenset().union(*options):
                     frequency[atom] = frequency.get(atom, 0) + 1
         for i, options in enumerate(per_rule):
             if options is None:
@@ -238,7 +238,10 @@ class _RequestIndex:
             for atom in option:
                 kind = atom[0]
                 if kind == "kw":
-                    raw_ids, low_ids = keywords.setdefault(atom[1], ([], []))
+                    found = keywords.get(atom[1])
+                    if found is None:
+                        found = keywords[atom[1]] = ([], [])
+                    raw_ids, low_ids = found
                     ids = low_ids if atom[2] else raw_ids
                     if not ids or ids[-1] != i:
                         ids.append(i)
