@@ -368,7 +368,9 @@ def _compile_when(source: str) -> CompiledExpr:
             for node, value in zip(template.literals, values, strict=True):
                 node.value = value
             facts = _when_facts(template.tree.body)
-        return _shared(source, template, values, _when_hints(facts, template.static_cost, template.query_reads))
+        return _shared(
+            source, template, values, _when_hints(facts, template.static_cost, template.query_reads)
+        )
     tree, src = _parse(source)
     facts = _when_facts(tree.body)  # before _compile, which rewrites the tree
     return _compile_shared(source, "when", tree, src, found is False, facts)

@@ -36,6 +36,7 @@ class _ExprRuleInfo(RuleInfo):
     50,000 rules would otherwise keep 50,000 hints nobody reads)."""
 
     __slots__ = ("_when",)
+    _when: CompiledExpr
 
     def __init__(self, name: str, mcp_id: str, stop: bool, when: CompiledExpr) -> None:
         # RuleInfo is frozen: set its fields the way its own __init__ does.
@@ -44,8 +45,8 @@ class _ExprRuleInfo(RuleInfo):
         object.__setattr__(self, "stop", stop)
         object.__setattr__(self, "_when", when)
 
-    @property  # type: ignore[misc]
-    def keywords(self) -> frozenset[tuple[str, bool]] | None:  # type: ignore[override]
+    @property
+    def keywords(self) -> frozenset[tuple[str, bool]] | None:
         return self._when.required_keywords
 
     def __eq__(self, other: object) -> bool:

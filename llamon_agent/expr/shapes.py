@@ -254,7 +254,12 @@ _Recipe = tuple[tuple[tuple[Any, ...], tuple[tuple[int, int], ...]], ...]
 def _recipe(atoms: Any, count: int) -> _Recipe:
     symbols = {_SYMBOL.format(index): index for index in range(count)}
     return tuple(
-        (atom, tuple((pos, symbols[part]) for pos, part in enumerate(atom) if type(part) is str and part in symbols))
+        (
+            atom,
+            tuple(
+                (pos, symbols[part]) for pos, part in enumerate(atom) if type(part) is str and part in symbols
+            ),
+        )
         for atom in atoms
     )
 
@@ -274,7 +279,7 @@ def _fill(recipe: _Recipe, values: tuple[str, ...]) -> frozenset[tuple[Any, ...]
 def fill_keywords(template: Template, values: tuple[str, ...]) -> frozenset[tuple[str, bool]] | None:
     """The template's symbolic keyword hint with ``values`` for the literals (see fillable)."""
     keywords = template.symbolic[0]  # type: ignore[index]
-    return None if keywords is None else _fill(keywords, values)  # type: ignore[return-value]
+    return None if keywords is None else _fill(keywords, values)
 
 
 def fill_options(template: Template, values: tuple[str, ...]) -> list[frozenset[tuple[Any, ...]]] | None:

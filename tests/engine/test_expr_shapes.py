@@ -172,10 +172,8 @@ def test_rules_of_one_shape_never_see_each_other_s_literals(monkeypatch: pytest.
     shapes.clear()
     compiled_module._cached_when.cache_clear()
     rules = [
-        expression_rule(
-            name=f"r{i}", mcp_id="m", tool_name="t", when=when, params='{"w": "%s"}' % when.split('"')[1]
-        )
-        for i, when in enumerate(whens)
+        expression_rule(name=f"r{i}", mcp_id="m", tool_name="t", when=when, params=f'{{"w": "{word}"}}')
+        for i, (word, when) in enumerate(zip([w for w in words for _ in range(2)], whens, strict=True))
     ]
     assert len({rule.compiled_when._code for rule in rules}) == 2  # two shapes, two code objects
     for rule, when in zip(rules, whens, strict=True):
@@ -192,7 +190,9 @@ def test_a_rule_keeps_no_keyword_hint_it_is_made_when_read() -> None:
     from llamon_agent.tools import RuleInfo
 
     expression_rule(name="first", mcp_id="m", tool_name="t", when='"주문" in query', params="{}")
-    rule = expression_rule(name="r", mcp_id="m", tool_name="t", when='"배송" in query', params="{}", stop=True)
+    rule = expression_rule(
+        name="r", mcp_id="m", tool_name="t", when='"배송" in query', params="{}", stop=True
+    )
     info = rule.__llamon_rule__
 
     assert info.keywords == frozenset({("배송", False)})

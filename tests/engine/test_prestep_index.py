@@ -373,7 +373,9 @@ def test_a_rule_whose_evaluate_ns_is_its_own_attribute_is_evaluated_through_it()
         def __call__(self, ctx: DeterministicContext) -> dict[str, Any] | None:
             raise AssertionError("the namespace path must be taken")
 
-    outcome = run_prestep([Rule()], AgentRequest(query="hi"), backend=StaticToolBackend(SERVERS), dry_run=True)
+    outcome = run_prestep(
+        [Rule()], AgentRequest(query="hi"), backend=StaticToolBackend(SERVERS), dry_run=True
+    )
 
     assert outcome.ok, outcome.error
     assert [(rec.rule, rec.params) for rec in outcome.fired] == [("own", {"q": "hi"})]
