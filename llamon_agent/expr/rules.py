@@ -62,6 +62,9 @@ class _ExprRuleInfo(RuleInfo):
     def __hash__(self) -> int:
         return hash((self.name, self.mcp_id, self.stop, self.keywords))
 
+    def __reduce__(self) -> tuple[type[RuleInfo], tuple[str, str, bool, frozenset[tuple[str, bool]] | None]]:
+        return RuleInfo, (self.name, self.mcp_id, self.stop, self.keywords)  # a copy is a plain RuleInfo
+
     def __repr__(self) -> str:
         return f"RuleInfo(name={self.name!r}, mcp_id={self.mcp_id!r}, stop={self.stop!r}, keywords={self.keywords!r})"
 

@@ -3,6 +3,8 @@ result, error message and error position is what compiling the expression alone 
 
 from __future__ import annotations
 
+import copy
+import pickle
 from typing import Any
 
 import pytest
@@ -200,6 +202,7 @@ def test_a_rule_keeps_no_keyword_hint_it_is_made_when_read() -> None:
     plain = RuleInfo(name="r", mcp_id="m", stop=True, keywords=frozenset({("배송", False)}))
     assert info == plain and plain == info and hash(info) == hash(plain)
     assert repr(info) == repr(plain)
+    assert pickle.loads(pickle.dumps(info)) == plain and copy.copy(info) == plain
     assert (rule.name, rule.mcp_id, rule.stop) == ("r", "m", True)
     assert (rule.when_source, rule.params_source) == ('"배송" in query', "{}")
 
