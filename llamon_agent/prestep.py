@@ -46,6 +46,7 @@ import bisect
 import json
 import logging
 import time
+from array import array
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -147,13 +148,14 @@ class CompiledRules:
         self.rules: tuple[Any, ...] = tuple(rules)
         self.infos: tuple[RuleInfo, ...] = tuple(_checked_info(r) for r in self.rules)
         # Expression rules evaluate against a namespace built once per server and request.
-        self.fast: tuple[Callable[[dict[str, Any]], Any] | None, ...] = tuple(
+        # Called as fast[i](rule, namespace): the class's function, one object for all its rules.
+        self.fast: tuple[Callable[[Any, dict[str, Any]], Any] | None, ...] = tuple(
             _fast_path(r) for r in self.rules
         )
         # The first expression rule is where an unindexed run builds its first namespace.
         self.first_fast: int | None = next((i for i, f in enumerate(self.fast) if f is not None), None)
         self.mcp_ids: tuple[str, ...] = tuple(dict.fromkeys(info.mcp_id for info in self.infos))
-        self._all: tuple[int, ...] = tuple(range(len(self.rules)))
+        self._all = range(len(self.rules))
         self.has_index = use_index
         self._index: _RequestIndex | None = _RequestIndex(self.rules, self.infos) if use_index else None
 
@@ -216,7 +218,7 @@ class _RequestIndex:
             options = _rule_options(rule, info)
             per_rule.append(options)
             if options:
-                for atom in frozenset().union(*options):
+                for atom in options[0] if len(options) == 1 else frozenset().union(*options):
                     frequency[atom] = frequency.get(atom, 0) + 1
         for i, options in enumerate(per_rule):
             if options is None:
@@ -236,7 +238,10 @@ class _RequestIndex:
             for atom in option:
                 kind = atom[0]
                 if kind == "kw":
-                    raw_ids, low_ids = keywords.setdefault(atom[1], ([], []))
+                    found = keywords.get(atom[1])
+                    if found is None:
+                        found = keywords[atom[1]] = ([], [])
+                    raw_ids, low_ids = found
                     ids = low_ids if atom[2] else raw_ids
                     if not ids or ids[-1] != i:
                         ids.append(i)
@@ -255,13 +260,20 @@ class _RequestIndex:
                 costs.append((i, a, b))
         # Keyword hits are de-duplicated by literal before rules are merged: a long query that
         # repeats a literal 10,000 times costs 10,000 set inserts, not 10,000 x its rules.
-        self.keyword_rules: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
+        # The rules of literal k, flat (a tuple each would cost ~100 bytes a literal): those that
+        # need it in the raw query are keyword_ids[b[2k]:b[2k + 1]], in query.lower()
+        # keyword_ids[b[2k + 1]:b[2k + 2]], where b is keyword_bounds.
+        self.keyword_ids = array("l")
+        self.keyword_bounds = array("l", [0])
         self.automaton: Any = None
         if keywords:
-            self.automaton = ahocorasick.Automaton()
+            self.automaton = ahocorasick.Automaton(ahocorasick.STORE_INTS)
             for k, (literal, (raw_ids, low_ids)) in enumerate(keywords.items()):
                 self.automaton.add_word(literal, k)
-                self.keyword_rules.append((tuple(raw_ids), tuple(low_ids)))
+                self.keyword_ids.extend(raw_ids)
+                self.keyword_bounds.append(len(self.keyword_ids))
+                self.keyword_ids.extend(low_ids)
+                self.keyword_bounds.append(len(self.keyword_ids))
             self.automaton.make_automaton()
         self.regex_set: Any = None
         self.regex_rules: list[tuple[int, ...]] = []
@@ -295,23 +307,22 @@ class _RequestIndex:
             found: set[int] = set()
             lowered = query.lower()
             automaton = self.automaton
+            ids, bounds = self.keyword_ids, self.keyword_bounds
             if lowered == query:  # Korean text is its own lowercase: one scan
                 for _, k in automaton.iter(query):
                     found.add(k)
                 for k in found:
-                    raw, low = self.keyword_rules[k]
-                    hits.update(raw)
-                    hits.update(low)
+                    hits.update(ids[bounds[2 * k] : bounds[2 * k + 2]])
             else:
                 for _, k in automaton.iter(query):
                     found.add(k)
                 for k in found:
-                    hits.update(self.keyword_rules[k][0])
+                    hits.update(ids[bounds[2 * k] : bounds[2 * k + 1]])
                 found.clear()
                 for _, k in automaton.iter(lowered):
                     found.add(k)
                 for k in found:
-                    hits.update(self.keyword_rules[k][1])
+                    hits.update(ids[bounds[2 * k + 1] : bounds[2 * k + 2]])
         if self.regex_set is not None:
             self._regex_hits(query, hits, expr_budget)
         if self.equalities:
@@ -400,9 +411,13 @@ def _checked_info(rule: Any) -> RuleInfo:
     return info
 
 
-def _fast_path(rule: Any) -> Callable[[dict[str, Any]], Any] | None:
+def _fast_path(rule: Any) -> Callable[[Any, dict[str, Any]], Any] | None:
     fast = getattr(rule, "evaluate_ns", None)
-    return fast if callable(fast) else None
+    if not callable(fast):
+        return None
+    if getattr(fast, "__self__", None) is rule and hasattr(fast, "__func__"):
+        return fast.__func__  # type: ignore[no-any-return]  # not a bound method kept per rule
+    return lambda _rule, namespace: fast(namespace)
 
 
 # --------------------------------------------------------------------------- outcome
@@ -712,7 +727,7 @@ class _PrestepRun:
                         value = rules[i](ctx if ctx is not None else self._context(mcp_id))
                     else:
                         ns = namespaces.get(mcp_id)
-                        value = evaluate(ns if ns is not None else self._namespace(mcp_id))
+                        value = evaluate(rules[i], ns if ns is not None else self._namespace(mcp_id))
                 except Exception as exc:
                     self._fail(i, info, _reason(exc), traced=True)
                     failed, fired = True, False

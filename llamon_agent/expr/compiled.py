@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import ast
-import functools
 import math
 import types
+from collections.abc import Callable
 from typing import Any
 
 from llamon_agent.expr import shapes
@@ -138,64 +138,92 @@ def _params(value: Any, namespace: dict[str, Any]) -> dict[str, Any]:
     return params
 
 
-_FILL = object()  # CompiledExpr.index_options: fill the template's symbolic options in
+_FILL = object()  # CompiledExpr._hints: the template's symbolic hints, filled in when asked
+_NO_HINTS: tuple[Any, Any, Any] = (None, None, None)
+
+
+class _Own:
+    """What an expression compiled on its own keeps besides its code (one shared by shape keeps
+    its shapes.Template instead, which holds the same fields)."""
+
+    __slots__ = ("kind", "static_cost", "query_reads", "src")
+
+    def __init__(self, kind: str, static_cost: int, query_reads: int, src: _Source) -> None:
+        self.kind = kind
+        self.static_cost = static_cost
+        self.query_reads = query_reads
+        self.src = src
 
 
 class CompiledExpr:
-    """A checked, compiled expression: call it with a ctx, or ``evaluate`` a prebuilt namespace."""
+    """A checked, compiled expression: call it with a ctx, or ``evaluate`` a prebuilt namespace.
 
-    __slots__ = (
-        "source",
-        "kind",
-        "required_keywords",
-        "_index_options",
-        "cost_line",
-        "static_cost",
-        "query_reads",
-        "_code",
-        "_src",
-        "_defaults",
-        "_template",
-    )
+    A rule set keeps one per distinct text (tens of thousands), so it keeps five references and
+    derives the rest: ``kind``, the costs and the source map from ``_meta`` (its shape's
+    Template, or an :class:`_Own`), and the index hints from ``_hints`` (a tuple, or ``_FILL``:
+    made from the template's symbolic hints when asked, as the index does once per compile).
+    """
+
+    __slots__ = ("source", "_code", "_defaults", "_meta", "_hints")
 
     def __init__(
         self,
         source: str,
-        kind: str,
-        compiled: tuple[types.CodeType, int, int, bool],
-        keywords: frozenset[tuple[str, bool]] | None,
-        src: _Source | None,
+        code: types.CodeType,
+        defaults: tuple[str, ...] | None,
+        meta: shapes.Template | _Own,
+        hints: Any,
     ) -> None:
         self.source = source
-        self.kind = kind  # "when" or "params"
-        self.required_keywords = keywords
-        self._index_options: Any = None  # see hints.index_options, and the property below
-        # (a, b): an evaluation costs at most a + b * len(query) units (None: not known statically)
-        self.cost_line: tuple[int, float] | None = None
-        # Charged to the request by ExpressionRule: one unit per node, plus each plain query read.
-        self._code, self.static_cost, self.query_reads, _ = compiled
-        self._src = src  # None when shared by shape: made again on an error (see _where)
+        self._code = code
         # Code shared by shape (see shapes): this expression's text literals, its arguments.
-        self._defaults: tuple[str, ...] | None = None
-        self._template: shapes.Template | None = None
+        self._defaults = defaults
+        self._meta = meta
+        # (required keywords, index options, cost line) or _FILL; see the properties below.
+        self._hints = hints
+
+    @property
+    def kind(self) -> str:
+        """ "when" or "params"."""
+        return self._meta.kind
+
+    @property
+    def static_cost(self) -> int:
+        """Charged to the request by ExpressionRule: one unit per node."""
+        return self._meta.static_cost
+
+    @property
+    def query_reads(self) -> int:
+        """Plain reads of the query, each charged its length by ExpressionRule."""
+        return self._meta.query_reads
+
+    @property
+    def required_keywords(self) -> frozenset[tuple[str, bool]] | None:
+        """The keyword-index hint (hints.required_keywords)."""
+        if self._hints is _FILL:  # made when asked, not kept
+            return shapes.fill_keywords(self._meta, self._defaults)  # type: ignore[arg-type]
+        return self._hints[0]  # type: ignore[no-any-return]
 
     @property
     def index_options(self) -> tuple[frozenset[tuple[Any, ...]], ...] | None:
-        options = self._index_options
-        if options is _FILL:  # shared by shape: made when asked (by the index), not kept
-            filled = shapes.instantiate(self._template, self._defaults)  # type: ignore[arg-type]
-            assert filled is not None
-            return tuple(dict.fromkeys(filled[1])) if filled[1] else None
-        return options  # type: ignore[no-any-return]
+        """The request index's alternative requirements (hints.index_options)."""
+        if self._hints is _FILL:  # made when asked (by the index), not kept
+            options = shapes.fill_options(self._meta, self._defaults)  # type: ignore[arg-type]
+            return tuple(dict.fromkeys(options)) if options else None
+        return self._hints[1]  # type: ignore[no-any-return]
 
-    @index_options.setter
-    def index_options(self, options: tuple[frozenset[tuple[Any, ...]], ...] | None) -> None:
-        self._index_options = options
+    @property
+    def cost_line(self) -> tuple[int, float] | None:
+        """(a, b): an evaluation costs at most a + b * len(query) units (None: not known statically)."""
+        if self._hints is _FILL:
+            return None  # no regex call with a literal pattern (shapes.fillable)
+        return self._hints[2]  # type: ignore[no-any-return]
 
     def _where(self, tb: types.TracebackType | None) -> tuple[int | None, int | None]:
-        template = self._template
-        if template is None:
-            return _position(self._src, tb)  # type: ignore[arg-type]
+        meta = self._meta
+        if type(meta) is _Own:
+            return _position(meta.src, tb)
+        template: shapes.Template = meta  # type: ignore[assignment]
         line, column = _position(_Source(template.source), tb)
         return shapes.map_position(template, self.source, line, column)
 
@@ -214,7 +242,7 @@ class CompiledExpr:
         except Exception as exc:
             line, column = self._where(exc.__traceback__)
             raise ExprError(_runtime_reason(exc), line, column) from exc
-        if self.kind == "when":
+        if self._meta.kind == "when":
             return bool(value)
         return _params(value, namespace)
 
@@ -231,7 +259,7 @@ class CompiledExpr:
         except Exception as exc:  # anything else becomes an ExprError (the pre-step's error path)
             line, column = self._where(exc.__traceback__)
             raise ExprError(_runtime_reason(exc), line, column) from exc
-        if self.kind == "when":
+        if self._meta.kind == "when":
             return bool(value)
         return _params(value, namespace)
 
@@ -252,15 +280,24 @@ class _UnmeteredExpr(CompiledExpr):
     evaluate = CompiledExpr.run
 
 
-def _compiled_expr(
-    source: str,
-    kind: str,
-    compiled: tuple[types.CodeType, int, int, bool],
-    keywords: frozenset[tuple[str, bool]] | None,
-    src: _Source | None,
+def _own(
+    source: str, kind: str, compiled: tuple[types.CodeType, int, int, bool], src: _Source, hints: Any
 ) -> CompiledExpr:
+    """An expression compiled on its own (not shared by shape)."""
     cls = CompiledExpr if compiled[3] else _UnmeteredExpr
-    return cls(source, kind, compiled, keywords, src)
+    return cls(source, compiled[0], None, _Own(kind, compiled[1], compiled[2], src), hints)
+
+
+def _shared(source: str, template: shapes.Template, values: tuple[str, ...], hints: Any) -> CompiledExpr:
+    """An expression of ``template``'s shape with its own literal ``values``."""
+    cls = CompiledExpr if template.metered else _UnmeteredExpr
+    return cls(source, template.code, values, template, hints)
+
+
+def _hints(keywords: Any, options: Any, cost_line: Any) -> tuple[Any, Any, Any]:
+    if keywords is None and options is None and cost_line is None:
+        return _NO_HINTS
+    return keywords, options, cost_line
 
 
 def _regex_cost(tree: ast.AST) -> tuple[int, float] | None:
@@ -297,17 +334,12 @@ def compile_when(source: str) -> CompiledExpr:
     return _cached_when(source)
 
 
-def _template_code(template: shapes.Template) -> tuple[types.CodeType, int, int, bool]:
-    return template.code, template.static_cost, template.query_reads, template.metered
-
-
 def _keywords_options(body: ast.AST) -> tuple[frozenset[tuple[str, bool]] | None, list[Any] | None]:
     return _requirement(body), _options(body)
 
 
-def _when_hints(
-    body: ast.AST,
-) -> tuple[frozenset[tuple[str, bool]] | None, list[Any] | None, tuple[int, float] | None]:
+def _when_facts(body: ast.AST) -> tuple[Any, Any, tuple[int, float] | None]:
+    """(required keywords, index options, regex cost) of a `when` tree, before the guard rewrites it."""
     keywords = _requirement(body)
     options = _options(body)
     regex = None
@@ -316,39 +348,32 @@ def _when_hints(
     return keywords, options, regex
 
 
+def _when_hints(facts: tuple[Any, Any, tuple[int, float] | None], static_cost: int, query_reads: int) -> Any:
+    """The hints an expression keeps: (required keywords, index options, cost line)."""
+    keywords, options, regex = facts
+    cost_line = None
+    if regex is not None:
+        # The whole evaluation when the pattern does not match: static cost, query reads, regexes.
+        cost_line = (regex[0] + static_cost + query_reads + 1, regex[1] + query_reads / READ_CHARS_PER_UNIT)
+    return _hints(keywords, tuple(dict.fromkeys(options)) if options else None, cost_line)
+
+
 def _compile_when(source: str) -> CompiledExpr:
     found = shapes.lookup(source, "when") if type(source) is str else None
     if found:  # another expression of this shape was compiled: only the literals differ
         template, values = found  # type: ignore[misc]
-        filled = shapes.instantiate(template, values)
-        if filled is not None and not template.patterns:
-            keywords, options = filled
-            regex = None
-            if options:  # made again when the index asks: a rule set keeps fewer objects
-                expr = _compiled_expr(source, "when", _template_code(template), keywords, None)
-                expr._defaults, expr._template = values, template
-                expr._index_options = _FILL
-                return expr
-        else:
-            with template.lock:  # the hints read the literals' values: put this expression's in
-                for node, value in zip(template.literals, values, strict=True):
-                    node.value = value
-                keywords, options, regex = _when_hints(template.tree.body)
-        expr = _compiled_expr(source, "when", _template_code(template), keywords, None)
-        expr._defaults, expr._template = values, template
-    else:
-        tree, src = _parse(source)
-        keywords, options, regex = _when_hints(tree.body)  # before _compile, which rewrites the tree
-        expr = _compile_shared(source, "when", tree, src, found is False, keywords)
-    if options:
-        expr.index_options = tuple(dict.fromkeys(options))
-    if regex is not None:
-        # The whole evaluation when the pattern does not match: static cost, query reads, regexes.
-        expr.cost_line = (
-            regex[0] + expr.static_cost + expr.query_reads + 1,
-            regex[1] + expr.query_reads / READ_CHARS_PER_UNIT,
+        if shapes.fillable(template, values):  # hints made again when asked: fewer objects kept
+            return _shared(source, template, values, _FILL)
+        with template.lock:  # the hints read the literals' values: put this expression's in
+            for node, value in zip(template.literals, values, strict=True):
+                node.value = value
+            facts = _when_facts(template.tree.body)
+        return _shared(
+            source, template, values, _when_hints(facts, template.static_cost, template.query_reads)
         )
-    return expr
+    tree, src = _parse(source)
+    facts = _when_facts(tree.body)  # before _compile, which rewrites the tree
+    return _compile_shared(source, "when", tree, src, found is False, facts)
 
 
 _NOT_A_DICT = (
@@ -375,9 +400,7 @@ def _compile_params(source: str) -> CompiledExpr:
     found = shapes.lookup(source, "params") if type(source) is str else None
     if found:
         template, values = found  # type: ignore[misc]
-        expr = _compiled_expr(source, "params", _template_code(template), None, None)
-        expr._defaults, expr._template = values, template
-        return expr
+        return _shared(source, template, values, _NO_HINTS)
     tree, src = _parse(source)
     if isinstance(tree.body, _NOT_A_DICT) or (
         isinstance(tree.body, ast.UnaryOp) and isinstance(tree.body.op, ast.Not)
@@ -392,23 +415,50 @@ def _compile_shared(
     tree: ast.Expression,
     src: _Source,
     learn: bool,
-    keywords: frozenset[tuple[str, bool]] | None = None,
+    facts: tuple[Any, Any, tuple[int, float] | None] | None = None,
 ) -> CompiledExpr:
-    """Compile a checked tree; when ``learn``, as the template of its shape (see shapes)."""
+    """Compile a checked tree; when ``learn``, as the template of its shape (see shapes).
+    ``facts``: a `when`'s (see _when_facts), None for params."""
     plan = None
     if learn:
         pristine, _ = _parse(source)  # the template's own tree: the guard rewrites ``tree``
         plan = shapes.learn(source, kind, tree, pristine, src)
     if plan is None:
-        return _compiled_expr(source, kind, _compile(tree, f"<{kind}>"), keywords, src)
+        compiled = _compile(tree, f"<{kind}>")
+        hints = _NO_HINTS if facts is None else _when_hints(facts, compiled[1], compiled[2])
+        return _own(source, kind, compiled, src, hints)
     lift, literals, patterns, values = plan
     compiled = _compile(tree, f"<{kind}>", lift)
-    hints = _keywords_options if kind == "when" else None
-    template = shapes.remember(source, kind, compiled, pristine, literals, patterns, hints)
-    expr = _compiled_expr(source, kind, compiled, keywords, None)
-    expr._defaults, expr._template = values, template
-    return expr
+    hints_of = _keywords_options if kind == "when" else None
+    template = shapes.remember(source, kind, compiled, pristine, literals, patterns, hints_of)
+    hints = _NO_HINTS if facts is None else _when_hints(facts, compiled[1], compiled[2])
+    return _shared(source, template, values, hints)
 
 
-_cached_when = functools.lru_cache(maxsize=_COMPILE_CACHE_SIZE)(_compile_when)
-_cached_params = functools.lru_cache(maxsize=_COMPILE_CACHE_SIZE)(_compile_params)
+class _Cache:
+    """``compile`` memoised by text in a plain dict, emptied when it holds ``size`` texts: an
+    entry costs ~30 bytes where functools.lru_cache's costs ~80 (its links), which is a tenth
+    of what a rule keeps. A rule set compiles each text once, so recency matters little."""
+
+    __slots__ = ("_compile", "_done", "_size")
+
+    def __init__(self, compile: Callable[[str], CompiledExpr], size: int) -> None:
+        self._compile = compile
+        self._done: dict[str, CompiledExpr] = {}
+        self._size = size
+
+    def __call__(self, source: str) -> CompiledExpr:
+        expr = self._done.get(source)
+        if expr is None:
+            expr = self._compile(source)  # an ExprError is never cached
+            if len(self._done) >= self._size:
+                self._done.clear()
+            self._done[source] = expr
+        return expr
+
+    def cache_clear(self) -> None:
+        self._done.clear()
+
+
+_cached_when = _Cache(_compile_when, _COMPILE_CACHE_SIZE)
+_cached_params = _Cache(_compile_params, _COMPILE_CACHE_SIZE)

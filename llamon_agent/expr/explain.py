@@ -28,7 +28,7 @@ from typing import Any
 
 from llamon_agent.expr.budget import _METER
 from llamon_agent.expr.checker import _parse
-from llamon_agent.expr.compiled import CompiledExpr, _compiled_expr
+from llamon_agent.expr.compiled import _NO_HINTS, CompiledExpr, _own
 from llamon_agent.expr.errors import ExprError, _Source
 from llamon_agent.expr.guard import _compile
 
@@ -104,7 +104,7 @@ def _split(node: ast.expr, src: _Source) -> _Node:
         return _Node("not", _segment(src, node), [_split(node.operand, src)], None)
     # A copy keeps the positions in the author's text (errors point there); the guard rewrites it.
     tree = ast.Expression(body=copy.deepcopy(node))
-    expr = _compiled_expr(_segment(src, node), "when", _compile(tree, "<when>"), None, src)
+    expr = _own(_segment(src, node), "when", _compile(tree, "<when>"), src, _NO_HINTS)
     return _Node("test", expr.source, [], expr)
 
 

@@ -6,7 +6,7 @@ import keyword
 from typing import Any
 
 from llamon_agent.expr.budget import _METER, READ_CHARS_PER_UNIT
-from llamon_agent.expr.compiled import compile_params, compile_when
+from llamon_agent.expr.compiled import CompiledExpr, compile_params, compile_when
 from llamon_agent.expr.errors import ExprError
 from llamon_agent.expr.limits import MAX_RULE_NAME_CHARS
 from llamon_agent.expr.namespace import build_namespace
@@ -30,22 +30,57 @@ def _with_field(exc: ExprError, field: str) -> ExprError:
     return ExprError(exc.reason, exc.line, exc.column, field=field)
 
 
+class _ExprRuleInfo(RuleInfo):
+    """The RuleInfo of an expression rule: its keyword hint is made when read, from the rule's
+    compiled ``when`` (the request index reads ``index_options`` instead, so a rule set of
+    50,000 rules would otherwise keep 50,000 hints nobody reads)."""
+
+    __slots__ = ("_when",)
+    _when: CompiledExpr
+
+    def __init__(self, name: str, mcp_id: str, stop: bool, when: CompiledExpr) -> None:
+        # RuleInfo is frozen: set its fields the way its own __init__ does.
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "mcp_id", mcp_id)
+        object.__setattr__(self, "stop", stop)
+        object.__setattr__(self, "_when", when)
+
+    @property
+    def keywords(self) -> frozenset[tuple[str, bool]] | None:
+        return self._when.required_keywords
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, RuleInfo):
+            return (self.name, self.mcp_id, self.stop, self.keywords) == (
+                other.name,
+                other.mcp_id,
+                other.stop,
+                other.keywords,
+            )
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.mcp_id, self.stop, self.keywords))
+
+    def __reduce__(self) -> tuple[type[RuleInfo], tuple[str, str, bool, frozenset[tuple[str, bool]] | None]]:
+        return RuleInfo, (self.name, self.mcp_id, self.stop, self.keywords)  # a copy is a plain RuleInfo
+
+    def __repr__(self) -> str:
+        return f"RuleInfo(name={self.name!r}, mcp_id={self.mcp_id!r}, stop={self.stop!r}, keywords={self.keywords!r})"
+
+
 class ExpressionRule:
     """A routing rule made of expressions; the pre-step runs it like a ``@deterministic_tool`` function."""
 
-    # Slots: a rule set holds tens of thousands of rules in every process.
+    # Slots: a rule set holds tens of thousands of rules in every process. The name, server and
+    # stop flag live in __llamon_rule__, the texts in the compiled expressions, and the index
+    # cost is derived when asked: each is a property below.
     __slots__ = (
-        "name",
-        "mcp_id",
         "tool_name",
-        "stop",
-        "when_source",
-        "params_source",
         "compiled_when",
         "compiled_params",
         "_static",
         "_reads",
-        "index_cost",
         "__llamon_rule__",
         "__weakref__",
     )
@@ -65,34 +100,51 @@ class ExpressionRule:
             compiled_params = compile_params(params)
         except ExprError as exc:
             raise _with_field(exc, "params") from None
-        self.name = name
-        self.mcp_id = mcp_id
         self.tool_name = tool_name
-        self.stop = bool(stop)
-        self.when_source = when
-        self.params_source = params
         self.compiled_when = compiled_when
         self.compiled_params = compiled_params
         # Charged per evaluation: every node, and each plain read of the query (its length).
         self._static = compiled_when.static_cost + compiled_params.static_cost
         self._reads = compiled_when.query_reads + compiled_params.query_reads
-        # The pre-step's request index: the when's alternative requirements (hints.index_options)
-        # and, for regex ones, a bound a + b * len(query) on what evaluating the rule costs
-        # when the pattern does not match (over the budget, the index must not skip the rule).
-        line = compiled_when.cost_line
-        self.index_cost: tuple[int, float] | None = None
-        if line is not None:
-            self.index_cost = (
-                line[0] + compiled_params.static_cost + compiled_params.query_reads,
-                line[1] + compiled_params.query_reads / READ_CHARS_PER_UNIT,
-            )
-        self.__llamon_rule__ = RuleInfo(
-            name=name, mcp_id=mcp_id, stop=self.stop, keywords=compiled_when.required_keywords
-        )
+        self.__llamon_rule__: RuleInfo = _ExprRuleInfo(name, mcp_id, bool(stop), compiled_when)
+
+    @property
+    def name(self) -> str:
+        return self.__llamon_rule__.name
+
+    @property
+    def mcp_id(self) -> str:
+        return self.__llamon_rule__.mcp_id
+
+    @property
+    def stop(self) -> bool:
+        return self.__llamon_rule__.stop
+
+    @property
+    def when_source(self) -> str:
+        return self.compiled_when.source
+
+    @property
+    def params_source(self) -> str:
+        return self.compiled_params.source
 
     @property
     def index_options(self) -> Any:
+        """The pre-step's request index: the when's alternative requirements (hints.index_options)."""
         return self.compiled_when.index_options
+
+    @property
+    def index_cost(self) -> tuple[int, float] | None:
+        """For a regex-indexed rule, a bound a + b * len(query) on what evaluating it costs when
+        the pattern does not match (over the budget, the index must not skip the rule)."""
+        line = self.compiled_when.cost_line
+        if line is None:
+            return None
+        params = self.compiled_params
+        return (
+            line[0] + params.static_cost + params.query_reads,
+            line[1] + params.query_reads / READ_CHARS_PER_UNIT,
+        )
 
     @property
     def __name__(self) -> str:  # read by code that names rules like functions

@@ -61,8 +61,9 @@ class Template:
     patterns: tuple[int, ...]  # indexes of literals that are a regex helper's literal pattern
     lock: threading.Lock
     # The `when` hints (keywords, options) computed once with a distinct symbol for each literal
-    # (_SYMBOL), to be filled in by `instantiate`; None when a hint depends on more than
-    # equality between non-empty literals (contains_all picks its longest word).
+    # (_SYMBOL), kept as recipes (_recipe) that `fill_keywords` and `fill_options` fill in; None
+    # when a hint depends on more than equality between non-empty literals (contains_all picks
+    # its longest word).
     symbolic: tuple[Any, Any] | None
 
 
@@ -70,29 +71,31 @@ _UNSHAREABLE = object()
 _TEMPLATES: dict[tuple[str, str], Any] = {}
 
 
+_SPLIT = re.compile(f"({_LITERAL.pattern})")  # text, literal, text, ..., text
+
+
 def shape(source: str) -> tuple[str, tuple[str, ...]] | None:
-    """(shape text, literal values) of ``source``, or None when it cannot share code."""
+    """(shape text, literal values) of ``source``, or None when it cannot share code.
+
+    The shape text is the text between the literals, joined by a marker, then each literal's
+    kind (``r`` raw, ``s`` plain): two sources have the same shape text exactly when they
+    differ only by their literals' values."""
     if "\r" in source:
         return None
-    parts: list[str] = []
-    values: list[str] = []
-    pos = 0
-    for match in _LITERAL.finditer(source):
-        start, end = match.span()
-        parts.append(source[pos:start])
-        if source[start] in "rR":
-            parts.append(_MARK + "r")
-            values.append(source[start + 2 : end - 1])
-        else:
-            parts.append(_MARK + "s")
-            values.append(source[start + 1 : end - 1])
-        pos = end
-    rest = source[pos:]
-    parts.append(rest)
-    text = "".join(parts)
-    if _LEFTOVER.search(text.replace(_MARK + "r", "").replace(_MARK + "s", "")):
+    pieces = _SPLIT.split(source)
+    texts = pieces[0::2]
+    if _LEFTOVER.search("".join(texts)):
         return None
-    return text, tuple(values)
+    values = []
+    kinds = []
+    for literal in pieces[1::2]:
+        if literal[0] in "rR":
+            kinds.append("r")
+            values.append(literal[2:-1])
+        else:
+            kinds.append("s")
+            values.append(literal[1:-1])
+    return _MARK.join(texts) + _MARK + "".join(kinds), tuple(values)
 
 
 def _spans(source: str) -> list[tuple[int, int, int]]:
@@ -207,7 +210,11 @@ def remember(
         for index, node in enumerate(literals):
             node.value = _SYMBOL.format(index)
         try:
-            symbolic = hints(tree.body)
+            keywords, options = hints(tree.body)
+            symbolic = (
+                None if keywords is None else _recipe(keywords, len(literals)),
+                None if options is None else tuple(_recipe(option, len(literals)) for option in options),
+            )
         finally:
             for node, value in zip(literals, values, strict=True):
                 node.value = value
@@ -228,23 +235,57 @@ def remember(
     return template
 
 
-def instantiate(template: Template, values: tuple[str, ...]) -> tuple[Any, Any] | None:
-    """The template's symbolic hints with ``values`` for the literals; None when they might
-    differ from hints computed on the values themselves (an empty or a repeated literal)."""
-    symbolic = template.symbolic
-    if symbolic is None or not all(values) or len(set(values)) != len(values):
-        return None
-    table = {_SYMBOL.format(index): value for index, value in enumerate(values)}
+def fillable(template: Template, values: tuple[str, ...]) -> bool:
+    """Whether the template's symbolic hints, filled with ``values``, are the hints computed on
+    the values themselves: not when a literal is empty or repeated, nor with a regex pattern."""
+    return (
+        template.symbolic is not None
+        and not template.patterns
+        and all(values)
+        and len(set(values)) == len(values)
+    )
 
-    def fill(atom: tuple[Any, ...]) -> tuple[Any, ...]:
-        return tuple(table.get(part, part) if type(part) is str else part for part in atom)
 
-    keywords, options = symbolic
-    if keywords is not None:
-        keywords = frozenset(fill(pair) for pair in keywords)
-    if options is not None:
-        options = [frozenset(fill(atom) for atom in option) for option in options]
-    return keywords, options
+# A recipe: the atoms of a symbolic hint, each with the (position, literal index) of its symbols;
+# an atom without symbols is the same tuple in every expression of the shape.
+_Recipe = tuple[tuple[tuple[Any, ...], tuple[tuple[int, int], ...]], ...]
+
+
+def _recipe(atoms: Any, count: int) -> _Recipe:
+    symbols = {_SYMBOL.format(index): index for index in range(count)}
+    return tuple(
+        (
+            atom,
+            tuple(
+                (pos, symbols[part]) for pos, part in enumerate(atom) if type(part) is str and part in symbols
+            ),
+        )
+        for atom in atoms
+    )
+
+
+def _fill(recipe: _Recipe, values: tuple[str, ...]) -> frozenset[tuple[Any, ...]]:
+    out = []
+    for atom, symbols in recipe:
+        if symbols:
+            parts = list(atom)
+            for pos, index in symbols:
+                parts[pos] = values[index]
+            atom = tuple(parts)
+        out.append(atom)
+    return frozenset(out)
+
+
+def fill_keywords(template: Template, values: tuple[str, ...]) -> frozenset[tuple[str, bool]] | None:
+    """The template's symbolic keyword hint with ``values`` for the literals (see fillable)."""
+    keywords = template.symbolic[0]  # type: ignore[index]
+    return None if keywords is None else _fill(keywords, values)
+
+
+def fill_options(template: Template, values: tuple[str, ...]) -> list[frozenset[tuple[Any, ...]]] | None:
+    """The template's symbolic index options with ``values`` for the literals (see fillable)."""
+    options = template.symbolic[1]  # type: ignore[index]
+    return None if options is None else [_fill(option, values) for option in options]
 
 
 def map_position(

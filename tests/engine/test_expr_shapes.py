@@ -3,6 +3,8 @@ result, error message and error position is what compiling the expression alone 
 
 from __future__ import annotations
 
+import copy
+import pickle
 from typing import Any
 
 import pytest
@@ -157,3 +159,66 @@ def test_params_of_one_shape_keep_their_own_errors(monkeypatch: pytest.MonkeyPat
     compile_params('{"q": context["a"]}')
     assert _record('{"q": context["abcdef"]}', "params") == alone
     assert alone[-1][1] == "line 1, column 7: key 'abcdef' is missing; use .get('abcdef') for optional keys"
+
+
+def test_rules_of_one_shape_never_see_each_other_s_literals(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Rules of a shape share the template's code and symbolic hints, and the hints of the
+    # ones that cannot be filled in (a repeated literal) are computed by writing their literals
+    # into the template's tree: interleaved, each rule must still answer with its own.
+    words = [f"w{i}" for i in range(12)]
+    whens = []
+    for i, word in enumerate(words):
+        whens.append(f'"{word}" in query and context.get("tier") == "t{i}"')
+        whens.append(f'"{word}" in query or "{word}" in query')  # repeated: computed on the tree
+    alone = {when: _alone(when, monkeypatch) for when in whens}
+    shapes.clear()
+    compiled_module._cached_when.cache_clear()
+    rules = [
+        expression_rule(name=f"r{i}", mcp_id="m", tool_name="t", when=when, params=f'{{"w": "{word}"}}')
+        for i, (word, when) in enumerate(zip([w for w in words for _ in range(2)], whens, strict=True))
+    ]
+    assert len({rule.compiled_when._code for rule in rules}) == 2  # two shapes, two code objects
+    for rule, when in zip(rules, whens, strict=True):
+        assert _record(when) == alone[when]
+        word = when.split('"')[1]
+        assert rule.__llamon_rule__.keywords == frozenset({(word, False)})
+        fired = rule(DeterministicContext(query=f"x {word} y", context={"tier": "t" + word[1:]}))
+        assert fired == {"tool_name": "t", "params": {"w": word}}
+        other = "w0" if word != "w0" else "w1"
+        assert rule(DeterministicContext(query=other, context={"tier": "t" + word[1:]})) is None
+
+
+def test_a_rule_keeps_no_keyword_hint_it_is_made_when_read() -> None:
+    from llamon_agent.tools import RuleInfo
+
+    expression_rule(name="first", mcp_id="m", tool_name="t", when='"주문" in query', params="{}")
+    rule = expression_rule(
+        name="r", mcp_id="m", tool_name="t", when='"배송" in query', params="{}", stop=True
+    )
+    info = rule.__llamon_rule__
+
+    assert info.keywords == frozenset({("배송", False)})
+    assert info.keywords is not info.keywords  # made again on each read: nothing kept
+    plain = RuleInfo(name="r", mcp_id="m", stop=True, keywords=frozenset({("배송", False)}))
+    assert info == plain and plain == info and hash(info) == hash(plain)
+    assert repr(info) == repr(plain)
+    assert pickle.loads(pickle.dumps(info)) == plain and copy.copy(info) == plain
+    assert (rule.name, rule.mcp_id, rule.stop) == ("r", "m", True)
+    assert (rule.when_source, rule.params_source) == ('"배송" in query', "{}")
+
+
+def test_the_compile_cache_is_emptied_when_full_and_never_keeps_an_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(compiled_module._cached_when, "_size", 2)
+    a = compile_when('"a" in query')
+    assert compile_when('"a" in query') is a
+    compile_when('"b" in query')
+    c = compile_when('"c" in query')  # the cache held 2: emptied, then c
+    assert compile_when('"c" in query') is c
+    again = compile_when('"a" in query')
+    assert again is not a and _record('"a" in query') == _record('"a" in query')
+    for _ in range(2):
+        with pytest.raises(ExprError, match="is not allowed|not defined|unknown"):
+            compile_when("os.system")
+    assert "os.system" not in compiled_module._cached_when._done

@@ -340,3 +340,42 @@ def test_an_and_whose_first_operand_raises_is_not_hidden_by_the_index() -> None:
     full = run_prestep([rule], request, backend=StaticToolBackend(SERVERS), dry_run=True, use_index=False)
 
     assert comparable(indexed) == comparable(full)
+
+
+def test_literals_shared_by_raw_and_lowered_rules_keep_each_side_apart() -> None:
+    # The index keeps each literal's rules in one flat array: raw ones, then lowered ones.
+    rules = [
+        KeywordRule("raw_a", "a", kw(("a", False))),
+        KeywordRule("low_b", "a", kw(("b", True))),
+        KeywordRule("raw_b", "a", kw(("b", False))),
+        KeywordRule("low_a", "a", kw(("a", True))),
+        KeywordRule("raw_a2", "a", kw(("a", False))),
+        KeywordRule("raw_c", "a", kw(("c", False))),
+    ]
+    compiled = compile_rules(rules)
+
+    assert compiled.candidates("a b") == [0, 1, 2, 3, 4]
+    assert compiled.candidates("A B") == [1, 3]
+    assert compiled.candidates("a B") == [0, 1, 3, 4]
+    assert compiled.candidates("C") == []
+    assert compiled.candidates("c") == [5]
+
+
+def test_a_rule_whose_evaluate_ns_is_its_own_attribute_is_evaluated_through_it() -> None:
+    # The rule set calls a class's evaluate_ns as a function of (rule, namespace); a callable
+    # set on the instance is not a method and must still be the one called.
+    class Rule:
+        __llamon_rule__ = RuleInfo(name="own", mcp_id="a")
+
+        def __init__(self) -> None:
+            self.evaluate_ns = lambda namespace: {"tool_name": "t", "params": {"q": namespace["query"]}}
+
+        def __call__(self, ctx: DeterministicContext) -> dict[str, Any] | None:
+            raise AssertionError("the namespace path must be taken")
+
+    outcome = run_prestep(
+        [Rule()], AgentRequest(query="hi"), backend=StaticToolBackend(SERVERS), dry_run=True
+    )
+
+    assert outcome.ok, outcome.error
+    assert [(rec.rule, rec.params) for rec in outcome.fired] == [("own", {"q": "hi"})]
