@@ -11,10 +11,12 @@ from django.db.models import Q, QuerySet
 
 from agents.models import Agent, Run, RunStep
 from governance.models import ImpactAnalysis
-from rules.models import RuleSet
+from llamon_web.content_hash import sha256
+from rules import engine
+from rules.models import RuleSet, RuleSetVersion
 
 CHUNK = 2_000  # runs per keyset chunk (and per IN list of step ids: under SQLite's variable cap)
-RUN_FIELDS = ("id", "created_at", "query", "context", "a2a_data", "a2a_files")
+RUN_FIELDS = ("id", "created_at", "query", "context", "a2a_data", "a2a_files", "rule_set_hash")
 
 
 def analysis_list(*, rule_set: RuleSet, limit: int = 20) -> QuerySet[ImpactAnalysis]:
@@ -99,3 +101,22 @@ def recorded_presteps(*, run_ids: list[int]) -> dict[int, RecordedPrestep]:
         if found is not None and found.rules is not None:
             found.rules.append((name, status, mcp_id, tool_name, data))
     return out
+
+
+def served_snapshot(*, content_hash: str, rule_set_name: str) -> list[dict[str, Any]] | None:
+    """The rules a run with this ``Run.rule_set_hash`` ran: a published version's content, or the
+    rule set's current draft when it still has that hash (None: not known any more).
+
+    The hash is checked against the content itself, so a snapshot found is exactly the one served.
+    """
+    if not content_hash:
+        return None
+    for content in RuleSetVersion.objects.filter(content_hash=content_hash).values_list("content", flat=True)[:5]:
+        if isinstance(content, list) and sha256(content) == content_hash:
+            return content
+    rule_set = RuleSet.objects.filter(name=rule_set_name).first()
+    if rule_set is not None:
+        draft = engine.rule_set_snapshot(rule_set)
+        if sha256(draft) == content_hash:
+            return draft
+    return None
