@@ -110,10 +110,10 @@ class IncrementalPlan:
         for pos, r in enumerate(served_rules):
             self.served[r["name"]] = (pos, r["mcp_id"], r["tool_name"], bool(r["stop"]))
             served_keys[r["name"]] = rule_key(r)
-        # Per candidate rule: (name, mcp_id, tool_name, stop, served position or -1 when evaluated)
-        self.walk: list[tuple[str, str, str, bool, int]] = []
+        # The kept rules by name: (candidate position, mcp_id, tool_name, stop)
+        self.kept: dict[str, tuple[int, str, str, bool]] = {}
         changed: list[Mapping[str, Any]] = []
-        self.sub_position: dict[int, int] = {}  # candidate position -> position in ``changed``
+        self.changed_at: list[tuple[int, bool]] = []  # per changed rule: (candidate position, stop)
         self.last_kept = -1  # the furthest served position a kept rule has
         for i, r in enumerate(rules):
             key = rule_key(r)
@@ -125,11 +125,10 @@ class IncrementalPlan:
             if keep:
                 pos = self.served[r["name"]][0]
                 self.last_kept = max(self.last_kept, pos)
-                self.walk.append((r["name"], r["mcp_id"], r["tool_name"], bool(r["stop"]), pos))
+                self.kept[r["name"]] = (i, r["mcp_id"], r["tool_name"], bool(r["stop"]))
             else:
-                self.sub_position[i] = len(changed)
+                self.changed_at.append((i, bool(r["stop"])))
                 changed.append(r)
-                self.walk.append((r["name"], r["mcp_id"], r["tool_name"], bool(r["stop"]), -1))
         self.compiled = compiled
         self.changed: CompiledRules | None = engine.compile_snapshot(changed) if changed else None
         self.expr_budget = expr_budget
@@ -201,30 +200,64 @@ class IncrementalPlan:
             if candidates:
                 if not self._within_budget(len(candidates) + 1, query):
                     return None
-                records = run_prestep(self.changed, request(), backend=backend, dry_run=True).records
+                records = run_prestep(
+                    self.changed, request(), backend=backend, dry_run=True,
+                    expr_budget=self.expr_budget, request_budget=self.request_budget,
+                ).records  # fmt: skip
+        # What decides the candidate's side, in its rule order: the kept rules that fired (their
+        # recorded calls) and the changed rules that fired or failed. Skipped rules decide nothing.
+        decided: list[tuple[int, bool, Any]] = []
+        for name, params in fired.items():
+            kept = self.kept.get(name)
+            if kept is not None:
+                pos, mcp_id, tool_name, stop = kept
+                decided.append((pos, stop, NewCall(name, mcp_id, tool_name, params, True)))
+        if records is not None:
+            for (pos, stop), rec in zip(self.changed_at, records, strict=True):
+                if rec.status is not RuleStatus.SKIPPED:
+                    decided.append((pos, stop, rec))
+        decided.sort(key=_position)
         calls: list[NewCall] = []
-        for i, (name, mcp_id, tool_name, stop, pos) in enumerate(self.walk):
-            if pos >= 0:
-                params = fired.get(name)
-                if params is None:
-                    continue
-                if not stable(params):
+        for _, stop, item in decided:
+            if isinstance(item, NewCall):
+                if not stable(item.params):
                     return None
-                calls.append(NewCall(name, mcp_id, tool_name, params, True))
+                calls.append(item)
+            elif item.status is RuleStatus.FIRED:
+                calls.append(NewCall(item.rule, item.mcp_id, item.tool_name or "", item.params, False))
+            elif item.status is RuleStatus.ERROR:
+                return Decision(calls, item.rule, f"{PRESTEP_FAILED}: {item.rule}: {item.error}")
             else:
-                rec = records[self.sub_position[i]] if records is not None else None
-                if rec is None or rec.status is RuleStatus.SKIPPED:
-                    continue
-                if rec.status is RuleStatus.ERROR:
-                    return Decision(calls, rec.rule, f"{PRESTEP_FAILED}: {rec.rule}: {rec.error}")
-                if rec.status is not RuleStatus.FIRED:
-                    return None  # not reached in the changed rules alone: cannot happen, be safe
-                calls.append(NewCall(rec.rule, rec.mcp_id, rec.tool_name or "", rec.params, False))
+                return None  # not reached among the changed rules alone: cannot happen, be safe
             if stop:
                 break
         return Decision(calls)
 
 
+def _position(item: tuple[int, bool, Any]) -> int:
+    return item[0]
+
+
 def stable_params(mask: Callable[[Any], Any]) -> Callable[[Any], bool]:
-    """Whether stored params are what masking them again gives (the full replay compares them masked)."""
-    return lambda params: mask(params) == params
+    """``params -> mask(params) == params``: whether stored params are what masking them again gives
+    (the full replay compares them masked). The redaction is structural (``guardrails.redact``:
+    every string masked, dict keys and other values kept, nothing past depth 64), so the check is
+    made per string, and each distinct string is masked once per replay.
+    """
+    known: dict[str, bool] = {}
+
+    def stable(value: Any, depth: int = 0) -> bool:
+        if isinstance(value, str):
+            ok = known.get(value)
+            if ok is None:
+                ok = known[value] = mask(value) == value
+            return ok
+        if depth > 64:
+            return True
+        if isinstance(value, Mapping):
+            return type(value) is dict and all(stable(v, depth + 1) for v in value.values())
+        if isinstance(value, list | tuple):
+            return type(value) is list and all(stable(v, depth + 1) for v in value)
+        return True
+
+    return stable

@@ -84,15 +84,29 @@ class RecordedPrestep:
     rules: list[tuple[str, str, str, str, Any]] | None = None  # (name, status, mcp_id, tool_name, input)
 
 
-def recorded_presteps(*, run_ids: list[int]) -> dict[int, RecordedPrestep]:
-    """The pre-step and rule steps of the given runs (two indexed reads, only the needed columns)."""
+def chunk_runs(*, runs: RunFilter, after: tuple[Any, Any] | None, last: tuple[Any, Any]) -> QuerySet[Run]:
+    """The runs of one chunk of ``recorded_chunks``: after the (id, created_at) of the previous
+    chunk's last run (None: the first chunk), up to and with the chunk's own last one."""
+    page = runs.queryset()
+    if after is not None:
+        page = page.filter(Q(created_at__gt=after[1]) | Q(created_at=after[1], id__gt=after[0]))
+    return page.filter(Q(created_at__lt=last[1]) | Q(created_at=last[1], id__lte=last[0]))
+
+
+def recorded_presteps(*, run_ids: list[int] | QuerySet[Run]) -> dict[int, RecordedPrestep]:
+    """The pre-step and rule steps of the given runs (two indexed reads, only the needed columns).
+
+    ``run_ids`` may be a queryset of runs (``chunk_runs``): the database selects the steps by a
+    subquery, cheaper than a list of 2,000 ids Django prepares one by one.
+    """
+    ids = run_ids.values("id") if isinstance(run_ids, QuerySet) else run_ids
     out: dict[int, RecordedPrestep] = {}
-    for run_id, status in RunStep.objects.filter(run_id__in=run_ids, kind=RunStep.Kind.PRESTEP).values_list(
+    for run_id, status in RunStep.objects.filter(run_id__in=ids, kind=RunStep.Kind.PRESTEP).values_list(
         "run_id", "status"
     ):
         out[run_id] = RecordedPrestep(status=status, rules=[])
     rule_steps = (
-        RunStep.objects.filter(run_id__in=run_ids, kind=RunStep.Kind.RULE)
+        RunStep.objects.filter(run_id__in=ids, kind=RunStep.Kind.RULE)
         .order_by("run_id", "seq")
         .values_list("run_id", "name", "status", "mcp_id", "tool_name", "input")
     )

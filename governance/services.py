@@ -262,8 +262,11 @@ def impact_replay(
     done = 0
     if on_progress is not None:
         on_progress(0, total)
+    after = None
     for rows in selectors.recorded_chunks(runs=runs, limit=max_runs, chunk=chunk):
-        presteps = selectors.recorded_presteps(run_ids=[row[0] for row in rows])
+        last = (rows[-1][0], rows[-1][1])
+        presteps = selectors.recorded_presteps(run_ids=selectors.chunk_runs(runs=runs, after=after, last=last))
+        after = last
         for run_id, created_at, query, context, a2a_data, a2a_files, served_hash in rows:
             recorded = presteps.get(run_id)
             if recorded is None or recorded.status not in ("ok", "error"):
