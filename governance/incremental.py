@@ -36,6 +36,9 @@ not known (no hash, or a draft since edited) is replayed in full.
 
 from __future__ import annotations
 
+import ast
+import json
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -47,6 +50,11 @@ from llamon_agent.tools import AgentRequest
 from rules import engine
 
 RuleKey = tuple[str, str, str, str, str, bool]
+MEMO_SIZE = 50_000  # changed-rule decisions remembered per served snapshot
+_LITERAL = r"""(?:"(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*')"""
+# Reading one key of the context with a literal name: context.get("k"...) or context["k"].
+_CONTEXT_READ = re.compile(rf"context\s*(?:\.\s*get\s*\(\s*({_LITERAL})\s*[,)]|\[\s*({_LITERAL})\s*\])")
+_MISSING = object()
 
 
 def rule_key(rule: Mapping[str, Any]) -> RuleKey:
@@ -56,6 +64,36 @@ def rule_key(rule: Mapping[str, Any]) -> RuleKey:
 
 def _enabled(snapshot: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     return [r for r in snapshot if r.get("enabled", True)]
+
+
+def context_keys(rules: Sequence[Mapping[str, Any]]) -> tuple[str, ...] | None:
+    """The context keys the rules' expressions can read, when that is all they read of the request
+    besides the query (and the tools, the same for a whole replay); None when it cannot be told.
+
+    Text, not syntax: every ``context`` in the source must be a read of one key with a literal
+    name, and nothing may name the DataPart or files (``a2a_data``, ``a2a_files``, ``data_get``).
+    A false None only costs speed.
+    """
+    keys: dict[str, None] = {}
+    for rule in rules:
+        for source in (rule["when"], rule["params"]):
+            lowered = source.lower()
+            if "a2a" in lowered or "data_get" in lowered:
+                return None
+            found = 0
+            for match in _CONTEXT_READ.finditer(source):
+                keys[ast.literal_eval(match.group(1) or match.group(2))] = None
+                found += 1
+            if lowered.count("context") != found:
+                return None
+    return tuple(keys)
+
+
+def _memo_value(value: Any) -> Any:
+    """A hashable, type-exact stand-in for a context value (True, 1 and 1.0 stay apart)."""
+    if value is _MISSING or value is None or type(value) in (str, int, bool):
+        return (type(value).__name__, value)
+    return ("json", json.dumps(value, ensure_ascii=False, allow_nan=True))
 
 
 def reads_tools(rule: Mapping[str, Any]) -> bool:
@@ -131,6 +169,10 @@ class IncrementalPlan:
                 changed.append(r)
         self.compiled = compiled
         self.changed: CompiledRules | None = engine.compile_snapshot(changed) if changed else None
+        # The changed rules' decision depends on the request only through the query and these
+        # context keys: requests equal in those are evaluated once (None: no such memo).
+        self.memo_keys = context_keys(changed)
+        self.memo: dict[Any, Any] = {}
         self.expr_budget = expr_budget
         self.request_budget = request_budget
         # The most one rule's evaluation can take from the request's pool: its whole evaluation
@@ -156,6 +198,29 @@ class IncrementalPlan:
 
     def _within_budget(self, evaluated: int, query: str) -> bool:
         return evaluated * self.max_spend(len(query)) <= self.request_budget
+
+    def _evaluate(self, query: str, request: Callable[[], AgentRequest], backend: ToolBackend) -> Any:
+        """The changed rules' records on one request (memoized on what they read of it)."""
+        assert self.changed is not None
+        key = None
+        built = request()
+        if self.memo_keys is not None:
+            context = built.context if isinstance(built.context, dict) else None
+            if context is not None:
+                try:
+                    key = (query, *(_memo_value(context.get(k, _MISSING)) for k in self.memo_keys))
+                except (TypeError, ValueError):
+                    key = None
+                found = self.memo.get(key) if key is not None else None
+                if found is not None:
+                    return found
+        records = run_prestep(
+            self.changed, built, backend=backend, dry_run=True,
+            expr_budget=self.expr_budget, request_budget=self.request_budget,
+        ).records  # fmt: skip
+        if key is not None and len(self.memo) < MEMO_SIZE:
+            self.memo[key] = records
+        return records
 
     def replay(
         self,
@@ -200,10 +265,7 @@ class IncrementalPlan:
             if candidates:
                 if not self._within_budget(len(candidates) + 1, query):
                     return None
-                records = run_prestep(
-                    self.changed, request(), backend=backend, dry_run=True,
-                    expr_budget=self.expr_budget, request_budget=self.request_budget,
-                ).records  # fmt: skip
+                records = self._evaluate(query, request, backend)
         # What decides the candidate's side, in its rule order: the kept rules that fired (their
         # recorded calls) and the changed rules that fired or failed. Skipped rules decide nothing.
         decided: list[tuple[int, bool, Any]] = []
@@ -236,6 +298,38 @@ class IncrementalPlan:
 
 def _position(item: tuple[int, bool, Any]) -> int:
     return item[0]
+
+
+MASK_MEMO = 100_000  # masked strings remembered per replay
+MASK_MEMO_CHARS = 2_000  # longer strings are masked every time
+
+
+def memo_mask(mask: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``mask`` (``agents.privacy.redactor()``) with each distinct string masked once per replay.
+
+    The same walk as ``guardrails.redact`` (every string masked, dict keys kept, lists and tuples
+    become lists, nothing past depth 64), so the result is the same; a query and the params
+    that repeat it, or a user id on thousands of runs, cost one masking each.
+    """
+    known: dict[str, Any] = {}
+
+    def masked(value: Any, depth: int = 0) -> Any:
+        if isinstance(value, str):
+            found = known.get(value)
+            if found is None:
+                found = mask(value)
+                if len(value) <= MASK_MEMO_CHARS and len(known) < MASK_MEMO:
+                    known[value] = found
+            return found
+        if depth > 64:
+            return value
+        if isinstance(value, Mapping):
+            return {k: masked(v, depth + 1) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [masked(v, depth + 1) for v in value]
+        return value
+
+    return masked
 
 
 def stable_params(mask: Callable[[Any], Any]) -> Callable[[Any], bool]:

@@ -28,7 +28,7 @@ from agents.sink import json_safe
 from governance import dispatch, selectors
 from governance.errors import ImpactError
 from governance.impact import Call, ImpactReport, Side, run_diff
-from governance.incremental import Decision, IncrementalPlan, stable_params
+from governance.incremental import Decision, IncrementalPlan, memo_mask, stable_params
 from governance.models import ImpactAnalysis
 from llamon_agent.prestep import RuleStatus, run_prestep
 from llamon_agent.tools import AgentRequest
@@ -252,7 +252,7 @@ def impact_replay(
     started = time.perf_counter()
     compiled = engine.compile_snapshot(snapshot)  # once, with its keyword index
     backend = engine.dry_backend(engine.servers_by_id(engine.snapshot_mcp_ids(snapshot)))
-    mask = redactor()
+    mask = memo_mask(redactor())
     plans = _Plans(snapshot, compiled, backend, runs.rule_set_name) if incremental else None
     stable = stable_params(mask)
     total = selectors.recorded_count(runs=runs, limit=max_runs + 1)
