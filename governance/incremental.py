@@ -153,6 +153,7 @@ class IncrementalPlan:
         changed: list[Mapping[str, Any]] = []
         self.changed_at: list[tuple[int, bool]] = []  # per changed rule: (candidate position, stop)
         self.last_kept = -1  # the furthest served position a kept rule has
+        self.kept_served: list[tuple[int, int]] = []  # (candidate position, served position) of kept rules
         for i, r in enumerate(rules):
             key = rule_key(r)
             keep = (
@@ -164,6 +165,7 @@ class IncrementalPlan:
                 pos = self.served[r["name"]][0]
                 self.last_kept = max(self.last_kept, pos)
                 self.kept[r["name"]] = (i, r["mcp_id"], r["tool_name"], bool(r["stop"]))
+                self.kept_served.append((i, pos))
             else:
                 self.changed_at.append((i, bool(r["stop"])))
                 changed.append(r)
@@ -252,8 +254,6 @@ class IncrementalPlan:
             last = pos
             if stop:
                 reached = pos + 1
-        if self.last_kept >= reached:
-            return None  # a kept rule the run never reached: its decision is not known
         if not self.always_within_budget and not self._within_budget(
             len(self.compiled.candidates(query, None, self.expr_budget)) + 1, query
         ):
@@ -276,23 +276,30 @@ class IncrementalPlan:
                 decided.append((pos, stop, NewCall(name, mcp_id, tool_name, params, True)))
         if records is not None:
             for (pos, stop), rec in zip(self.changed_at, records, strict=True):
-                if rec.status is not RuleStatus.SKIPPED:
+                # Skipped ones decide nothing; not reached ones come after a changed stop rule
+                # that fired, where the walk below ends.
+                if rec.status is RuleStatus.FIRED or rec.status is RuleStatus.ERROR:
                     decided.append((pos, stop, rec))
         decided.sort(key=_position)
         calls: list[NewCall] = []
-        for _, stop, item in decided:
+        end, error = len(self.compiled.rules), None  # where the candidate's pre-step ends, and why
+        for pos, stop, item in decided:
             if isinstance(item, NewCall):
                 if not stable(item.params):
                     return None
                 calls.append(item)
             elif item.status is RuleStatus.FIRED:
                 calls.append(NewCall(item.rule, item.mcp_id, item.tool_name or "", item.params, False))
-            elif item.status is RuleStatus.ERROR:
-                return Decision(calls, item.rule, f"{PRESTEP_FAILED}: {item.rule}: {item.error}")
             else:
-                return None  # not reached among the changed rules alone: cannot happen, be safe
-            if stop:
+                end, error = pos, (item.rule, f"{PRESTEP_FAILED}: {item.rule}: {item.error}")
                 break
+            if stop:
+                end = pos
+                break
+        if self.last_kept >= reached and any(c < end and v >= reached for c, v in self.kept_served):
+            return None  # a kept rule the candidate reaches but the run never did: not known
+        if error is not None:
+            return Decision(calls, *error)
         return Decision(calls)
 
 
