@@ -285,15 +285,19 @@ def impact_replay(
                     )
             if decision is not None:
                 old, new = old_side(rule_steps), decision_side(decision)
-                if run_diff(old, new):
-                    old, new = old_side(rule_steps, mask), decision_side(decision, mask)
+                if not run_diff(old, new):
+                    report.add_unchanged()
+                    continue
+                old, new = old_side(rule_steps, mask), decision_side(decision, mask)
             else:
                 outcome = run_prestep(compiled, request(), backend=backend, dry_run=True)
                 old, new = old_side(rule_steps), new_side(outcome)
-                if run_diff(old, new):
-                    # Only a run that differs as stored pays for masking (and for JSON-normalizing the
-                    # candidate's params): equal before masking means equal after it.
-                    old, new = old_side(rule_steps, mask), new_side(outcome, mask)
+                if not run_diff(old, new):
+                    report.add_unchanged()
+                    continue
+                # Only a run that differs as stored pays for masking (and for JSON-normalizing the
+                # candidate's params): equal before masking means equal after it.
+                old, new = old_side(rule_steps, mask), new_side(outcome, mask)
             report.add(
                 run_id=run_id,
                 created_at=created_at.isoformat(),
