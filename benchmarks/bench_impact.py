@@ -200,7 +200,9 @@ def main() -> None:
         f"{result['unchanged']:,} unchanged, {result['changed']:,} changed, kinds {result['kinds']}"
     )
     strip = lambda r: {k: v for k, v in r.items() if k != "duration_ms"}  # noqa: E731
-    print(f"before and after give the same report (every field, samples included): {strip(full) == strip(result)}")
+    print(
+        f"before and after give the same report (every field, samples included): {strip(full) == strip(result)}"
+    )
 
     # The same first NAIVE_RUNS runs both ways.
     ids = list(Run.objects.order_by("created_at", "id").values_list("id", flat=True)[: args.naive_runs])

@@ -33,8 +33,8 @@ from governance.models import ImpactAnalysis
 from llamon_agent.prestep import RuleStatus, run_prestep
 from llamon_agent.tools import AgentRequest
 from llamon_web.audit import audit_record
-from llamon_web.models import AuditEvent
 from llamon_web.content_hash import sha256
+from llamon_web.models import AuditEvent
 from rules import engine
 from rules.models import RuleSet
 
@@ -265,7 +265,9 @@ def impact_replay(
     after = None
     for rows in selectors.recorded_chunks(runs=runs, limit=max_runs, chunk=chunk):
         last = (rows[-1][0], rows[-1][1])
-        presteps = selectors.recorded_presteps(run_ids=selectors.chunk_runs(runs=runs, after=after, last=last))
+        presteps = selectors.recorded_presteps(
+            run_ids=selectors.chunk_runs(runs=runs, after=after, last=last)
+        )
         after = last
         for run_id, created_at, query, context, a2a_data, a2a_files, served_hash in rows:
             recorded = presteps.get(run_id)
@@ -322,7 +324,9 @@ def impact_replay(
 class _Plans:
     """The incremental plans of one replay, one per served snapshot (by ``Run.rule_set_hash``)."""
 
-    def __init__(self, snapshot: list[dict[str, Any]], compiled: Any, backend: Any, rule_set_name: str) -> None:
+    def __init__(
+        self, snapshot: list[dict[str, Any]], compiled: Any, backend: Any, rule_set_name: str
+    ) -> None:
         from llamon_agent.settings import cost_budgets
 
         self.snapshot, self.compiled, self.rule_set_name = snapshot, compiled, rule_set_name

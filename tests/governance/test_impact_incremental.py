@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from agents.models import PrivacySettings, Run
+from agents.models import Run
 from governance import incremental, services
 from governance.selectors import RunFilter
 from llamon_agent.settings import cost_budgets
@@ -167,7 +167,9 @@ def test_a_stop_rule_added_first_removes_the_kept_calls_after_it(v1, decided) ->
     assert groups["r_kb"]["removed"] >= 1 and groups["r_new"]["added"] >= 1
 
 
-def test_a_spent_request_budget_couples_rules_so_those_runs_are_replayed_in_full(v1, decided, monkeypatch) -> None:
+def test_a_spent_request_budget_couples_rules_so_those_runs_are_replayed_in_full(
+    v1, decided, monkeypatch
+) -> None:
     """With a tiny request budget two added costly rules leave nothing for the kept ones after
     them: they fail in the full replay. Keeping their recorded calls would report no error."""
     candidate = v1_snapshot(v1)
@@ -225,7 +227,9 @@ def test_runs_masked_under_other_privacy_settings_are_replayed_in_full(v1, decid
     assert "A-1001" not in str(full)
 
 
-def test_runs_recorded_under_the_current_masks_are_decided_incrementally(editor, demo_servers, decided) -> None:
+def test_runs_recorded_under_the_current_masks_are_decided_incrementally(
+    editor, demo_servers, decided
+) -> None:
     from agents.services import privacy_update
 
     privacy_update(actor=editor, redaction_patterns=[], mask_presets=["email"], retention_days=30)
@@ -258,7 +262,9 @@ def test_runs_of_the_draft_are_found_by_their_hash(editor, demo_servers, decided
     rule_set.refresh_from_db()
     draft = copy.deepcopy(list(rule_set.versions.get(number=1).content))
     disable(draft)  # the draft the runs ran: not a published version
-    rule_services.rule_update(actor=editor, rule=rule_set.rules.get(name="r_crm"), revision=None, enabled=False)
+    rule_services.rule_update(
+        actor=editor, rule=rule_set.rules.get(name="r_crm"), revision=None, enabled=False
+    )
     for n, (query, context) in enumerate(REQUESTS):
         record_run(rule_set, query, context={**context, "sessionId": f"s-{n}"}, snapshot=draft)
     candidate = copy.deepcopy(draft)
