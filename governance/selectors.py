@@ -110,7 +110,7 @@ def recorded_presteps(*, run_ids: list[int] | QuerySet[Run]) -> dict[int, Record
     ``run_ids`` may be a queryset of runs (``chunk_runs``): the database selects the steps by a
     subquery, cheaper than a list of 2,000 ids Django prepares one by one.
     """
-    ids = run_ids.values("id") if isinstance(run_ids, QuerySet) else run_ids
+    ids: Any = run_ids.values("id") if isinstance(run_ids, QuerySet) else run_ids
     # One read of every step of the runs, along the (run, seq) index, with the input of rule steps
     # only: with a condition on the kind, SQLite (no statistics) reads the kind index instead,
     # every pre-step of the table for each chunk.
