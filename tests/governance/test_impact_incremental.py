@@ -280,3 +280,20 @@ def test_context_keys_reads_only_literal_keys() -> None:
     for when in ("len(context) > 1", 'context.get(query) == "x"', 'data_get("a") == 1', "a2a_data is None",
                  'context.get("a") or context'):  # fmt: skip
         assert incremental.context_keys([{"when": when, "params": "{}"}]) is None, when
+
+
+@pytest.mark.parametrize("incremental_on", [True, False])
+def test_small_chunks_split_runs_of_one_instant_and_read_each_run_once(v1, incremental_on) -> None:
+    """Chunks narrow the window to themselves (selectors.chunk_runs): the runs of one instant that
+    straddle a chunk's end are read by the next one, with their steps, and none twice."""
+    Run.objects.update(created_at=timezone.now() - timedelta(hours=2))
+    candidate = v1_snapshot(v1)
+    edit_params(candidate)
+    now = timezone.now()
+    runs = RunFilter(rule_set_name=v1.name, since=now - timedelta(days=7), until=now)
+    whole = services.impact_replay(snapshot=candidate, runs=runs, incremental=incremental_on)
+    small = services.impact_replay(snapshot=candidate, runs=runs, chunk=3, incremental=incremental_on)
+    whole.pop("duration_ms")
+    small.pop("duration_ms")
+    assert small == whole
+    assert (small["replayed"], small["skipped"]) == (len(REQUESTS), 0)
