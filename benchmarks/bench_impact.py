@@ -6,14 +6,16 @@ rules: the seed's three and 57 keyword rules), each with the pre-step and rule s
 its request, as the step sink stores them. The candidate is v1 with one rule's params changed, one
 rule disabled and one new rule, so a share of the runs change.
 
-- ours: ``governance.services.impact_replay``: the candidate compiled once with its keyword index,
-  runs streamed in (created_at, id) keyset chunks of six columns, their pre-step and rule steps read
-  in two queries per chunk, the pre-step dry run per request, the diff;
+- after: ``governance.services.impact_replay`` (incremental): the runs' recorded decisions of the
+  rules the candidate kept, the changed rules evaluated alone (once per distinct query and context
+  keys they read), runs in (created_at, id) keyset chunks, a chunk's steps in one query;
+- before: the same code with ``incremental=False``: the candidate's dry-run pre-step per request.
+  Both over every run, and their reports must be equal (every field and sample);
 - naive: per run, ``Run.objects.get`` and its rule steps (whole rows), then ``rules.engine.evaluate``
   (the tester's dry run: finds the servers again, checks params against the tool schemas) and the
-  same diff. Timed on NAIVE_RUNS runs and scaled to the whole set; ours is also timed on those runs.
+  same diff. Timed on NAIVE_RUNS runs and scaled to the whole set; after is also timed on those runs.
 
-Run: .venv/bin/python benchmarks/bench_impact.py [--runs 100000] [--naive-runs 2000]
+Run: .venv/bin/python benchmarks/bench_impact.py [--runs 100000] [--naive-runs 2000] [--distinct-queries]
 """
 
 from __future__ import annotations
@@ -62,8 +64,12 @@ def rules_v1() -> list[dict]:
     return [dict(r) for r in SEED_RULES] + keyword_rules
 
 
-def seed(n_runs: int) -> tuple[object, list[dict]]:
-    """The rule set with v1 published, the candidate snapshot, and n_runs recorded runs."""
+def seed(n_runs: int, distinct_queries: bool = False) -> tuple[object, list[dict]]:
+    """The rule set with v1 published, the candidate snapshot, and n_runs recorded runs.
+
+    ``distinct_queries``: every run's query gets its own suffix (" S-<n>", no rule's keyword), so
+    no two requests share a query (by default 500 distinct queries repeat).
+    """
     from agents.models import Run, RunStep
     from llamon_agent.prestep import run_prestep
     from llamon_agent.tools import AgentRequest
@@ -114,15 +120,19 @@ def seed(n_runs: int) -> tuple[object, list[dict]]:
         for k in range(first, first + count):
             request, _ = templates[k % len(templates)]
             runs.append(Run(
-                status="succeeded", query=request.query,
+                status="succeeded", query=request.query + (f" S-{k}" if distinct_queries else ""),
                 context={**request.context, "sessionId": f"s-{k}"},  # every request distinct
                 user_id=request.context["userId"], chatbot_id=request.context["chatbotId"],
-                rule_set_name="bench", rule_set_ref="v1", created_at=start + step * k,
+                rule_set_name="bench", rule_set_ref="v1", rule_set_hash=version.content_hash,
+                rule_set_version=version, created_at=start + step * k,
             ))  # fmt: skip
         created = Run.objects.bulk_create(runs, batch_size=batch)
         steps = []
         for k, run in zip(range(first, first + count), created, strict=True):
-            _, fired = templates[k % len(templates)]
+            template, fired = templates[k % len(templates)]
+            if distinct_queries:  # the params that repeat the query repeat this run's query
+                fired = [(r, m, t, {key: run.query if v == template.query else v for key, v in p.items()})
+                         for r, m, t, p in fired]  # fmt: skip
             at = start + step * k
             steps.append(RunStep(run_id=run.pk, seq=1, kind="prestep", name="deterministic pre-step",
                                  status="ok", started_at=at, input={"query": run.query}))  # fmt: skip
@@ -167,6 +177,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=100_000)
     parser.add_argument("--naive-runs", type=int, default=2_000)
+    parser.add_argument("--distinct-queries", action="store_true", help="no two runs share a query")
     args = parser.parse_args()
 
     from agents.models import Run
@@ -176,7 +187,7 @@ def main() -> None:
     call_command("migrate", verbosity=0)
     t0 = time.perf_counter()
     with transaction.atomic():  # one commit, not one per statement
-        _, candidate = seed(args.runs)
+        _, candidate = seed(args.runs, args.distinct_queries)
     print(f"seeded {args.runs:,} runs in {time.perf_counter() - t0:.1f} s")
 
     now = timezone.now()
@@ -184,12 +195,23 @@ def main() -> None:
         rule_set_name="bench", since=now - timedelta(days=7), until=now + timedelta(seconds=1)
     )
     t0, c0 = time.perf_counter(), time.process_time()
+    full = impact_replay(snapshot=candidate, runs=everything, incremental=False)
+    full_all, full_cpu = time.perf_counter() - t0, time.process_time() - c0
+    print(
+        f"before (full replay, incremental=False), {full['replayed']:,} runs: {full_all:.2f} s wall, "
+        f"{full_cpu:.2f} s CPU ({full_cpu / full['replayed'] * 1e6:.0f} us CPU/run)"
+    )
+    t0, c0 = time.perf_counter(), time.process_time()
     result = impact_replay(snapshot=candidate, runs=everything)
     ours_all, ours_cpu = time.perf_counter() - t0, time.process_time() - c0
     print(
-        f"ours, {result['replayed']:,} runs: {ours_all:.2f} s wall, {ours_cpu:.2f} s CPU "
-        f"({ours_cpu / result['replayed'] * 1e6:.0f} us CPU/run); "
+        f"after (incremental), {result['replayed']:,} runs: {ours_all:.2f} s wall, {ours_cpu:.2f} s CPU "
+        f"({ours_cpu / result['replayed'] * 1e6:.0f} us CPU/run, {full_cpu / ours_cpu:.1f}x less CPU); "
         f"{result['unchanged']:,} unchanged, {result['changed']:,} changed, kinds {result['kinds']}"
+    )
+    strip = lambda r: {k: v for k, v in r.items() if k != "duration_ms"}  # noqa: E731
+    print(
+        f"before and after give the same report (every field, samples included): {strip(full) == strip(result)}"
     )
 
     # The same first NAIVE_RUNS runs both ways.

@@ -168,6 +168,11 @@ class ImpactReport:
                 group.samples.append(sample)
         return changes
 
+    def add_unchanged(self) -> None:
+        """Count one replayed run already known unchanged (``run_diff`` found nothing): ``add`` without the diff."""
+        self.replayed += 1
+        self.unchanged += 1
+
     def skip(self) -> None:
         """Count a run that never completed its pre-step (nothing to compare)."""
         self.skipped += 1

@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Q, QuerySet
+from django.db.models import Case, F, Q, QuerySet, When
 
 from agents.models import Agent, Run, RunStep
 from governance.models import ImpactAnalysis
-from rules.models import RuleSet
+from llamon_web.content_hash import sha256
+from rules import engine
+from rules.models import RuleSet, RuleSetVersion
 
+MICROSECOND = timedelta(microseconds=1)  # the resolution of stored times (SQLite and PostgreSQL)
 CHUNK = 2_000  # runs per keyset chunk (and per IN list of step ids: under SQLite's variable cap)
-RUN_FIELDS = ("id", "created_at", "query", "context", "a2a_data", "a2a_files")
+RUN_FIELDS = ("id", "created_at", "query", "context", "a2a_data", "a2a_files", "rule_set_hash")
 
 
 def analysis_list(*, rule_set: RuleSet, limit: int = 20) -> QuerySet[ImpactAnalysis]:
@@ -60,18 +63,37 @@ def recorded_chunks(*, runs: RunFilter, limit: int, chunk: int = CHUNK) -> Itera
     """The matching runs, oldest first, as ``RUN_FIELDS`` tuples in keyset chunks (at most ``limit``).
 
     Each chunk continues after the (created_at, id) of the last one, along the run_created index:
-    no OFFSET, no sort of the whole window, and only the columns a replay needs.
+    no OFFSET, no sort of the whole window, and only the columns a replay needs. The window's
+    start moves up to the chunk (one lower bound: SQLite ranges the index on one of them, and
+    with ``since`` it would read the window from its start again for every chunk).
     """
-    base = runs.queryset().order_by("created_at", "id").values_list(*RUN_FIELDS)
-    page, left = base, limit
+    page = runs.queryset().order_by("created_at", "id").values_list(*RUN_FIELDS)
+    left = limit
     while left > 0:
         rows = list(page[: min(chunk, left)])
         if not rows:
             return
         yield rows
         last_id, last_at = rows[-1][0], rows[-1][1]
-        page = base.filter(Q(created_at__gt=last_at) | Q(created_at=last_at, id__gt=last_id))
+        page = (
+            replace(runs, since=last_at)
+            .queryset()
+            .filter(Q(created_at__gt=last_at) | Q(created_at=last_at, id__gt=last_id))
+            .order_by("created_at", "id")
+            .values_list(*RUN_FIELDS)
+        )
         left -= len(rows)
+
+
+def chunk_runs(*, runs: RunFilter, after: tuple[Any, Any] | None, last: tuple[Any, Any]) -> QuerySet[Run]:
+    """The runs of one chunk of ``recorded_chunks``: after the (id, created_at) of the previous
+    chunk's last run (None: the first chunk), up to and with the chunk's own last one (the
+    window narrowed to the chunk, for the index range as above)."""
+    window = replace(runs, since=after[1] if after is not None else runs.since, until=last[1] + MICROSECOND)
+    page = window.queryset().filter(Q(created_at__lt=last[1]) | Q(created_at=last[1], id__lte=last[0]))
+    if after is not None:
+        page = page.filter(Q(created_at__gt=after[1]) | Q(created_at=after[1], id__gt=after[0]))
+    return page
 
 
 @dataclass
@@ -82,20 +104,52 @@ class RecordedPrestep:
     rules: list[tuple[str, str, str, str, Any]] | None = None  # (name, status, mcp_id, tool_name, input)
 
 
-def recorded_presteps(*, run_ids: list[int]) -> dict[int, RecordedPrestep]:
-    """The pre-step and rule steps of the given runs (two indexed reads, only the needed columns)."""
-    out: dict[int, RecordedPrestep] = {}
-    for run_id, status in RunStep.objects.filter(run_id__in=run_ids, kind=RunStep.Kind.PRESTEP).values_list(
-        "run_id", "status"
-    ):
-        out[run_id] = RecordedPrestep(status=status, rules=[])
-    rule_steps = (
-        RunStep.objects.filter(run_id__in=run_ids, kind=RunStep.Kind.RULE)
+def recorded_presteps(*, run_ids: list[int] | QuerySet[Run]) -> dict[int, RecordedPrestep]:
+    """The pre-step and rule steps of the given runs (one indexed read, only the needed columns).
+
+    ``run_ids`` may be a queryset of runs (``chunk_runs``): the database selects the steps by a
+    subquery, cheaper than a list of 2,000 ids Django prepares one by one.
+    """
+    ids: Any = run_ids.values("id") if isinstance(run_ids, QuerySet) else run_ids
+    # One read of every step of the runs, along the (run, seq) index, with the input of rule steps
+    # only: with a condition on the kind, SQLite (no statistics) reads the kind index instead,
+    # every pre-step of the table for each chunk.
+    steps = (
+        RunStep.objects.filter(run_id__in=ids)
         .order_by("run_id", "seq")
-        .values_list("run_id", "name", "status", "mcp_id", "tool_name", "input")
-    )
-    for run_id, name, status, mcp_id, tool_name, data in rule_steps:
-        found = out.get(run_id)
-        if found is not None and found.rules is not None:
-            found.rules.append((name, status, mcp_id, tool_name, data))
+        .values_list(
+            "run_id", "kind", "name", "status", "mcp_id", "tool_name",
+            Case(When(kind=RunStep.Kind.RULE, then=F("input")), default=None, output_field=RunStep._meta.get_field("input")),
+        )
+    )  # fmt: skip
+    out: dict[int, RecordedPrestep] = {}
+    prestep, rule = RunStep.Kind.PRESTEP, RunStep.Kind.RULE
+    for run_id, kind, name, status, mcp_id, tool_name, data in steps:
+        if kind == prestep:
+            out[run_id] = RecordedPrestep(status=status, rules=[])
+        elif kind == rule:
+            found = out.get(run_id)
+            if found is not None and found.rules is not None:
+                found.rules.append((name, status, mcp_id, tool_name, data))
     return out
+
+
+def served_snapshot(*, content_hash: str, rule_set_name: str) -> list[dict[str, Any]] | None:
+    """The rules a run with this ``Run.rule_set_hash`` ran: a published version's content, or the
+    rule set's current draft when it still has that hash (None: not known any more).
+
+    The hash is checked against the content itself, so a snapshot found is exactly the one served.
+    """
+    if not content_hash:
+        return None
+    for content in RuleSetVersion.objects.filter(content_hash=content_hash).values_list("content", flat=True)[
+        :5
+    ]:
+        if isinstance(content, list) and sha256(content) == content_hash:
+            return content
+    rule_set = RuleSet.objects.filter(name=rule_set_name).first()
+    if rule_set is not None:
+        draft = engine.rule_set_snapshot(rule_set)
+        if sha256(draft) == content_hash:
+            return draft
+    return None

@@ -14,7 +14,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
@@ -23,16 +23,18 @@ from django.utils.translation import gettext as _
 
 from agents.errors import BrokerUnavailableError
 from agents.models import Agent
-from agents.privacy import redactor
+from agents.privacy import privacy_get, redactor
 from agents.sink import json_safe
 from governance import dispatch, selectors
 from governance.errors import ImpactError
 from governance.impact import Call, ImpactReport, Side, run_diff
+from governance.incremental import Decision, IncrementalPlan, memo_mask, stable_params
 from governance.models import ImpactAnalysis
 from llamon_agent.prestep import RuleStatus, run_prestep
 from llamon_agent.tools import AgentRequest
 from llamon_web.audit import audit_record
 from llamon_web.content_hash import sha256
+from llamon_web.models import AuditEvent
 from rules import engine
 from rules.models import RuleSet
 
@@ -239,12 +241,20 @@ def impact_replay(
     on_progress: Callable[[int, int], Any] | None = None,
     max_runs: int = MAX_RUNS,
     chunk: int = selectors.CHUNK,
+    incremental: bool = True,
 ) -> dict[str, Any]:
-    """Replay the candidate ``snapshot`` over the recorded runs; the report as JSON data."""
+    """Replay the candidate ``snapshot`` over the recorded runs; the report as JSON data.
+
+    ``incremental`` (the default) evaluates, for a run whose served rules are known and whose
+    pre-step allows it, only the rules the candidate changed (governance.incremental); the
+    report is the same as with ``incremental=False``, which replays every run in full.
+    """
     started = time.perf_counter()
     compiled = engine.compile_snapshot(snapshot)  # once, with its keyword index
     backend = engine.dry_backend(engine.servers_by_id(engine.snapshot_mcp_ids(snapshot)))
-    mask = redactor()
+    mask = memo_mask(redactor())
+    plans = _Plans(snapshot, compiled, backend, runs.rule_set_name) if incremental else None
+    stable = stable_params(mask)
     total = selectors.recorded_count(runs=runs, limit=max_runs + 1)
     truncated = total > max_runs
     total = min(total, max_runs)
@@ -252,20 +262,44 @@ def impact_replay(
     done = 0
     if on_progress is not None:
         on_progress(0, total)
+    after = None
     for rows in selectors.recorded_chunks(runs=runs, limit=max_runs, chunk=chunk):
-        presteps = selectors.recorded_presteps(run_ids=[row[0] for row in rows])
-        for run_id, created_at, query, context, a2a_data, a2a_files in rows:
+        last = (rows[-1][0], rows[-1][1])
+        presteps = selectors.recorded_presteps(
+            run_ids=selectors.chunk_runs(runs=runs, after=after, last=last)
+        )
+        after = last
+        for run_id, created_at, query, context, a2a_data, a2a_files, served_hash in rows:
             recorded = presteps.get(run_id)
             if recorded is None or recorded.status not in ("ok", "error"):
                 report.skip()  # never reached a completed pre-step: blocked, queued or died in it
                 continue
-            request = AgentRequest(query=query, context=context or {}, a2a_data=a2a_data, a2a_files=a2a_files)
-            outcome = run_prestep(compiled, request, backend=backend, dry_run=True)
-            old, new = old_side(recorded.rules or []), new_side(outcome)
-            if run_diff(old, new):
+            rule_steps = recorded.rules or []
+            request = functools.partial(
+                AgentRequest, query=query, context=context or {}, a2a_data=a2a_data, a2a_files=a2a_files
+            )
+            decision = None
+            if plans is not None and recorded.status == "ok":
+                plan = plans.get(served_hash, created_at)
+                if plan is not None:
+                    decision = plan.replay(
+                        query=query, request=request, recorded=rule_steps, backend=backend, stable=stable
+                    )
+            if decision is not None:
+                old, new = old_side(rule_steps), decision_side(decision)
+                if not run_diff(old, new):
+                    report.add_unchanged()
+                    continue
+                old, new = old_side(rule_steps, mask), decision_side(decision, mask)
+            else:
+                outcome = run_prestep(compiled, request(), backend=backend, dry_run=True)
+                old, new = old_side(rule_steps), new_side(outcome)
+                if not run_diff(old, new):
+                    report.add_unchanged()
+                    continue
                 # Only a run that differs as stored pays for masking (and for JSON-normalizing the
                 # candidate's params): equal before masking means equal after it.
-                old, new = old_side(recorded.rules or [], mask), new_side(outcome, mask)
+                old, new = old_side(rule_steps, mask), new_side(outcome, mask)
             report.add(
                 run_id=run_id,
                 created_at=created_at.isoformat(),
@@ -285,6 +319,77 @@ def impact_replay(
         **report.to_json(),
         "duration_ms": round((time.perf_counter() - started) * 1000),
     }
+
+
+class _Plans:
+    """The incremental plans of one replay, one per served snapshot (by ``Run.rule_set_hash``)."""
+
+    def __init__(
+        self, snapshot: list[dict[str, Any]], compiled: Any, backend: Any, rule_set_name: str
+    ) -> None:
+        from llamon_agent.settings import cost_budgets
+
+        self.snapshot, self.compiled, self.rule_set_name = snapshot, compiled, rule_set_name
+        self.plans: dict[str, IncrementalPlan | None] = {}
+        # A candidate server without tools fails every run at the bind check: nothing to keep.
+        self.tools: dict[str, frozenset[str]] | None = {}
+        for mcp_id in compiled.mcp_ids:
+            tools = backend.tools_for(mcp_id)
+            if tools is None:
+                self.tools = None
+                break
+            self.tools[mcp_id] = frozenset(t.name for t in tools)
+        budgets = cost_budgets()
+        self.budgets = (budgets.expr_cost_budget, budgets.request_cost_budget)
+        # Stored params were masked by the privacy settings of their time: only runs recorded since
+        # the masks last changed compare as stored.
+        self.masks_since = masks_since()
+
+    def get(self, served_hash: str, created_at: Any) -> IncrementalPlan | None:
+        if self.tools is None or not served_hash:
+            return None
+        if self.masks_since is not None and created_at < self.masks_since:
+            return None
+        if served_hash not in self.plans:
+            served = selectors.served_snapshot(content_hash=served_hash, rule_set_name=self.rule_set_name)
+            plan = None
+            if served is not None:
+                plan = IncrementalPlan(
+                    candidate=self.snapshot, compiled=self.compiled, served=served, tools=self.tools,
+                    expr_budget=self.budgets[0], request_budget=self.budgets[1],
+                )  # fmt: skip
+            self.plans[served_hash] = plan if plan is not None and plan.usable else None
+        return self.plans[served_hash]
+
+
+def _masks(data: Any) -> tuple[Any, Any]:
+    data = data if isinstance(data, dict) else {}
+    return data.get("redaction_patterns") or [], data.get("mask_presets") or []
+
+
+def masks_since() -> datetime | None:
+    """Since when the privacy masks have been what they are now (None: always).
+
+    The audited changes say when the masks last changed; a save not made through
+    ``privacy_update`` (its ``updated_at`` later than the last audit event) counts as a change
+    then. A row never audited with no masks is the defaults it was created with.
+    """
+    privacy = privacy_get()
+    current = (privacy.redaction_patterns or [], privacy.mask_presets or [])
+    events = AuditEvent.objects.filter(action="privacy.update").order_by("-created_at", "-id")
+    latest = events.values_list("created_at", flat=True).first()
+    if latest is None:
+        return None if current == ([], []) else privacy.updated_at
+    if latest < privacy.updated_at:
+        return privacy.updated_at
+    oldest_before = None
+    for at, before, after in events.values_list("created_at", "before", "after").iterator():
+        if _masks(before) != _masks(after):
+            return at
+        oldest_before = _masks(before)
+    # No audited change of the masks: they were the first event's "before" all along, which is
+    # only known to be always when those were the defaults.
+    return None if oldest_before == ([], []) else timezone.now()
 
 
 def _masked_text(mask: Callable[[Any], Any], text: str) -> str:
@@ -328,8 +433,19 @@ def new_side(outcome: Any, mask: Callable[[Any], Any] | None = None) -> Side:
 
 
 def _call(rec: Any, mask: Callable[[Any], Any] | None) -> Call:
-    if mask is None:
-        return Call(rec.mcp_id, rec.tool_name, rec.params)
-    # As the run's step sink stores params: JSON data (tuples become lists), masked, NaN as text.
-    params = json.loads(json.dumps(rec.params, ensure_ascii=False, default=str))
-    return Call(rec.mcp_id, rec.tool_name, json_safe(mask(params)))
+    return Call(rec.mcp_id, rec.tool_name, rec.params if mask is None else _stored(rec.params, mask))
+
+
+def _stored(params: Any, mask: Callable[[Any], Any]) -> Any:
+    """Params as the run's step sink stores them: JSON data (tuples become lists), masked, NaN as text."""
+    return json_safe(mask(json.loads(json.dumps(params, ensure_ascii=False, default=str))))
+
+
+def decision_side(decision: Decision, mask: Callable[[Any], Any] | None = None) -> Side:
+    """``new_side`` of an incremental decision: kept calls are already stored values (never masked again)."""
+    calls = {
+        c.rule: Call(c.mcp_id, c.tool_name, c.params if mask is None or c.kept else _stored(c.params, mask))
+        for c in decision.calls
+    }
+    error = decision.error
+    return Side(calls, decision.error_rule, mask(error) if mask is not None and error is not None else error)

@@ -18,6 +18,7 @@ from agents.privacy import redactor
 from agents.sink import DbStepSink
 from llamon_agent.prestep import StaticToolBackend, run_prestep
 from llamon_agent.tools import AgentRequest, ToolInfo
+from llamon_web.content_hash import sha256
 from rules import engine
 from rules import services as rule_services
 from rules.models import RuleSet
@@ -48,15 +49,21 @@ def record_run(
     agent: Agent | None = None,
     age: timedelta = timedelta(hours=1),
     snapshot: list[dict[str, Any]] | None = None,
+    served_hash: str | None = None,
 ) -> Run:
-    """A finished run whose pre-step (of ``snapshot``, default: the latest version) ran through the real engine."""
+    """A finished run whose pre-step (of ``snapshot``, default: the latest version) ran through the real engine.
+
+    The run keeps the served rules' content hash as the worker does (``served_hash``: another one).
+    """
     version = rule_set.versions.order_by("-number").first()
+    served_version = version if snapshot is None else None
     snapshot = snapshot if snapshot is not None else list(version.content)
     context = context or {}
     run = Run.objects.create(
         agent=agent, agent_name=agent.name if agent else "", status=Run.Status.SUCCEEDED, query=query,
         context=context, user_id=str(context.get("userId", "")), chatbot_id=str(context.get("chatbotId", "")),
-        rule_set_name=rule_set.name, rule_set_ref=f"v{version.number}",
+        rule_set_name=rule_set.name, rule_set_ref=f"v{version.number}" if served_version else "draft@1",
+        rule_set_hash=sha256(snapshot) if served_hash is None else served_hash, rule_set_version=served_version,
     )  # fmt: skip
     Run.objects.filter(pk=run.pk).update(created_at=timezone.now() - age)
     servers = engine.servers_by_id(engine.snapshot_mcp_ids(snapshot))
