@@ -12,6 +12,7 @@ from django.utils.translation import gettext_lazy as _
 from agents.models import Agent, PrivacySettings
 from llamon_agent import strictjson
 from llamon_agent.prestep import DEFAULT_PRESTEP_INSTRUCTION
+from llamon_web import userinput
 from llamon_web.userinput import FilterDateTimeField
 from rules.forms import TesterForm
 from rules.models import RuleSetVersion
@@ -53,7 +54,7 @@ class AgentForm(forms.ModelForm):
             'Scripted model only: a JSON list of replies, e.g. [{"content": "...", "tool_calls": [{"name": "get_order", "args": {"query": "A-1001"}}]}]'
         ),
     )
-    react_servers = forms.ModelMultipleChoiceField(
+    react_servers = userinput.ModelMultipleChoiceField(
         queryset=McpServer.objects.filter(enabled=True), required=False, widget=forms.CheckboxSelectMultiple
     )
     revision = forms.IntegerField(required=False, widget=forms.HiddenInput)
@@ -66,6 +67,7 @@ class AgentForm(forms.ModelForm):
             "input_max_chars", "input_blocked_patterns", "output_blocked_patterns", "output_masks", "max_iterations",
             "answer_from_prestep",
         ]  # fmt: skip
+        field_classes = {"rule_set": userinput.ModelChoiceField, "pinned_version": userinput.ModelChoiceField}
         widgets = {
             "system_prompt": forms.Textarea(attrs={"rows": 5}),
             "description": forms.Textarea(attrs={"rows": 2}),
@@ -111,13 +113,15 @@ class AgentForm(forms.ModelForm):
 class RunStartForm(TesterForm):
     """Start a run: the agent and a request (the same fields as the live tester)."""
 
-    agent = forms.ModelChoiceField(
+    agent = userinput.ModelChoiceField(
         queryset=Agent.objects.order_by("name"), empty_label=None, label=_("Agent")
     )
 
 
 class RunFilterForm(forms.Form):
-    agent = forms.ModelChoiceField(queryset=Agent.objects.order_by("name"), required=False, label=_("Agent"))
+    agent = userinput.ModelChoiceField(
+        queryset=Agent.objects.order_by("name"), required=False, label=_("Agent")
+    )
     status = forms.ChoiceField(choices=[("", _("any status"))], required=False, label=_("Status"))
     rule = forms.CharField(required=False, label=_("Rule fired"))
     tool = forms.CharField(required=False, label=_("Tool called"))

@@ -113,3 +113,38 @@ class StrictParser(Parser):
 
                 raise HttpError(400, f"{key.replace(chr(0), '')}: {NUL_MESSAGE}")
         return super().parse_querydict(data, list_fields, request)
+
+
+def _not_a_key(field: forms.ModelChoiceField, value: Any) -> bool:
+    """Whether ``value``, sent for a primary-key choice, cannot be one (checked before any query)."""
+    return (
+        field.to_field_name is None
+        and not isinstance(value, field.queryset.model)
+        and db_id(str(value)) is None
+    )
+
+
+class ModelChoiceField(forms.ModelChoiceField):
+    """Django's, refusing a value that cannot be a primary key before the database sees it: SQLite
+    raises OverflowError for an integer past 2**63 (a 500), which Django's field does not catch."""
+
+    def to_python(self, value: Any) -> Any:
+        if value not in self.empty_values and _not_a_key(self, value):
+            raise forms.ValidationError(self.error_messages["invalid_choice"], code="invalid_choice")
+        return super().to_python(value)
+
+
+class ModelMultipleChoiceField(forms.ModelMultipleChoiceField):
+    """Django's, with the same check for each value of the list."""
+
+    def _check_values(self, value: Any) -> Any:
+        try:
+            values = frozenset(value)
+        except TypeError:
+            raise forms.ValidationError(self.error_messages["invalid_list"], code="invalid_list") from None
+        for pk in values:
+            if _not_a_key(self, pk):
+                raise forms.ValidationError(
+                    self.error_messages["invalid_pk_value"], code="invalid_pk_value", params={"pk": pk}
+                )
+        return super()._check_values(value)

@@ -9,8 +9,9 @@ filled with hypothesis-drawn values: NaN and Infinity, JSON nested 100,000 deep,
 5,000 digits, NUL, 100,000-character strings, dates out of range and with +-24h offsets, bytes
 that are not UTF-8, and ordinary text.
 
-Cases per URL and role: ``LLAMON_FUZZ_FORM_EXAMPLES`` (default 12); the counts, per URL, are
-printed at the end of the run ("form fuzz cases").
+Cases per URL and role: ``LLAMON_FUZZ_FORM_EXAMPLES`` drawn (default 12; `make test-postgres` draws
+6) and three explicit ones (NUL, a 30-digit integer and an out-of-range date in every field); the
+counts, per URL, are printed at the end of the run ("form fuzz cases").
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from urllib.parse import quote_from_bytes
 import pytest
 from django.apps import apps
 from django.urls import Resolver404, resolve, reverse
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import FUZZ_COUNTS
@@ -90,7 +91,7 @@ def _encode(fields: dict[str, str | bytes]) -> bytes:
 def _snapshot() -> dict[str, list[tuple]]:
     """Every row of the product's tables (audit and sessions aside: logging in writes them)."""
     rows = {}
-    for label in ("rules", "agents", "llamon_web"):
+    for label in ("servers", "rules", "agents", "governance", "llamon_web"):
         for model in apps.get_app_config(label).get_models():
             if model._meta.model_name in {"auditevent", "worker"}:
                 continue
@@ -144,5 +145,10 @@ def test_hostile_values_never_give_a_5xx_and_a_refusal_changes_nothing(
         assert response.status_code < 500, f"GET {path} {fields!r:.300}: {response.status_code}"
         counts[0] += 1
 
+    # Besides the drawn cases, every field at once with the values a database refuses in its own way
+    # (NUL in PostgreSQL text, an integer past 64 bits, a date whose offset leaves the calendar's
+    # range): always tried, on each database, however few cases are drawn.
+    for value in ("a\x00b", "9" * 30, "9999-12-31T23:59-15:00"):
+        one = example(fields=dict.fromkeys(names, value), htmx=False)(one)
     one()
     counts[1] = len(names)
