@@ -138,3 +138,20 @@ def shared_pool() -> Iterator[McpPool]:
         yield fresh
     finally:
         fresh.close()
+
+
+@pytest.fixture(autouse=True)
+def _engine_pool_is_not_the_webs() -> Iterator[None]:
+    """The engine runs without Django: its tests never use the web's guarded pool (its stdio
+    allow-list refuses the engine's temporary seed projects). pytest-django runs the database tests
+    first, and the first of them that opened an MCP session installed that pool process-wide."""
+    from llamon_agent.mcp import pool as mcp_pool
+
+    installed = mcp_pool.set_pool(None)
+    guarded = installed is not None and installed.stdio_allowed is not None
+    mcp_pool.set_pool(None if guarded else installed)
+    yield
+    if guarded:
+        made = mcp_pool.set_pool(installed)  # the web's pool, back for the web's tests
+        if made is not None and made is not installed:
+            made.close(timeout=10)
