@@ -304,3 +304,33 @@ def test_keyboard_focus_stays_on_the_moved_rules_button(page, logged_in) -> None
     page.keyboard.press("Enter")
     expect(rules.nth(1)).to_have_id(f"rule-{first.pk}")
     expect(rules.nth(1).locator("button[value=up]")).to_be_focused()
+
+
+def test_a_second_enter_right_after_the_list_is_redrawn_moves_the_rule_again_in_place(
+    page, logged_in
+) -> None:
+    # The rule list settles at once: with htmx's 20 ms settle delay, its new move buttons belonged to
+    # plain forms for that long, and an Enter then posted the whole page (focus lost to the reload).
+    from playwright.sync_api import expect
+
+    from rules.models import RuleSet
+
+    call_command("load_demo", "--no-refresh", "--no-runs", verbosity=0)
+    rule_set = RuleSet.objects.get(name="seed-rules")
+    first = rule_set.rules.order_by("position").first()
+    logged_in("editor")
+    page.goto(f"/rules/{rule_set.pk}/")
+    loads: list[str] = []
+    page.on("load", lambda: loads.append(page.url))
+    rules = page.locator("#rule-list li.rule")
+    page.locator(f"#rule-{first.pk} button[value=down]").focus()
+    page.keyboard.press("Enter")
+    page.wait_for_function(
+        "id => document.querySelectorAll('#rule-list li.rule')[1].id === id"
+        " && document.activeElement.id === id + '-down'",
+        arg=f"rule-{first.pk}",
+    )
+    page.keyboard.press("Enter")  # at once, as a keyboard user repeating the key does
+    expect(rules.nth(2)).to_have_id(f"rule-{first.pk}")
+    expect(rules.nth(2).locator("button[value=up]")).to_be_focused()
+    assert loads == []  # both moves were htmx requests: no page load
