@@ -312,23 +312,23 @@ class Trace:
         return max(self.span_count - len(self.spans), 0)
 
 
-def llm_usage(model: str, tokens: Any) -> Usage:
+def llm_usage(model: str, tokens: Any, prices: dict[str, Any] | None = None) -> Usage:
     """Usage and cost of one LLM call from its step's name (the model) and stored token counts."""
     from agents.pricing import call_cost, usage_counts
 
     counts = usage_counts(tokens) or {}
-    return Usage(model=model, cost=call_cost(model, tokens), calls=1, **counts)
+    return Usage(model=model, cost=call_cost(model, tokens, prices), calls=1, **counts)
 
 
 def run_usage(calls: Iterable[Usage]) -> Usage:
     """A run's usage: counts summed over calls that reported them; cost known only if every call's is."""
     total = Usage()
-    models: list[str] = []
+    models: dict[str, None] = {}  # in order of first use (a list's `in` made 2,500 calls quadratic)
     costs = []
     for call in calls:
         total.calls += 1
-        if call.model and call.model not in models:
-            models.append(call.model)
+        if call.model:
+            models.setdefault(call.model)
         for key in ("input_tokens", "output_tokens", "total_tokens"):
             value = getattr(call, key)
             if value is not None:
@@ -392,8 +392,11 @@ def run_trace(*, run: Run, now: datetime | None = None) -> Trace:
     The spans are read without their payloads and at most TRACE_ROWS of them (the usage and tool
     counts of a longer run cover its first TRACE_ROWS steps): every read of the run page is bounded.
     """
+    from agents.pricing import model_prices
+
     rows = list(run.steps.order_by("seq").values(*_SPAN_FIELDS)[:TRACE_ROWS])
     listings = _tool_listings(run)
+    prices = model_prices()  # once: the setting is read through Django's lazy settings
     now = now or timezone.now()
     starts = [r["started_at"] for r in rows]
     origin = min([*starts, *([run.started_at] if run.started_at else [])], default=run.started_at or now)
@@ -425,7 +428,7 @@ def run_trace(*, run: Run, now: datetime | None = None) -> Trace:
         spans.append(span)
         by_seq[row["seq"]] = span
         if row["kind"] == RunStep.Kind.LLM:
-            usage = llm_usage(row["name"], row["tokens"])
+            usage = llm_usage(row["name"], row["tokens"], prices)
             usages.append(usage)
             span.detail = _usage_detail(usage)
         elif row["kind"] == RunStep.Kind.TOOL:

@@ -58,12 +58,12 @@ def timed(fn, n: int) -> tuple[float, float]:
 
 SEED_RUNS = """
 INSERT INTO agents_run (agent_id, agent_name, source, status, query, context, user_id, session_id, chatbot_id,
-  rule_set_name, rule_set_ref, rule_set_hash, answer, error, error_kind, llm_calls, tool_calls, prestep_calls,
-  cancel_requested, delivery_attempts, worker, created_at, started_at, finished_at)
+  rule_set_name, rule_set_ref, rule_set_hash, rollout_candidate, answer, error, error_kind, llm_calls, tool_calls,
+  prestep_calls, cancel_requested, delivery_attempts, worker, created_at, started_at, finished_at)
 SELECT (ARRAY[%(agents)s])[1 + g %% 5], 'bench', 'worker',
   (ARRAY['succeeded','succeeded','succeeded','failed','timed_out','cancelled','queued','running'])[1 + g %% 8],
   '주문 조회 부탁해 A-' || g, '{}'::json, 'C-' || (g %% 50000), 's-' || (g / 10), 'bot-' || (g %% 20),
-  'seed', 'v1', '', '답변', '', '', 1, 1, 1, false, 0, 'w1',
+  'seed', 'v1', '', false, '답변', '', '', 1, 1, 1, false, 0, 'w1',
   now() - make_interval(secs => (%(runs)s - g) / 3 * 9), now() - make_interval(secs => (%(runs)s - g) / 3 * 9),
   now() - make_interval(secs => (%(runs)s - g) / 3 * 9 - 1)
 FROM generate_series(1, %(runs)s) AS g
