@@ -117,11 +117,9 @@ class StrictParser(Parser):
 
 def _not_a_key(field: forms.ModelChoiceField, value: Any) -> bool:
     """Whether ``value``, sent for a primary-key choice, cannot be one (checked before any query)."""
-    return (
-        field.to_field_name is None
-        and not isinstance(value, field.queryset.model)
-        and db_id(str(value)) is None
-    )
+    if field.to_field_name is not None or field.queryset is None or isinstance(value, field.queryset.model):
+        return False
+    return db_id(str(value)) is None
 
 
 class ModelChoiceField(forms.ModelChoiceField):
@@ -147,4 +145,4 @@ class ModelMultipleChoiceField(forms.ModelMultipleChoiceField):
                 raise forms.ValidationError(
                     self.error_messages["invalid_pk_value"], code="invalid_pk_value", params={"pk": pk}
                 )
-        return super()._check_values(value)
+        return super()._check_values(value)  # type: ignore[misc]  # Django's; django-stubs do not declare it
