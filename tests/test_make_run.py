@@ -8,6 +8,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import httpx
 import pytest
@@ -17,17 +18,35 @@ from tests.conftest import ROOT, OutputCollector, free_port, wait_for_port
 pytestmark = pytest.mark.timeout(300)
 
 
-def _processes_in_group(pgid: int) -> list[int]:
-    pids = []
+class _Proc(NamedTuple):
+    pid: int
+    state: str
+    ppid: int
+    pgrp: int
+    session: int
+    cmdline: list[bytes]
+
+
+def _procs() -> list[_Proc]:
+    """Every live (not zombie) process, from /proc: state, parent, group, session and command line."""
+    found = []
     for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except (OSError, IndexError):
-                continue
-            if fields[2] == str(pgid) and fields[0] != "Z":
-                pids.append(int(entry.name))
-    return pids
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+        except (OSError, IndexError):
+            continue
+        if fields[0] != "Z":
+            found.append(
+                _Proc(int(entry.name), fields[0], int(fields[1]), int(fields[2]), int(fields[3]), cmdline)
+            )
+    return found
+
+
+def _processes_in_group(pgid: int) -> list[int]:
+    return [p.pid for p in _procs() if p.pgrp == pgid]
 
 
 def _devrun_env(tmp_path: Path, **extra: str) -> tuple[dict[str, str], int, int]:
@@ -101,52 +120,26 @@ def test_make_run_serves_the_home_page_restarts_a_killed_worker_and_ctrl_c_stops
 
 
 def _children(parent_pid: int) -> set[int]:
-    """Live (not zombie) direct children of ``parent_pid``."""
-    pids = set()
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except (OSError, IndexError):
-                continue
-            if fields[1] == str(parent_pid) and fields[0] != "Z":
-                pids.add(int(entry.name))
-    return pids
+    """Live direct children of ``parent_pid``."""
+    return {p.pid for p in _procs() if p.ppid == parent_pid}
 
 
 def _celery_workers(parent_pid: int) -> list[int]:
     """Pids of `celery worker` main processes whose parent is ``parent_pid``."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
-            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        if ppid == parent_pid and b"celery" in cmdline and b"worker" in cmdline:
-            pids.append(int(entry.name))
-    return pids
+    return [
+        p.pid for p in _procs() if p.ppid == parent_pid and b"celery" in p.cmdline and b"worker" in p.cmdline
+    ]
 
 
 def _devrun_pid(session: int) -> int:
     """The `manage.py devrun` process that `make run` started in its session."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if (
-            fields[3] == str(session)
-            and b"devrun" in cmdline
-            and any(a.endswith(b"manage.py") for a in cmdline)
-        ):
-            found.append(int(entry.name))
+    found = [
+        p.pid
+        for p in _procs()
+        if p.session == session
+        and b"devrun" in p.cmdline
+        and any(a.endswith(b"manage.py") for a in p.cmdline)
+    ]
     assert len(found) == 1, found
     return found[0]
 
