@@ -23,6 +23,15 @@ def demo() -> Iterator[None]:
 
 
 @pytest.fixture
+def worker(demo) -> Iterator[None]:
+    """The demo and a real Celery worker on the embedded broker (what `make run` uses by default)."""
+    from tests.conftest import celery_worker
+
+    with celery_worker(None):
+        yield
+
+
+@pytest.fixture
 def logged_in(page, make_user):
     """Log a fresh user with the given role in through the real login form; returns the page."""
 

@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
-from django.core.management import call_command
 
 from agents import services
 from agents.models import Agent, Run
 from llamon_agent.tools import AgentRequest
-from servers import pool as rules_pool
 from servers.models import McpServer
 from tests.agents.test_runs_on_workers import wait_for_run
-from tests.conftest import celery_worker
 from tests.e2e.conftest import screenshot
 
 pytestmark = [
@@ -22,15 +17,6 @@ pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.timeout(180),
 ]
-
-
-@pytest.fixture
-def worker() -> Iterator[None]:
-    """A real worker on the embedded broker (what `make run` uses by default)."""
-    call_command("load_demo", "--no-runs", verbosity=0)
-    with celery_worker(None):
-        yield
-    rules_pool.web_pool_close()
 
 
 def test_replay_a_run_with_its_recorded_tools_and_compare_the_two(page, logged_in, worker) -> None:

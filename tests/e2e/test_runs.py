@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
-from django.core.management import call_command
 
 from agents.models import Run
 from rules.models import TestCase
-from servers import pool as rules_pool
-from tests.conftest import celery_worker
 from tests.e2e.conftest import screenshot
 
 pytestmark = [
@@ -19,15 +14,6 @@ pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.timeout(180),
 ]
-
-
-@pytest.fixture
-def worker() -> Iterator[None]:
-    """A real worker on the embedded broker (what `make run` uses by default)."""
-    call_command("load_demo", "--no-runs", verbosity=0)
-    with celery_worker(None):
-        yield
-    rules_pool.web_pool_close()
 
 
 def test_start_a_run_watch_it_live_compare_and_save_as_a_case(page, logged_in, worker) -> None:

@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
-from django.core.management import call_command
 
 from agents import services
 from agents.models import Agent
 from llamon_agent.tools import AgentRequest
-from servers import pool as rules_pool
 from servers.models import McpServer
-from tests.conftest import celery_worker
 from tests.e2e.conftest import SCREENSHOTS, screenshot
 
 pytestmark = [
@@ -30,14 +25,6 @@ SCRIPT = [
     },
     {"content": "Order A-1002 has shipped.", "usage": {"input_tokens": 1500, "output_tokens": 25}},
 ]
-
-
-@pytest.fixture
-def worker(settings) -> Iterator[None]:
-    call_command("load_demo", "--no-runs", verbosity=0)
-    with celery_worker(None):
-        yield
-    rules_pool.web_pool_close()
 
 
 def _scripted_agent() -> Agent:
