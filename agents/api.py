@@ -177,7 +177,7 @@ def _agent_version(agent: Agent, number: int) -> RuleSetVersion:
             _("Agent %(name)r has no rule set, so it has no versions.") % {"name": agent.name},
             field="version",
         )
-    version = RuleSetVersion.objects.filter(rule_set_id=agent.rule_set_id, number=number).first()
+    version = selectors.agent_version(agent, number)
     if version is None:
         raise AgentError(
             _("Rule set %(name)r has no published version %(number)s.")

@@ -16,6 +16,7 @@ from django.utils.translation import gettext as _
 
 from agents.models import Agent, Run, RunStep, WorkerHeartbeat
 from agents.privacy import redactor, redactor_active
+from rules.models import RuleSetVersion
 
 
 def worker_live_list(*, within_s: int) -> QuerySet[WorkerHeartbeat]:
@@ -577,6 +578,13 @@ def shadow_tallies(*, agent: Agent | None = None, rule_set: Any = None) -> list[
     return list(
         tallies.prefetch_related(Prefetch("examples", queryset=ShadowExample.objects.order_by("-id")))
     )
+
+
+def agent_version(agent: Agent, number: int | None) -> RuleSetVersion | None:
+    """The published version ``number`` of the agent's rule set, or None (no number, no rule set, no such version)."""
+    if number is None or agent.rule_set_id is None:
+        return None
+    return RuleSetVersion.objects.filter(rule_set_id=agent.rule_set_id, number=number).first()
 
 
 def agent_versions(agent: Agent) -> list[Any]:

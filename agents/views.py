@@ -389,9 +389,7 @@ def agent_rollout_set(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     form = RolloutForm(request.POST, versions=selectors.agent_versions(agent))
     if form.is_valid():
         number = form.cleaned_data["version"]
-        version = (
-            agent.rule_set.versions.filter(number=number).first() if agent.rule_set is not None else None
-        )
+        version = selectors.agent_version(agent, number)
         try:
             services.rollout_set(
                 actor=request.user, agent=agent, version=version,
@@ -436,12 +434,7 @@ def agent_shadow_set(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     form = ShadowForm(request.POST, versions=selectors.agent_versions(agent))
     if form.is_valid():
         number = form.cleaned_data["version"]
-        rule_set = agent.rule_set
-        version = (
-            rule_set.versions.filter(number=number).first()
-            if number is not None and rule_set is not None
-            else None
-        )
+        version = selectors.agent_version(agent, number)
         try:
             services.shadow_set(actor=request.user, agent=agent, version=version)
         except AgentError as exc:
