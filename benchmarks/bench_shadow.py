@@ -9,30 +9,14 @@ example kept), and the rollout's bucket of one session. Run:
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import sys
-import tempfile
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("LLAMON_VAR_DIR", tempfile.mkdtemp(prefix="llamon-bench-"))
-os.environ["LLAMON_ENV"] = "dev"
-os.environ["DJANGO_SETTINGS_MODULE"] = "llamon_web.settings"
-os.environ.pop("DATABASE_URL", None)
-os.environ.pop("REDIS_URL", None)
-
-import django  # noqa: E402
-
-django.setup()
-
-# The same rule keywords, queries and percentile as the tester's benchmark (its module sets up
-# Django the same way, so importing it is harmless).
-from bench_tester import KEYWORDS, QUERIES, percentile  # noqa: E402
-from django.core.management import call_command  # noqa: E402
-from django.utils import timezone  # noqa: E402
+# The tester's benchmark sets up Django (a throwaway SQLite file, dev settings, no Redis) when
+# imported; this one uses its rule keywords, queries and percentile too.
+from bench_tester import KEYWORDS, QUERIES, percentile
+from django.core.management import call_command
+from django.utils import timezone
 
 
 def setup(n_rules: int):
