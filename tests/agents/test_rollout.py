@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.utils import timezone
 
 from agents import rollout, services
 from agents.errors import AgentConflictError, AgentError
@@ -20,8 +19,7 @@ from llamon_web.models import AuditEvent
 from rules import engine
 from rules import services as rule_services
 from rules.models import RuleSetVersion
-from servers.models import McpServer
-from tests.rules.conftest import TOOLS, build_rule_set
+from tests.rules.conftest import build_rule_set, demo_servers  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.django_db
 
@@ -34,13 +32,8 @@ def author(make_user) -> Any:
 
 
 @pytest.fixture
-def versions(author) -> tuple[RuleSetVersion, RuleSetVersion]:
+def versions(author, demo_servers) -> tuple[RuleSetVersion, RuleSetVersion]:  # noqa: F811
     """v1: the seed rules; v2: the same plus a rule that also looks the order up by userId."""
-    now = timezone.now()
-    for mcp_id, tools in TOOLS.items():
-        McpServer.objects.create(
-            mcp_id=mcp_id, transport="http", url="http://127.0.0.1:9/mcp", tools=tools, tools_refreshed_at=now
-        )
     rule_set = build_rule_set(author, "rollout", SEED_RULES)
     v1 = rule_services.rule_set_publish(actor=author, rule_set=rule_set)
     rule_services.rule_create(

@@ -6,11 +6,10 @@ import pytest
 
 from governance.models import ImpactAnalysis
 from rules import services as rule_services
-from servers.models import McpServer
 from tests.conftest import celery_worker
 from tests.e2e.conftest import screenshot
 from tests.governance.conftest import record_run
-from tests.rules.conftest import SEED_RULES, TOOLS, build_rule_set
+from tests.rules.conftest import SEED_RULES, build_rule_set, demo_servers  # noqa: F401 - the fixture (tools known, servers never contacted)
 
 pytestmark = [
     pytest.mark.e2e,
@@ -20,10 +19,9 @@ pytestmark = [
 ]
 
 
+@pytest.mark.usefixtures("demo_servers")
 def test_start_an_impact_analysis_watch_its_progress_and_read_the_report(page, logged_in, make_user) -> None:
     logged_in("editor")
-    for mcp_id, tools in TOOLS.items():  # tools known, servers never contacted (a dry run)
-        McpServer.objects.create(mcp_id=mcp_id, transport="http", url="http://127.0.0.1:9/mcp", tools=tools)
     seed_v1 = build_rule_set(make_user("editor"), "seed", SEED_RULES)
     rule_services.rule_set_publish(actor=None, rule_set=seed_v1, message="v1")
     order = record_run(seed_v1, "주문 조회 부탁해 A-1001", context={"userId": "C-1001"})

@@ -8,18 +8,16 @@ import pytest
 
 from rules import services as rule_services
 from rules.cases import case_create
-from servers.models import McpServer
 from tests.e2e.conftest import screenshot
 from tests.governance.conftest import record_run
-from tests.rules.conftest import SEED_RULES, TOOLS, build_rule_set
+from tests.rules.conftest import SEED_RULES, build_rule_set, demo_servers  # noqa: F401 - the fixture (tools known, servers never contacted)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
 
 
+@pytest.mark.usefixtures("demo_servers")
 def test_read_fires_errors_latency_and_coverage_per_rule(page, logged_in, make_user) -> None:
     logged_in("viewer")
-    for mcp_id, tools in TOOLS.items():  # tools known, servers never contacted (a dry run)
-        McpServer.objects.create(mcp_id=mcp_id, transport="http", url="http://127.0.0.1:9/mcp", tools=tools)
     seed_v1 = build_rule_set(make_user("editor"), "seed", SEED_RULES)
     rule_services.rule_set_publish(actor=None, rule_set=seed_v1, message="v1")
     for days_ago in (0, 0, 1, 3, 3, 3, 6, 9):
