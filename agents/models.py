@@ -236,7 +236,7 @@ class RunStep(models.Model):
     tokens = OrderedJSONField(null=True, blank=True)
 
     class Meta:
-        ordering = ["run", "seq"]
+        ordering = ["run_id", "seq"]  # by the column: "run" would join agents_run for its ordering
         constraints = [models.UniqueConstraint(fields=["run", "seq"], name="step_seq_unique")]
         # The run list's "rule fired" filter: the runs are read from the index alone.
         indexes = [models.Index(fields=["kind", "name", "status", "run"], name="step_kind_name_run")]

@@ -91,17 +91,6 @@ def model_prices() -> dict[str, Price]:
     return _table(getattr(settings, "LLAMON_MODEL_PRICES", "") or "")
 
 
-def call_cost(model: str, tokens: Any, prices: dict[str, Price] | None = None) -> Decimal | None:
-    """What one LLM call cost, or None when its model has no price or it reported no token counts.
-
-    ``prices``: the table, when the caller prices many calls (reading the setting costs ~25 us)."""
-    price = (model_prices() if prices is None else prices).get(model)
-    counts = usage_counts(tokens)
-    if price is None or counts is None:
-        return None
-    return price.cost(counts["input_tokens"], counts["output_tokens"])
-
-
 def usage_counts(tokens: Any) -> dict[str, int] | None:
     """``{"input_tokens", "output_tokens", "total_tokens"}`` of a step's stored usage, or None if it has none."""
     if not isinstance(tokens, dict):

@@ -254,8 +254,8 @@ def _canonical(value: Any) -> str:
 # listed) and the tools each LLM call was offered (one per model call, at most TRACE_LLM_CALLS).
 
 WATERFALL_LIMIT = 1000  # bars drawn; a longer run says how many were left out
-TRACE_LLM_CALLS = 200
-TRACE_ROWS = 20_000  # steps read (compact columns only) for the waterfall, usage and tool counts
+TRACE_LLM_CALLS = 200  # LLM calls whose offered tools are read
+TRACE_LLM_USAGE = 20_000  # LLM calls whose model and token counts are summed (a longer run: its first)
 _SPAN_FIELDS = ("seq", "parent_seq", "kind", "name", "status", "started_at", "duration_ms", "tokens", "mcp_id", "tool_name")  # fmt: skip
 _KIND_LABELS = {"guardrail": "guardrail", "prestep": "pre-step", "rule": "rule", "llm": "LLM", "tool": "tool", "node": "", "answer": "answer", "error": "error", "listing": "MCP tools"}  # fmt: skip
 
@@ -315,10 +315,14 @@ class Trace:
 
 def llm_usage(model: str, tokens: Any, prices: dict[str, Any] | None = None) -> Usage:
     """Usage and cost of one LLM call from its step's name (the model) and stored token counts."""
-    from agents.pricing import call_cost, usage_counts
+    from agents.pricing import model_prices, usage_counts
 
-    counts = usage_counts(tokens) or {}
-    return Usage(model=model, cost=call_cost(model, tokens, prices), calls=1, **counts)
+    counts = usage_counts(tokens)
+    if counts is None:
+        return Usage(model=model, calls=1)
+    price = (model_prices() if prices is None else prices).get(model)
+    cost = None if price is None else price.cost(counts["input_tokens"], counts["output_tokens"])
+    return Usage(model=model, cost=cost, calls=1, **counts)
 
 
 def run_usage(calls: Iterable[Usage]) -> Usage:
@@ -388,33 +392,27 @@ def _calls(value: Any) -> list[dict[str, Any]]:
 
 
 def run_trace(*, run: Run, now: datetime | None = None) -> Trace:
-    """The run's waterfall, usage, cost and tools offered vs called, from compact queries.
+    """The run's waterfall, usage, cost and tools offered vs called, in a bounded number of reads.
 
-    The spans are read without their payloads and at most TRACE_ROWS of them (the usage and tool
-    counts of a longer run cover its first TRACE_ROWS steps): every read of the run page is bounded.
+    The bars are the first WATERFALL_LIMIT steps, read without their payloads; the spans, tools
+    called and pre-step calls are counted by the database over every step; the usage reads each LLM
+    call's model and token counts only. A 5,000-step run's page and final poll read 1,000 compact
+    rows and its LLM calls' counts, not every step.
     """
-    from agents.pricing import model_prices
-
-    rows = list(run.steps.order_by("seq").values(*_SPAN_FIELDS)[:TRACE_ROWS])
-    listings = _tool_listings(run)
-    prices = model_prices()  # once: the setting is read through Django's lazy settings
+    rows = list(run.steps.order_by("seq").values(*_SPAN_FIELDS)[:WATERFALL_LIMIT])
+    totals = _step_totals(run)
+    listings = _tool_listings(run, [r["seq"] for r in rows if r["kind"] == RunStep.Kind.PRESTEP])
     now = now or timezone.now()
     starts = [r["started_at"] for r in rows]
     origin = min([*starts, *([run.started_at] if run.started_at else [])], default=run.started_at or now)
     by_seq: dict[int, Span] = {}
     spans: list[Span] = []
     depth_of: dict[int, int] = {}
-    usages: list[Usage] = []
-    called: dict[str, int] = {}
-    prestep_calls: dict[str, int] = {}
     for row in rows:
         offset = (row["started_at"] - origin).total_seconds() * 1000
-        duration = row["duration_ms"]
-        if duration is None and row["status"] == "running":
-            end = run.finished_at if run.finished and run.finished_at else now
-            duration = max((end - row["started_at"]).total_seconds() * 1000, 0.0)
         depth = depth_of.get(row["parent_seq"], -1) + 1 if row["parent_seq"] else 0
         depth_of[row["seq"]] = depth
+        duration = _span_duration(row, run, now)
         span = Span(
             key=f"step-{row['seq']}",
             seq=row["seq"],
@@ -429,31 +427,97 @@ def run_trace(*, run: Run, now: datetime | None = None) -> Trace:
         spans.append(span)
         by_seq[row["seq"]] = span
         if row["kind"] == RunStep.Kind.LLM:
-            usage = llm_usage(row["name"], row["tokens"], prices)
-            usages.append(usage)
-            span.detail = _usage_detail(usage)
-        elif row["kind"] == RunStep.Kind.TOOL:
-            called[row["name"]] = called.get(row["name"], 0) + 1
-        elif row["kind"] == RunStep.Kind.RULE and row["tool_name"] and row["status"] != "error":
-            key = f"{row['mcp_id']}/{row['tool_name']}"
-            prestep_calls[key] = prestep_calls.get(key, 0) + 1
+            span.detail = _usage_detail(llm_usage(row["name"], row["tokens"], prices={}))
         if row["kind"] == RunStep.Kind.PRESTEP:
             for item in listings.get(row["seq"], []):
                 spans.append(_listing_span(row["seq"], span, item))
     _own_times(spans, by_seq)
     end_ms = max((s.offset_ms + (s.duration_ms or 0) for s in spans), default=0.0)
+    if totals.steps > len(rows) and totals.last_start is not None:
+        # Past the bars, the axis reaches the last start and the end of the last step (both from
+        # an index; a step that started early and ended after the last one would be missed).
+        end_ms = max(end_ms, round((totals.last_start - origin).total_seconds() * 1000, 3))
+        for row in run.steps.order_by("-seq").values("started_at", "duration_ms", "status")[:1]:
+            offset = (row["started_at"] - origin).total_seconds() * 1000
+            end_ms = max(end_ms, round(offset + (_span_duration(row, run, now) or 0.0), 3))
     total = max(end_ms, run.duration_ms or 0.0) if run.finished else end_ms
-    usage = run_usage(usages)
+    usage = _run_llm_usage(run)
     return Trace(
         spans=spans[:WATERFALL_LIMIT],
         total_ms=round(total, 3),
-        span_count=len(spans),
+        span_count=totals.steps + sum(len(items) for items in listings.values()),
         usage=usage,
         models=[m for m in usage.model.split(", ") if m],
         tools_offered=_tools_offered(run),
-        tools_called=called,
-        prestep_calls=prestep_calls,
+        tools_called=totals.tools_called,
+        prestep_calls=totals.prestep_calls,
     )
+
+
+def _span_duration(row: dict[str, Any], run: Run, now: datetime) -> float | None:
+    """A step's stored duration; a step still running lasts until the run ended, or until now."""
+    if row["duration_ms"] is None and row["status"] == "running":
+        end = run.finished_at if run.finished and run.finished_at else now
+        return max((end - row["started_at"]).total_seconds() * 1000, 0.0)
+    return row["duration_ms"]
+
+
+@dataclass
+class StepTotals:
+    """Counts over all of a run's steps, summed by the database (``_step_totals``)."""
+
+    steps: int
+    last_start: datetime | None
+    tools_called: dict[str, int]  # in order of first call
+    prestep_calls: dict[str, int]
+
+
+def _step_totals(run: Run) -> StepTotals:
+    """One grouped query over the run's steps: how many, the last start, tools called, pre-step calls.
+
+    Only ``run_id`` is filtered on, so the database walks the run's (run, seq) index, never the
+    (kind, ...) one across all runs; no payload or JSON column is read.
+    """
+    from django.db.models import Case, Count, F, Max, Min, Value, When
+
+    kinds = RunStep.Kind
+    # Grouped by what the counts need (a tool's name, a rule's tool), not by every step's name: a
+    # flow's nodes or a long run's rules are one group per kind.
+    groups = (
+        run.steps.order_by()
+        .annotate(
+            g_name=Case(When(kind=kinds.TOOL, then=F("name")), default=Value("")),
+            g_mcp=Case(When(kind=kinds.RULE, then=F("mcp_id")), default=Value("")),
+            g_tool=Case(When(kind=kinds.RULE, then=F("tool_name")), default=Value("")),
+        )
+        .values("kind", "g_name", "g_mcp", "g_tool")
+        .annotate(
+            n=Count("id"),
+            first=Min("seq"),
+            ok=Count("id", filter=~Q(status="error")),
+            last_start=Max("started_at"),
+        )
+    )
+    totals = StepTotals(steps=0, last_start=None, tools_called={}, prestep_calls={})
+    for group in sorted(groups, key=lambda g: g["first"]):
+        totals.steps += group["n"]
+        totals.last_start = max(filter(None, (totals.last_start, group["last_start"])), default=None)
+        if group["kind"] == kinds.TOOL:
+            totals.tools_called[group["g_name"]] = totals.tools_called.get(group["g_name"], 0) + group["n"]
+        elif group["kind"] == kinds.RULE and group["g_tool"] and group["ok"]:
+            key = f"{group['g_mcp']}/{group['g_tool']}"
+            totals.prestep_calls[key] = totals.prestep_calls.get(key, 0) + group["ok"]
+    return totals
+
+
+def _run_llm_usage(run: Run) -> Usage:
+    """The run's LLM usage and cost, priced call by call: only each call's model and token counts
+    are read (a few bytes a call), for its first TRACE_LLM_USAGE calls."""
+    from agents.pricing import model_prices
+
+    prices = model_prices()  # once: the setting is read through Django's lazy settings
+    calls = run.steps.filter(kind=RunStep.Kind.LLM).order_by("seq").values_list("name", "tokens")
+    return run_usage(llm_usage(name, tokens, prices) for name, tokens in calls[:TRACE_LLM_USAGE])
 
 
 def _span_label(row: dict[str, Any]) -> str:
@@ -496,9 +560,13 @@ def _number(value: Any) -> float | None:
     return None
 
 
-def _tool_listings(run: Run) -> dict[int, list[dict[str, Any]]]:
+def _tool_listings(run: Run, seqs: list[int]) -> dict[int, list[dict[str, Any]]]:
+    """The tools listings of the drawn pre-step steps (by seq; a run has one, a flow a few)."""
     found: dict[int, list[dict[str, Any]]] = {}
-    for seq, output in run.steps.filter(kind=RunStep.Kind.PRESTEP).values_list("seq", "output")[:20]:
+    if not seqs:
+        return found
+    outputs = run.steps.filter(seq__in=seqs[:20]).values_list("seq", "output")
+    for seq, output in outputs:
         items = output.get("tools_listing") if isinstance(output, dict) else None
         if isinstance(items, list):
             found[seq] = [i for i in items if isinstance(i, dict)][:100]
@@ -519,10 +587,17 @@ def _own_times(spans: list[Span], by_seq: dict[int, Span]) -> None:
 
 def _tools_offered(run: Run) -> list[str]:
     """The tools the model was offered, over the run's LLM calls (first TRACE_LLM_CALLS of them)."""
+    from django.db.models.fields.json import KeyTransform
+
     names: list[str] = []
-    llm = run.steps.filter(kind=RunStep.Kind.LLM).order_by("seq").values_list("input", flat=True)
-    for data in llm[:TRACE_LLM_CALLS]:
-        tools = data.get("tools") if isinstance(data, dict) else None
+    # Only the "tools" key of each call's input: its messages can be a long conversation.
+    llm = (
+        run.steps.filter(kind=RunStep.Kind.LLM)
+        .order_by("seq")
+        .annotate(tools=KeyTransform("tools", "input"))
+        .values_list("tools", flat=True)
+    )
+    for tools in llm[:TRACE_LLM_CALLS]:
         for tool in tools if isinstance(tools, list) else []:
             name = tool.get("name") if isinstance(tool, dict) else None
             if isinstance(name, str) and name and name not in names:

@@ -9,6 +9,7 @@ the hot queries, and the long run's page old (every step) vs new (200 steps).
 
 Run: .ci/with-postgres .venv/bin/python benchmarks/bench_scale.py [--runs 1000000] [--n 30] [--tool-filter-only]
      .venv/bin/python benchmarks/bench_scale.py --import-only   (SQLite: the import lock)
+     .venv/bin/python benchmarks/bench_scale.py --long-run-only (either database: the 5,000-step run)
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ os.environ["DJANGO_SETTINGS_MODULE"] = "llamon_web.settings"
 os.environ.pop("REDIS_URL", None)
 if "--import-only" in sys.argv:
     os.environ.pop("DATABASE_URL", None)
+os.environ.setdefault("LLAMON_MODEL_PRICES", '{"gpt-4o-mini": {"input": 0.15, "output": 0.6}}')
 
 import django  # noqa: E402
 
@@ -76,14 +78,46 @@ UNION ALL
 SELECT id, 2, '', 'tool', 'search_docs', 'ok', 'knowledge-base', 'search_docs', created_at, ''
   FROM agents_run WHERE id % 100 = 0
 """
-SEED_LONG = """
-INSERT INTO agents_runstep (run_id, seq, event_id, kind, name, status, mcp_id, tool_name, started_at,
-  duration_ms, input, output, error)
-SELECT %(run)s, g, '', CASE WHEN g %% 2 = 0 THEN 'tool' ELSE 'llm' END, 'step ' || g, 'ok', '', '', now(), 12.5,
-  json_build_object('messages', json_build_array(repeat('질문 내용 ', 40))),
-  json_build_object('content', repeat('답변 ', 80)), ''
-FROM generate_series(1, 5000) AS g
-"""
+LONG_TOOLS = ("search_docs", "get_order", "refund", "lookup_customer")
+
+
+def seed_long_run(agent):
+    """A 5,000-step run shaped like a long ReAct loop: a pre-step with a rule, then LLM calls (one
+    model, token counts, a 400-character message each) alternating with four tools' calls."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from agents.models import Run, RunStep
+
+    start = timezone.now() - timedelta(minutes=10)
+    run = Run.objects.create(
+        agent=agent, agent_name="bench", query="long", status="succeeded", started_at=start,
+        finished_at=start + timedelta(seconds=60),
+    )  # fmt: skip
+
+    def step(g: int) -> RunStep:
+        at = start + timedelta(milliseconds=g * 11)
+        if g <= 2:
+            kind, name = ("prestep", "deterministic pre-step") if g == 1 else ("rule", "route_order")
+            return RunStep(
+                run=run, seq=g, kind=kind, name=name, status="ok", started_at=at, duration_ms=8.0,
+                parent_seq=1 if g == 2 else None, mcp_id="order-service" if g == 2 else "",
+                tool_name="get_order" if g == 2 else "",
+                output={"tools_listing": [{"mcp_id": "order-service", "offset_ms": 0.1, "duration_ms": 3.0, "tools": 4}]},
+            )  # fmt: skip
+        llm = g % 2 == 1
+        return RunStep(
+            run=run, seq=g, kind="llm" if llm else "tool", status="ok", started_at=at, duration_ms=10.5,
+            name="gpt-4o-mini" if llm else LONG_TOOLS[g // 2 % 4], mcp_id="" if llm else "order-service",
+            tokens={"input_tokens": 812, "output_tokens": 64, "total_tokens": 876} if llm else None,
+            input={"messages": [{"role": "user", "content": "질문 내용 " * 40}], "tools": [{"name": t} for t in LONG_TOOLS]}
+            if llm else {"args": {"q": "x"}},
+            output={"content": "답변 " * 80},
+        )  # fmt: skip
+
+    RunStep.objects.bulk_create((step(g) for g in range(1, 5001)), batch_size=500)
+    return run
 
 
 def seed(n_runs: int):
@@ -100,9 +134,8 @@ def seed(n_runs: int):
         # The runs' RunTool rows (what the trace sink writes with each tool-calling step), from
         # their steps: the same statement as migration agents/0008's backfill.
         cur.execute(importlib.import_module("agents.migrations.0008_run_tools").BACKFILL)
-    long_run = Run.objects.create(agent=agents[0], agent_name="bench", query="long", status="succeeded")
+    long_run = seed_long_run(agents[0])
     with connection.cursor() as cur:
-        cur.execute(SEED_LONG % {"run": long_run.pk})
         cur.execute("ANALYZE")
     print(f"seeded {Run.objects.count():,} runs in {time.perf_counter() - t0:.0f} s")
     return user, agents, long_run
@@ -212,7 +245,7 @@ def explain(agents) -> None:
 
 
 def bench_long_run(user, long_run, n: int) -> None:
-    from agents import views
+    from agents import selectors, views
 
     client = Client(SERVER_NAME="127.0.0.1")
     client.force_login(user)
@@ -228,6 +261,29 @@ def bench_long_run(user, long_run, n: int) -> None:
     print(f"{'every step (old)':26} p50 {old[0]:8.1f} p95 {old[1]:8.1f} {size_old / 1e6:6.2f} MB")
     print(f"{'first 200 steps (new)':26} p50 {new[0]:8.1f} p95 {new[1]:8.1f} {size_new / 1e6:6.2f} MB")
     print(f"{'final poll (after=4900)':26} p50 {poll[0]:8.1f} p95 {poll[1]:8.1f}")
+    ours = timed(lambda: selectors.run_trace(run=long_run), n)
+    naive = timed(lambda: _every_step_usage(long_run), n)
+    usage = selectors.run_trace(run=long_run).usage
+    assert (usage.calls, usage.total_tokens) == (lambda u: (u.calls, u.total_tokens))(
+        _every_step_usage(long_run)
+    )
+    print("\nThe run's trace (waterfall, usage, tools), ms")
+    print(
+        f"{'every step read (old)':26} p50 {naive[0]:8.1f} p95 {naive[1]:8.1f}  (the rows alone, summed in Python)"
+    )
+    print(f"{'1,000 bars + SQL sums':26} p50 {ours[0]:8.1f} p95 {ours[1]:8.1f}  (the whole trace)")
+
+
+def _every_step_usage(run):
+    """The previous release's reads: every step's compact columns into Python, priced call by call."""
+    from agents import selectors
+    from agents.pricing import model_prices
+
+    prices = model_prices()
+    rows = run.steps.order_by("seq").values(*selectors._SPAN_FIELDS)
+    return selectors.run_usage(
+        selectors.llm_usage(r["name"], r["tokens"], prices) for r in rows if r["kind"] == "llm"
+    )
 
 
 def bench_retention() -> None:
@@ -325,11 +381,25 @@ def main() -> None:
     parser.add_argument("--rules", type=int, default=2000)
     parser.add_argument("--import-only", action="store_true")
     parser.add_argument(
+        "--long-run-only", action="store_true", help="only the 5,000-step run (SQLite or PostgreSQL)"
+    )
+    parser.add_argument(
         "--tool-filter-only", action="store_true", help="seed, then only the tool filter, old vs new"
     )
     args = parser.parse_args()
     if args.import_only:
         bench_import_lock(args.rules)
+        return
+    if args.long_run_only:  # either database
+        from agents.models import Agent
+        from llamon_web.services import admin_ensure
+
+        call_command("migrate", verbosity=0)
+        user, _ = admin_ensure(password="bench-password-123")
+        long_run = seed_long_run(Agent.objects.create(name=f"bench-{time.time_ns()}", system_prompt="p"))
+        with connection.cursor() as cur:
+            cur.execute("ANALYZE")
+        bench_long_run(user, long_run, args.n)
         return
     if connection.vendor != "postgresql":
         raise SystemExit("run it on PostgreSQL: .ci/with-postgres .venv/bin/python benchmarks/bench_scale.py")

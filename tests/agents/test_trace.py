@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 from agents import selectors
 from agents.models import Run, RunStep
@@ -142,11 +148,97 @@ def test_the_waterfall_reads_no_step_payloads_but_the_prestep_summary_and_llm_to
         RunStep(run=run, seq=i, kind="rule", name=f"r{i}", status="ok", started_at=T0, duration_ms=1.0)
         for i in range(1, 1501)
     )
-    with django_assert_max_num_queries(3):
+    with django_assert_max_num_queries(5):
         trace = selectors.run_trace(run=run)
     assert (
         trace.span_count == 1500 and len(trace.spans) == selectors.WATERFALL_LIMIT and trace.left_out == 500
     )
+
+
+def test_a_long_runs_trace_reads_only_the_drawn_steps_and_lets_the_database_sum_the_rest(settings) -> None:
+    """A 3,000-step run: Python reads at most WATERFALL_LIMIT step rows; counts cover every step."""
+    settings.LLAMON_MODEL_PRICES = PRICES
+    run = Run.objects.create(
+        status=Run.Status.SUCCEEDED, query="q", started_at=T0, finished_at=T0 + timedelta(seconds=1)
+    )
+    tokens = {"input_tokens": 10, "output_tokens": 2}
+    RunStep.objects.bulk_create(
+        RunStep(
+            run=run, seq=i, kind="llm" if i % 2 else "tool", name="gpt-test" if i % 2 else f"tool-{i % 3}",
+            status="ok", started_at=T0 + timedelta(milliseconds=i), duration_ms=1.0,
+            tokens=tokens if i % 2 else None, input={"messages": [{"role": "user", "content": "x" * 50}]},
+        )
+        for i in range(1, 3001)
+    )  # fmt: skip
+    with CaptureQueriesContext(connection) as queries:
+        trace = selectors.run_trace(run=run)
+    for query in queries.captured_queries:
+        sql = query["sql"]
+        limit = re.search(r"LIMIT (\d+)", sql)
+        # Every read of step rows is bounded by the bars drawn, or is the database's own count, or
+        # reads only the LLM calls' model and token counts.
+        counted = "GROUP BY" in sql or re.match(
+            r'SELECT "agents_runstep"."name"(?: AS "name")?, "agents_runstep"."tokens"(?: AS "tokens")? FROM',
+            sql,
+        )
+        assert counted or (limit and int(limit.group(1)) <= selectors.WATERFALL_LIMIT), sql
+    assert (trace.span_count, len(trace.spans)) == (3000, selectors.WATERFALL_LIMIT)
+    assert (trace.usage.calls, trace.usage.input_tokens, trace.usage.output_tokens) == (1500, 15000, 3000)
+    assert trace.usage.total_tokens == 18000 and trace.usage.cost == Decimal("0.0555")  # 1500 x $0.000037
+    assert trace.tools_called == {"tool-2": 500, "tool-1": 500, "tool-0": 500}  # in order of first call
+    # The axis reaches the last step's end (3,000 ms + 1 ms), past the drawn bars.
+    assert trace.total_ms == 3001.0
+
+
+TOKEN_VALUES = st.one_of(
+    st.integers(min_value=-5, max_value=10**15),
+    st.sampled_from([0, 1, 10**30, -1, True, False, None, 1.0, 2.5, 1e3, "7", "", [], {}]),
+)
+TOKENS = st.one_of(
+    st.none(),
+    st.sampled_from([[1, 2], "tokens", 5, True]),
+    st.dictionaries(
+        st.sampled_from(["input_tokens", "output_tokens", "total_tokens", "other"]), TOKEN_VALUES, max_size=4
+    ),
+)
+
+
+@pytest.mark.django_db(transaction=False)
+@given(
+    calls=st.lists(st.tuples(st.sampled_from(["gpt-test", "free-model", "gpt-other"]), TOKENS), max_size=8)
+)
+@hypothesis_settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+def test_the_runs_usage_is_every_calls_usage_summed_whatever_a_served_run_stored(settings, calls) -> None:
+    """Whatever usage a served run stored (any JSON), the run's usage is its calls' priced one by one."""
+    settings.LLAMON_MODEL_PRICES = (
+        '{"gpt-test": {"input": 2, "output": 8.5}, "free-model": {"input": 0, "output": 0}}'
+    )
+    run = Run.objects.create(status=Run.Status.SUCCEEDED, query="q", started_at=T0, finished_at=T0)
+    for seq, (model, tokens) in enumerate(calls, start=1):
+        _step(run, seq, "llm", model, seq, 1.0, tokens=tokens)
+    expected = selectors.run_usage([selectors.llm_usage(model, tokens) for model, tokens in calls])
+    got = selectors.run_trace(run=run).usage
+    fields = ("model", "calls", "input_tokens", "output_tokens", "total_tokens", "cost")
+    assert [getattr(got, f) for f in fields] == [getattr(expected, f) for f in fields]
+
+
+def test_a_hostile_step_name_is_escaped_in_the_waterfall(viewer_client) -> None:
+    run = Run.objects.create(status=Run.Status.SUCCEEDED, query="q", started_at=T0, finished_at=T0)
+    _step(run, 1, "tool", '<img src=x onerror="alert(1)">', 0, 1.0, mcp_id="a&b", status='ok" onclick="x')
+    page = viewer_client.get(reverse("agents:run_detail", args=[run.pk])).content.decode()
+    waterfall = page[page.index('id="waterfall"') : page.index("</ol>", page.index('id="waterfall"'))]
+    assert "<img" not in waterfall and 'onclick="x' not in waterfall
+    assert "tool a&amp;b/&lt;img src=x onerror=&quot;alert(1)&quot;&gt;" in waterfall
+
+
+def test_the_waterfall_speaks_the_users_language(viewer_client) -> None:
+    run = _seeded_run()
+    page = viewer_client.get(
+        reverse("agents:run_detail", args=[run.pk]), HTTP_ACCEPT_LANGUAGE="ko"
+    ).content.decode()
+    assert '<span class="muted">(자체 34.0 ms)</span>' in page  # the pre-step's own time
 
 
 @pytest.mark.parametrize(
