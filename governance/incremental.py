@@ -201,6 +201,26 @@ class IncrementalPlan:
     def _within_budget(self, evaluated: int, query: str) -> bool:
         return evaluated * self.max_spend(len(query)) <= self.request_budget
 
+    def outcome_key(self, query: str, context: Callable[[], Any]) -> tuple[Any, ...] | None:
+        """What ``replay`` depends on besides the run's recorded rule steps: the query and the context
+        keys the changed rules read; None when that cannot be told (then nothing is remembered).
+
+        Runs equal in this and in their recorded steps get the same decision, so a replay decides
+        once per distinct (key, recorded steps) and counts the other runs from it.
+        """
+        if self.changed is None:
+            return (query,)
+        if self.memo_keys is None:
+            return None
+        found = context()
+        found = found if found is not None else {}
+        if not isinstance(found, dict):
+            return None
+        try:
+            return (query, *(_memo_value(found.get(k, _MISSING)) for k in self.memo_keys))
+        except (TypeError, ValueError):
+            return None
+
     def _evaluate(self, query: str, request: Callable[[], AgentRequest], backend: ToolBackend) -> Any:
         """The changed rules' records on one request (memoized on what they read of it)."""
         assert self.changed is not None

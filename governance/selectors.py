@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass, replace
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Case, F, Q, QuerySet, When
+from django.db.models import Case, Q, QuerySet, TextField, When
+from django.db.models.functions import Cast
 
 from agents.models import Agent, Run, RunStep
 from governance.models import ImpactAnalysis
@@ -18,6 +20,10 @@ from rules.models import RuleSet, RuleSetVersion
 MICROSECOND = timedelta(microseconds=1)  # the resolution of stored times (SQLite and PostgreSQL)
 CHUNK = 2_000  # runs per keyset chunk (and per IN list of step ids: under SQLite's variable cap)
 RUN_FIELDS = ("id", "created_at", "query", "context", "a2a_data", "a2a_files", "rule_set_hash")
+# The JSON columns come as their stored text: a replay decodes only what it uses (JsonTexts).
+_RUN_COLUMNS = tuple(
+    Cast(name, TextField()) if name in ("context", "a2a_data", "a2a_files") else name for name in RUN_FIELDS
+)
 
 
 def analysis_list(*, rule_set: RuleSet, limit: int = 20) -> QuerySet[ImpactAnalysis]:
@@ -60,14 +66,15 @@ def recorded_count(*, runs: RunFilter, limit: int) -> int:
 
 
 def recorded_chunks(*, runs: RunFilter, limit: int, chunk: int = CHUNK) -> Iterator[list[tuple[Any, ...]]]:
-    """The matching runs, oldest first, as ``RUN_FIELDS`` tuples in keyset chunks (at most ``limit``).
+    """The matching runs, oldest first, as ``RUN_FIELDS`` tuples in keyset chunks (at most ``limit``);
+    the JSON columns as their stored text (None for NULL).
 
     Each chunk continues after the (created_at, id) of the last one, along the run_created index:
     no OFFSET, no sort of the whole window, and only the columns a replay needs. The window's
     start moves up to the chunk (one lower bound: SQLite ranges the index on one of them, and
     with ``since`` it would read the window from its start again for every chunk).
     """
-    page = runs.queryset().order_by("created_at", "id").values_list(*RUN_FIELDS)
+    page = runs.queryset().order_by("created_at", "id").values_list(*_RUN_COLUMNS)
     left = limit
     while left > 0:
         rows = list(page[: min(chunk, left)])
@@ -80,7 +87,7 @@ def recorded_chunks(*, runs: RunFilter, limit: int, chunk: int = CHUNK) -> Itera
             .queryset()
             .filter(Q(created_at__gt=last_at) | Q(created_at=last_at, id__gt=last_id))
             .order_by("created_at", "id")
-            .values_list(*RUN_FIELDS)
+            .values_list(*_RUN_COLUMNS)
         )
         left -= len(rows)
 
@@ -96,20 +103,54 @@ def chunk_runs(*, runs: RunFilter, after: tuple[Any, Any] | None, last: tuple[An
     return page
 
 
+class JsonTexts:
+    """Stored JSON text decoded, each distinct short text once per replay.
+
+    Runs that recorded the same call store the same params text, so a replay of 100,000 runs
+    decodes a few thousand texts, not 300,000. The values are shared between the runs that stored
+    the same text: callers read them and never change them.
+    """
+
+    def __init__(self, *, limit: int = 100_000, max_chars: int = 2_000) -> None:
+        self.known: dict[str, Any] = {}
+        self.limit, self.max_chars = limit, max_chars
+
+    def __call__(self, text: str | None) -> Any:
+        if text is None:
+            return None
+        found = self.known.get(text, _UNKNOWN)
+        if found is _UNKNOWN:
+            found = json.loads(text)
+            if len(text) <= self.max_chars and len(self.known) < self.limit:
+                self.known[text] = found
+        return found
+
+
+_UNKNOWN = object()
+
+
 @dataclass
 class RecordedPrestep:
-    """What one run recorded of its pre-step: whether it completed, and its rule steps in order."""
+    """What one run recorded of its pre-step: whether it completed, and its rule steps in order.
+
+    ``key``: the rule steps as stored (their input as text), equal for runs that recorded the same.
+    """
 
     status: str = ""
     rules: list[tuple[str, str, str, str, Any]] | None = None  # (name, status, mcp_id, tool_name, input)
+    key: list[tuple[str, str, str, str, str | None]] = field(default_factory=list)
 
 
-def recorded_presteps(*, run_ids: list[int] | QuerySet[Run]) -> dict[int, RecordedPrestep]:
+def recorded_presteps(
+    *, run_ids: list[int] | QuerySet[Run], decode: Callable[[str | None], Any] | None = None
+) -> dict[int, RecordedPrestep]:
     """The pre-step and rule steps of the given runs (one indexed read, only the needed columns).
 
     ``run_ids`` may be a queryset of runs (``chunk_runs``): the database selects the steps by a
-    subquery, cheaper than a list of 2,000 ids Django prepares one by one.
+    subquery, cheaper than a list of 2,000 ids Django prepares one by one. ``decode`` reads a rule
+    step's stored input text (``JsonTexts``: once per distinct text).
     """
+    decode = decode or JsonTexts(limit=0)
     ids: Any = run_ids.values("id") if isinstance(run_ids, QuerySet) else run_ids
     # One read of every step of the runs, along the (run, seq) index, with the input of rule steps
     # only: with a condition on the kind, SQLite (no statistics) reads the kind index instead,
@@ -119,18 +160,19 @@ def recorded_presteps(*, run_ids: list[int] | QuerySet[Run]) -> dict[int, Record
         .order_by("run_id", "seq")
         .values_list(
             "run_id", "kind", "name", "status", "mcp_id", "tool_name",
-            Case(When(kind=RunStep.Kind.RULE, then=F("input")), default=None, output_field=RunStep._meta.get_field("input")),
+            Case(When(kind=RunStep.Kind.RULE, then=Cast("input", TextField())), default=None, output_field=TextField()),
         )
     )  # fmt: skip
     out: dict[int, RecordedPrestep] = {}
     prestep, rule = RunStep.Kind.PRESTEP, RunStep.Kind.RULE
-    for run_id, kind, name, status, mcp_id, tool_name, data in steps:
+    for run_id, kind, name, status, mcp_id, tool_name, text in steps:
         if kind == prestep:
             out[run_id] = RecordedPrestep(status=status, rules=[])
         elif kind == rule:
             found = out.get(run_id)
             if found is not None and found.rules is not None:
-                found.rules.append((name, status, mcp_id, tool_name, data))
+                found.rules.append((name, status, mcp_id, tool_name, decode(text)))
+                found.key.append((name, status, mcp_id, tool_name, text))
     return out
 
 

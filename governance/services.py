@@ -263,10 +263,14 @@ def impact_replay(
     if on_progress is not None:
         on_progress(0, total)
     after = None
+    texts = selectors.JsonTexts()
+    # Incremental outcomes by what decides them (plan.outcome_key and the recorded steps): None
+    # for unchanged, else the masked sides. Runs that repeat a request are decided once.
+    outcomes: dict[Any, tuple[Side, Side] | None] = {}
     for rows in selectors.recorded_chunks(runs=runs, limit=max_runs, chunk=chunk):
         last = (rows[-1][0], rows[-1][1])
         presteps = selectors.recorded_presteps(
-            run_ids=selectors.chunk_runs(runs=runs, after=after, last=last)
+            run_ids=selectors.chunk_runs(runs=runs, after=after, last=last), decode=texts
         )
         after = last
         for run_id, created_at, query, context, a2a_data, a2a_files, served_hash in rows:
@@ -275,22 +279,34 @@ def impact_replay(
                 report.skip()  # never reached a completed pre-step: blocked, queued or died in it
                 continue
             rule_steps = recorded.rules or []
-            request = functools.partial(
-                AgentRequest, query=query, context=context or {}, a2a_data=a2a_data, a2a_files=a2a_files
-            )
-            decision = None
+            request = _StoredRequest(query, context, a2a_data, a2a_files)
+            sample_query = functools.partial(_masked_text, mask, query)
+            decision, key = None, None
             if plans is not None and recorded.status == "ok":
                 plan = plans.get(served_hash, created_at)
                 if plan is not None:
+                    part = plan.outcome_key(query, request.context)
+                    if part is not None:
+                        key = (served_hash, part, tuple(recorded.key))
+                        known = outcomes.get(key, _UNDECIDED)
+                        if known is None:
+                            report.add_unchanged()
+                            continue
+                        if known is not _UNDECIDED:
+                            old, new = known  # type: ignore[misc]
+                            report.add(run_id=run_id, created_at=created_at.isoformat(), query=sample_query, old=old, new=new, mask=mask)  # fmt: skip
+                            continue
                     decision = plan.replay(
                         query=query, request=request, recorded=rule_steps, backend=backend, stable=stable
                     )
             if decision is not None:
                 old, new = old_side(rule_steps), decision_side(decision)
                 if not run_diff(old, new):
+                    _remember(outcomes, key, None)
                     report.add_unchanged()
                     continue
                 old, new = old_side(rule_steps, mask), decision_side(decision, mask)
+                _remember(outcomes, key, (old, new))
             else:
                 outcome = run_prestep(compiled, request(), backend=backend, dry_run=True)
                 old, new = old_side(rule_steps), new_side(outcome)
@@ -303,7 +319,7 @@ def impact_replay(
             report.add(
                 run_id=run_id,
                 created_at=created_at.isoformat(),
-                query=functools.partial(_masked_text, mask, query),
+                query=sample_query,
                 old=old,
                 new=new,
                 mask=mask,
@@ -319,6 +335,35 @@ def impact_replay(
         **report.to_json(),
         "duration_ms": round((time.perf_counter() - started) * 1000),
     }
+
+
+_UNDECIDED = object()
+OUTCOMES = 50_000  # incremental outcomes remembered per replay
+
+
+def _remember(outcomes: dict[Any, Any], key: Any, outcome: Any) -> None:
+    if key is not None and len(outcomes) < OUTCOMES:
+        outcomes[key] = outcome
+
+
+class _StoredRequest:
+    """A run's request from its stored JSON text, decoded when first needed (its own objects:
+    the engine gets values no other run shares)."""
+
+    __slots__ = ("_context", "_parsed", "a2a_data", "a2a_files", "query")
+
+    def __init__(self, query: str, context: str | None, a2a_data: str | None, a2a_files: str | None) -> None:
+        self.query, self._context, self.a2a_data, self.a2a_files = query, context, a2a_data, a2a_files
+        self._parsed: Any = _UNDECIDED
+
+    def context(self) -> Any:
+        if self._parsed is _UNDECIDED:
+            self._parsed = None if self._context is None else json.loads(self._context)
+        return self._parsed
+
+    def __call__(self) -> AgentRequest:
+        data, files = (None if t is None else json.loads(t) for t in (self.a2a_data, self.a2a_files))
+        return AgentRequest(query=self.query, context=self.context() or {}, a2a_data=data, a2a_files=files)
 
 
 class _Plans:

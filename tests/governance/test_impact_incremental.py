@@ -297,3 +297,34 @@ def test_small_chunks_split_runs_of_one_instant_and_read_each_run_once(v1, incre
     small.pop("duration_ms")
     assert small == whole
     assert (small["replayed"], small["skipped"]) == (len(REQUESTS), 0)
+
+
+def user_matters(s):  # the stop rule now depends on who asks: runs equal but for the userId differ
+    by_name(s, "r_stop")["when"] = '"환불" in query and context.get("userId") != "C-1"'
+
+
+@pytest.mark.parametrize(
+    "change", [*CHANGES, user_matters], ids=[c.__name__ for c in [*CHANGES, user_matters]]
+)
+def test_runs_that_repeat_a_request_are_decided_once_and_each_counted_as_the_full_replay_counts_it(
+    editor, demo_servers, decided, change
+) -> None:
+    """Runs equal in what decides them (the query, the context keys the changed rules read, the
+    recorded steps) are decided once; a run that differs in a key a changed rule reads is not."""
+    rule_set = build_rule_set(editor, "rep", V1)
+    rule_services.rule_set_publish(actor=editor, rule_set=rule_set, message="v1")
+    rule_set.refresh_from_db()
+    for n in range(3):
+        for query, context in REQUESTS:
+            user = {"userId": f"C-{n}"} if context else {}
+            record_run(rule_set, query, context={**context, **user, "sessionId": f"s-{n}-{query}"})
+    candidate = v1_snapshot(rule_set)
+    change(candidate)
+    full, fast = both_ways(rule_set, candidate)
+    assert fast == full and full["replayed"] == 3 * len(REQUESTS)
+    if (
+        change is edit_params
+    ):  # r_order reads the query only: runs recording the same steps share one decision
+        assert 0 < decided[0] <= full["replayed"] - 8  # 30 without the memo
+    if change is user_matters:  # refunds asked by C-1 no longer stop; the same asked by others do
+        assert full["changed"] == 3  # the three requests with "환불", asked by C-1
