@@ -248,10 +248,11 @@ def _canonical(value: Any) -> str:
 
 
 # --- The trace: waterfall, usage and cost -------------------------------------------------------
-# The waterfall summarises every span of a run from one compact query (no input or output
-# payloads), so it stays cheap on a 5,000-step run whose timeline is read a page at a time.
-# The only payloads read are the pre-step's summary (one per run: when each server's tools were
-# listed) and the tools each LLM call was offered (one per model call, at most TRACE_LLM_CALLS).
+# The waterfall draws the first WATERFALL_LIMIT spans of a run, read without their input or output
+# payloads, and counts the rest in the database, so it stays cheap on a 5,000-step run whose
+# timeline is read a page at a time (run_trace says what each read is). The only payloads read
+# are the drawn pre-steps' summaries (when each server's tools were listed) and the "tools" key of
+# each LLM call's input (at most TRACE_LLM_CALLS).
 
 WATERFALL_LIMIT = 1000  # bars drawn; a longer run says how many were left out
 TRACE_LLM_CALLS = 200  # LLM calls whose offered tools are read
