@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -455,7 +455,7 @@ def run_trace(*, run: Run, now: datetime | None = None) -> Trace:
     )
 
 
-def _span_duration(row: dict[str, Any], run: Run, now: datetime) -> float | None:
+def _span_duration(row: Mapping[str, Any], run: Run, now: datetime) -> float | None:
     """A step's stored duration; a step still running lasts until the run ended, or until now."""
     if row["duration_ms"] is None and row["status"] == "running":
         end = run.finished_at if run.finished and run.finished_at else now

@@ -266,7 +266,7 @@ def impact_replay(
     texts = selectors.JsonTexts()
     # Incremental outcomes by what decides them (plan.outcome_key and the recorded steps): None
     # for unchanged, else the masked sides. Runs that repeat a request are decided once.
-    outcomes: dict[Any, tuple[Side, Side] | None] = {}
+    outcomes: dict[Any, tuple[Side, Side] | None] = {}  # a missing key: not decided yet
     for rows in selectors.recorded_chunks(runs=runs, limit=max_runs, chunk=chunk):
         last = (rows[-1][0], rows[-1][1])
         presteps = selectors.recorded_presteps(
@@ -292,9 +292,8 @@ def impact_replay(
                         if known is None:
                             report.add_unchanged()
                             continue
-                        if known is not _UNDECIDED:
-                            old, new = known  # type: ignore[misc]
-                            report.add(run_id=run_id, created_at=created_at.isoformat(), query=sample_query, old=old, new=new, mask=mask)  # fmt: skip
+                        if isinstance(known, tuple):
+                            report.add(run_id=run_id, created_at=created_at.isoformat(), query=sample_query, old=known[0], new=known[1], mask=mask)  # fmt: skip
                             continue
                     decision = plan.replay(
                         query=query, request=request, recorded=rule_steps, backend=backend, stable=stable
