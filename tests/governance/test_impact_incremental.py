@@ -328,3 +328,43 @@ def test_runs_that_repeat_a_request_are_decided_once_and_each_counted_as_the_ful
         assert 0 < decided[0] <= full["replayed"] - 8  # 30 without the memo
     if change is user_matters:  # refunds asked by C-1 no longer stop; the same asked by others do
         assert full["changed"] == 3  # the three requests with "환불", asked by C-1
+
+
+def _nested(levels: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("unread", ["deep", "large"])
+def test_a_request_whose_unread_data_breaks_the_namespace_is_never_decided_from_an_equal_looking_one(
+    editor, demo_servers, decided, unread
+) -> None:
+    """Two runs equal in the query and in every context key the rules read; the second also carries
+    data no rule reads but the pre-step still copies: nested deeper than the expression caps allow,
+    or (a served run, stored without the product's size check) larger than they allow. The
+    candidate's new rule must fail on it, although the first run's decision is remembered.
+
+    What keeps the remembered decisions sound: the pre-step builds the request's namespace (its
+    probe) even when no rule is a candidate, so such a run recorded a failed pre-step and is
+    replayed in full. Without the probe the second run would look like the first."""
+    from llamon_agent.expr.limits import MAX_DATA_BYTES, MAX_DATA_DEPTH
+
+    rule_set = build_rule_set(editor, "caps", V1)
+    rule_services.rule_set_publish(actor=editor, rule_set=rule_set, message="v1")
+    rule_set.refresh_from_db()
+    context = {"chatbotId": "basic", "userId": "C-1"}
+    extra = _nested(MAX_DATA_DEPTH + 2) if unread == "deep" else "x" * MAX_DATA_BYTES
+    first = record_run(rule_set, "날씨 알려줘", context=context, age=timedelta(hours=2))
+    second = record_run(rule_set, "날씨 알려줘", context={**context, "notes": extra})
+    assert first.steps.filter(kind="prestep", status="ok").exists()
+    assert second.steps.filter(kind="prestep", status="error").exists()  # the probe failed on it
+    candidate = v1_snapshot(rule_set)
+    candidate.append({"name": "r_weather", "description": "", "mcp_id": "knowledge-base",
+                      "tool_name": "search_docs", "when": '"날씨" in query',
+                      "params": '{"q": query, "user": context.get("userId")}', "stop": False, "enabled": True})  # fmt: skip
+    full, fast = both_ways(rule_set, candidate)
+    assert fast == full
+    weather = next(g for g in full["rules"] if g["rule"] == "r_weather")
+    assert weather["added"] == 1  # the first run; the second fails again, before any rule decides
