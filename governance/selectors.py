@@ -111,9 +111,13 @@ class JsonTexts:
     the same text: callers read them and never change them.
     """
 
-    def __init__(self, *, limit: int = 100_000, max_chars: int = 2_000) -> None:
+    def __init__(self, *, limit: int = 100_000, max_chars: int = 2_000, total_chars: int = 8_000_000) -> None:
         self.known: dict[str, Any] = {}
-        self.limit, self.max_chars = limit, max_chars
+        self.limit, self.max_chars, self.left = (
+            limit,
+            max_chars,
+            total_chars,
+        )  # memory: a few times total_chars
 
     def __call__(self, text: str | None) -> Any:
         if text is None:
@@ -121,8 +125,9 @@ class JsonTexts:
         found = self.known.get(text, _UNKNOWN)
         if found is _UNKNOWN:
             found = json.loads(text)
-            if len(text) <= self.max_chars and len(self.known) < self.limit:
+            if len(text) <= self.max_chars and len(self.known) < self.limit and self.left >= len(text):
                 self.known[text] = found
+                self.left -= len(text)
         return found
 
 

@@ -300,3 +300,17 @@ def test_the_command_exits_0_without_changes_and_2_when_it_cannot_analyse(seed_v
         with pytest.raises(CommandError) as failed:
             call_command("impact", *args)
         assert failed.value.returncode == 2 and words in str(failed.value), args
+
+
+def test_stored_json_texts_are_decoded_once_each_within_their_bounds() -> None:
+    from governance.selectors import JsonTexts
+
+    texts = JsonTexts(limit=2, max_chars=20, total_chars=30)
+    first = texts('{"q": "a"}')
+    assert texts('{"q": "a"}') is first and first == {"q": "a"}  # decoded once, shared
+    long = '{"q": "' + "x" * 30 + '"}'
+    assert texts(long) == {"q": "x" * 30} and texts(long) is not texts(long)  # too long to keep
+    texts('{"q": "bb"}')  # 11 + 11 characters kept: the total is 22 of 30
+    texts('{"q": "ccc"}')  # a third text: over the limit of 2 (and the total), decoded, not kept
+    assert set(texts.known) == {'{"q": "a"}', '{"q": "bb"}'}
+    assert texts(None) is None
