@@ -320,6 +320,9 @@ def test_a_served_runs_malformed_trace_is_shown_without_an_error(settings, viewe
         2.0,
         input={"messages": [5, {"role": "user"}], "tools": ["a", {"name": 3}]},
     )
+    # An LLM step's input that is not an object at all: its "tools" key is read in SQL.
+    _step(run, 4, "llm", "gpt-test", 5, 1.0, input="just text", tokens=[1, 2])
+    _step(run, 5, "llm", "gpt-test", 6, 1.0, input=[{"tools": [{"name": "x"}]}], tokens="many")
     trace = selectors.run_trace(run=run)
     listing = next(s for s in trace.spans if s.kind == "listing")
     assert (listing.offset_ms, listing.duration_ms) == (0.0, None)
