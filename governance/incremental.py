@@ -51,6 +51,7 @@ from rules import engine
 
 RuleKey = tuple[str, str, str, str, str, bool]
 MEMO_SIZE = 50_000  # changed-rule decisions remembered per served snapshot
+WARMUP = 2_000  # runs a plan decides before it judges whether it pays (IncrementalPlan.worth_it)
 _LITERAL = r"""(?:"(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*')"""
 # Reading one key of the context with a literal name: context.get("k"...) or context["k"].
 _CONTEXT_READ = re.compile(rf"context\s*(?:\.\s*get\s*\(\s*({_LITERAL})\s*[,)]|\[\s*({_LITERAL})\s*\])")
@@ -175,6 +176,10 @@ class IncrementalPlan:
         # context keys: requests equal in those are evaluated once (None: no such memo).
         self.memo_keys = context_keys(changed)
         self.memo: dict[Any, Any] = {}
+        # Whether deciding runs this way still pays (``worth_it``): runs this plan was asked about,
+        # and how many of them had the changed rules evaluated afresh.
+        self.consulted = self.evaluated = 0
+        self.given_up = False
         self.expr_budget = expr_budget
         self.request_budget = request_budget
         # The most one rule's evaluation can take from the request's pool: its whole evaluation
@@ -200,6 +205,19 @@ class IncrementalPlan:
 
     def _within_budget(self, evaluated: int, query: str) -> bool:
         return evaluated * self.max_spend(len(query)) <= self.request_budget
+
+    def worth_it(self) -> bool:
+        """Whether deciding this plan's runs incrementally still saves work over a full replay.
+
+        Counted over the runs it was asked about (``consulted``, by the caller): once WARMUP of
+        them were seen, if the changed rules had to be evaluated afresh for more than half (no
+        request repeats and the changed rules are candidates of most), each such run costs a
+        pre-step anyway plus the merge, so the rest of the runs are replayed in full. The report
+        is the same either way; only the time differs. Once given up, for good (no flapping).
+        """
+        if not self.given_up and self.consulted >= WARMUP and self.evaluated * 2 > self.consulted:
+            self.given_up = True
+        return not self.given_up
 
     def outcome_key(self, query: str, context: Callable[[], Any]) -> tuple[Any, ...] | None:
         """What ``replay`` depends on besides the run's recorded rule steps: the query and the context
@@ -236,6 +254,7 @@ class IncrementalPlan:
                 found = self.memo.get(key) if key is not None else None
                 if found is not None:
                     return found
+        self.evaluated += 1
         records = run_prestep(
             self.changed, built, backend=backend, dry_run=True,
             expr_budget=self.expr_budget, request_budget=self.request_budget,

@@ -284,7 +284,8 @@ def impact_replay(
             decision, key = None, None
             if plans is not None and recorded.status == "ok":
                 plan = plans.get(served_hash, created_at)
-                if plan is not None:
+                if plan is not None and plan.worth_it():
+                    plan.consulted += 1
                     part = plan.outcome_key(query, request.context)
                     if part is not None:
                         key = (served_hash, part, tuple(recorded.key))

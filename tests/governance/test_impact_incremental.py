@@ -368,3 +368,24 @@ def test_a_request_whose_unread_data_breaks_the_namespace_is_never_decided_from_
     assert fast == full
     weather = next(g for g in full["rules"] if g["rule"] == "r_weather")
     assert weather["added"] == 1  # the first run; the second fails again, before any rule decides
+
+
+def test_when_the_changed_rules_must_be_evaluated_for_most_runs_the_rest_are_replayed_in_full(
+    v1, decided, monkeypatch
+) -> None:
+    """Nothing repeats and a changed rule is a candidate of every request: deciding incrementally
+    costs a pre-step per run plus the merge, so after WARMUP runs the plan gives up, and the report
+    is still the full replay's."""
+    monkeypatch.setattr(incremental, "WARMUP", 3)
+    candidate = v1_snapshot(v1)
+    by_name(candidate, "r_crm")["params"] = '{"customer_id": context.get("userId"), "vip": True}'
+    full, fast = both_ways(v1, candidate)
+    assert fast == full
+    assert 0 < decided[0] <= 3  # at most WARMUP runs decided incrementally, then given up
+    monkeypatch.setattr(incremental, "WARMUP", 1_000)
+    decided[0] = 0
+    assert services.impact_replay(
+        snapshot=candidate,
+        runs=RunFilter(rule_set_name=v1.name, since=timezone.now() - timedelta(days=7), until=timezone.now()),
+    )["replayed"] == len(REQUESTS)
+    assert decided[0] > 3  # not given up before WARMUP
