@@ -51,7 +51,7 @@ from rules import engine
 
 RuleKey = tuple[str, str, str, str, str, bool]
 MEMO_SIZE = 50_000  # changed-rule decisions remembered per served snapshot
-WARMUP = 2_000  # runs a plan decides before it judges whether it pays (IncrementalPlan.worth_it)
+WARMUP = 2_000  # runs a plan decides before it judges whether it pays (IncrementalPlan.consult)
 _LITERAL = r"""(?:"(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*')"""
 # Reading one key of the context with a literal name: context.get("k"...) or context["k"].
 _CONTEXT_READ = re.compile(rf"context\s*(?:\.\s*get\s*\(\s*({_LITERAL})\s*[,)]|\[\s*({_LITERAL})\s*\])")
@@ -176,7 +176,7 @@ class IncrementalPlan:
         # context keys: requests equal in those are evaluated once (None: no such memo).
         self.memo_keys = context_keys(changed)
         self.memo: dict[Any, Any] = {}
-        # Whether deciding runs this way still pays (``worth_it``): runs this plan was asked about,
+        # Whether deciding runs this way still pays (``consult``): runs this plan was asked about,
         # and how many of them had the changed rules evaluated afresh.
         self.consulted = self.evaluated = 0
         self.given_up = False
@@ -206,18 +206,21 @@ class IncrementalPlan:
     def _within_budget(self, evaluated: int, query: str) -> bool:
         return evaluated * self.max_spend(len(query)) <= self.request_budget
 
-    def worth_it(self) -> bool:
-        """Whether deciding this plan's runs incrementally still saves work over a full replay.
+    def consult(self) -> bool:
+        """Count one run this plan is asked about; whether to decide it incrementally.
 
-        Counted over the runs it was asked about (``consulted``, by the caller): once WARMUP of
-        them were seen, if the changed rules had to be evaluated afresh for more than half (no
-        request repeats and the changed rules are candidates of most), each such run costs a
-        pre-step anyway plus the merge, so the rest of the runs are replayed in full. The report
-        is the same either way; only the time differs. Once given up, for good (no flapping).
+        Deciding incrementally must save work over a full replay: once WARMUP runs were seen, if
+        the changed rules had to be evaluated afresh for more than half of them (no request repeats
+        and the changed rules are candidates of most), each such run costs a pre-step anyway plus
+        the merge, so this plan gives up for good (no flapping) and the rest of its runs are
+        replayed in full. The report is the same either way; only the time differs.
         """
         if not self.given_up and self.consulted >= WARMUP and self.evaluated * 2 > self.consulted:
             self.given_up = True
-        return not self.given_up
+        if self.given_up:
+            return False
+        self.consulted += 1
+        return True
 
     def outcome_key(self, query: str, context: Callable[[], Any]) -> tuple[Any, ...] | None:
         """What ``replay`` depends on besides the run's recorded rule steps: the query and the context

@@ -284,8 +284,7 @@ def impact_replay(
             decision, key = None, None
             if plans is not None and recorded.status == "ok":
                 plan = plans.get(served_hash, created_at)
-                if plan is not None and plan.worth_it():
-                    plan.consulted += 1
+                if plan is not None and plan.consult():
                     part = plan.outcome_key(query, request.context)
                     if part is not None:
                         key = (served_hash, part, tuple(recorded.key))
