@@ -229,14 +229,17 @@ def run_heartbeat(*, run_id: int, period_s: float) -> Iterator[None]:
     stop = threading.Event()
 
     def beat() -> None:
-        from django.db import close_old_connections
+        from django.db import connection
 
         while not stop.wait(period_s):
             try:
                 Run.objects.filter(pk=run_id, status=Run.Status.RUNNING).update(heartbeat_at=timezone.now())
             except Exception:  # a missed beat is retried; the reaper tolerates several
                 logger.exception("run %s heartbeat failed", run_id)
-        close_old_connections()
+        # This thread's own connection, closed as the thread ends. (close_old_connections() asks the
+        # connection for its autocommit first, which may connect again: a beat that outlived its
+        # run's join did that after the run, and in the tests while another test ran.)
+        connection.close()
 
     thread = threading.Thread(target=beat, name=f"run-{run_id}-heartbeat", daemon=True)
     thread.start()
