@@ -428,7 +428,7 @@ def run_trace(*, run: Run, now: datetime | None = None) -> Trace:
         spans.append(span)
         by_seq[row["seq"]] = span
         if row["kind"] == RunStep.Kind.LLM:
-            span.detail = _usage_detail(llm_usage(row["name"], row["tokens"], prices={}))
+            span.detail = _usage_detail(row["tokens"])
         if row["kind"] == RunStep.Kind.PRESTEP:
             for item in listings.get(row["seq"], []):
                 spans.append(_listing_span(row["seq"], span, item))
@@ -442,7 +442,7 @@ def run_trace(*, run: Run, now: datetime | None = None) -> Trace:
             offset = (row["started_at"] - origin).total_seconds() * 1000
             end_ms = max(end_ms, round(offset + (_span_duration(row, run, now) or 0.0), 3))
     total = max(end_ms, run.duration_ms or 0.0) if run.finished else end_ms
-    usage = _run_llm_usage(run)
+    usage = _run_llm_usage(run, rows)
     return Trace(
         spans=spans[:WATERFALL_LIMIT],
         total_ms=round(total, 3),
@@ -511,14 +511,22 @@ def _step_totals(run: Run) -> StepTotals:
     return totals
 
 
-def _run_llm_usage(run: Run) -> Usage:
-    """The run's LLM usage and cost, priced call by call: only each call's model and token counts
-    are read (a few bytes a call), for its first TRACE_LLM_USAGE calls."""
+def _run_llm_usage(run: Run, rows: list[dict[str, Any]]) -> Usage:
+    """The run's LLM usage and cost, priced call by call, for its first TRACE_LLM_USAGE calls: those
+    among the drawn ``rows`` (already read, with their token counts), then only each later call's
+    model and token counts (a few bytes a call)."""
     from agents.pricing import model_prices
 
     prices = model_prices()  # once: the setting is read through Django's lazy settings
-    calls = run.steps.filter(kind=RunStep.Kind.LLM).order_by("seq").values_list("name", "tokens")
-    return run_usage(llm_usage(name, tokens, prices) for name, tokens in calls[:TRACE_LLM_USAGE])
+    drawn = [(r["name"], r["tokens"]) for r in rows if r["kind"] == RunStep.Kind.LLM][:TRACE_LLM_USAGE]
+    later: Any = []
+    if rows and len(drawn) < TRACE_LLM_USAGE:
+        later = (
+            run.steps.filter(kind=RunStep.Kind.LLM, seq__gt=rows[-1]["seq"])
+            .order_by("seq")
+            .values_list("name", "tokens")[: TRACE_LLM_USAGE - len(drawn)]
+        )
+    return run_usage(llm_usage(name, tokens, prices) for name, tokens in [*drawn, *later])
 
 
 def _span_label(row: dict[str, Any]) -> str:
@@ -530,10 +538,14 @@ def _span_label(row: dict[str, Any]) -> str:
     return f"{kind} {row['name']}".strip()
 
 
-def _usage_detail(usage: Usage) -> str:
-    if usage.total_tokens is None:
+def _usage_detail(tokens: Any) -> str:
+    """An LLM bar's note: its token counts (no price needed)."""
+    from agents.pricing import usage_counts
+
+    counts = usage_counts(tokens)
+    if counts is None:
         return "tokens unknown"
-    return f"{usage.input_tokens} in / {usage.output_tokens} out tokens"
+    return f"{counts['input_tokens']} in / {counts['output_tokens']} out tokens"
 
 
 def _listing_span(seq: int, prestep: Span, item: dict[str, Any]) -> Span:

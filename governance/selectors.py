@@ -103,6 +103,11 @@ def chunk_runs(*, runs: RunFilter, after: tuple[Any, Any] | None, last: tuple[An
     return page
 
 
+def json_value(text: str | None) -> Any:
+    """A JSON column read as its stored text, decoded (None for NULL)."""
+    return None if text is None else json.loads(text)
+
+
 class JsonTexts:
     """Stored JSON text decoded, each distinct short text once per replay.
 
@@ -124,7 +129,7 @@ class JsonTexts:
             return None
         found = self.known.get(text, _UNKNOWN)
         if found is _UNKNOWN:
-            found = json.loads(text)
+            found = json_value(text)
             if len(text) <= self.max_chars and len(self.known) < self.limit and self.left >= len(text):
                 self.known[text] = found
                 self.left -= len(text)
@@ -155,7 +160,7 @@ def recorded_presteps(
     subquery, cheaper than a list of 2,000 ids Django prepares one by one. ``decode`` reads a rule
     step's stored input text (``JsonTexts``: once per distinct text).
     """
-    decode = decode or JsonTexts(limit=0)
+    decode = decode or json_value
     ids: Any = run_ids.values("id") if isinstance(run_ids, QuerySet) else run_ids
     # One read of every step of the runs, along the (run, seq) index, with the input of rule steps
     # only: with a condition on the kind, SQLite (no statistics) reads the kind index instead,

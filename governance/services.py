@@ -336,7 +336,8 @@ def impact_replay(
     }
 
 
-_UNDECIDED = object()
+_UNDECIDED = object()  # an outcome not remembered yet
+_UNPARSED = object()  # a stored context not decoded yet
 OUTCOMES = 50_000  # incremental outcomes remembered per replay
 
 
@@ -353,15 +354,15 @@ class _StoredRequest:
 
     def __init__(self, query: str, context: str | None, a2a_data: str | None, a2a_files: str | None) -> None:
         self.query, self._context, self.a2a_data, self.a2a_files = query, context, a2a_data, a2a_files
-        self._parsed: Any = _UNDECIDED
+        self._parsed: Any = _UNPARSED
 
     def context(self) -> Any:
-        if self._parsed is _UNDECIDED:
-            self._parsed = None if self._context is None else json.loads(self._context)
+        if self._parsed is _UNPARSED:
+            self._parsed = selectors.json_value(self._context)
         return self._parsed
 
     def __call__(self) -> AgentRequest:
-        data, files = (None if t is None else json.loads(t) for t in (self.a2a_data, self.a2a_files))
+        data, files = selectors.json_value(self.a2a_data), selectors.json_value(self.a2a_files)
         return AgentRequest(query=self.query, context=self.context() or {}, a2a_data=data, a2a_files=files)
 
 
