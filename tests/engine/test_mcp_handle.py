@@ -136,7 +136,8 @@ def test_binding_an_unknown_id_fails_and_keeps_the_handle_unbound(registry_file:
 
 
 def test_handle_binds_with_real_settings(registry_file: Path, handle_pool: McpPool) -> None:
-    settings_module = pytest.importorskip("llamon_agent.settings")
+    from llamon_agent import settings as settings_module
+
     settings = settings_module.Settings(registry_file=registry_file)
     mcp = MCPHandle(pool=handle_pool)
     asyncio.run(mcp.bind_registry(settings, mcp_ids=["orders"], mcp_id="orders"))
@@ -272,8 +273,7 @@ def test_no_registry_configured_names_both_variables() -> None:
 
 def test_seed_flow_against_the_demo_order_service(tmp_path: Path, handle_pool: McpPool) -> None:
     script = MISBEHAVING.parents[2] / "examples" / "mcp_servers" / "order_service.py"
-    if not script.exists():
-        pytest.skip("examples/mcp_servers/order_service.py is not there yet")
+    assert script.exists(), script
     path = tmp_path / "registry.yaml"
     entry = {"transport": "stdio", "command": sys.executable, "args": [str(script)], "timeout_s": 20}
     path.write_text(yaml.safe_dump({"order-service": entry}), encoding="utf-8")

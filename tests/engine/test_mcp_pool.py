@@ -428,7 +428,7 @@ def test_default_pool_is_one_per_process() -> None:
 
 
 def test_prestep_runs_a_seed_rule_through_the_pool_backend(shared_pool: McpPool) -> None:
-    prestep = pytest.importorskip("llamon_agent.prestep")
+    from llamon_agent import prestep
     from llamon_agent.tools import DeterministicContext, deterministic_tool
 
     @deterministic_tool(mcp_id="mis")

@@ -30,7 +30,6 @@ from llamon_agent.trace import ListSink, TraceEvent
 
 REPO = Path(__file__).resolve().parents[2]
 SEED_TOOLS = REPO / "examples" / "seed_project" / "app" / "tools.py"
-SEED_PAGE = Path("/work/shared/seed/000_9a17dbcadfbf3490.txt")
 
 DONE_PREFIX = "Deterministic pre-step 완료: "
 
@@ -386,10 +385,13 @@ def test_inject_results_appends_the_block_or_nothing() -> None:
 
 
 def test_default_instruction_is_the_seed_line() -> None:
-    page = SEED_PAGE.read_text(encoding="utf-8") if SEED_PAGE.exists() else None
-    if page is None:
-        pytest.skip("seed page not available")
-    assert DEFAULT_PRESTEP_INSTRUCTION in page
+    # The seed page's system-prompt line, byte for byte (a contract string).
+    assert (
+        DEFAULT_PRESTEP_INSTRUCTION.encode()
+        == (
+            '제공된 "확정 호출 결과"가 있으면 그 내용을 우선 사용하여 답변하고,\n추가 도구 호출은 필요한 경우에만 하세요.'
+        ).encode()
+    )
 
 
 # --------------------------------------------------------------------------- the 완료 log line

@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from llamon_agent import expr
+from llamon_agent.mcp.errors import McpTimeoutError
 from llamon_agent.prestep import (
     LOG_DONE,
     MCP_NOT_LOADED,
@@ -22,11 +24,6 @@ from llamon_agent.prestep import (
     run_prestep,
 )
 from llamon_agent.tools import AgentRequest, DeterministicContext, deterministic_tool
-
-try:
-    from llamon_agent.mcp.errors import McpTimeoutError
-except ImportError:  # the MCP package is written in parallel; TimeoutError covers the row alone
-    McpTimeoutError = None  # type: ignore[assignment,misc]
 
 SERVERS = {"order-service": ["get_order"], "customer-crm": ["get_customer_profile"]}
 REQUEST = AgentRequest(query="주문 조회 부탁해", context={"userId": "u-1"})
@@ -182,12 +179,8 @@ def test_a_raising_rule_stops_the_rules_after_it(harness: Harness, logs: pytest.
     assert outcome.results[0]["rule"] == "before"  # kept for the audit, never injected
 
 
-def _expr_module() -> Any:
-    return pytest.importorskip("llamon_agent.expr")
-
-
 def test_an_expression_error_fails_the_prestep(harness: Harness, logs: pytest.LogCaptureFixture) -> None:
-    expr = _expr_module()
+
     # A missing key read with [] instead of .get(): an ExprError at run time.
     rule = expr.expression_rule(
         name="premium_lookup",
@@ -196,12 +189,9 @@ def test_an_expression_error_fails_the_prestep(harness: Harness, logs: pytest.Lo
         when='ctx.context["chatbotId"] == "premium-support"',
         params='{"customer_id": ctx.context.get("userId")}',
     )
-    try:
+    with pytest.raises(expr.ExprError) as raised:
         rule(REQUEST.to_context([]))
-    except expr.ExprError as exc:
-        reason = str(exc).strip() or "ExprError"
-    else:  # pragma: no cover - depends on expr.py's choice for a missing key
-        pytest.skip("expr.py does not raise on a missing key")
+    reason = str(raised.value).strip() or "ExprError"
 
     outcome = harness.run([rule], StaticToolBackend(SERVERS, call=ok_call))
 
@@ -301,7 +291,6 @@ def test_a_timed_out_mcp_call_fails_the_prestep(harness: Harness, logs: pytest.L
     )
 
 
-@pytest.mark.skipif(McpTimeoutError is None, reason="llamon_agent.mcp.errors not available")
 def test_an_mcp_timeout_error_fails_the_prestep_with_its_message(
     harness: Harness, logs: pytest.LogCaptureFixture
 ) -> None:

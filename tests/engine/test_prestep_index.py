@@ -6,10 +6,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from llamon_agent import expr
 from llamon_agent.prestep import PrestepOutcome, RuleStatus, StaticToolBackend, compile_rules, run_prestep
 from llamon_agent.tools import AgentRequest, DeterministicContext, RuleInfo, deterministic_tool
 
@@ -250,10 +250,6 @@ def test_the_candidates_are_a_superset_of_the_rules_that_fire() -> None:
 # --------------------------------------------------------------------------- real expression rules
 
 
-def _expr() -> Any:
-    return pytest.importorskip("llamon_agent.expr")
-
-
 EXPR_WHENS = [
     '"주문" in query and "조회" in query',
     '"vip" in query.lower()',
@@ -271,7 +267,6 @@ EXPR_WHENS = [
 @st.composite
 def expression_rule_sets(draw: st.DrawFn) -> list[Any]:
     """Expression rules mixed with plain functions (which never build a namespace)."""
-    expr = _expr()
     rules: list[Any] = []
     for i in range(draw(st.integers(0, 8))):
         if draw(st.integers(0, 4)) == 0:
@@ -295,7 +290,6 @@ def expression_rule_sets(draw: st.DrawFn) -> list[Any]:
 def test_expression_rules_are_identical_with_and_without_the_index(
     data: st.DataObject, query: str, premium: bool, oversized: int
 ) -> None:
-    expr = _expr()
     rules = data.draw(expression_rule_sets())
     if oversized == 0:
         # Over the expression caps: building the namespace raises ExprError, indexed or not.
@@ -310,7 +304,6 @@ def test_expression_rules_are_identical_with_and_without_the_index(
 
 
 def test_an_oversized_request_fails_at_the_first_expression_rule_even_when_no_rule_is_a_candidate() -> None:
-    expr = _expr()
     rules = [
         plain_rule("plain", "a", stop=False, modulus=7),
         expr.expression_rule(name="order", mcp_id="b", tool_name="t", when='"주문" in query', params="{}"),
@@ -326,7 +319,6 @@ def test_an_oversized_request_fails_at_the_first_expression_rule_even_when_no_ru
 
 
 def test_an_and_whose_first_operand_raises_is_not_hidden_by_the_index() -> None:
-    expr = _expr()
     rule = expr.expression_rule(
         name="strict_lookup",
         mcp_id="a",
