@@ -55,16 +55,29 @@ def test_every_string_in_the_catalogue_is_translated() -> None:
 
 
 def test_makemessages_finds_no_new_or_removed_string(tmp_path: Path, monkeypatch) -> None:
-    """What `manage.py messages` would write equals what is committed: no string waits for a translation."""
+    """What `manage.py messages` would write equals what is committed: no string waits for a translation.
+
+    makemessages writes into every `locale` folder under the directory it runs in, so it runs in a
+    copy of the checkout made of symlinks, with a real copy of `locale/`: the committed catalogue is
+    never rewritten by the test."""
     require_executable("xgettext", "gettext")
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    for entry in ROOT.iterdir():
+        if entry.name not in {"locale", ".git", ".venv", "var", "node_modules"}:
+            (tree / entry.name).symlink_to(entry)
     for language in LANGUAGES:
-        target = tmp_path / language / "LC_MESSAGES"
+        target = tree / "locale" / language / "LC_MESSAGES"
         target.mkdir(parents=True)
         shutil.copy(PO, target / "django.po")
-    monkeypatch.chdir(ROOT)
-    with override_settings(LOCALE_PATHS=[tmp_path]):
-        call_command("makemessages", verbosity=0, **MAKEMESSAGES_OPTIONS)
-    fresh = tmp_path / "ko" / "LC_MESSAGES" / "django.po"
+    monkeypatch.chdir(tree)
+    committed = PO.read_bytes()
+    fresh = tree / "locale" / "ko" / "LC_MESSAGES" / "django.po"
+    copied_at = fresh.stat().st_mtime_ns
+    with override_settings(LOCALE_PATHS=[tree / "locale"]):
+        call_command("makemessages", verbosity=0, symlinks=True, **MAKEMESSAGES_OPTIONS)
+    assert PO.read_bytes() == committed, "the test rewrote the committed catalogue"
+    assert fresh.stat().st_mtime_ns != copied_at, "makemessages did not write the copy"
     assert _statistics(fresh) == _statistics(PO), (
         "the code's strings differ from locale/ko: run `manage.py messages`, translate the empty msgstr "
         "entries and commit django.po and django.mo"
