@@ -1,9 +1,18 @@
 """Deprecations fail the tests (pyproject.toml, filterwarnings): upgrades are never a surprise."""
 
+import tomllib
 import warnings
 
 import pytest
 from django.utils.deprecation import RemovedInDjango60Warning, RemovedInDjango61Warning
+
+from tests.conftest import ROOT
+
+# Every package of the product (the import contracts' root packages), so a new app is covered
+# by the policy as soon as it is one of them.
+PROJECT_PACKAGES = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"][
+    "root_packages"
+]
 
 
 @pytest.mark.parametrize("category", [RemovedInDjango60Warning, RemovedInDjango61Warning])
@@ -12,7 +21,11 @@ def test_a_django_deprecation_fails_the_test_wherever_it_comes_from(category: ty
         warnings.warn_explicit("old API", category, "x.py", 1, module="some_library.module")
 
 
-@pytest.mark.parametrize("module", ["django.db.models", "llamon_agent.prestep", "rules.services", "agents"])
+@pytest.mark.parametrize(
+    "module",
+    ["django.db.models", "llamon_agent.prestep", "rules.services", "agents", "governance.services", "tests.x"]
+    + [f"{package}.some_module" for package in PROJECT_PACKAGES],
+)
 @pytest.mark.parametrize("category", [DeprecationWarning, PendingDeprecationWarning])
 def test_a_deprecation_raised_from_django_or_the_project_fails_the_test(
     module: str, category: type[Warning]
