@@ -3,7 +3,7 @@
 A react project made by ``llamon new`` is served by a real ``llamon run`` subprocess (demo
 MCP servers over stdio from its registry.yaml). Two real clients talk to it:
 
-* a2a-sdk 0.3.x, in its own virtualenv (tests/a2a_venv.py), runs
+* a2a-sdk 0.3.x, in its own virtualenv (tests/support/a2a_venv.py), runs
   tests/servers/a2a_v03_client.py: its card resolver validates the card with the 0.3 model
   (which requires ``url``), then it sends ``message/send`` and reads the answer;
 * this project's a2a-sdk 1.x: ``create_client`` + ``SendMessage``.
@@ -24,10 +24,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.a2a_venv import a2a_v03_python
 from tests.conftest import free_port
-
-pytestmark = pytest.mark.timeout(600)  # the first run builds the 0.3 virtualenv (about a minute)
+from tests.support.a2a_venv import a2a_v03_python
 
 ROOT = Path(__file__).resolve().parents[2]
 CLIENT_V03 = ROOT / "tests" / "servers" / "a2a_v03_client.py"
