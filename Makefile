@@ -1,12 +1,23 @@
 # llamon-web: `make run` runs the whole product on embedded defaults, `make test` runs every test.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
+# Some machines set PYTHONDONTWRITEBYTECODE: then every process (each test worker, Celery worker,
+# MCP server and CLI the tests start) compiles the project's modules and tests again (collecting
+# the tests took 19 s of CPU instead of 12 in each test process). __pycache__/ is git-ignored.
+unexport PYTHONDONTWRITEBYTECODE
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# a2a-sdk 0.3 cannot live beside the project's 1.x: the test of 0.3 clients runs it from its own venv.
+A2A03 := var/venvs/a2a-sdk-0.3
+A2A03_STAMP := $(A2A03)/llamon-ready
+# Test processes for `make test` and `make test-postgres` (pytest-xdist; each its own database, Redis,
+# broker folder and ports: docs/development.md). More than the cores: many tests wait on subprocesses.
+TEST_WORKERS ?= 4
 
-.PHONY: install run test test-postgres test-engine lint fmt bench bench-scale lock clean editor-bundle
+.PHONY: install run test test-postgres test-engine screenshots lint fmt bench bench-scale lock clean editor-bundle
 
-install: $(STAMP)
+# Everything `make test` needs from a package index, so that the tests themselves never reach one.
+install: $(STAMP) $(A2A03_STAMP)
 
 # The venv is rebuilt from the lock file whenever the lock or pyproject.toml changes.
 $(STAMP): requirements.lock pyproject.toml
@@ -16,11 +27,16 @@ $(STAMP): requirements.lock pyproject.toml
 	$(PY) -m pip install --quiet --no-deps -e .
 	touch $(STAMP)
 
+$(A2A03_STAMP): requirements-a2a-0.3.lock
+	rm -rf $(A2A03) && $(PYTHON) -m venv $(A2A03)
+	$(A2A03)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-a2a-0.3.lock
+	cp requirements-a2a-0.3.lock $(A2A03_STAMP)
+
 run: install
 	LLAMON_ENV=dev $(PY) manage.py devrun
 
 test: install
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 # Every test that can reach the database, on a throwaway PostgreSQL cluster (needs Debian's
 # `postgresql` package; psycopg comes with `make install`). The tests that cannot (the engine, the
@@ -35,7 +51,11 @@ test-postgres: install
 	LLAMON_TEST_DATABASE_ONLY=1 \
 	LLAMON_FUZZ_EXAMPLES=$${LLAMON_FUZZ_EXAMPLES:-$(LLAMON_PG_FUZZ_EXAMPLES)} \
 	LLAMON_FUZZ_FORM_EXAMPLES=$${LLAMON_FUZZ_FORM_EXAMPLES:-$(LLAMON_PG_FUZZ_FORM_EXAMPLES)} \
-	.ci/with-postgres $(VENV)/bin/pytest $(PYTEST_ARGS)
+	.ci/with-postgres $(VENV)/bin/pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
+
+# Redraw docs/screenshots/ (the browser tests write there only when asked; `make test` keeps the tree clean).
+screenshots: install
+	LLAMON_SCREENSHOTS=1 $(VENV)/bin/pytest -n $(TEST_WORKERS) -m e2e $(PYTEST_ARGS)
 
 test-engine: install
 	$(VENV)/bin/pytest -p no:django tests/engine

@@ -5,7 +5,7 @@
 
 One run = input guardrail, pre-step with two rules, two scripted LLM calls, one tool call, output
 guardrail, answer (10 spans). "export" sends them over OTLP/HTTP to a loopback receiver
-(tests/otlp_receiver.py) through the BatchSpanProcessor, so the figure is what a run pays on its
+(tests/support/otlp_receiver.py) through the BatchSpanProcessor, so the figure is what a run pays on its
 own thread; the export itself happens on the processor's thread. Nothing here is asserted by tests.
 """
 
@@ -25,7 +25,7 @@ from llamon_agent.guardrails import InputGuardrail, OutputGuardrail  # noqa: E40
 from llamon_agent.react import run_agent  # noqa: E402
 from llamon_agent.trace import ListSink, MultiSink  # noqa: E402
 from tests.engine.test_react import ask, backend, calls_tool, list_orders, scripted, spec  # noqa: E402
-from tests.otlp_receiver import start_receiver  # noqa: E402
+from tests.support.otlp_receiver import start_receiver  # noqa: E402
 
 SPEC = spec(input_guardrail=InputGuardrail(max_chars=1000), output_guardrail=OutputGuardrail())
 

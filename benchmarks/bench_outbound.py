@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from llamon_agent.net import guarded_client  # noqa: E402
 from llamon_agent.urlguard import UrlPolicy  # noqa: E402
-from tests.outbound import Listener  # noqa: E402
+from tests.support.outbound import Listener  # noqa: E402
 
 ROUNDS, REQUESTS = 5, 300
 

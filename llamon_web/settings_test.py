@@ -5,6 +5,12 @@ the tests see the same rows, or, when ``DATABASE_URL`` names PostgreSQL, the dat
 ``test_<name>`` on that server (never ``<name>`` itself). Both the test process and the workers
 use that name as ``NAME``: pytest-django creates it, and workers, which get the same variables from
 the fixtures but never run test setup, connect to it too.
+
+Under pytest-xdist each test process is a world of its own (docs/development.md): its var folder
+(and so its SQLite file and embedded-broker folder), its PostgreSQL database ``test_<name>_gw<N>``.
+The xdist worker id is in ``PYTEST_XDIST_WORKER``; the first import in that process makes the world
+and records it in ``LLAMON_TEST_WORLD``, so the Celery workers and other subprocesses a test starts,
+which inherit the environment, land in the same world.
 """
 
 import os
@@ -17,6 +23,12 @@ os.environ.setdefault("LLAMON_ENV", "dev")
 os.environ.pop("REDIS_URL", None)
 if os.environ.get("LLAMON_TEST_REDIS_URL"):
     os.environ["REDIS_URL"] = os.environ["LLAMON_TEST_REDIS_URL"]
+_WORLD = os.environ.get("PYTEST_XDIST_WORKER", "")
+if _WORLD and os.environ.get("LLAMON_TEST_WORLD") != _WORLD:
+    # A fresh xdist worker: the controller's folder (inherited) is not ours.
+    os.environ["LLAMON_TEST_WORLD"] = _WORLD
+    os.environ["LLAMON_VAR_DIR"] = tempfile.mkdtemp(prefix=f"llamon-test-{_WORLD}-")
+    os.environ.pop("LLAMON_TEST_DB", None)
 _RUN_DIR = Path(os.environ.setdefault("LLAMON_VAR_DIR", tempfile.mkdtemp(prefix="llamon-test-")))
 os.environ.setdefault("LLAMON_TEST_DB", str(_RUN_DIR / "test.sqlite3"))
 
@@ -32,6 +44,8 @@ else:
     _TEST_NAME = DATABASES["default"]["NAME"]
     if not _TEST_NAME.startswith("test_"):
         _TEST_NAME = f"test_{_TEST_NAME}"
+    if _WORLD and not _TEST_NAME.endswith(f"_{_WORLD}"):
+        _TEST_NAME = f"{_TEST_NAME}_{_WORLD}"
     DATABASES["default"]["NAME"] = _TEST_NAME
     DATABASES["default"]["TEST"] = {"NAME": _TEST_NAME}
 

@@ -22,8 +22,13 @@ from pathlib import Path
 import pytest
 from hypothesis import settings as hypothesis_settings
 
+from tests.support import authz, rule_sets
+from tests.support.celery_publish import publishing_to
+from tests.support.http_stub import http_stubs
+
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
+DOCS_SCREENSHOTS = ROOT / "docs" / "screenshots"
 
 # Bounded so that `make test` fits its budget; individual tests may ask for fewer or more.
 hypothesis_settings.register_profile("llamon", max_examples=100, deadline=None, print_blob=True)
@@ -95,6 +100,13 @@ class OutputCollector:
     def text(self) -> str:
         with self._cond:
             return "\n".join(self.lines)
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings() -> None:
+    """No per-worker suffix from pytest-django: under xdist each worker's database (and var folder)
+    is already its own, named by llamon_web/settings_test.py, which the Celery workers a test starts
+    read too; pytest-django's suffix would give the test and its workers different databases."""
 
 
 @pytest.fixture(scope="session")
@@ -202,8 +214,19 @@ def browser() -> Iterator[object]:
             chromium.close()
 
 
+@pytest.fixture(scope="session")
+def screenshots(tmp_path_factory) -> Path:
+    """Where the browser tests' screenshots go: docs/screenshots/ (the docs link to them) only when
+    asked (`LLAMON_SCREENSHOTS=1`, `make screenshots`); otherwise a temporary folder, so `make test`
+    leaves the tree clean while a page that cannot be drawn still fails its test."""
+    if os.environ.get("LLAMON_SCREENSHOTS") == "1":
+        DOCS_SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        return DOCS_SCREENSHOTS
+    return tmp_path_factory.mktemp("screenshots")
+
+
 @pytest.fixture
-def page(browser, live_server) -> Iterator[object]:
+def page(browser, live_server, screenshots) -> Iterator[object]:
     """A fresh browser page; ``page.base_url`` is the live server's address."""
     # English pages: the interface follows Accept-Language, and the assertions read English text.
     # tests/e2e/test_users.py switches to Korean the way a person does.
@@ -212,6 +235,7 @@ def page(browser, live_server) -> Iterator[object]:
     )
     context.set_default_timeout(15_000)
     pg = context.new_page()
+    pg.screenshots_dir = screenshots
     # Every browser test is also a Content-Security-Policy test: Chromium reports each blocked
     # script, handler or style on the console, and any such report fails the test.
     pg.csp_violations = []
@@ -250,6 +274,52 @@ def make_user(django_user_model):
 
 
 @pytest.fixture
+def editor(make_user):
+    return make_user("editor")
+
+
+@pytest.fixture
+def admin(make_user):
+    return make_user("admin")
+
+
+@pytest.fixture
+def demo_servers(db) -> dict:
+    """The three demo servers with discovered tools (never contacted: tests dry-run)."""
+    from django.utils import timezone
+
+    from servers.models import McpServer
+
+    now = timezone.now()
+    return {
+        mcp_id: McpServer.objects.create(
+            mcp_id=mcp_id, transport="http", url="http://127.0.0.1:9/mcp", tools=tools, tools_refreshed_at=now
+        )
+        for mcp_id, tools in rule_sets.TOOLS.items()
+    }
+
+
+@pytest.fixture
+def redis_publisher(redis_url: str) -> Iterator[str]:
+    """Tasks enqueued by services in this test go to the test run's real Redis."""
+    with publishing_to(redis_url, {"visibility_timeout": 3600}):
+        yield redis_url
+
+
+@pytest.fixture
+def sample_kwargs(make_user) -> dict[str, dict[str, object]]:
+    """URL kwargs of real objects for the URL patterns that need them (tests/support/authz.py)."""
+    return authz.sample_kwargs(make_user)
+
+
+@pytest.fixture
+def http_stub() -> Iterator:
+    """``http_stub(status, location)`` -> a loopback HTTP stub with ``.url`` and ``.hits`` (tests/support/http_stub.py)."""
+    with http_stubs() as start:
+        yield start
+
+
+@pytest.fixture
 def admin_client(client, make_user):
     client.force_login(make_user("admin"))
     return client
@@ -284,6 +354,8 @@ def uses_database(item: pytest.Item) -> bool:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Browser tests run last: Playwright's sync API keeps an event loop running in the main
     thread for the rest of the session, which would break later tests that call asyncio.run.
+    Under pytest-xdist (`make test`) that holds in each worker: its `load` scheduling hands every
+    worker its tests in this order.
 
     With LLAMON_TEST_DATABASE_ONLY=1 (the PostgreSQL leg, `make test-postgres`) only the tests that
     can reach the database run: the others (the engine, which never imports Django, the settings
@@ -295,7 +367,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if dropped:
             config.hook.pytest_deselected(items=dropped)
             items[:] = kept
-    items.sort(key=lambda item: item.get_closest_marker("e2e") is not None)
+    # Browser tests last; within each group the slow tests first (longest first is the classic way
+    # to make parallel workers end together: pytest-xdist hands tests out in this order).
+    items.sort(
+        key=lambda item: (item.get_closest_marker("e2e") is not None, item.get_closest_marker("slow") is None)
+    )
 
 
 # Cases per fuzzed form/endpoint, filled by tests/test_forms_fuzz.py: {"url (role)": [cases, fields]}.

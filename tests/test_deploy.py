@@ -18,7 +18,7 @@ import pytest
 from tests.conftest import free_port, wait_for_port
 
 # Its gunicorn and release commands connect to DATABASE_URL: the PostgreSQL leg runs it too.
-pytestmark = pytest.mark.database
+pytestmark = [pytest.mark.slow, pytest.mark.database]
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "deploy.md"

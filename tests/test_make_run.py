@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import ROOT, OutputCollector, free_port, wait_for_port
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 
 class _Proc(NamedTuple):

@@ -28,7 +28,7 @@ from agents.models import Run
 from llamon_web.token_services import token_create
 from tests.conftest import free_port
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True), pytest.mark.timeout(240)]
 
 VENV_LLAMON = Path(sys.executable).with_name("llamon")
 LLAMON = [str(VENV_LLAMON)] if VENV_LLAMON.exists() else [sys.executable, "-m", "llamon_agent.cli"]

@@ -1,39 +1,44 @@
+"""Fixtures for the agents app: a rule set with two published versions and an agent pinned to the first."""
+
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from typing import Any
 
 import pytest
 
-from llamon_web.celery import app
-
-
-def _reset_publisher() -> None:
-    # Celery caches its connection and producer pools on first use; drop the references so the
-    # next publish connects to the broker now configured. (kombu keeps the pools themselves in a
-    # registry keyed by connection: closing one here would break its next user.)
-    app._pool = None
-    amqp = app.__dict__.get("amqp")
-    if amqp is not None:
-        amqp._producer_pool = None
-
-
-@contextmanager
-def publishing_to(broker_url: str, transport_options: dict) -> Iterator[None]:
-    """Make this process's Celery app publish to another broker while the block runs."""
-    conf = app.conf
-    old = (conf.broker_url, conf.broker_transport_options)
-    conf.broker_url, conf.broker_transport_options = broker_url, transport_options
-    _reset_publisher()
-    try:
-        yield
-    finally:
-        conf.broker_url, conf.broker_transport_options = old
-        _reset_publisher()
+from agents.models import Agent
+from llamon_web.demo import SEED_RULES
+from rules import services as rule_services
+from rules.models import RuleSetVersion
+from tests.support.rule_sets import build_rule_set
 
 
 @pytest.fixture
-def redis_publisher(redis_url: str) -> Iterator[str]:
-    """Tasks enqueued by services in this test go to the test run's real Redis."""
-    with publishing_to(redis_url, {"visibility_timeout": 3600}):
-        yield redis_url
+def author(make_user) -> Any:
+    return make_user("editor")
+
+
+@pytest.fixture
+def versions(author, demo_servers) -> tuple[RuleSetVersion, RuleSetVersion]:
+    """v1: the seed rules; v2: the same plus a rule that also looks the order up by userId."""
+    rule_set = build_rule_set(author, "rollout", SEED_RULES)
+    v1 = rule_services.rule_set_publish(actor=author, rule_set=rule_set)
+    rule_services.rule_create(
+        actor=author, rule_set=rule_set, name="order_by_user", mcp_id="order-service", tool_name="get_order",
+        when='"주문" in ctx.query', params='{"query": ctx.context.get("userId", "none")}',
+    )  # fmt: skip
+    rule_set.refresh_from_db()
+    v2 = rule_services.rule_set_publish(actor=author, rule_set=rule_set)
+    return v1, v2
+
+
+@pytest.fixture
+def agent(versions) -> Agent:
+    v1, _ = versions
+    return Agent.objects.create(
+        name="rollout-agent",
+        system_prompt="p",
+        rule_set=v1.rule_set,
+        rule_set_mode="pinned",
+        pinned_version=v1,
+    )

@@ -34,10 +34,15 @@ from agents.models import Agent, Run, RunStep
 from llamon_agent.tools import AgentRequest
 from rules import services as rule_services
 from servers.models import McpServer
-from tests.agents.conftest import publishing_to
 from tests.conftest import ROOT, OutputCollector, free_port, require_executable, wait_for_port, worker_env
+from tests.support.celery_publish import publishing_to
 
-pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True), pytest.mark.timeout(290)]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.services,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.timeout(290),
+]
 MISBEHAVING = str(Path(ROOT) / "tests" / "servers" / "misbehaving.py")
 # Short periods so that the recovery happens within the test: beat every second, a run's lost
 # message is re-sent once the reaper's message is 2 s younger than it, at most 3 times.

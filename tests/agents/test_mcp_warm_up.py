@@ -12,8 +12,8 @@ from agents.models import Agent, Run
 from llamon_agent.tools import AgentRequest
 from rules import services as rule_services
 from servers.models import McpServer
-from tests.agents.test_runs_on_workers import wait_for_run
 from tests.conftest import ROOT, celery_worker
+from tests.support.runs import wait_for_run
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
 MISBEHAVING = str(Path(ROOT) / "tests" / "servers" / "misbehaving.py")

@@ -9,8 +9,8 @@ from agents import services
 from agents.models import Agent, Run, ShadowTally
 from llamon_agent.tools import AgentRequest
 from rules import services as rule_services
-from tests.agents.test_runs_on_workers import wait_for_run
 from tests.conftest import celery_worker
+from tests.support.runs import wait_for_run
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
 QUERY = "주문 조회 부탁해 A-1001"

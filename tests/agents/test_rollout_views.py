@@ -7,7 +7,6 @@ from django.urls import reverse
 
 from agents import rollout
 from agents.models import Agent
-from tests.agents.test_rollout import agent, author, demo_servers, versions  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.django_db
 

@@ -22,9 +22,9 @@ from agents.errors import BrokerUnavailableError
 from agents.models import Agent, Run
 from agents.tasks import SENT_AT_HEADER, runs_reap_task
 from llamon_agent.tools import AgentRequest
-from tests.agents.conftest import publishing_to
-from tests.agents.test_runs_on_workers import wait_for_run
 from tests.conftest import celery_worker, free_port, require_executable, wait_for_port
+from tests.support.celery_publish import publishing_to
+from tests.support.runs import wait_for_run
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
 DOWN = "The run queue (the Celery broker) is unavailable, so the run was not started and nothing was kept."

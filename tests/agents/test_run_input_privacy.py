@@ -16,7 +16,7 @@ from agents import services
 from agents.models import Agent, Run
 from agents.privacy import privacy_get
 from rules.models import TestCase as RuleCase
-from tests.rules.conftest import build_rule_set
+from tests.support.rule_sets import build_rule_set
 
 pytestmark = pytest.mark.django_db
 

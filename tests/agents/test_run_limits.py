@@ -18,8 +18,8 @@ from llamon_agent.tools import AgentRequest
 from llamon_agent.trace import start_span
 from rules import services as rule_services
 from servers.models import McpServer
-from tests.agents.test_runs_on_workers import MISBEHAVING, wait_for_run
 from tests.conftest import celery_worker
+from tests.support.runs import MISBEHAVING, wait_for_run
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """A run on a real Celery worker is exported over OTLP/HTTP when the OTEL_* variables say so.
 
 The worker process gets the standard variables (endpoint, headers) and sends its spans with the
-real SDK exporter to the loopback receiver of tests/otlp_receiver.py; the spans are read back and
+real SDK exporter to the loopback receiver of tests/support/otlp_receiver.py; the spans are read back and
 compared with the steps the same run stored in the database.
 """
 
@@ -15,9 +15,9 @@ from django.core.management import call_command
 from agents import services
 from agents.models import Agent, Run
 from llamon_agent.tools import AgentRequest
-from tests.agents.test_runs_on_workers import wait_for_run
 from tests.conftest import celery_worker
-from tests.otlp_receiver import Receiver, start_receiver
+from tests.support.otlp_receiver import Receiver, start_receiver
+from tests.support.runs import wait_for_run
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
 

@@ -16,8 +16,8 @@ from agents.models import Agent, Run, RunStep
 from llamon_agent.tools import AgentRequest
 from llamon_web.models import AuditEvent
 from servers.models import McpServer
-from tests.agents.test_runs_on_workers import wait_for_run
 from tests.conftest import celery_worker
+from tests.support.runs import wait_for_run
 
 SCRIPT = [
     {"tool_calls": [{"name": "get_order", "args": {"order_id": "A-1002"}, "id": "c1"}]},

@@ -6,7 +6,6 @@ import os
 import signal
 import sys
 import time
-from pathlib import Path
 
 import pytest
 from django.core.management import call_command
@@ -18,22 +17,10 @@ from llamon_agent.tools import AgentRequest
 from llamon_web.celery import app
 from rules import services as rule_services
 from servers.models import McpServer
-from tests.conftest import ROOT, celery_worker, free_port
+from tests.conftest import celery_worker, free_port
+from tests.support.runs import MISBEHAVING, wait_for_run
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
-MISBEHAVING = str(Path(ROOT) / "tests" / "servers" / "misbehaving.py")
-
-
-def wait_for_run(run_id: int, *, timeout_s: float = 60, until=lambda run: run.finished) -> Run:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        run = Run.objects.get(pk=run_id)
-        if until(run):
-            return run
-        time.sleep(0.1)
-    raise AssertionError(
-        f"run {run_id} did not reach the expected state; it is {Run.objects.get(pk=run_id).status}"
-    )
 
 
 @pytest.fixture
@@ -95,6 +82,7 @@ def test_a_hanging_tool_times_out_and_the_worker_serves_the_next_run(redis_publi
     assert fine.status == Run.Status.SUCCEEDED and fine.llm_calls == 1
 
 
+@pytest.mark.slow
 def test_a_killed_worker_fails_the_run_within_the_bound_and_a_redelivery_does_nothing(
     redis_publisher, hang_agent, settings
 ) -> None:

@@ -1,6 +1,6 @@
 """Fixtures for the API tests: callers of every kind (anonymous, session, token), sample objects, fake DNS.
 
-Host names go through the fake resolver of tests/rules/test_urlguard.py (never real DNS); stdio
+Host names go through the fake resolver of tests/support/fake_dns.py (never real DNS); stdio
 commands are limited by the test settings to examples/ and tests/servers/.
 """
 
@@ -16,8 +16,8 @@ from django.test import Client
 from django.utils import timezone
 
 from llamon_web.token_services import token_create
-from tests.rules.conftest import TOOLS, build_rule_set
-from tests.rules.test_urlguard import FAKE_RESOLVER
+from tests.support.fake_dns import FAKE_RESOLVER
+from tests.support.rule_sets import TOOLS, build_rule_set
 
 ROLES = ("viewer", "editor", "admin")
 # Who calls: anonymous, a logged-in browser session of each role, a personal API token of each role.
@@ -124,8 +124,8 @@ def api_servers(db) -> dict[str, Any]:
 def sample(api_servers, make_user) -> dict[str, Any]:
     """One of everything, for the path parameters of every operation."""
     from agents.models import Agent, Run
+    from llamon_web.demo import SEED_RULES
     from rules import cases, services
-    from tests.rules.conftest import SEED_RULES
 
     author = make_user("editor", f"author-{uuid.uuid4().hex[:6]}")
     rule_set = build_rule_set(author, "sample", SEED_RULES[:2])

@@ -12,11 +12,11 @@ import pytest
 from agents.models import PrivacySettings, Run, RunStep
 from llamon_agent.mcp.registry import HttpRegistry
 from llamon_agent.trace import TraceEvent
+from llamon_web.demo import SEED_RULES
 from llamon_web.models import AuditEvent
 from rules import engine
 from rules import forms as rule_forms
 from rules.models import RuleSet
-from tests.rules.conftest import SEED_RULES
 
 pytestmark = pytest.mark.django_db
 

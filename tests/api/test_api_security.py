@@ -1,6 +1,6 @@
 """Security through the API: replays of MCP-dashboard RCE requests, stdio child env, hostile MCP URLs.
 
-Host names resolve only through the fake resolver (FAKE_DNS of tests/rules/test_urlguard.py);
+Host names resolve only through the fake resolver (FAKE_DNS of tests/support/fake_dns.py);
 all traffic stays on 127.0.0.1.
 """
 
@@ -18,7 +18,7 @@ from django.test import Client
 
 from servers import pool as rules_pool
 from servers.models import McpServer
-from tests.rules.test_urlguard import FAKE_DNS, http_stub  # noqa: F401  (fixture)
+from tests.support.fake_dns import FAKE_DNS
 
 pytestmark = pytest.mark.django_db
 
@@ -275,7 +275,7 @@ def test_a_public_name_that_later_resolves_to_loopback_is_refused_on_connect(
     assert "loopback" in refreshed.json()["detail"]
 
 
-def test_a_redirect_to_an_internal_host_is_not_followed(caller, http_stub) -> None:  # noqa: F811
+def test_a_redirect_to_an_internal_host_is_not_followed(caller, http_stub) -> None:
     internal = http_stub(200)  # stands for an internal service the MCP URL redirects to
     redirector = http_stub(307, internal.url)
     admin = caller("token:admin")

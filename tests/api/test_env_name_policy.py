@@ -17,8 +17,8 @@ from django.urls import reverse
 from agents.models import Agent, Run
 from agents.services import run_execute
 from servers.models import McpServer
-from tests.engine.test_models import FakeOpenAI
-from tests.rules.test_mcp_servers import _confirmed, _form
+from tests.support.mcp_servers import confirmed, server_form
+from tests.support.openai_fake import FakeOpenAI
 
 pytestmark = pytest.mark.django_db
 
@@ -213,7 +213,7 @@ def test_the_api_refuses_forbidden_header_variables(caller, header) -> None:
 
 
 def test_the_server_page_refuses_a_forbidden_env_name(admin_client) -> None:
-    response = admin_client.post(reverse("servers:create"), _confirmed(_form(env_names="DATABASE_URL")))
+    response = admin_client.post(reverse("servers:create"), confirmed(server_form(env_names="DATABASE_URL")))
     assert response.status_code == 200 and "own configuration or secrets" in response.content.decode()
     assert not McpServer.objects.exists()
 

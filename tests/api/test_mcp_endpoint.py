@@ -17,10 +17,11 @@ from mcp.client.streamable_http import streamable_http_client
 
 from agents import services as run_services
 from agents.models import Agent, Run
+from llamon_web.demo import SEED_RULES
 from llamon_web.token_services import token_create
 from rules import cases
 from rules.models import Rule, RuleSet
-from tests.rules.conftest import SEED_RULES, build_rule_set
+from tests.support.rule_sets import build_rule_set
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -4,11 +4,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from django.conf import settings
 from django.core.management import call_command
+from django.test import Client
 
 from servers import pool as web_pool
-
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
 
 
 @pytest.fixture
@@ -32,26 +32,33 @@ def worker(demo) -> Iterator[None]:
 
 
 @pytest.fixture
-def logged_in(page, make_user):
-    """Log a fresh user with the given role in through the real login form; returns the page."""
+def logged_in(page, make_user, live_server):
+    """Log a fresh user with the given role in; returns the page, on the home page.
+
+    The session is Django's own (``Client.force_login``) handed to the browser as its cookie, the way
+    Playwright's ``storage_state`` hands over a saved login: a login through the real form in every
+    test cost two page loads each. The form itself is tested in test_users.py and test_security.py."""
 
     def login(role: str = "admin"):
         user = make_user(role)
-        page.goto("/accounts/login/")
-        page.fill("#id_username", user.username)
-        page.fill("#id_password", "pw")
-        page.click("button[type=submit]")
-        page.wait_for_url(lambda url: "/accounts/login" not in url)
+        client = Client()
+        client.force_login(user)
+        cookie = client.cookies[settings.SESSION_COOKIE_NAME]
+        page.context.add_cookies([{"name": cookie.key, "value": cookie.value, "url": live_server.url}])
+        page.goto("/")
+        assert "/accounts/login" not in page.url
         return page
 
     return login
 
 
-def screenshot(page, name: str) -> Path:
-    """Keep a screenshot under docs/screenshots/ (the docs link to them)."""
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    path = SCREENSHOTS / f"{name}.png"
-    page.screenshot(path=str(path), full_page=True)
+def screenshot(page, name: str, *, element=None) -> Path:
+    """Take a screenshot of the page (or of one element of it) into the session's screenshot folder."""
+    path = page.screenshots_dir / f"{name}.png"
+    if element is None:
+        page.screenshot(path=str(path), full_page=True)
+    else:
+        element.screenshot(path=str(path))
     return path
 
 

@@ -231,6 +231,7 @@ def _login(page, username: str) -> None:
     page.wait_for_url(lambda url: "/accounts/login" not in url)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("width", WIDTHS)
 def test_every_page_has_no_serious_axe_violation_and_fits_the_width(
     width: int, page, demo_objects, make_user

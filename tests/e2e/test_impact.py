@@ -5,11 +5,12 @@ from __future__ import annotations
 import pytest
 
 from governance.models import ImpactAnalysis
+from llamon_web.demo import SEED_RULES
 from rules import services as rule_services
 from tests.conftest import celery_worker
 from tests.e2e.conftest import screenshot
-from tests.governance.conftest import record_run
-from tests.rules.conftest import SEED_RULES, build_rule_set, demo_servers  # noqa: F401 - the fixture (tools known, servers never contacted)
+from tests.support.recorded_runs import record_run
+from tests.support.rule_sets import build_rule_set
 
 pytestmark = [
     pytest.mark.e2e,

@@ -8,8 +8,8 @@ from agents import services
 from agents.models import Agent, Run
 from llamon_agent.tools import AgentRequest
 from servers.models import McpServer
-from tests.agents.test_runs_on_workers import wait_for_run
 from tests.e2e.conftest import screenshot
+from tests.support.runs import wait_for_run
 
 pytestmark = [
     pytest.mark.e2e,

@@ -6,7 +6,7 @@ import pytest
 
 from agents.models import Agent, Run
 from servers.models import McpServer
-from tests.rules.conftest import build_rule_set
+from tests.support.rule_sets import build_rule_set
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

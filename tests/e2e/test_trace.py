@@ -8,7 +8,7 @@ from agents import services
 from agents.models import Agent
 from llamon_agent.tools import AgentRequest
 from servers.models import McpServer
-from tests.e2e.conftest import SCREENSHOTS, screenshot
+from tests.e2e.conftest import screenshot
 
 pytestmark = [
     pytest.mark.e2e,
@@ -95,8 +95,7 @@ def test_the_trace_of_a_real_run_shows_where_the_time_went_tokens_cost_and_the_c
     assert "tool" in second_llm.locator(".chat-msg").evaluate_all("els => els.map(e => e.dataset.role)")
     raw_json = first_llm.locator("details:has(> summary:text('raw JSON'))")
     assert raw_json.count() == 1  # raw JSON still reachable
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    first_llm.screenshot(path=str(SCREENSHOTS / "trace-chat.png"))  # the one LLM call, not the whole page
+    screenshot(page, "trace-chat", element=first_llm)  # the one LLM call, not the whole page
 
     # Collapse all closes every step's details; expand all opens them again.
     details = page.locator("#timeline details")

@@ -1,6 +1,6 @@
 """OpenTelemetry export: a run becomes one trace of GenAI-convention spans at a real OTLP/HTTP receiver.
 
-The spans are sent by the real SDK exporter over HTTP to tests/otlp_receiver.py on 127.0.0.1 and
+The spans are sent by the real SDK exporter over HTTP to tests/support/otlp_receiver.py on 127.0.0.1 and
 read back decoded from protobuf. Only the LLM is scripted.
 """
 
@@ -17,8 +17,9 @@ from llamon_agent import otel
 from llamon_agent.guardrails import InputGuardrail, OutputGuardrail
 from llamon_agent.react import run_agent
 from llamon_agent.trace import ListSink, MultiSink
-from tests.engine.test_react import ask, backend, calls_tool, list_orders, scripted, spec
-from tests.otlp_receiver import Receiver, start_receiver
+from tests.support.otlp_receiver import Receiver, start_receiver
+from tests.support.react import ask, backend, calls_tool, list_orders, scripted, spec
+from tests.support.serve import a2a_v03_send, post_a2a, react_runner, route_order
 
 OTEL_VARS = (
     "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_HEADERS",
@@ -220,9 +221,10 @@ def run_exported_tolerant() -> tuple[Any, Any]:
 
 def test_a_request_served_by_llamon_run_is_exported_too(receiver) -> None:
     from llamon_agent.serve import build_app
-    from tests.engine.test_serve import _post, _react_runner, _v03, route_order
 
-    body = _post(build_app(_react_runner([route_order]), "http://127.0.0.1:8001/"), _v03("주문 조회 A-1001"))
+    body = post_a2a(
+        build_app(react_runner([route_order]), "http://127.0.0.1:8001/"), a2a_v03_send("주문 조회 A-1001")
+    )
     assert body["result"]["metadata"]["status"] == "succeeded"
     otel.shutdown_tracer_provider()  # what `llamon run` does when it stops: send what is queued
     (root,) = receiver.by_name("invoke_agent demo")

@@ -25,8 +25,8 @@ from llamon_agent.trace import TraceEvent
 from llamon_agent.trace_http import HttpTraceExporter
 from llamon_agent.urlguard import UrlPolicy
 from tests.conftest import free_port, wait_for_port
-from tests.engine.test_models import completion
-from tests.outbound import FlippingResolver, Listener, redirecting_to
+from tests.support.openai_fake import completion
+from tests.support.outbound import FlippingResolver, Listener, redirecting_to
 
 ROOT = Path(__file__).resolve().parents[2]
 PRIVATE_OK = UrlPolicy(allow_private=True, resolver=lambda host, port: ["127.0.0.1"])

@@ -22,95 +22,31 @@ from llamon_agent.guardrails import CARD_NUMBER, InputGuardrail, OutputGuardrail
 from llamon_agent.mcp.adapters import PoolToolBackend
 from llamon_agent.mcp.pool import McpPool
 from llamon_agent.mcp.spec import McpServerSpec
-from llamon_agent.models import OFFLINE_ANSWER_HEADER, OFFLINE_NO_RESULTS, ModelConfig, ScriptedChatModel
+from llamon_agent.models import OFFLINE_ANSWER_HEADER, OFFLINE_NO_RESULTS, ModelConfig
 from llamon_agent.prestep import (
     DEFAULT_PRESTEP_INSTRUCTION,
     MCP_NOT_LOADED,
     PRESTEP_FAILED,
     RESULTS_HEADER,
-    StaticToolBackend,
 )
-from llamon_agent.react import AgentResult, AgentSpec, arun_agent, run_agent
-from llamon_agent.tools import AgentRequest, DeterministicContext, deterministic_tool
+from llamon_agent.react import AgentResult, arun_agent, run_agent
+from llamon_agent.tools import DeterministicContext, deterministic_tool
 from llamon_agent.trace import ListSink, TraceEvent
-from tests.engine.test_models import FakeOpenAI, closed_port_url, completion, openai_config
+from tests.support.openai_fake import FakeOpenAI, closed_port_url, completion, openai_config
+from tests.support.react import (
+    ask,
+    backend,
+    calls_tool,
+    fake_mcp,
+    flaky_lookup,
+    list_orders,
+    route_order_lookup,
+    scripted,
+    spec,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 ORDER_SERVICE = REPO / "examples" / "mcp_servers" / "order_service.py"
-SEED_PAGE = Path("/work/shared/seed/000_9a17dbcadfbf3490.txt")
-
-ORDER = {"order_id": "A-1001", "status": "shipped"}
-
-
-# --------------------------------------------------------------------------- the seed's rules
-
-
-@deterministic_tool(mcp_id="order-service")
-def route_order_lookup(ctx: DeterministicContext) -> dict | None:
-    """'주문 조회' 키워드 감지 시 get_order tool을 확정 호출."""
-    if "주문" in ctx.query and "조회" in ctx.query:
-        return {"tool_name": "get_order", "params": {"query": ctx.query}}
-    return None
-
-
-@deterministic_tool(mcp_id="customer-crm")
-def route_by_chatbot_id(ctx: DeterministicContext) -> dict | None:
-    """A2A context의 chatbotId에 따라 CRM lookup을 확정 호출."""
-    if ctx.context.get("chatbotId") == "premium-support":
-        return {"tool_name": "get_customer_profile", "params": {"customer_id": ctx.context.get("userId")}}
-    return None
-
-
-def fake_mcp(mcp_id: str, tool_name: str, params: dict[str, Any]) -> Any:
-    if tool_name == "get_order":
-        return {"found": True, "order": ORDER}
-    if tool_name == "get_customer_profile":
-        return {"customer_id": params["customer_id"], "tier": "premium"}
-    raise AssertionError(f"unexpected call {tool_name}")
-
-
-def backend(call: Callable[[str, str, dict[str, Any]], Any] = fake_mcp) -> StaticToolBackend:
-    return StaticToolBackend(
-        {"order-service": ["get_order", "list_orders"], "customer-crm": ["get_customer_profile"]}, call=call
-    )
-
-
-# --------------------------------------------------------------------------- ReAct tools
-
-
-@tool
-def list_orders(customer_id: str) -> dict:
-    """List a customer's orders."""
-    return {"customer_id": customer_id, "orders": [ORDER]}
-
-
-@tool
-def flaky_lookup(order_id: str) -> str:
-    """Always fails."""
-    raise RuntimeError(f"order {order_id} is locked")
-
-
-def spec(**overrides: Any) -> AgentSpec:
-    fields: dict[str, Any] = {
-        "name": "support",
-        "system_prompt": DEFAULT_PRESTEP_INSTRUCTION,
-        "rules": [route_order_lookup, route_by_chatbot_id],
-        "model": ModelConfig(provider="scripted", script=[]),
-    }
-    fields.update(overrides)
-    return AgentSpec(**fields)
-
-
-def scripted(*replies: dict[str, Any]) -> ScriptedChatModel:
-    return ScriptedChatModel(script=list(replies))
-
-
-def ask(text: str, **context: Any) -> AgentRequest:
-    return AgentRequest(query=text, context=dict(context))
-
-
-def calls_tool(name: str, **args: Any) -> dict[str, Any]:
-    return {"content": "", "tool_calls": [{"name": name, "args": args}]}
 
 
 def kinds(sink: ListSink) -> list[tuple[str, str, str]]:
@@ -214,8 +150,6 @@ def test_the_seed_system_prompt_line_is_the_default_instruction() -> None:
     assert DEFAULT_PRESTEP_INSTRUCTION == (
         '제공된 "확정 호출 결과"가 있으면 그 내용을 우선 사용하여 답변하고,\n추가 도구 호출은 필요한 경우에만 하세요.'
     )
-    if SEED_PAGE.exists():
-        assert DEFAULT_PRESTEP_INSTRUCTION in SEED_PAGE.read_text(encoding="utf-8")
 
 
 # --------------------------------------------------------------------------- offline

@@ -12,7 +12,7 @@ from langchain_core.tools import StructuredTool
 from llamon_agent import react
 from llamon_agent.react import run_agent
 from llamon_agent.trace import ListSink
-from tests.engine.test_react import ask, backend, calls_tool, list_orders, scripted, spec
+from tests.support.react import ask, backend, calls_tool, list_orders, scripted, spec
 
 
 @pytest.fixture

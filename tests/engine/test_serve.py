@@ -15,14 +15,12 @@ import httpx
 import pytest
 
 from llamon_agent.flow import START, Flow
-from llamon_agent.models import ModelConfig
-from llamon_agent.prestep import StaticToolBackend
-from llamon_agent.react import AgentSpec
-from llamon_agent.serve import FlowRunner, ReactRunner, build_app, trace_exporter
+from llamon_agent.serve import FlowRunner, build_app, trace_exporter
 from llamon_agent.settings import Settings
-from llamon_agent.tools import AgentRequest, DeterministicContext, deterministic_tool
+from llamon_agent.tools import AgentRequest
 from llamon_agent.trace import TraceEvent
 from llamon_agent.trace_http import HttpTraceExporter
+from tests.support.serve import a2a_v03_send, post_a2a, react_runner, route_missing, route_order
 
 pytestmark = pytest.mark.timeout(60)
 TOKEN = "llamon_0123abcd_test"
@@ -164,56 +162,13 @@ def test_trace_url_defaults_to_the_registry_llamon_web() -> None:
 # --------------------------------------------------------------------------- the A2A app, in process
 
 
-@deterministic_tool(mcp_id="order-service")
-def route_order(ctx: DeterministicContext) -> dict | None:
-    if "주문" in ctx.query:
-        return {"tool_name": "get_order", "params": {"query": ctx.query}}
-    return None
-
-
-@deterministic_tool(mcp_id="missing-server")
-def route_missing(ctx: DeterministicContext) -> dict | None:
-    return None
-
-
-def _react_runner(rules: list[Any]) -> ReactRunner:
-    spec = AgentSpec(
-        name="demo", system_prompt="Be brief.", rules=rules, model=ModelConfig(provider="offline")
-    )
-    backend = StaticToolBackend(
-        {"order-service": ["get_order"]},
-        call=lambda mcp_id, tool, params: {"order": "A-1001", "status": "shipped"},
-    )
-    return ReactRunner(spec, backend, [])
-
-
-def _post(app: Any, payload: dict[str, Any], headers: dict[str, str] | None = None) -> dict[str, Any]:
-    async def go() -> dict[str, Any]:
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:8001") as client:
-            response = await client.post("/", json=payload, headers=headers or {})
-            assert response.status_code == 200, response.text
-            return response.json()
-
-    return asyncio.run(go())
-
-
-def _v03(text: str, **metadata: Any) -> dict[str, Any]:
-    message = {
-        "kind": "message", "role": "user", "messageId": uuid.uuid4().hex,
-        "parts": [{"kind": "text", "text": text}, {"kind": "data", "data": {"chatbotId": "premium-support"}}],
-        "metadata": metadata,
-    }  # fmt: skip
-    return {"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": message}}
-
-
 def test_a2a_03_message_send_runs_the_prestep_and_traces_a_served_run(
     ingest: FakeIngest, caplog: pytest.LogCaptureFixture
 ) -> None:
     exporter = HttpTraceExporter(ingest.url, TOKEN, flush_interval=0.02)
-    app = build_app(_react_runner([route_order]), "http://127.0.0.1:8001/", exporter)
+    app = build_app(react_runner([route_order]), "http://127.0.0.1:8001/", exporter)
     with caplog.at_level("INFO", logger="llamon_agent"):
-        body = _post(app, _v03("주문 조회 A-1001", userId="C-1001"))
+        body = post_a2a(app, a2a_v03_send("주문 조회 A-1001", userId="C-1001"))
     result = body["result"]
     assert result["role"] == "agent" and result["metadata"]["status"] == "succeeded"
     assert "확정 호출 결과" in result["parts"][0]["text"] and "shipped" in result["parts"][0]["text"]
@@ -231,12 +186,12 @@ def test_a2a_03_message_send_runs_the_prestep_and_traces_a_served_run(
 
 
 def test_a2a_10_send_message_is_answered() -> None:
-    app = build_app(_react_runner([route_order]), "http://127.0.0.1:8001/")
+    app = build_app(react_runner([route_order]), "http://127.0.0.1:8001/")
     message = {
         "messageId": uuid.uuid4().hex, "role": "ROLE_USER", "parts": [{"text": "주문 조회"}],
         "metadata": {"userId": "C-1001"},
     }  # fmt: skip
-    body = _post(
+    body = post_a2a(
         app,
         {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": message}},
         headers={"A2A-Version": "1.0"},
@@ -247,8 +202,8 @@ def test_a2a_10_send_message_is_answered() -> None:
 
 def test_an_unbound_rule_server_answers_with_the_seed_error(ingest: FakeIngest) -> None:
     exporter = HttpTraceExporter(ingest.url, TOKEN, flush_interval=0.02)
-    app = build_app(_react_runner([route_order, route_missing]), "http://127.0.0.1:8001/", exporter)
-    result = _post(app, _v03("주문 조회"))["result"]
+    app = build_app(react_runner([route_order, route_missing]), "http://127.0.0.1:8001/", exporter)
+    result = post_a2a(app, a2a_v03_send("주문 조회"))["result"]
     assert result["parts"][0]["text"] == "MCP 'missing-server'의 tool이 로드되지 않음"
     assert result["metadata"]["status"] == "failed"
     exporter.close(timeout=10)
@@ -259,8 +214,8 @@ def test_an_unbound_rule_server_answers_with_the_seed_error(ingest: FakeIngest) 
 
 def test_an_unbound_rule_server_fails_also_a_request_no_rule_answers() -> None:
     # docs/cli.md: *every* request fails, not only those a rule on the missing server would answer.
-    app = build_app(_react_runner([route_order, route_missing]), "http://127.0.0.1:8001/")
-    result = _post(app, _v03("안녕하세요"))["result"]  # neither rule would fire on this query
+    app = build_app(react_runner([route_order, route_missing]), "http://127.0.0.1:8001/")
+    result = post_a2a(app, a2a_v03_send("안녕하세요"))["result"]  # neither rule would fire on this query
     assert result["parts"][0]["text"] == "MCP 'missing-server'의 tool이 로드되지 않음"
     assert result["metadata"]["status"] == "failed"
 
@@ -272,7 +227,7 @@ def test_a_flow_run_is_traced_with_its_graph_first(ingest: FakeIngest) -> None:
     graph = Flow().node("lookup", lookup).chain(START, "lookup").compile()
     exporter = HttpTraceExporter(ingest.url, TOKEN, flush_interval=0.02)
     app = build_app(FlowRunner(graph, "flowy"), "http://127.0.0.1:8001/", exporter)
-    result = _post(app, _v03("A-1001"))["result"]
+    result = post_a2a(app, a2a_v03_send("A-1001"))["result"]
     assert result["parts"][0]["text"] == "looked up A-1001"
     exporter.close(timeout=10)
     assert ingest.bodies[0]["source"] == "flow"
@@ -283,7 +238,7 @@ def test_a_flow_run_is_traced_with_its_graph_first(ingest: FakeIngest) -> None:
 
 
 def test_the_agent_card(ingest: FakeIngest) -> None:
-    app = build_app(_react_runner([route_order]), "http://127.0.0.1:8001/")
+    app = build_app(react_runner([route_order]), "http://127.0.0.1:8001/")
 
     async def go() -> dict[str, Any]:
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://x") as client:

@@ -23,8 +23,8 @@ from governance.selectors import RunFilter
 from llamon_agent.settings import cost_budgets
 from rules import services as rule_services
 from servers.models import McpServer
-from tests.governance.conftest import record_run
-from tests.rules.conftest import build_rule_set
+from tests.support.recorded_runs import record_run
+from tests.support.rule_sets import build_rule_set
 
 pytestmark = pytest.mark.django_db
 

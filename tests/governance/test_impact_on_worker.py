@@ -14,9 +14,8 @@ from governance.models import ImpactAnalysis
 from llamon_agent.tools import AgentRequest
 from rules import services as rule_services
 from rules.models import RuleSet
-from tests.agents.conftest import redis_publisher  # noqa: F401 - fixture
-from tests.agents.test_runs_on_workers import wait_for_run
 from tests.conftest import celery_worker
+from tests.support.runs import wait_for_run
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True), pytest.mark.timeout(240)]
 

@@ -16,7 +16,7 @@ from governance.errors import ImpactError
 from governance.models import ImpactAnalysis
 from llamon_web.models import AuditEvent
 from rules import services as rule_services
-from tests.governance.conftest import record_run
+from tests.support.recorded_runs import record_run
 
 pytestmark = pytest.mark.django_db
 

@@ -15,7 +15,7 @@ from governance.errors import HealthError
 from llamon_agent.trace import TraceEvent
 from rules import services as rule_services
 from rules.cases import case_create, suite_run
-from tests.governance.conftest import record_run
+from tests.support.recorded_runs import record_run
 
 pytestmark = pytest.mark.django_db
 

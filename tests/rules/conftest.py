@@ -1,134 +1,61 @@
-"""Fixtures for the rules app: the demo servers with their tool lists, and a seed-like rule set built through services."""
+"""Fixtures for the rules app: MCP servers behind the fake DNS, and seed-like rule sets built through services."""
 
 from __future__ import annotations
 
-from typing import Any
+import subprocess
+import sys
+from collections.abc import Iterator
 
 import pytest
-from django.utils import timezone
 
-from rules import services
+from llamon_web.demo import SEED_RULES
 from rules.models import RuleSet
+from servers import pool as rules_pool
 from servers.models import McpServer
-
-TOOLS: dict[str, list[dict[str, Any]]] = {
-    "order-service": [
-        {
-            "name": "get_order",
-            "description": "Find an order by free text or id.",
-            "input_schema": {
-                "type": "object",
-                "properties": {"query": {"type": "string"}, "order_id": {"type": "string"}},
-            },
-        },
-        {
-            "name": "list_orders",
-            "description": "List a customer's orders.",
-            "input_schema": {
-                "type": "object",
-                "properties": {"customer_id": {"type": "string"}, "status": {"type": "string"}},
-                "required": ["customer_id"],
-            },
-        },
-    ],
-    "customer-crm": [
-        {
-            "name": "get_customer_profile",
-            "description": "A customer's profile.",
-            "input_schema": {
-                "type": "object",
-                "properties": {"customer_id": {"type": "string"}},
-                "required": ["customer_id"],
-            },
-        },
-    ],
-    "knowledge-base": [
-        {
-            "name": "search_docs",
-            "description": "Search help articles (Korean and English).",
-            "input_schema": {
-                "type": "object",
-                "properties": {"q": {"type": "string"}, "limit": {"type": "integer"}},
-                "required": ["q"],
-            },
-        },
-    ],
-}
-
-# The seed page's three examples as expressions: the demo's own definitions.
-from llamon_web.demo import SEED_RULES  # noqa: E402
-
-# More shapes: a stop rule, a disabled one, contains_any, data_get, FileParts, a run-time error.
-EXTRA_RULES: list[dict[str, Any]] = [
-    {
-        "name": "route_refund_first",
-        "description": 'Refunds end the pre-step ("first match").',
-        "mcp_id": "order-service",
-        "tool_name": "list_orders",
-        "when": 'contains_any(query.lower(), ["refund", "환불"])',
-        "params": '{"customer_id": context.get("userId", "anonymous"), "status": "refund"}',
-        "stop": True,
-    },
-    {
-        "name": "route_faq_datapart",
-        "description": "An FAQ ticket sent as a DataPart.",
-        "mcp_id": "knowledge-base",
-        "tool_name": "search_docs",
-        "when": 'data_get("ticketType") == "faq"',
-        "params": '{"q": query, "limit": data_get("limit", 3)}',
-    },
-    {
-        "name": "route_everything_disabled",
-        "description": "Would fire on everything, but it is switched off.",
-        "mcp_id": "knowledge-base",
-        "tool_name": "search_docs",
-        "when": "True",
-        "params": '{"q": query}',
-        "enabled": False,
-    },
-    {
-        "name": "route_first_file",
-        "description": "Look up the first attached file's name.",
-        "mcp_id": "knowledge-base",
-        "tool_name": "search_docs",
-        "when": "len(a2a_files or []) > 0",
-        "params": '{"q": a2a_files[0].get("name", "")}',
-    },
-    {
-        "name": "route_strict_mode",
-        "description": "Fails at run time when the context has no 'mode' (it should use .get()).",
-        "mcp_id": "customer-crm",
-        "tool_name": "get_customer_profile",
-        "when": '"strict" in query.lower() and context["mode"] == "vip"',
-        "params": '{"customer_id": context.get("userId", "")}',
-    },
-]
+from servers.services import mcp_server_refresh_tools
+from tests.conftest import free_port, wait_for_port
+from tests.support.fake_dns import FAKE_RESOLVER
+from tests.support.mcp_servers import ORDER_SCRIPT, kb_server
+from tests.support.rule_sets import EXTRA_RULES, build_rule_set
 
 
 @pytest.fixture
-def editor(make_user):
-    return make_user("editor")
+def fake_dns(settings) -> None:
+    """Host names resolve through FAKE_DNS only (tests/support/fake_dns.py), never real DNS."""
+    settings.LLAMON_URL_RESOLVER = FAKE_RESOLVER
+
+
+@pytest.fixture(scope="module")
+def close_web_pool_after_module() -> Iterator[None]:
+    """Stops the web pool's stdio children after the module rather than at interpreter exit, after
+    pytest closed its streams."""
+    yield
+    rules_pool.web_pool_close()
+
+
+@pytest.fixture(scope="module")
+def order_http() -> Iterator[str]:
+    """The order-service demo over streamable HTTP on a free loopback port; its /mcp URL."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, ORDER_SCRIPT, "--http", "--host", "127.0.0.1", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for_port(port, proc=proc)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
 
 
 @pytest.fixture
-def demo_servers(db) -> dict[str, McpServer]:
-    """The three demo servers with discovered tools (never contacted: tests dry-run)."""
-    now = timezone.now()
-    return {
-        mcp_id: McpServer.objects.create(
-            mcp_id=mcp_id, transport="http", url="http://127.0.0.1:9/mcp", tools=tools, tools_refreshed_at=now
-        )
-        for mcp_id, tools in TOOLS.items()
-    }
-
-
-def build_rule_set(actor: Any, name: str, rules: list[dict[str, Any]], description: str = "") -> RuleSet:
-    """A rule set made through the editor's services, rules in the given order."""
-    rule_set = services.rule_set_create(actor=actor, name=name, description=description)
-    for rule in rules:
-        services.rule_create(actor=actor, rule_set=rule_set, **rule)
-    rule_set.refresh_from_db()
-    return rule_set
+def kb(admin) -> McpServer:
+    """knowledge-base over stdio, tools refreshed."""
+    server = kb_server(admin)
+    mcp_server_refresh_tools(actor=admin, server=server)
+    return server
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from llamon_agent.prestep import StaticToolBackend, run_prestep
 from llamon_agent.tools import AgentRequest, DeterministicContext
+from llamon_web.demo import SEED_RULES
 from llamon_web.models import AuditEvent
 from rules import engine, services
 from rules.cases import case_create
@@ -31,7 +32,7 @@ from rules.exporting import (
     rule_set_import_json,
 )
 from rules.models import Rule, RuleSet
-from tests.rules.conftest import SEED_RULES, build_rule_set
+from tests.support.rule_sets import build_rule_set
 
 pytestmark = pytest.mark.django_db
 

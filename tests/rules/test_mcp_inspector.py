@@ -1,4 +1,3 @@
-# ruff: noqa: F811  (the fixtures imported from test_mcp_servers are used as test arguments)
 """The MCP inspector parts of the server pages, against the real demo servers (stdio and streamable HTTP).
 
 Tools listed as soon as a server is saved; raw-JSON arguments beside the schema form; each
@@ -18,21 +17,9 @@ from servers import services
 from servers.models import McpServer, ToolCallRecord
 from servers.services import mcp_server_call_tool, mcp_server_create, mcp_server_refresh_tools
 from tests.conftest import free_port
-from tests.rules.test_mcp_servers import (  # noqa: F401 (fixtures)
-    HTMX,
-    KB_SCRIPT,
-    _close_the_pool_after_the_module,
-    _confirmed,
-    _fake_dns,
-    _form,
-    _kb,
-    admin,
-    editor,
-    kb,
-    order_http,
-)
+from tests.support.mcp_servers import HTMX, confirmed, server_form
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fake_dns", "close_web_pool_after_module")]
 
 MISBEHAVING = str(Path(__file__).resolve().parents[1] / "servers" / "misbehaving.py")
 LEAKY = str(Path(__file__).resolve().parents[1] / "servers" / "leaky_stderr.py")
@@ -50,7 +37,7 @@ def _post_call(client, server: McpServer, **data: str):
 
 
 def test_saving_an_http_server_lists_its_tools_at_once(admin_client, order_http) -> None:
-    data = _form(mcp_id="orders", transport="http", url=order_http, command="", args="")
+    data = server_form(mcp_id="orders", transport="http", url=order_http, command="", args="")
     response = admin_client.post(reverse("servers:create"), data, follow=True)
     server = McpServer.objects.get(mcp_id="orders")
     assert [t["name"] for t in server.tools] == ["get_order", "list_orders"]
@@ -59,7 +46,7 @@ def test_saving_an_http_server_lists_its_tools_at_once(admin_client, order_http)
 
 
 def test_saving_a_stdio_server_lists_its_tools_at_once(admin_client) -> None:
-    response = admin_client.post(reverse("servers:create"), _confirmed(_form()), follow=True)
+    response = admin_client.post(reverse("servers:create"), confirmed(server_form()), follow=True)
     server = McpServer.objects.get(mcp_id="kb-form")
     assert [t["name"] for t in server.tools] == ["search_docs"] and server.healthy is True
     assert "it offers 1 tool." in response.content.decode()
@@ -67,7 +54,7 @@ def test_saving_a_stdio_server_lists_its_tools_at_once(admin_client) -> None:
 
 def test_an_unreachable_server_is_saved_with_why_and_how_to_retry(admin_client) -> None:
     url = f"http://127.0.0.1:{free_port()}/mcp"  # nothing listens there
-    data = _form(mcp_id="down", transport="http", url=url, command="", args="")
+    data = server_form(mcp_id="down", transport="http", url=url, command="", args="")
     response = admin_client.post(reverse("servers:create"), data, follow=True)
     assert response.status_code == 200
     server = McpServer.objects.get(mcp_id="down")
@@ -82,7 +69,7 @@ def test_editing_a_server_lists_the_tools_of_its_new_target(admin_client, admin,
     server = mcp_server_create(
         actor=admin, mcp_id="orders", transport="http", url=f"http://127.0.0.1:{free_port()}/mcp"
     )
-    data = _form(mcp_id="orders", transport="http", url=order_http, command="", args="")
+    data = server_form(mcp_id="orders", transport="http", url=order_http, command="", args="")
     admin_client.post(reverse("servers:edit", args=[server.pk]), data)
     server.refresh_from_db()
     assert [t["name"] for t in server.tools] == ["get_order", "list_orders"]

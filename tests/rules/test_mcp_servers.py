@@ -1,16 +1,13 @@
 """MCP server services and pages against the real demo servers (stdio, and streamable HTTP on 127.0.0.1).
 
-Host names go through the fake resolver of test_urlguard (never real DNS); stdio commands are
+Host names go through the fake resolver of tests/support/fake_dns.py (never real DNS); stdio commands are
 limited by the test settings to examples/ and tests/servers/.
 """
 
 from __future__ import annotations
 
 import math
-import subprocess
 import sys
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from django.core.exceptions import PermissionDenied
@@ -30,94 +27,28 @@ from servers.services import (
     mcp_server_update,
     tools_diff,
 )
-from tests.conftest import free_port, wait_for_port
-from tests.rules.test_urlguard import FAKE_DNS, FAKE_RESOLVER
+from tests.conftest import free_port
+from tests.support.fake_dns import FAKE_DNS
+from tests.support.mcp_servers import (
+    EXAMPLES,
+    HTMX,
+    KB_SCRIPT,
+    ORDER_SCRIPT,
+    ROOT,
+    confirmed,
+    kb_server,
+    server_form,
+)
 
-pytestmark = pytest.mark.django_db
-
-ROOT = Path(__file__).resolve().parents[2]
-EXAMPLES = ROOT / "examples" / "mcp_servers"
-KB_SCRIPT = str(EXAMPLES / "knowledge_base.py")
-ORDER_SCRIPT = str(EXAMPLES / "order_service.py")
-HTMX = {"HTTP_HX_REQUEST": "true"}
-
-
-@pytest.fixture(autouse=True)
-def _fake_dns(settings) -> None:
-    settings.LLAMON_URL_RESOLVER = FAKE_RESOLVER
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _close_the_pool_after_the_module() -> Iterator[None]:
-    # Stops the stdio children now rather than at interpreter exit, after pytest closed its streams.
-    yield
-    rules_pool.web_pool_close()
-
-
-@pytest.fixture(scope="module")
-def order_http() -> Iterator[str]:
-    """The order-service demo over streamable HTTP on a free loopback port; its /mcp URL."""
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, ORDER_SCRIPT, "--http", "--host", "127.0.0.1", "--port", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        wait_for_port(port, proc=proc)
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-
-
-@pytest.fixture
-def admin(make_user):
-    return make_user("admin")
-
-
-@pytest.fixture
-def editor(make_user):
-    return make_user("editor")
-
-
-def _kb(admin, mcp_id: str = "knowledge-base", **overrides) -> McpServer:
-    fields = {"transport": "stdio", "command": sys.executable, "args": [KB_SCRIPT], "timeout_s": 30.0}
-    fields.update(overrides)
-    return mcp_server_create(actor=admin, mcp_id=mcp_id, **fields)
-
-
-@pytest.fixture
-def kb(admin) -> McpServer:
-    """knowledge-base over stdio, tools refreshed."""
-    server = _kb(admin)
-    mcp_server_refresh_tools(actor=admin, server=server)
-    return server
-
-
-def _form(**overrides) -> dict[str, str]:
-    data = {
-        "mcp_id": "kb-form", "description": "", "transport": "stdio", "command": sys.executable,
-        "args": KB_SCRIPT, "env_names": "", "url": "", "header_names": "", "timeout_s": "30",
-        "enabled": "on", "action": "save",
-    }  # fmt: skip
-    data.update(overrides)
-    return data
-
-
-def _confirmed(data: dict[str, str]) -> dict[str, str]:
-    """The form as sent after the preview was seen (the hidden field carries the command line)."""
-    import shlex
-
-    args = [a.strip() for a in data["args"].splitlines() if a.strip()]
-    return {**data, "confirmed_command": shlex.join([data["command"], *args])}
-
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fake_dns", "close_web_pool_after_module")]
 
 # --------------------------------------------------------------------------- services
 
 
 def test_create_stores_names_only_and_is_audited(admin) -> None:
-    server = _kb(admin, env_names=["LLAMON_MCP_KB_KEY", "LLAMON_MCP_KB_KEY"], description="help articles")
+    server = kb_server(
+        admin, env_names=["LLAMON_MCP_KB_KEY", "LLAMON_MCP_KB_KEY"], description="help articles"
+    )
     assert server.env_names == ["LLAMON_MCP_KB_KEY"]
     event = AuditEvent.objects.get(action="mcp_server.create", object_id=str(server.pk))
     assert event.actor == admin
@@ -136,7 +67,7 @@ def test_refresh_tools_over_stdio_stores_tools_schema_and_hash(kb) -> None:
 
 
 def test_refresh_reports_the_first_refresh_and_then_no_change(admin) -> None:
-    server = _kb(admin)
+    server = kb_server(admin)
     first = mcp_server_refresh_tools(actor=admin, server=server)
     assert first.first and first.added == ["search_docs"]
     again = mcp_server_refresh_tools(actor=admin, server=server)
@@ -254,7 +185,7 @@ def test_services_refuse_an_update_or_delete_from_an_editor(kb, editor) -> None:
 
 def test_duplicate_mcp_id_is_refused(kb, admin) -> None:
     with pytest.raises(McpServerError, match="already exists") as info:
-        _kb(admin)
+        kb_server(admin)
     assert info.value.field == "mcp_id"
 
 
@@ -272,7 +203,7 @@ def test_duplicate_mcp_id_is_refused(kb, admin) -> None:
 )
 def test_bad_env_names_are_refused(admin, env_names, phrase) -> None:
     with pytest.raises(McpServerError, match=phrase) as info:
-        _kb(admin, env_names=env_names)
+        kb_server(admin, env_names=env_names)
     assert info.value.field == "env_names"
 
 
@@ -288,7 +219,7 @@ def test_bad_header_names_are_refused(admin, headers) -> None:
 @pytest.mark.parametrize("timeout_s", [0, -1, 600.5, math.nan, math.inf, "soon"])
 def test_timeout_out_of_range_is_refused(admin, timeout_s) -> None:
     with pytest.raises(McpServerError, match="timeout") as info:
-        _kb(admin, timeout_s=timeout_s)
+        kb_server(admin, timeout_s=timeout_s)
     assert info.value.field == "timeout_s"
 
 
@@ -307,7 +238,7 @@ def test_timeout_out_of_range_is_refused(admin, timeout_s) -> None:
 )
 def test_stdio_commands_outside_the_allow_list_are_refused_when_saved(admin, command, args, phrase) -> None:
     with pytest.raises(McpServerError, match=phrase):
-        _kb(admin, command=command, args=args)
+        kb_server(admin, command=command, args=args)
     assert not McpServer.objects.exists()
 
 
@@ -381,21 +312,21 @@ def test_viewers_see_the_list_and_details_without_write_buttons(viewer_client, k
 
 def test_add_form_shows_the_command_line_before_saving(admin_client) -> None:
     url = reverse("servers:create")
-    data = _form(args=f"{KB_SCRIPT}\n--label\nhello world <b>")
+    data = server_form(args=f"{KB_SCRIPT}\n--label\nhello world <b>")
     first = admin_client.post(url, data)
     html = first.content.decode()
     assert first.status_code == 200 and not McpServer.objects.exists()
     assert "Press Save again" in html
     # shlex-quoted (the argument with a space) and HTML-escaped (the angle brackets).
     assert f"{sys.executable} {KB_SCRIPT} --label &#x27;hello world &lt;b&gt;&#x27;" in html
-    second = admin_client.post(url, _confirmed(data))
+    second = admin_client.post(url, confirmed(data))
     server = McpServer.objects.get(mcp_id="kb-form")
     assert second.status_code == 302 and second["Location"] == reverse("servers:detail", args=[server.pk])
     assert server.args == [KB_SCRIPT, "--label", "hello world <b>"]
 
 
 def test_command_preview_partial_for_htmx(admin_client) -> None:
-    response = admin_client.post(reverse("servers:create"), _form(action="preview", mcp_id=""), **HTMX)
+    response = admin_client.post(reverse("servers:create"), server_form(action="preview", mcp_id=""), **HTMX)
     html = response.content.decode()
     assert html.lstrip().startswith('<div id="command-preview"') and "<html" not in html
     assert f"{sys.executable} {KB_SCRIPT}" in html
@@ -404,14 +335,14 @@ def test_command_preview_partial_for_htmx(admin_client) -> None:
 
 
 def test_a_changed_command_must_be_seen_again(admin_client) -> None:
-    data = _confirmed(_form())
+    data = confirmed(server_form())
     data["args"] = ORDER_SCRIPT  # changed after the preview
     response = admin_client.post(reverse("servers:create"), data)
     assert "Press Save again" in response.content.decode() and not McpServer.objects.exists()
 
 
 def test_add_an_http_server(admin_client, order_http) -> None:
-    data = _form(
+    data = server_form(
         mcp_id="orders",
         transport="http",
         url=order_http,
@@ -451,7 +382,7 @@ def test_add_an_http_server(admin_client, order_http) -> None:
     ],
 )
 def test_bad_input_is_explained_and_the_input_is_kept(admin_client, overrides, field, phrase) -> None:
-    data = _confirmed(_form(description="kept text 설명", **overrides))
+    data = confirmed(server_form(description="kept text 설명", **overrides))
     response = admin_client.post(reverse("servers:create"), data)
     html = response.content.decode()
     assert response.status_code == 200
@@ -462,21 +393,21 @@ def test_bad_input_is_explained_and_the_input_is_kept(admin_client, overrides, f
 
 
 def test_duplicate_mcp_id_in_the_form(admin_client, kb) -> None:
-    response = admin_client.post(reverse("servers:create"), _confirmed(_form(mcp_id="knowledge-base")))
+    response = admin_client.post(reverse("servers:create"), confirmed(server_form(mcp_id="knowledge-base")))
     assert "An MCP server with the id &#x27;knowledge-base&#x27; already exists" in response.content.decode()
     assert McpServer.objects.count() == 1
 
 
 def test_an_editor_posting_a_stdio_server_gets_403_and_nothing_is_saved(editor_client) -> None:
     response = editor_client.post(
-        reverse("servers:create"), _confirmed(_form(command="/bin/sh", args="-c\ntouch /tmp/pwned"))
+        reverse("servers:create"), confirmed(server_form(command="/bin/sh", args="-c\ntouch /tmp/pwned"))
     )
     assert response.status_code == 403
     assert not McpServer.objects.exists()
 
 
 def test_anonymous_posting_a_stdio_server_goes_to_login_and_nothing_is_saved(client) -> None:
-    response = client.post(reverse("servers:create"), _confirmed(_form()))
+    response = client.post(reverse("servers:create"), confirmed(server_form()))
     assert response.status_code == 302 and response["Location"].startswith(reverse("login"))
     assert not McpServer.objects.exists()
 
@@ -484,7 +415,7 @@ def test_anonymous_posting_a_stdio_server_goes_to_login_and_nothing_is_saved(cli
 def test_edit_keeps_the_confirmed_command_and_saves(admin_client, kb) -> None:
     page = admin_client.get(reverse("servers:edit", args=[kb.pk])).content.decode()
     assert f"{sys.executable} {KB_SCRIPT}" in page
-    data = _confirmed(_form(mcp_id="knowledge-base", timeout_s="12.5", description="new"))
+    data = confirmed(server_form(mcp_id="knowledge-base", timeout_s="12.5", description="new"))
     response = admin_client.post(reverse("servers:edit", args=[kb.pk]), data)
     assert response.status_code == 302
     kb.refresh_from_db()
@@ -492,7 +423,7 @@ def test_edit_keeps_the_confirmed_command_and_saves(admin_client, kb) -> None:
 
 
 def test_edit_with_a_changed_command_is_not_saved_until_seen(admin_client, kb) -> None:
-    data = _confirmed(_form(mcp_id="knowledge-base"))
+    data = confirmed(server_form(mcp_id="knowledge-base"))
     data["args"] = ORDER_SCRIPT
     admin_client.post(reverse("servers:edit", args=[kb.pk]), data)
     kb.refresh_from_db()
@@ -537,7 +468,7 @@ def test_the_call_form_escapes_parameter_descriptions(editor_client) -> None:
 
 
 def test_refresh_without_javascript_redirects_with_a_summary(admin_client, admin) -> None:
-    server = _kb(admin)
+    server = kb_server(admin)
     response = admin_client.post(reverse("servers:refresh", args=[server.pk]), follow=True)
     html = response.content.decode()
     assert "Tools refreshed for the first time: 1 found." in html

@@ -15,9 +15,9 @@ from llamon_agent.mcp import McpConnectionError, McpServerSpec
 from llamon_agent.models import make_chat_model, model_error_message
 from servers.pool import web_pool, web_pool_close
 from servers.urlguard import configured_policy
-from tests.engine.test_models import completion
-from tests.outbound import Listener, redirecting_to
-from tests.rules.test_urlguard import FAKE_RESOLVER, fake_resolver
+from tests.support.fake_dns import FAKE_RESOLVER, fake_resolver
+from tests.support.openai_fake import completion
+from tests.support.outbound import Listener, redirecting_to
 
 pytestmark = pytest.mark.django_db
 

@@ -21,9 +21,9 @@ from rules.engine import rule_set_snapshot
 from servers import pool as web_pool
 from servers.models import McpServer
 from servers.services import mcp_servers_check_tools
-from tests.agents.conftest import publishing_to
 from tests.conftest import celery_worker
-from tests.rules.test_mcp_servers import KB_SCRIPT
+from tests.support.celery_publish import publishing_to
+from tests.support.mcp_servers import KB_SCRIPT
 
 STALE_TOOLS = [
     {"name": "search_docs", "description": "", "input_schema": {"type": "object"}},

@@ -1,13 +1,11 @@
 """The MCP URL guard: hostile URLs refused when saved and on connect; names resolved by a fake resolver only.
 
-No test here uses real DNS: every host name goes through ``fake_resolver`` (FAKE_DNS), and
+No test here uses real DNS: every host name goes through ``fake_resolver`` (tests/support/fake_dns.py), and
 traffic stays on 127.0.0.1.
 """
 
 from __future__ import annotations
 
-import http.server
-import threading
 from collections.abc import Iterator
 
 import pytest
@@ -15,33 +13,7 @@ import pytest
 from llamon_agent.mcp import McpConnectionError, McpServerSpec
 from llamon_agent.mcp.pool import McpPool
 from servers.urlguard import UnsafeUrlError, check_mcp_url, configured_resolver, default_resolver
-
-FAKE_RESOLVER = "tests.rules.test_urlguard.fake_resolver"
-
-# The only "DNS" the tests use. Public-looking answers use documentation-free, global addresses.
-FAKE_DNS: dict[str, list[str]] = {
-    "mcp.example.com": ["93.184.216.34"],
-    "dual.example.com": ["93.184.216.34", "2606:2800:220:1:248:1893:25c8:1946"],
-    "internal.example.com": ["10.0.0.5"],
-    "rebind.example.com": ["93.184.216.34", "127.0.0.1"],  # one good address is not enough
-    "loop.example.com": ["127.0.0.1"],
-    "v6loop.example.com": ["::1"],
-    "meta.example.com": ["169.254.169.254"],
-    "meta6.example.com": ["fd00:ec2::254"],
-    "linklocal6.example.com": ["fe80::1%eth0"],
-    "cgnat.example.com": ["100.64.12.34"],
-    "ula.example.com": ["fd12:3456:789a::1"],
-    "mapped.example.com": ["::ffff:192.168.1.10"],
-    "empty.example.com": [],
-    "garbage.example.com": ["not-an-ip"],
-}
-
-
-def fake_resolver(host: str, port: int) -> list[str]:
-    """FAKE_DNS as a resolver; an unknown name does not resolve (like NXDOMAIN)."""
-    if host not in FAKE_DNS:
-        raise OSError(f"[Errno -2] Name or service not known: {host}")
-    return list(FAKE_DNS[host])
+from tests.support.fake_dns import FAKE_RESOLVER, fake_resolver
 
 
 def _refusal(url: str, *, allow_private: bool = False) -> str:
@@ -221,47 +193,6 @@ def test_configured_resolver_follows_the_settings_hook(settings) -> None:
 
 
 # --------------------------------------------------------------------------- on connect: the pool's guard
-
-
-class _Recorder(http.server.BaseHTTPRequestHandler):
-    """Answers every request with ``self.server.answer`` and counts requests."""
-
-    def _answer(self) -> None:
-        self.server.hits += 1  # type: ignore[attr-defined]
-        status, location = self.server.answer  # type: ignore[attr-defined]
-        length = int(self.headers.get("Content-Length") or 0)
-        if length:
-            self.rfile.read(length)
-        self.send_response(status)
-        if location:
-            self.send_header("Location", location)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    do_GET = do_POST = do_DELETE = _answer
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
-@pytest.fixture
-def http_stub() -> Iterator:
-    """Start loopback HTTP stubs: ``http_stub(status, location)`` -> server with ``.url`` and ``.hits``."""
-    servers: list[http.server.ThreadingHTTPServer] = []
-
-    def start(status: int = 404, location: str | None = None) -> http.server.ThreadingHTTPServer:
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
-        server.hits = 0  # type: ignore[attr-defined]
-        server.answer = (status, location)  # type: ignore[attr-defined]
-        server.url = f"http://127.0.0.1:{server.server_address[1]}/mcp"  # type: ignore[attr-defined]
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
-        return server
-
-    yield start
-    for server in servers:
-        server.shutdown()
-        server.server_close()
 
 
 @pytest.fixture
