@@ -11,13 +11,12 @@ import hashlib
 import json
 import logging
 import random
-from dataclasses import dataclass
 from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.db.models import F
 
-from agents.models import Agent, Run, ShadowExample, ShadowTally
+from agents.models import Agent, ShadowExample, ShadowTally
 from rules.models import RuleSetVersion
 
 logger = logging.getLogger(__name__)
@@ -55,36 +54,6 @@ def serves_candidate(agent: Agent, *, session_id: str, chatbot_id: str) -> bool:
         return True
     bucket = rollout_bucket(agent.pk, session_id) if session_id else _random.randrange(BUCKETS)
     return bucket < percent
-
-
-@dataclass(frozen=True)
-class Served:
-    """The published version that serves a run (None: the draft) and whether it is the candidate."""
-
-    version: RuleSetVersion | None
-    candidate: bool
-
-
-def run_rules(agent: Agent, run: Run) -> tuple[Any, Served]:
-    """The rules a run uses (an agents.runtime.RulesRef) and what served it."""
-    from agents.runtime import RulesRef, agent_rules
-
-    candidate = agent.rollout_version
-    if (
-        candidate is not None
-        and agent.rule_set is not None
-        and candidate.rule_set_id == agent.rule_set_id
-        and serves_candidate(agent, session_id=run.session_id, chatbot_id=run.chatbot_id)
-    ):
-        rules = RulesRef(
-            list(candidate.content), agent.rule_set.name, f"v{candidate.number}", candidate.content_hash
-        )
-        return rules, Served(candidate, True)
-    rules = agent_rules(agent)
-    version = None
-    if rules.ref.startswith("v") and agent.rule_set is not None:
-        version = agent.rule_set.versions.filter(number=int(rules.ref[1:])).first()
-    return rules, Served(version, False)
 
 
 # --------------------------------------------------------------------------- shadow mode

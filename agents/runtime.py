@@ -27,6 +27,7 @@ from llamon_agent.tools import AgentRequest
 from llamon_agent.trace import MultiSink
 from llamon_web.content_hash import sha256
 from rules import engine
+from rules.models import RuleSetVersion
 from servers.urlguard import configured_policy
 
 logger = logging.getLogger(__name__)
@@ -68,6 +69,34 @@ def agent_rules(agent: Agent) -> RulesRef:
                 % {"name": rule_set.name}
             )
     return RulesRef(list(version.content), rule_set.name, f"v{version.number}", version.content_hash)
+
+
+@dataclass(frozen=True)
+class Served:
+    """The published version that serves a run (None: the draft) and whether it is the candidate."""
+
+    version: RuleSetVersion | None
+    candidate: bool
+
+
+def run_rules(agent: Agent, run: Run) -> tuple[Any, Served]:
+    """The rules a run uses and what served it: the stable version, or a rollout's candidate."""
+    candidate = agent.rollout_version
+    if (
+        candidate is not None
+        and agent.rule_set is not None
+        and candidate.rule_set_id == agent.rule_set_id
+        and rollout.serves_candidate(agent, session_id=run.session_id, chatbot_id=run.chatbot_id)
+    ):
+        rules = RulesRef(
+            list(candidate.content), agent.rule_set.name, f"v{candidate.number}", candidate.content_hash
+        )
+        return rules, Served(candidate, True)
+    rules = agent_rules(agent)
+    version = None
+    if rules.ref.startswith("v") and agent.rule_set is not None:
+        version = agent.rule_set.versions.filter(number=int(rules.ref[1:])).first()
+    return rules, Served(version, False)
 
 
 def agent_spec(agent: Agent, rules: RulesRef):
@@ -172,7 +201,7 @@ def execute_claimed_run(*, run_id: int) -> RunEnd:
         if agent.model_provider == Agent.Provider.OPENAI and agent.model_api_key_env:
             # Again at run time: an agent saved before the allow-list (or before it was narrowed).
             llm_key_env_check(agent.model_api_key_env)
-        rules, served = rollout.run_rules(agent, run)  # the stable version, or a rollout's candidate
+        rules, served = run_rules(agent, run)  # the stable version, or a rollout's candidate
         spec = agent_spec(agent, rules)
     except (AgentError, ValueError) as exc:
         return RunEnd(Run.Status.FAILED, error=getattr(exc, "message", str(exc)), error_kind="config")

@@ -8,7 +8,7 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-from llamon_agent.expr import shapes
+import llamon_agent.expr.shapes as shapes
 from llamon_agent.expr.budget import (
     _METER,
     BUILT_CHARS_PER_UNIT,

@@ -1,11 +1,8 @@
-"""MCP tools for the agent: LangChain tools over pooled sessions, and the pre-step's tool backend."""
+"""The pre-step's tool backend over a pool (the pool itself makes the LangChain tools)."""
 
 from __future__ import annotations
 
-import functools
-from typing import TYPE_CHECKING, Any, cast
-
-from mcp import types
+from typing import TYPE_CHECKING, Any
 
 from llamon_agent.mcp.errors import (
     UnknownServerError,
@@ -16,35 +13,6 @@ if TYPE_CHECKING:
     from langchain_core.tools import BaseTool
 
     from llamon_agent.mcp.pool import McpPool
-
-
-class _PooledSession:
-    """The slice of ``ClientSession`` the adapters' tools call, routed to the pool's session."""
-
-    def __init__(self, pool: McpPool, mcp_id: str) -> None:
-        self._pool = pool
-        self._mcp_id = mcp_id
-
-    async def call_tool(
-        self, name: str, arguments: dict[str, Any] | None = None, *args: Any, **kwargs: Any
-    ) -> types.CallToolResult:
-        return await self._pool.call_tool_raw(self._mcp_id, name, arguments)
-
-
-def _langchain_tool(pool: McpPool, mcp_id: str, tool: types.Tool) -> BaseTool:
-    from langchain_mcp_adapters.tools import convert_mcp_tool_to_langchain_tool
-
-    lc_tool: Any = convert_mcp_tool_to_langchain_tool(_PooledSession(pool, mcp_id), tool)  # type: ignore[arg-type]
-    coroutine = lc_tool.coroutine
-
-    # The adapters only give an async tool; a sync twin lets plain threads .invoke() it. It runs
-    # the same coroutine on the pool loop. wraps() keeps the injected `runtime` parameter visible.
-    @functools.wraps(coroutine)
-    def run_sync(*args: Any, **kwargs: Any) -> Any:
-        return pool._submit(coroutine(*args, **kwargs)).result()
-
-    lc_tool.func = run_sync
-    return cast("BaseTool", lc_tool)
 
 
 # --------------------------------------------------------------------------- pre-step backend

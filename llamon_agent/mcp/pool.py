@@ -30,13 +30,14 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
+import functools
 import logging
 import os
 import threading
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine
 from contextlib import AsyncExitStack
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import anyio
 import httpx
@@ -45,7 +46,6 @@ from mcp.shared.exceptions import McpError as SdkMcpError
 from pydantic import ValidationError
 
 from llamon_agent.envnames import EnvNamePolicy, header_env_name
-from llamon_agent.mcp.adapters import _langchain_tool
 from llamon_agent.mcp.errors import (
     McpConnectionError,
     McpError,
@@ -816,3 +816,35 @@ def close_all_pools() -> None:
 
 os.register_at_fork(after_in_child=_forget_pools_in_child)
 atexit.register(close_all_pools)
+
+
+# --------------------------------------------------------------------------- LangChain tools
+
+
+class _PooledSession:
+    """The slice of ``ClientSession`` the adapters' tools call, routed to the pool's session."""
+
+    def __init__(self, pool: McpPool, mcp_id: str) -> None:
+        self._pool = pool
+        self._mcp_id = mcp_id
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any] | None = None, *args: Any, **kwargs: Any
+    ) -> types.CallToolResult:
+        return await self._pool.call_tool_raw(self._mcp_id, name, arguments)
+
+
+def _langchain_tool(pool: McpPool, mcp_id: str, tool: types.Tool) -> BaseTool:
+    from langchain_mcp_adapters.tools import convert_mcp_tool_to_langchain_tool
+
+    lc_tool: Any = convert_mcp_tool_to_langchain_tool(_PooledSession(pool, mcp_id), tool)  # type: ignore[arg-type]
+    coroutine = lc_tool.coroutine
+
+    # The adapters only give an async tool; a sync twin lets plain threads .invoke() it. It runs
+    # the same coroutine on the pool loop. wraps() keeps the injected `runtime` parameter visible.
+    @functools.wraps(coroutine)
+    def run_sync(*args: Any, **kwargs: Any) -> Any:
+        return pool._submit(coroutine(*args, **kwargs)).result()
+
+    lc_tool.func = run_sync
+    return cast("BaseTool", lc_tool)

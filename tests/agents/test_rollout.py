@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from agents import rollout, services
+from agents import rollout, runtime, services
 from agents.errors import AgentConflictError, AgentError
 from agents.models import Agent, Run, ShadowExample, ShadowTally
 from llamon_agent.tools import AgentRequest
@@ -79,10 +79,10 @@ def test_a_run_without_session_draws_its_own_bucket(agent, versions) -> None:
 def test_run_rules_names_the_version_that_serves_the_run(agent, versions) -> None:
     v1, v2 = versions
     run = Run(agent=agent, session_id="s-1", chatbot_id="bot-a")
-    rules, served = rollout.run_rules(agent, run)
+    rules, served = runtime.run_rules(agent, run)
     assert (rules.ref, served.version, served.candidate) == ("v1", v1, False)
     agent.rollout_version, agent.rollout_chatbot_ids = v2, ["bot-a"]
-    rules, served = rollout.run_rules(agent, run)
+    rules, served = runtime.run_rules(agent, run)
     assert (rules.ref, rules.content_hash, served.version, served.candidate) == (
         "v2",
         v2.content_hash,
