@@ -115,8 +115,10 @@ def set_rollout(request: HttpRequest, agent_id: DbId, payload: RolloutIn) -> Any
 
 @router.post(
     "/agents/{agent_id}/rollout/promote",
-    response={200: RolloutOut, **error_responses(404, 409)}, auth=EDITOR, tags=AGENTS,
-)  # fmt: skip
+    response={200: RolloutOut, **error_responses(404, 409)},
+    auth=EDITOR,
+    tags=AGENTS,
+)
 def promote_rollout(request: HttpRequest, agent_id: DbId) -> Any:
     """The candidate becomes the agent's pinned version and the rollout ends (editor); 409 without one."""
     agent = services.rollout_promote(actor=request.auth, agent=get_or_404(Agent, "agent", pk=agent_id))
@@ -125,8 +127,10 @@ def promote_rollout(request: HttpRequest, agent_id: DbId) -> Any:
 
 @router.post(
     "/agents/{agent_id}/rollout/rollback",
-    response={200: RolloutOut, **error_responses(404, 409)}, auth=EDITOR, tags=AGENTS,
-)  # fmt: skip
+    response={200: RolloutOut, **error_responses(404, 409)},
+    auth=EDITOR,
+    tags=AGENTS,
+)
 def rollback_rollout(request: HttpRequest, agent_id: DbId) -> Any:
     """End the rollout: every run gets the stable version again (editor); 409 without one."""
     agent = services.rollout_rollback(actor=request.auth, agent=get_or_404(Agent, "agent", pk=agent_id))
@@ -155,15 +159,23 @@ def set_shadow(request: HttpRequest, agent_id: DbId, payload: ShadowIn) -> Any:
 def _shadow_body(agent: Agent) -> dict[str, Any]:
     tallies = [
         {
-            "version": t.version.number, "evaluated": t.evaluated, "diverged": t.diverged, "errors": t.errors,
+            "version": t.version.number,
+            "evaluated": t.evaluated,
+            "diverged": t.diverged,
+            "errors": t.errors,
             "examples": [
-                {"run": e.run_id, "live_calls": e.live_calls, "shadow_calls": e.shadow_calls, "error": e.error,
-                 "created_at": e.created_at}
+                {
+                    "run": e.run_id,
+                    "live_calls": e.live_calls,
+                    "shadow_calls": e.shadow_calls,
+                    "error": e.error,
+                    "created_at": e.created_at,
+                }
                 for e in t.examples.all()
             ],
         }
         for t in selectors.shadow_tallies(agent=agent)
-    ]  # fmt: skip
+    ]
     return {
         "shadow_version": agent.shadow_version.number if agent.shadow_version is not None else None,
         "tallies": tallies,
@@ -192,9 +204,11 @@ def _agent_save(request: HttpRequest, agent: Agent, values: dict[str, Any], *, r
     if not form.is_valid():
         raise FormInvalid(form)
     return services.agent_save(
-        actor=request.auth, agent=form.save(commit=False),
-        react_servers=list(form.cleaned_data["react_servers"]), revision=revision,
-    )  # fmt: skip
+        actor=request.auth,
+        agent=form.save(commit=False),
+        react_servers=list(form.cleaned_data["react_servers"]),
+        revision=revision,
+    )
 
 
 def _agent_values(agent: Agent) -> dict[str, Any]:
@@ -228,21 +242,27 @@ def _agent_form_data(values: dict[str, Any], *, revision: int | None) -> dict[st
             raise AgentError(_("Each pattern is one non-empty line."), field=field)
     script = values.get("model_script") or []
     return {
-        "name": values["name"], "description": values.get("description") or "",
+        "name": values["name"],
+        "description": values.get("description") or "",
         "system_prompt": values.get("system_prompt") or DEFAULT_SYSTEM_PROMPT,
-        "rule_set": values.get("rule_set") or "", "rule_set_mode": values.get("rule_set_mode") or "latest",
-        "pinned_version": pinned_pk, "model_provider": values.get("model_provider") or "offline",
-        "model_name": values.get("model_name") or "", "model_base_url": values.get("model_base_url") or "",
+        "rule_set": values.get("rule_set") or "",
+        "rule_set_mode": values.get("rule_set_mode") or "latest",
+        "pinned_version": pinned_pk,
+        "model_provider": values.get("model_provider") or "offline",
+        "model_name": values.get("model_name") or "",
+        "model_base_url": values.get("model_base_url") or "",
         "model_api_key_env": values.get("model_api_key_env") or "",
         "model_script": json.dumps(script, ensure_ascii=False) if script else "",
-        "temperature": values.get("temperature", 0.0), "react_servers": [servers[m] for m in wanted],
+        "temperature": values.get("temperature", 0.0),
+        "react_servers": [servers[m] for m in wanted],
         "input_max_chars": values.get("input_max_chars", 4000),
         "input_blocked_patterns": "\n".join(values.get("input_blocked_patterns") or []),
         "output_blocked_patterns": "\n".join(values.get("output_blocked_patterns") or []),
-        "output_masks": list(values.get("output_masks") or []), "max_iterations": values.get("max_iterations", 6),
+        "output_masks": list(values.get("output_masks") or []),
+        "max_iterations": values.get("max_iterations", 6),
         "answer_from_prestep": bool(values.get("answer_from_prestep")),
         "revision": "" if revision is None else revision,
-    }  # fmt: skip
+    }
 
 
 # --- Runs ----------------------------------------------------------------------------------------
@@ -263,9 +283,10 @@ def list_runs(request: HttpRequest, filters: Query[RunFilterIn]) -> Any:
         rows = list(runs[filters.offset : filters.offset + filters.limit + 1])
         more = len(rows) > filters.limit
         page = selectors.RunPage(
-            runs=rows[: filters.limit], cursor=None,
+            runs=rows[: filters.limit],
+            cursor=None,
             next_cursor=selectors.cursor_encode(rows[filters.limit - 1]) if more else None,
-        )  # fmt: skip
+        )
     else:
         try:
             page = selectors.run_page(filters=chosen, cursor=filters.cursor, limit=filters.limit)
@@ -306,10 +327,15 @@ def ingest_run(request: HttpRequest, payload: IngestIn) -> Any:
     agent = get_or_404(Agent, "agent", pk=payload.agent) if payload.agent is not None else None
     sample = AgentRequest(**payload.request.dict()) if payload.request is not None else None
     run, created = services.run_ingest(
-        actor=request.auth, run=run, events=[TraceEvent.from_json(e.dict()) for e in payload.events],
-        source=payload.source, agent=agent, agent_name=payload.agent_name, request=sample,
+        actor=request.auth,
+        run=run,
+        events=[TraceEvent.from_json(e.dict()) for e in payload.events],
+        source=payload.source,
+        agent=agent,
+        agent_name=payload.agent_name,
+        request=sample,
         finish=payload.finish.dict() if payload.finish is not None else None,
-    )  # fmt: skip
+    )
     body = {"run_id": run.pk, "created": created, "status": run.status, "steps": run.steps.count()}
     return Status(201 if created else 200, body)
 

@@ -62,11 +62,26 @@ class AgentForm(forms.ModelForm):
     class Meta:
         model = Agent
         fields = [
-            "name", "description", "system_prompt", "rule_set", "rule_set_mode", "pinned_version", "model_provider",
-            "model_name", "model_base_url", "model_api_key_env", "model_script", "temperature", "react_servers",
-            "input_max_chars", "input_blocked_patterns", "output_blocked_patterns", "output_masks", "max_iterations",
+            "name",
+            "description",
+            "system_prompt",
+            "rule_set",
+            "rule_set_mode",
+            "pinned_version",
+            "model_provider",
+            "model_name",
+            "model_base_url",
+            "model_api_key_env",
+            "model_script",
+            "temperature",
+            "react_servers",
+            "input_max_chars",
+            "input_blocked_patterns",
+            "output_blocked_patterns",
+            "output_masks",
+            "max_iterations",
             "answer_from_prestep",
-        ]  # fmt: skip
+        ]
         field_classes = {"rule_set": userinput.ModelChoiceField, "pinned_version": userinput.ModelChoiceField}
         widgets = {
             "system_prompt": forms.Textarea(attrs={"rows": 5}),
@@ -186,13 +201,18 @@ class RolloutForm(forms.Form):
 
     version = forms.TypedChoiceField(coerce=int, label="Candidate version")
     percent = forms.IntegerField(
-        min_value=0, max_value=100, initial=10, label="Share of sessions (%)",
+        min_value=0,
+        max_value=100,
+        initial=10,
+        label="Share of sessions (%)",
         help_text="Sticky by sessionId; a run without sessionId draws its own bucket.",
-    )  # fmt: skip
+    )
     chatbot_ids = LinesField(
-        required=False, max_length=50_000, label="chatbotIds",
+        required=False,
+        max_length=50_000,
+        label="chatbotIds",
         help_text="One per line (at most 200): these chatbots always get the candidate.",
-    )  # fmt: skip
+    )
 
     def __init__(self, *args: Any, versions: list[Any], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -206,9 +206,12 @@ def execute_claimed_run(*, run_id: int) -> RunEnd:
     except (AgentError, ValueError) as exc:
         return RunEnd(Run.Status.FAILED, error=getattr(exc, "message", str(exc)), error_kind="config")
     Run.objects.filter(pk=run_id).update(
-        rule_set_name=rules.name, rule_set_ref=rules.ref, rule_set_hash=rules.content_hash,
-        rule_set_version=served.version, rollout_candidate=served.candidate,
-    )  # fmt: skip
+        rule_set_name=rules.name,
+        rule_set_ref=rules.ref,
+        rule_set_hash=rules.content_hash,
+        rule_set_version=served.version,
+        rollout_candidate=served.candidate,
+    )
 
     redact = redactor()
     sink = DbStepSink(run, redact=redact)

@@ -84,10 +84,23 @@ class AgentOut(ModelSchema):
     class Meta:
         model = Agent
         fields = [
-            "id", "name", "description", "system_prompt", "rule_set_mode", "model_provider", "model_name",
-            "model_base_url", "model_api_key_env", "temperature", "input_max_chars", "max_iterations",
-            "answer_from_prestep", "revision", "created_at", "updated_at",
-        ]  # fmt: skip
+            "id",
+            "name",
+            "description",
+            "system_prompt",
+            "rule_set_mode",
+            "model_provider",
+            "model_name",
+            "model_base_url",
+            "model_api_key_env",
+            "temperature",
+            "input_max_chars",
+            "max_iterations",
+            "answer_from_prestep",
+            "revision",
+            "created_at",
+            "updated_at",
+        ]
 
     @staticmethod
     def resolve_rule_set(obj: Agent) -> int | None:
@@ -135,10 +148,29 @@ class RunOut(ModelSchema):
     class Meta:
         model = Run
         fields = [
-            "id", "agent_name", "source", "status", "query", "user_id", "session_id", "chatbot_id",
-            "rule_set_name", "rule_set_ref", "rule_set_hash", "rollout_candidate", "answer", "error", "error_kind", "llm_calls",
-            "tool_calls", "prestep_calls", "cancel_requested", "created_at", "started_at", "finished_at",
-        ]  # fmt: skip
+            "id",
+            "agent_name",
+            "source",
+            "status",
+            "query",
+            "user_id",
+            "session_id",
+            "chatbot_id",
+            "rule_set_name",
+            "rule_set_ref",
+            "rule_set_hash",
+            "rollout_candidate",
+            "answer",
+            "error",
+            "error_kind",
+            "llm_calls",
+            "tool_calls",
+            "prestep_calls",
+            "cancel_requested",
+            "created_at",
+            "started_at",
+            "finished_at",
+        ]
 
     @staticmethod
     def resolve_agent(obj: Run) -> int | None:
@@ -196,9 +228,18 @@ class RunStepOut(ModelSchema):
     class Meta:
         model = RunStep
         fields = [
-            "seq", "event_id", "parent_seq", "kind", "name", "status", "mcp_id", "tool_name", "started_at",
-            "duration_ms", "error",
-        ]  # fmt: skip
+            "seq",
+            "event_id",
+            "parent_seq",
+            "kind",
+            "name",
+            "status",
+            "mcp_id",
+            "tool_name",
+            "started_at",
+            "duration_ms",
+            "error",
+        ]
 
 
 class RunStepsOut(Schema):

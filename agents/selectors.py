@@ -218,12 +218,14 @@ def run_diagnostics(*, run: Run) -> list[dict[str, str]]:
                 ),
             )
             if key in prestep_calls:
-                found.append({
-                    "level": "warning",
-                    "message": f"The LLM called {step.tool_name} with the same params the pre-step rule "
-                    f"{prestep_calls[key]} already used. Tell it to use the pre-step results first: add the "
-                    "seed's line to the system prompt (제공된 \"확정 호출 결과\"가 있으면 그 내용을 우선 사용하여 답변하고, ...).",
-                })  # fmt: skip
+                found.append(
+                    {
+                        "level": "warning",
+                        "message": f"The LLM called {step.tool_name} with the same params the pre-step rule "
+                        f"{prestep_calls[key]} already used. Tell it to use the pre-step results first: add the "
+                        'seed\'s line to the system prompt (제공된 "확정 호출 결과"가 있으면 그 내용을 우선 사용하여 답변하고, ...).',
+                    }
+                )
         if step.kind == RunStep.Kind.RULE and step.status == "error":
             if "not in" in step.error or "unknown tool" in step.error.lower() or "lacks" in step.error:
                 found.append(
@@ -257,8 +259,29 @@ def _canonical(value: Any) -> str:
 WATERFALL_LIMIT = 1000  # bars drawn; a longer run says how many were left out
 TRACE_LLM_CALLS = 200  # LLM calls whose offered tools are read
 TRACE_LLM_USAGE = 20_000  # LLM calls whose model and token counts are summed (a longer run: its first)
-_SPAN_FIELDS = ("seq", "parent_seq", "kind", "name", "status", "started_at", "duration_ms", "tokens", "mcp_id", "tool_name")  # fmt: skip
-_KIND_LABELS = {"guardrail": "guardrail", "prestep": "pre-step", "rule": "rule", "llm": "LLM", "tool": "tool", "node": "", "answer": "answer", "error": "error", "listing": "MCP tools"}  # fmt: skip
+_SPAN_FIELDS = (
+    "seq",
+    "parent_seq",
+    "kind",
+    "name",
+    "status",
+    "started_at",
+    "duration_ms",
+    "tokens",
+    "mcp_id",
+    "tool_name",
+)
+_KIND_LABELS = {
+    "guardrail": "guardrail",
+    "prestep": "pre-step",
+    "rule": "rule",
+    "llm": "LLM",
+    "tool": "tool",
+    "node": "",
+    "answer": "answer",
+    "error": "error",
+    "listing": "MCP tools",
+}
 
 
 @dataclass

@@ -398,10 +398,25 @@ def runs_delete_expired(*, now: datetime | None = None, batch: int = RETENTION_B
 
 
 AGENT_FIELDS = (
-    "name", "description", "system_prompt", "rule_set_id", "rule_set_mode", "pinned_version_id", "model_provider",
-    "model_name", "model_base_url", "model_api_key_env", "model_script", "temperature", "input_max_chars",
-    "input_blocked_patterns", "output_blocked_patterns", "output_masks", "max_iterations", "answer_from_prestep",
-)  # fmt: skip
+    "name",
+    "description",
+    "system_prompt",
+    "rule_set_id",
+    "rule_set_mode",
+    "pinned_version_id",
+    "model_provider",
+    "model_name",
+    "model_base_url",
+    "model_api_key_env",
+    "model_script",
+    "temperature",
+    "input_max_chars",
+    "input_blocked_patterns",
+    "output_blocked_patterns",
+    "output_masks",
+    "max_iterations",
+    "answer_from_prestep",
+)
 
 
 def _agent_snapshot(agent: Agent) -> dict[str, Any]:
@@ -600,8 +615,17 @@ def privacy_update(
         retention_days,
     )
     current.save()
-    audit_record(actor=actor, action="privacy.update", obj=current, before=before,
-                 after={"redaction_patterns": redaction_patterns, "mask_presets": mask_presets, "retention_days": retention_days})  # fmt: skip
+    audit_record(
+        actor=actor,
+        action="privacy.update",
+        obj=current,
+        before=before,
+        after={
+            "redaction_patterns": redaction_patterns,
+            "mask_presets": mask_presets,
+            "retention_days": retention_days,
+        },
+    )
     return current
 
 
@@ -801,7 +825,11 @@ def _rollout_keep(agent: Agent, current: Agent) -> None:
 
 
 def _locked_agent(agent: Agent) -> Agent:
-    return Agent.objects.select_for_update(of=("self",)).select_related("rule_set", "pinned_version", "rollout_version", "shadow_version").get(pk=agent.pk)  # fmt: skip
+    return (
+        Agent.objects.select_for_update(of=("self",))
+        .select_related("rule_set", "pinned_version", "rollout_version", "shadow_version")
+        .get(pk=agent.pk)
+    )
 
 
 def _agent_bump(agent: Agent, fields: list[str]) -> None:
@@ -829,9 +857,12 @@ def rollout_set(*, actor: Any, agent: Agent, version: Any, percent: int, chatbot
         agent.rollout_started_at = timezone.now()
     _agent_bump(agent, ["rollout_version", "rollout_percent", "rollout_chatbot_ids", "rollout_started_at"])
     audit_record(
-        actor=actor, action="agent.rollout.start" if starting else "agent.rollout.change", obj=agent,
-        before=before, after=_rollout_state(agent),
-    )  # fmt: skip
+        actor=actor,
+        action="agent.rollout.start" if starting else "agent.rollout.change",
+        obj=agent,
+        before=before,
+        after=_rollout_state(agent),
+    )
     return agent
 
 
@@ -850,8 +881,17 @@ def rollout_promote(*, actor: Any, agent: Agent) -> Agent:
     before = _rollout_state(agent)
     agent.rule_set_mode, agent.pinned_version = Agent.RuleSetMode.PINNED, candidate
     _rollout_clear(agent)
-    _agent_bump(agent, ["rule_set_mode", "pinned_version", "rollout_version", "rollout_percent",
-                        "rollout_chatbot_ids", "rollout_started_at"])  # fmt: skip
+    _agent_bump(
+        agent,
+        [
+            "rule_set_mode",
+            "pinned_version",
+            "rollout_version",
+            "rollout_percent",
+            "rollout_chatbot_ids",
+            "rollout_started_at",
+        ],
+    )
     audit_record(
         actor=actor, action="agent.rollout.promote", obj=agent, before=before, after=_rollout_state(agent)
     )
@@ -885,7 +925,10 @@ def shadow_set(*, actor: Any, agent: Agent, version: Any) -> Agent:
     agent.shadow_version = version
     _agent_bump(agent, ["shadow_version"])
     audit_record(
-        actor=actor, action="agent.shadow.start" if version else "agent.shadow.stop", obj=agent,
-        before=before, after=_rollout_state(agent),
-    )  # fmt: skip
+        actor=actor,
+        action="agent.shadow.start" if version else "agent.shadow.stop",
+        obj=agent,
+        before=before,
+        after=_rollout_state(agent),
+    )
     return agent

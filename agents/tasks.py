@@ -40,9 +40,11 @@ def run_execute_task(run_id: int) -> None:
         run_execute(run_id=run_id)
     except SoftTimeLimitExceeded:
         run_finish(
-            run_id=run_id, status="timed_out", error_kind="timeout",
+            run_id=run_id,
+            status="timed_out",
+            error_kind="timeout",
             error=f"The run took longer than {settings.LLAMON_RUN_SOFT_LIMIT_S} s and was stopped.",
-        )  # fmt: skip
+        )
 
 
 @shared_task(bind=True, ignore_result=True)

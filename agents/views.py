@@ -40,9 +40,11 @@ def agent_edit(request: HtmxHttpRequest, pk: int | None = None) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         try:
             saved = services.agent_save(
-                actor=request.user, agent=form.save(commit=False), react_servers=list(form.cleaned_data["react_servers"]),
+                actor=request.user,
+                agent=form.save(commit=False),
+                react_servers=list(form.cleaned_data["react_servers"]),
                 revision=form.cleaned_data.get("revision"),
-            )  # fmt: skip
+            )
         except AgentError as exc:
             form.add_error(exc.field if exc.field in form.fields else None, exc.message)
         else:
@@ -78,9 +80,12 @@ def run_list(request: HtmxHttpRequest) -> HttpResponse:
     newest.pop("cursor", None)
     template = "agents/run_list.html#run-table" if request.htmx else "agents/run_list.html"
     context = {
-        "form": form, "page": page.runs, "run_page": page, "newest_query": newest.urlencode(),
+        "form": form,
+        "page": page.runs,
+        "run_page": page,
+        "newest_query": newest.urlencode(),
         "poll_query": _poll_query(request, page.runs[0] if page.runs else None, page.runs),
-    }  # fmt: skip
+    }
     return render(request, template, context)
 
 
@@ -143,15 +148,25 @@ def run_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     steps, more = _step_page(run, after=after)
     last_seq = _settled_seq(steps, after=after)
     selectors.runs_for_display([run])
-    return render(request, "agents/run_detail.html", {
-        "run": run, "steps": steps, "last_seq": last_seq, "after": after, "more": more,
-        "poll": not run.finished and not more,
-        "diagnostics": selectors.run_diagnostics(run=run) if run.finished else [],
-        "can_edit": has_role(request.user, "editor"),
-        "replay_agents": selectors.agent_list() if has_role(request.user, "editor") else [],
-        "trace": selectors.run_trace(run=run),
-        "flow_graph": flow_graph(selectors.run_steps(run=run).filter(kind="node")) if run.source == Run.Source.FLOW else None,
-    })  # fmt: skip
+    return render(
+        request,
+        "agents/run_detail.html",
+        {
+            "run": run,
+            "steps": steps,
+            "last_seq": last_seq,
+            "after": after,
+            "more": more,
+            "poll": not run.finished and not more,
+            "diagnostics": selectors.run_diagnostics(run=run) if run.finished else [],
+            "can_edit": has_role(request.user, "editor"),
+            "replay_agents": selectors.agent_list() if has_role(request.user, "editor") else [],
+            "trace": selectors.run_trace(run=run),
+            "flow_graph": flow_graph(selectors.run_steps(run=run).filter(kind="node"))
+            if run.source == Run.Source.FLOW
+            else None,
+        },
+    )
 
 
 @require_GET
@@ -167,13 +182,18 @@ def run_steps(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     last_seq = _settled_seq(steps, after=after)
     final = run.finished and not more and all(s.status != "running" for s in steps)
     context = {
-        "run": run, "steps": steps, "last_seq": last_seq, "final": final, "more": more,
-        "poll": not final and not more, "can_edit": has_role(request.user, "editor"),
+        "run": run,
+        "steps": steps,
+        "last_seq": last_seq,
+        "final": final,
+        "more": more,
+        "poll": not final and not more,
+        "can_edit": has_role(request.user, "editor"),
         # Only the last answer carries the diagnostics: earlier polls of an ended run would read them for nothing.
         "diagnostics": selectors.run_diagnostics(run=run) if final else [],
         # The waterfall is redrawn once, when the run has ended (not on every poll).
         "trace": selectors.run_trace(run=run) if final else None,
-    }  # fmt: skip
+    }
     response = render(request, "agents/run_detail.html#run-poll", context)
     # 286 tells htmx to stop polling: the run has ended and every step is settled.
     return HttpResponseStopPolling(response.content) if final else response
@@ -362,12 +382,21 @@ def _rollout_page(request: HtmxHttpRequest, agent: Agent, *, rollout_form=None, 
     initial = {"version": versions[0].number if versions else None, "percent": 10}
     if state["rollout"]:
         initial = {k: state["rollout"][k] for k in ("version", "percent", "chatbot_ids")}
-    return render(request, "agents/rollout.html", {
-        "agent": agent, "state": state, "versions": versions,
-        "rollout_form": rollout_form or RolloutForm(initial=initial, versions=versions),
-        "shadow_form": shadow_form or ShadowForm(initial={"version": state["shadow_version"]}, versions=versions),
-        "tallies": selectors.shadow_tallies(agent=agent), "can_edit": has_role(request.user, "editor"),
-    }, status=status)  # fmt: skip
+    return render(
+        request,
+        "agents/rollout.html",
+        {
+            "agent": agent,
+            "state": state,
+            "versions": versions,
+            "rollout_form": rollout_form or RolloutForm(initial=initial, versions=versions),
+            "shadow_form": shadow_form
+            or ShadowForm(initial={"version": state["shadow_version"]}, versions=versions),
+            "tallies": selectors.shadow_tallies(agent=agent),
+            "can_edit": has_role(request.user, "editor"),
+        },
+        status=status,
+    )
 
 
 def _rollout_agent(pk: int) -> Agent:
@@ -392,9 +421,12 @@ def agent_rollout_set(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         version = selectors.agent_version(agent, number)
         try:
             services.rollout_set(
-                actor=request.user, agent=agent, version=version,
-                percent=form.cleaned_data["percent"], chatbot_ids=form.cleaned_data["chatbot_ids"],
-            )  # fmt: skip
+                actor=request.user,
+                agent=agent,
+                version=version,
+                percent=form.cleaned_data["percent"],
+                chatbot_ids=form.cleaned_data["chatbot_ids"],
+            )
         except AgentError as exc:
             form.add_error(exc.field if exc.field in form.fields else None, exc.message)
         else:

@@ -83,10 +83,18 @@ def _import(n: int) -> dict[str, float]:
     user, _ = admin_ensure(password="bench-password-123")
     whens = make_whens(n, 0.05, random.Random(11))
     rules = [
-        {"name": f"rule_{i}", "mcp_id": f"server-{i % 5}", "tool_name": "lookup", "description": "",
-         "when": when, "params": '{"q": query[:50]}', "stop": False, "enabled": True}
+        {
+            "name": f"rule_{i}",
+            "mcp_id": f"server-{i % 5}",
+            "tool_name": "lookup",
+            "description": "",
+            "when": when,
+            "params": '{"q": query[:50]}',
+            "stop": False,
+            "enabled": True,
+        }
         for i, when in enumerate(whens)
-    ]  # fmt: skip
+    ]
     t0, c0 = time.perf_counter(), time.process_time()
     exporting.rule_set_import_json(
         actor=user, data={"format": exporting.FORMAT, "name": f"bench-{time.time_ns()}", "rules": rules}
@@ -139,8 +147,10 @@ def main() -> None:
         )
     n = 2_000
     s, v = _run("shape", "import", n), _run("naive", "import", n)
-    print(f"| import {n:,} rules (SQLite, whole call) | {s['s']:,.2f} s / {v['s']:,.2f} s | "
-          f"{s['cpu']:,.2f} s / {v['cpu']:,.2f} s CPU | | | {v['s'] / s['s']:,.1f}x |")  # fmt: skip
+    print(
+        f"| import {n:,} rules (SQLite, whole call) | {s['s']:,.2f} s / {v['s']:,.2f} s | "
+        f"{s['cpu']:,.2f} s / {v['cpu']:,.2f} s CPU | | | {v['s'] / s['s']:,.1f}x |"
+    )
 
 
 if __name__ == "__main__":

@@ -38,12 +38,32 @@ CTX = DeterministicContext(
 )
 
 CASES = [
-    ("when", '"주문" in ctx.query and "조회" in ctx.query', lambda c: "주문" in c.query and "조회" in c.query),
-    ("when", 'ctx.context.get("chatbotId") == "premium-support"', lambda c: c.context.get("chatbotId") == "premium-support"),
-    ("when", '"search_docs" in tool_names and "검색" in ctx.query', lambda c: "search_docs" in {t.name for t in c.mcp_tools} and "검색" in c.query),
-    ("when", 'contains_any(query, ["환불", "배송", "조회"])', lambda c: contains_any(c.query, ["환불", "배송", "조회"])),
-    ("params", '{"customer_id": ctx.context.get("userId")}', lambda c: {"customer_id": c.context.get("userId")}),
-]  # fmt: skip
+    (
+        "when",
+        '"주문" in ctx.query and "조회" in ctx.query',
+        lambda c: "주문" in c.query and "조회" in c.query,
+    ),
+    (
+        "when",
+        'ctx.context.get("chatbotId") == "premium-support"',
+        lambda c: c.context.get("chatbotId") == "premium-support",
+    ),
+    (
+        "when",
+        '"search_docs" in tool_names and "검색" in ctx.query',
+        lambda c: "search_docs" in {t.name for t in c.mcp_tools} and "검색" in c.query,
+    ),
+    (
+        "when",
+        'contains_any(query, ["환불", "배송", "조회"])',
+        lambda c: contains_any(c.query, ["환불", "배송", "조회"]),
+    ),
+    (
+        "params",
+        '{"customer_id": ctx.context.get("userId")}',
+        lambda c: {"customer_id": c.context.get("userId")},
+    ),
+]
 
 
 def best_us(stmt, number: int = 20_000) -> float:
@@ -161,8 +181,13 @@ def main() -> None:
         overhead = (with_budget / without_budget - 1) * 100
         print(f"{source[:55]:55} {with_budget:7.2f} {without_budget:7.2f} {overhead:8.0f}%")
     # A whole rule as the pre-step runs it: when, then params, and the request's accounting.
-    rule = expression_rule(name="route_order_lookup", mcp_id="order-service", tool_name="get_order",
-                           when=CASES[0][1], params='{"query": ctx.query}')  # fmt: skip
+    rule = expression_rule(
+        name="route_order_lookup",
+        mcp_id="order-service",
+        tool_name="get_order",
+        when=CASES[0][1],
+        params='{"query": ctx.query}',
+    )
 
     class Plain:  # an expression as before the budget: evaluate() without the meter
         def __init__(self, source, kind):

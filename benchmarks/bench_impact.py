@@ -90,10 +90,17 @@ def seed(n_runs: int, distinct_queries: bool = False) -> tuple[object, list[dict
     candidate[0]["params"] = '{"query": ctx.query, "lang": "ko"}'  # route_order_lookup: a param more
     candidate[5]["enabled"] = False  # route_kw02 removed
     candidate.append(
-        {"name": "route_refund", "description": "", "mcp_id": "order-service", "tool_name": "list_orders",
-         "when": '"환불" in query', "params": '{"customer_id": context.get("userId", "anon")}',
-         "stop": False, "enabled": True}
-    )  # fmt: skip
+        {
+            "name": "route_refund",
+            "description": "",
+            "mcp_id": "order-service",
+            "tool_name": "list_orders",
+            "when": '"환불" in query',
+            "params": '{"customer_id": context.get("userId", "anon")}',
+            "stop": False,
+            "enabled": True,
+        }
+    )
 
     # 500 distinct requests; v1's decision for each is computed once and stored on every run using it.
     rng = random.Random(7)
@@ -119,29 +126,57 @@ def seed(n_runs: int, distinct_queries: bool = False) -> tuple[object, list[dict
         runs = []
         for k in range(first, first + count):
             request, _ = templates[k % len(templates)]
-            runs.append(Run(
-                status="succeeded", query=request.query + (f" S-{k}" if distinct_queries else ""),
-                context={**request.context, "sessionId": f"s-{k}"},  # every request distinct
-                user_id=request.context["userId"], chatbot_id=request.context["chatbotId"],
-                rule_set_name="bench", rule_set_ref="v1", rule_set_hash=version.content_hash,
-                rule_set_version=version, created_at=start + step * k,
-            ))  # fmt: skip
+            runs.append(
+                Run(
+                    status="succeeded",
+                    query=request.query + (f" S-{k}" if distinct_queries else ""),
+                    context={**request.context, "sessionId": f"s-{k}"},  # every request distinct
+                    user_id=request.context["userId"],
+                    chatbot_id=request.context["chatbotId"],
+                    rule_set_name="bench",
+                    rule_set_ref="v1",
+                    rule_set_hash=version.content_hash,
+                    rule_set_version=version,
+                    created_at=start + step * k,
+                )
+            )
         created = Run.objects.bulk_create(runs, batch_size=batch)
         steps = []
         for k, run in zip(range(first, first + count), created, strict=True):
             template, fired = templates[k % len(templates)]
             if distinct_queries:  # the params that repeat the query repeat this run's query
-                fired = [(r, m, t, {key: run.query if v == template.query else v for key, v in p.items()})
-                         for r, m, t, p in fired]  # fmt: skip
+                fired = [
+                    (r, m, t, {key: run.query if v == template.query else v for key, v in p.items()})
+                    for r, m, t, p in fired
+                ]
             at = start + step * k
-            steps.append(RunStep(run_id=run.pk, seq=1, kind="prestep", name="deterministic pre-step",
-                                 status="ok", started_at=at, input={"query": run.query}))  # fmt: skip
+            steps.append(
+                RunStep(
+                    run_id=run.pk,
+                    seq=1,
+                    kind="prestep",
+                    name="deterministic pre-step",
+                    status="ok",
+                    started_at=at,
+                    input={"query": run.query},
+                )
+            )
             for seq, (rule, mcp_id, tool_name, params) in enumerate(fired, start=2):
-                steps.append(RunStep(
-                    run_id=run.pk, seq=seq, kind="rule", name=rule, status="ok", mcp_id=mcp_id,
-                    tool_name=tool_name, started_at=at, parent_seq=1,
-                    input={"mcp_id": mcp_id, "tool_name": tool_name, "params": params}, output={"ok": True},
-                ))  # fmt: skip
+                steps.append(
+                    RunStep(
+                        run_id=run.pk,
+                        seq=seq,
+                        kind="rule",
+                        name=rule,
+                        status="ok",
+                        mcp_id=mcp_id,
+                        tool_name=tool_name,
+                        started_at=at,
+                        parent_seq=1,
+                        input={"mcp_id": mcp_id, "tool_name": tool_name, "params": params},
+                        output={"ok": True},
+                    )
+                )
         RunStep.objects.bulk_create(steps, batch_size=batch)
     created_at.auto_now_add = True
     return rule_set, candidate
@@ -166,10 +201,15 @@ def naive(candidate: list[dict], run_ids: list[int]) -> dict:
         )
         evaluation = engine.evaluate(candidate, request)
         report.add(
-            run_id=run.pk, created_at=run.created_at.isoformat(), query=lambda r=run: str(mask(r.query)),
-            old=old_side([(s.name, s.status, s.mcp_id, s.tool_name, s.input) for s in steps], mask),  # always masked
-            new=new_side(evaluation.outcome, mask), mask=mask,
-        )  # fmt: skip
+            run_id=run.pk,
+            created_at=run.created_at.isoformat(),
+            query=lambda r=run: str(mask(r.query)),
+            old=old_side(
+                [(s.name, s.status, s.mcp_id, s.tool_name, s.input) for s in steps], mask
+            ),  # always masked
+            new=new_side(evaluation.outcome, mask),
+            mask=mask,
+        )
     return report.to_json()
 
 

@@ -38,8 +38,14 @@ def one_run(exported: bool) -> float:
         sink = MultiSink(events, extra)
     model = scripted(calls_tool("list_orders", customer_id="C-1001"), {"content": "배송 중입니다."})
     started = time.perf_counter()
-    result = run_agent(SPEC, ask("주문 조회 부탁해", chatbotId="premium-support", userId="C-1001"),
-                       backend=backend(), react_tools=[list_orders], sink=sink, chat_model=model)  # fmt: skip
+    result = run_agent(
+        SPEC,
+        ask("주문 조회 부탁해", chatbotId="premium-support", userId="C-1001"),
+        backend=backend(),
+        react_tools=[list_orders],
+        sink=sink,
+        chat_model=model,
+    )
     if extra is not None:
         extra.finish(result.status)
     elapsed = (time.perf_counter() - started) * 1000.0

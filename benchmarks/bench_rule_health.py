@@ -55,15 +55,25 @@ def seed(n_runs: int, days: int):
         McpServer.objects.create(mcp_id=mcp_id, transport="http", url="http://127.0.0.1:9/mcp", tools=tools)
     rule_set = rule_services.rule_set_create(actor=None, name="bench")
     rules = [dict(r) for r in SEED_RULES] + [
-        {"name": f"route_{kw}", "mcp_id": "knowledge-base", "tool_name": "search_docs",
-         "when": f'"{kw}" in query', "params": '{"q": query}'}
+        {
+            "name": f"route_{kw}",
+            "mcp_id": "knowledge-base",
+            "tool_name": "search_docs",
+            "when": f'"{kw}" in query',
+            "params": '{"q": query}',
+        }
         for kw in KEYWORDS
-    ]  # fmt: skip
+    ]
     for rule in rules:
         rule_services.rule_create(actor=None, rule_set=rule_set, **rule)
     for i in range(20):
-        case_create(actor=None, rule_set=rule_set, name=f"case {i:02d}", input={"query": f"{KEYWORDS[i]} 검색"},
-                    expected={"must_fire": [{"tool_name": "search_docs"}]})  # fmt: skip
+        case_create(
+            actor=None,
+            rule_set=rule_set,
+            name=f"case {i:02d}",
+            input={"query": f"{KEYWORDS[i]} 검색"},
+            expected={"must_fire": [{"tool_name": "search_docs"}]},
+        )
     names = [r["name"] for r in rules[:-10]]  # the last ten never fire
     rng = random.Random(7)
     now = timezone.now()
@@ -74,17 +84,35 @@ def seed(n_runs: int, days: int):
     batch = 5_000
     for first in range(0, n_runs, batch):
         count = min(batch, n_runs - first)
-        runs = [Run(status="succeeded", query=f"q{k}", rule_set_name="bench", rule_set_ref="v1",
-                    created_at=start + step * k) for k in range(first, first + count)]  # fmt: skip
+        runs = [
+            Run(
+                status="succeeded",
+                query=f"q{k}",
+                rule_set_name="bench",
+                rule_set_ref="v1",
+                created_at=start + step * k,
+            )
+            for k in range(first, first + count)
+        ]
         created = Run.objects.bulk_create(runs, batch_size=batch)
         steps = []
         for run in created:
             for seq, name in enumerate(rng.sample(names, rng.choice([1, 1, 2, 3])), start=2):
-                steps.append(RunStep(
-                    run_id=run.pk, seq=seq, kind="rule", name=name, status="error" if rng.random() < 0.05 else "ok",
-                    mcp_id="knowledge-base", tool_name="search_docs", started_at=run.created_at, parent_seq=1,
-                    duration_ms=rng.lognormvariate(1.5, 0.6), input={"params": {"q": run.query}},
-                ))  # fmt: skip
+                steps.append(
+                    RunStep(
+                        run_id=run.pk,
+                        seq=seq,
+                        kind="rule",
+                        name=name,
+                        status="error" if rng.random() < 0.05 else "ok",
+                        mcp_id="knowledge-base",
+                        tool_name="search_docs",
+                        started_at=run.created_at,
+                        parent_seq=1,
+                        duration_ms=rng.lognormvariate(1.5, 0.6),
+                        input={"params": {"q": run.query}},
+                    )
+                )
         RunStep.objects.bulk_create(steps, batch_size=batch)
     created_at.auto_now_add = True
     return rule_set
@@ -101,9 +129,11 @@ def naive(rule_set, days: int) -> dict:
     durations: dict[str, list[float]] = {}
     index = {d: i for i, d in enumerate(report.day_labels)}
     steps = RunStep.objects.filter(
-        kind="rule", run__rule_set_name=rule_set.name, run__created_at__gte=report.since,
+        kind="rule",
+        run__rule_set_name=rule_set.name,
+        run__created_at__gte=report.since,
         run__created_at__lte=report.until,
-    ).select_related("run")  # fmt: skip
+    ).select_related("run")
     for s in steps.iterator(chunk_size=5_000):
         if s.status == "error":
             errors[s.name] = errors.get(s.name, 0) + 1
@@ -143,8 +173,10 @@ def main() -> None:
                 and r.errors == result["errors"].get(r.name, 0)
                 for r in ours.rules
             )
-            print(f"same fires per day and errors: {same}; ours: {ours.runs:,} runs, "
-                  f"{sum(r.fires for r in ours.rules):,} fires, coverage {ours.coverage['percent']} %")  # fmt: skip
+            print(
+                f"same fires per day and errors: {same}; ours: {ours.runs:,} runs, "
+                f"{sum(r.fires for r in ours.rules):,} fires, coverage {ours.coverage['percent']} %"
+            )
             if not same:
                 raise SystemExit(1)
 

@@ -100,10 +100,19 @@ def page_renders(repeat: int = 20) -> dict[str, list[float]]:
     )
     now = timezone.now()
     RunStep.objects.bulk_create(
-        RunStep(run=run, seq=i, kind="llm" if i % 3 else "tool", name=f"step {i}", status="ok", started_at=now,
-                duration_ms=1.0, input={"messages": [{"role": "user", "content": "x" * 200}]}, output={"text": "y" * 200})
+        RunStep(
+            run=run,
+            seq=i,
+            kind="llm" if i % 3 else "tool",
+            name=f"step {i}",
+            status="ok",
+            started_at=now,
+            duration_ms=1.0,
+            input={"messages": [{"role": "user", "content": "x" * 200}]},
+            output={"text": "y" * 200},
+        )
         for i in range(1, 1001)
-    )  # fmt: skip
+    )
     live = Run.objects.create(agent=scripted_agent(), agent_name="bench", query="q", status="running")
     RunStep.objects.bulk_create(
         RunStep(run=live, seq=i, kind="llm", name=f"s{i}", status="ok", started_at=now) for i in range(1, 101)

@@ -92,29 +92,54 @@ def seed_long_run(agent):
 
     start = timezone.now() - timedelta(minutes=10)
     run = Run.objects.create(
-        agent=agent, agent_name="bench", query="long", status="succeeded", started_at=start,
+        agent=agent,
+        agent_name="bench",
+        query="long",
+        status="succeeded",
+        started_at=start,
         finished_at=start + timedelta(seconds=60),
-    )  # fmt: skip
+    )
 
     def step(g: int) -> RunStep:
         at = start + timedelta(milliseconds=g * 11)
         if g <= 2:
             kind, name = ("prestep", "deterministic pre-step") if g == 1 else ("rule", "route_order")
             return RunStep(
-                run=run, seq=g, kind=kind, name=name, status="ok", started_at=at, duration_ms=8.0,
-                parent_seq=1 if g == 2 else None, mcp_id="order-service" if g == 2 else "",
+                run=run,
+                seq=g,
+                kind=kind,
+                name=name,
+                status="ok",
+                started_at=at,
+                duration_ms=8.0,
+                parent_seq=1 if g == 2 else None,
+                mcp_id="order-service" if g == 2 else "",
                 tool_name="get_order" if g == 2 else "",
-                output={"tools_listing": [{"mcp_id": "order-service", "offset_ms": 0.1, "duration_ms": 3.0, "tools": 4}]},
-            )  # fmt: skip
+                output={
+                    "tools_listing": [
+                        {"mcp_id": "order-service", "offset_ms": 0.1, "duration_ms": 3.0, "tools": 4}
+                    ]
+                },
+            )
         llm = g % 2 == 1
         return RunStep(
-            run=run, seq=g, kind="llm" if llm else "tool", status="ok", started_at=at, duration_ms=10.5,
-            name="gpt-4o-mini" if llm else LONG_TOOLS[g // 2 % 4], mcp_id="" if llm else "order-service",
+            run=run,
+            seq=g,
+            kind="llm" if llm else "tool",
+            status="ok",
+            started_at=at,
+            duration_ms=10.5,
+            name="gpt-4o-mini" if llm else LONG_TOOLS[g // 2 % 4],
+            mcp_id="" if llm else "order-service",
             tokens={"input_tokens": 812, "output_tokens": 64, "total_tokens": 876} if llm else None,
-            input={"messages": [{"role": "user", "content": "질문 내용 " * 40}], "tools": [{"name": t} for t in LONG_TOOLS]}
-            if llm else {"args": {"q": "x"}},
+            input={
+                "messages": [{"role": "user", "content": "질문 내용 " * 40}],
+                "tools": [{"name": t} for t in LONG_TOOLS],
+            }
+            if llm
+            else {"args": {"q": "x"}},
             output={"content": "답변 " * 80},
-        )  # fmt: skip
+        )
 
     RunStep.objects.bulk_create((step(g) for g in range(1, 5001)), batch_size=500)
     return run
@@ -334,10 +359,18 @@ def bench_import_lock(n_rules: int) -> None:
     call_command("migrate", verbosity=0)
     user, _ = admin_ensure(password="bench-password-123")
     doc_rules = [
-        {"name": f"rule_{i}", "mcp_id": "order-service", "tool_name": "get_order", "description": "",
-         "when": f'"주문" in query and "A-{i}" in query', "params": '{"query": query}', "stop": False,
-         "enabled": True} for i in range(n_rules)
-    ]  # fmt: skip
+        {
+            "name": f"rule_{i}",
+            "mcp_id": "order-service",
+            "tool_name": "get_order",
+            "description": "",
+            "when": f'"주문" in query and "A-{i}" in query',
+            "params": '{"query": query}',
+            "stop": False,
+            "enabled": True,
+        }
+        for i in range(n_rules)
+    ]
     t0 = time.perf_counter()
     with transaction.atomic():  # what the import did: rule_create one by one inside the transaction
         rule_set = services.rule_set_create(actor=user, name=f"old-{time.time_ns()}")

@@ -126,8 +126,18 @@ def load(base: str, token: str, method: str, path: str, bodies: list, clients: i
 def load_ab(base: str, token: str, method: str, path: str, bodies: list, clients: int, total: int) -> dict:
     """The same load sent by ApacheBench: ``clients`` at a time, ``total`` requests, a connection each
     (runserver does not keep ab's HTTP/1.0 connections alive; a loopback connect is ~0.1 ms)."""
-    argv = ["ab", "-q", "-c", str(clients), "-n", str(total), "-H", f"Authorization: Bearer {token}",
-            "-H", "X-Forwarded-Proto: https"]  # fmt: skip
+    argv = [
+        "ab",
+        "-q",
+        "-c",
+        str(clients),
+        "-n",
+        str(total),
+        "-H",
+        f"Authorization: Bearer {token}",
+        "-H",
+        "X-Forwarded-Proto: https",
+    ]
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as body:
         json.dump(bodies[0] if bodies else {}, body, ensure_ascii=False)
     if method == "POST":
@@ -164,10 +174,16 @@ def main() -> None:
     send = load_ab if args.loadgen == "ab" else load
     var = tempfile.mkdtemp(prefix="llamon-bench-serving-")
     env = {
-        "PATH": f"{Path(PY).parent}:/usr/bin:/bin", "HOME": var, "LLAMON_ENV": "prod",
-        "SECRET_KEY": secrets.token_urlsafe(48), "ALLOWED_HOSTS": "127.0.0.1", "LLAMON_VAR_DIR": var,
-        "WEB_CONCURRENCY": str(args.workers), "LLAMON_WEB_THREADS": str(args.threads), "LOG_LEVEL": "WARNING",
-    }  # fmt: skip
+        "PATH": f"{Path(PY).parent}:/usr/bin:/bin",
+        "HOME": var,
+        "LLAMON_ENV": "prod",
+        "SECRET_KEY": secrets.token_urlsafe(48),
+        "ALLOWED_HOSTS": "127.0.0.1",
+        "LLAMON_VAR_DIR": var,
+        "WEB_CONCURRENCY": str(args.workers),
+        "LLAMON_WEB_THREADS": str(args.threads),
+        "LOG_LEVEL": "WARNING",
+    }
     if os.environ.get("DATABASE_URL"):
         env["DATABASE_URL"] = os.environ["DATABASE_URL"]
     for command in ("migrate --noinput", "collectstatic --noinput"):
@@ -181,10 +197,13 @@ def main() -> None:
     )
     rule_set_id, token = out.stdout.split()[-2:]
     endpoints = {
-        "tester API (POST evaluate, 200 rules)": ("POST", f"/api/rule-sets/{rule_set_id}/evaluate",
-                                                  [{"query": q, "context": {"userId": "C-1"}} for q in QUERIES]),
+        "tester API (POST evaluate, 200 rules)": (
+            "POST",
+            f"/api/rule-sets/{rule_set_id}/evaluate",
+            [{"query": q, "context": {"userId": "C-1"}} for q in QUERIES],
+        ),
         "read API (GET /api/runs, 50 runs)": ("GET", "/api/runs?limit=50", []),
-    }  # fmt: skip
+    }
     servers = {
         f"gunicorn {args.workers}x{args.threads} (docs/deploy.md)": "gunicorn -c python:llamon_web.gunicorn_conf",
         "runserver (threaded, its default)": f"{PY} manage.py runserver --noreload 127.0.0.1:{{port}}",
@@ -196,8 +215,14 @@ def main() -> None:
         argv = shlex.split(command.format(port=port))
         if argv[0] == "gunicorn":
             argv[0] = str(Path(PY).parent / "gunicorn")
-        proc = subprocess.Popen(argv, cwd=ROOT, env={**env, "LLAMON_BIND": f"127.0.0.1:{port}"},
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+        proc = subprocess.Popen(
+            argv,
+            cwd=ROOT,
+            env={**env, "LLAMON_BIND": f"127.0.0.1:{port}"},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         try:
             wait_for(port, proc)
             print(f"measuring {name} ...", file=sys.stderr)

@@ -29,27 +29,45 @@ def setup(n_rules: int):
     user, _ = admin_ensure(password="bench-password-123")
     McpServer.objects.update_or_create(
         mcp_id="order-service",
-        defaults={"transport": "http", "url": "http://127.0.0.1:9/mcp", "tools_refreshed_at": timezone.now(),
-                  "tools": [{"name": "get_order", "description": "", "input_schema": {"type": "object"}}]},
-    )  # fmt: skip
+        defaults={
+            "transport": "http",
+            "url": "http://127.0.0.1:9/mcp",
+            "tools_refreshed_at": timezone.now(),
+            "tools": [{"name": "get_order", "description": "", "input_schema": {"type": "object"}}],
+        },
+    )
     rule_set = services.rule_set_create(actor=user, name=f"bench-{time.time_ns()}")
     for i in range(n_rules):
         a, b = KEYWORDS[i % len(KEYWORDS)], KEYWORDS[(i * 7 + 3) % len(KEYWORDS)]
         services.rule_create(
-            actor=user, rule_set=rule_set, name=f"r{i}", mcp_id="order-service", tool_name="get_order",
-            when=f'"{a}" in query and "{b}" in query', params='{"query": query}',
-        )  # fmt: skip
+            actor=user,
+            rule_set=rule_set,
+            name=f"r{i}",
+            mcp_id="order-service",
+            tool_name="get_order",
+            when=f'"{a}" in query and "{b}" in query',
+            params='{"query": query}',
+        )
     v1 = services.rule_set_publish(actor=user, rule_set=rule_set)
     services.rule_create(
-        actor=user, rule_set=rule_set, name="extra", mcp_id="order-service", tool_name="get_order",
-        when='"주문" in query', params='{"query": "extra"}',
-    )  # fmt: skip
+        actor=user,
+        rule_set=rule_set,
+        name="extra",
+        mcp_id="order-service",
+        tool_name="get_order",
+        when='"주문" in query',
+        params='{"query": "extra"}',
+    )
     rule_set.refresh_from_db()
     v2 = services.rule_set_publish(actor=user, rule_set=rule_set)
     agent = Agent.objects.create(
-        name=f"bench-{time.time_ns()}", system_prompt="p", rule_set=rule_set, rule_set_mode="pinned",
-        pinned_version=v1, shadow_version=v2,
-    )  # fmt: skip
+        name=f"bench-{time.time_ns()}",
+        system_prompt="p",
+        rule_set=rule_set,
+        rule_set_mode="pinned",
+        pinned_version=v1,
+        shadow_version=v2,
+    )
     return agent, v1, v2
 
 
@@ -89,9 +107,11 @@ def main() -> None:
     agent.rollout_version, agent.rollout_percent = _v2, 30
     for fn in (baseline, shadow):  # warm the compile cache, as a worker's earlier runs would
         fn(0)
-    rows = [("live pre-step, dry evaluation of v1", timed(baseline, args.n)),
-            ("shadow per run (evaluate v2, compare, record)", timed(shadow, args.n)),
-            ("rollout bucket of one session", timed(bucket, args.n * 10))]  # fmt: skip
+    rows = [
+        ("live pre-step, dry evaluation of v1", timed(baseline, args.n)),
+        ("shadow per run (evaluate v2, compare, record)", timed(shadow, args.n)),
+        ("rollout bucket of one session", timed(bucket, args.n * 10)),
+    ]
     print(f"{args.rules} rules, {args.n} runs, {len(QUERIES)} queries in turn (ms)")
     for name, values in rows:
         print(f"  {name:48} p50 {statistics.median(values):8.3f}  p95 {percentile(values, 0.95):8.3f}")

@@ -31,10 +31,38 @@ from django.core.management import call_command  # noqa: E402
 from django.test import Client  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
-KEYWORDS = ["주문", "조회", "환불", "배송", "결제", "카드", "계좌", "보험", "청구", "예약", "취소", "변경",
-            "order", "refund", "card", "claim", "policy", "invoice", "account", "premium"]  # fmt: skip
-QUERIES = ["주문 조회 부탁해 A-1001", "환불은 언제 되나요?", "what is my card limit", "날씨 어때?",
-           "보험 청구 서류", "cancel my order A-1002", "계좌 변경하고 싶어요", "hello there"]  # fmt: skip
+KEYWORDS = [
+    "주문",
+    "조회",
+    "환불",
+    "배송",
+    "결제",
+    "카드",
+    "계좌",
+    "보험",
+    "청구",
+    "예약",
+    "취소",
+    "변경",
+    "order",
+    "refund",
+    "card",
+    "claim",
+    "policy",
+    "invoice",
+    "account",
+    "premium",
+]
+QUERIES = [
+    "주문 조회 부탁해 A-1001",
+    "환불은 언제 되나요?",
+    "what is my card limit",
+    "날씨 어때?",
+    "보험 청구 서류",
+    "cancel my order A-1002",
+    "계좌 변경하고 싶어요",
+    "hello there",
+]
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -51,16 +79,35 @@ def setup(n_rules: int):
     user, _ = admin_ensure(password="bench-password-123")
     McpServer.objects.update_or_create(
         mcp_id="order-service",
-        defaults={"transport": "http", "url": "http://127.0.0.1:9/mcp", "tools_refreshed_at": timezone.now(),
-                  "tools": [{"name": "get_order", "description": "", "input_schema": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}}]},
-    )  # fmt: skip
+        defaults={
+            "transport": "http",
+            "url": "http://127.0.0.1:9/mcp",
+            "tools_refreshed_at": timezone.now(),
+            "tools": [
+                {
+                    "name": "get_order",
+                    "description": "",
+                    "input_schema": {
+                        "type": "object",
+                        "properties": {"query": {"type": "string"}},
+                        "required": ["query"],
+                    },
+                }
+            ],
+        },
+    )
     rule_set = services.rule_set_create(actor=user, name=f"bench-{time.time_ns()}")
     for i in range(n_rules):
         a, b = KEYWORDS[i % len(KEYWORDS)], KEYWORDS[(i * 7 + 3) % len(KEYWORDS)]
         services.rule_create(
-            actor=user, rule_set=rule_set, name=f"rule_{i}", mcp_id="order-service", tool_name="get_order",
-            when=f'"{a}" in query and "{b}" in query', params='{"query": query}',
-        )  # fmt: skip
+            actor=user,
+            rule_set=rule_set,
+            name=f"rule_{i}",
+            mcp_id="order-service",
+            tool_name="get_order",
+            when=f'"{a}" in query and "{b}" in query',
+            params='{"query": query}',
+        )
     return user, rule_set
 
 

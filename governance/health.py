@@ -91,14 +91,27 @@ class RuleHealth:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "name": self.name, "position": self.position, "in_draft": self.in_draft, "enabled": self.enabled,
-            "mcp_id": self.mcp_id, "tool_name": self.tool_name, "fires_per_day": self.per_day,
-            "fires": self.fires, "errors": self.errors, "never_fired": self.never_fired,
-            "p50_ms": self.p50_ms, "p95_ms": self.p95_ms, "duration_samples": self.duration_samples,
-            "cases": {"expect_fire": self.expect_fire, "expect_not_fire": self.expect_not_fire,
-                      "fired": self.fired_in, "errors": self.failed_in},
+            "name": self.name,
+            "position": self.position,
+            "in_draft": self.in_draft,
+            "enabled": self.enabled,
+            "mcp_id": self.mcp_id,
+            "tool_name": self.tool_name,
+            "fires_per_day": self.per_day,
+            "fires": self.fires,
+            "errors": self.errors,
+            "never_fired": self.never_fired,
+            "p50_ms": self.p50_ms,
+            "p95_ms": self.p95_ms,
+            "duration_samples": self.duration_samples,
+            "cases": {
+                "expect_fire": self.expect_fire,
+                "expect_not_fire": self.expect_not_fire,
+                "fired": self.fired_in,
+                "errors": self.failed_in,
+            },
             "covered": self.covered,
-        }  # fmt: skip
+        }
 
 
 @dataclass
@@ -137,14 +150,24 @@ class RuleSetHealth:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "rule_set": self.rule_set.pk, "name": self.rule_set.name, "days": self.days,
-            "since": self.since, "until": self.until, "day_labels": [d.isoformat() for d in self.day_labels],
-            "runs": self.runs, "never_fired": self.never_fired,
-            "coverage": {**self.coverage, "cases": self.cases, "cases_stored": self.cases_stored,
-                         "cases_evaluated": self.cases_evaluated, "cases_invalid": self.cases_invalid,
-                         "cases_truncated": self.cases_truncated},
+            "rule_set": self.rule_set.pk,
+            "name": self.rule_set.name,
+            "days": self.days,
+            "since": self.since,
+            "until": self.until,
+            "day_labels": [d.isoformat() for d in self.day_labels],
+            "runs": self.runs,
+            "never_fired": self.never_fired,
+            "coverage": {
+                **self.coverage,
+                "cases": self.cases,
+                "cases_stored": self.cases_stored,
+                "cases_evaluated": self.cases_evaluated,
+                "cases_invalid": self.cases_invalid,
+                "cases_truncated": self.cases_truncated,
+            },
             "rules": [r.to_json() for r in self.rules],
-        }  # fmt: skip
+        }
 
 
 def health_days(value: Any) -> int:
@@ -179,10 +202,16 @@ def rule_set_health(
     since = timezone.make_aware(datetime.combine(labels[0], time.min))
     draft = engine.rule_set_snapshot(rule_set)
     rows = {
-        r["name"]: RuleHealth(name=r["name"], position=i, enabled=bool(r.get("enabled", True)),
-                              mcp_id=r["mcp_id"], tool_name=r["tool_name"], per_day=[0] * days)
+        r["name"]: RuleHealth(
+            name=r["name"],
+            position=i,
+            enabled=bool(r.get("enabled", True)),
+            mcp_id=r["mcp_id"],
+            tool_name=r["tool_name"],
+            per_day=[0] * days,
+        )
         for i, r in enumerate(draft, start=1)
-    }  # fmt: skip
+    }
     steps = RunStep.objects.filter(
         kind=RunStep.Kind.RULE,
         run__rule_set_name=rule_set.name,
@@ -215,9 +244,14 @@ def rule_set_health(
     _percentiles(steps, rows)
     runs = Run.objects.filter(rule_set_name=rule_set.name, created_at__gte=since, created_at__lte=now).count()
     health = RuleSetHealth(
-        rule_set=rule_set, days=days, since=since, until=now, day_labels=labels, runs=runs,
+        rule_set=rule_set,
+        days=days,
+        since=since,
+        until=now,
+        day_labels=labels,
+        runs=runs,
         rules=sorted(rows.values(), key=lambda r: (r.position is None, r.position or 0, r.name)),
-    )  # fmt: skip
+    )
     _case_coverage(health, draft, rows)
     for row in health.rules:
         row.spark = row.bars(labels)
@@ -312,9 +346,11 @@ class _DraftRunner:
 
     def evaluate(self, case_input: Mapping[str, Any]) -> dict[str, Any]:
         request = AgentRequest(
-            query=case_input["query"], context=dict(case_input.get("context") or {}),
-            a2a_data=case_input.get("a2a_data"), a2a_files=case_input.get("a2a_files"),
-        )  # fmt: skip
+            query=case_input["query"],
+            context=dict(case_input.get("context") or {}),
+            a2a_data=case_input.get("a2a_data"),
+            a2a_files=case_input.get("a2a_files"),
+        )
         try:
             return engine.evaluate(self.draft, request, servers=self.servers).to_json()
         except (

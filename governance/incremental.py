@@ -259,9 +259,13 @@ class IncrementalPlan:
                     return found
         self.evaluated += 1
         records = run_prestep(
-            self.changed, built, backend=backend, dry_run=True,
-            expr_budget=self.expr_budget, request_budget=self.request_budget,
-        ).records  # fmt: skip
+            self.changed,
+            built,
+            backend=backend,
+            dry_run=True,
+            expr_budget=self.expr_budget,
+            request_budget=self.request_budget,
+        ).records
         if key is not None and len(self.memo) < MEMO_SIZE:
             self.memo[key] = records
         return records

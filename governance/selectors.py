@@ -169,10 +169,19 @@ def recorded_presteps(
         RunStep.objects.filter(run_id__in=ids)
         .order_by("run_id", "seq")
         .values_list(
-            "run_id", "kind", "name", "status", "mcp_id", "tool_name",
-            Case(When(kind=RunStep.Kind.RULE, then=Cast("input", TextField())), default=None, output_field=TextField()),
+            "run_id",
+            "kind",
+            "name",
+            "status",
+            "mcp_id",
+            "tool_name",
+            Case(
+                When(kind=RunStep.Kind.RULE, then=Cast("input", TextField())),
+                default=None,
+                output_field=TextField(),
+            ),
         )
-    )  # fmt: skip
+    )
     out: dict[int, RecordedPrestep] = {}
     prestep, rule = RunStep.Kind.PRESTEP, RunStep.Kind.RULE
     for run_id, kind, name, status, mcp_id, tool_name, text in steps:

@@ -293,7 +293,14 @@ def impact_replay(
                             report.add_unchanged()
                             continue
                         if isinstance(known, tuple):
-                            report.add(run_id=run_id, created_at=created_at.isoformat(), query=sample_query, old=known[0], new=known[1], mask=mask)  # fmt: skip
+                            report.add(
+                                run_id=run_id,
+                                created_at=created_at.isoformat(),
+                                query=sample_query,
+                                old=known[0],
+                                new=known[1],
+                                mask=mask,
+                            )
                             continue
                     decision = plan.replay(
                         query=query, request=request, recorded=rule_steps, backend=backend, stable=stable
@@ -400,9 +407,13 @@ class _Plans:
             plan = None
             if served is not None:
                 plan = IncrementalPlan(
-                    candidate=self.snapshot, compiled=self.compiled, served=served, tools=self.tools,
-                    expr_budget=self.budgets[0], request_budget=self.budgets[1],
-                )  # fmt: skip
+                    candidate=self.snapshot,
+                    compiled=self.compiled,
+                    served=served,
+                    tools=self.tools,
+                    expr_budget=self.budgets[0],
+                    request_budget=self.budgets[1],
+                )
             self.plans[served_hash] = plan if plan is not None and plan.usable else None
         return self.plans[served_hash]
 

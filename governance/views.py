@@ -53,9 +53,11 @@ def _form(request: HtmxHttpRequest, rule_set: RuleSet) -> ImpactForm:
 
 def _form_page(request: HtmxHttpRequest, rule_set: RuleSet, form: ImpactForm, *, status: int) -> HttpResponse:
     context = {
-        "rule_set": rule_set, "form": form, "can_edit": has_role(request.user, "editor"),
+        "rule_set": rule_set,
+        "form": form,
+        "can_edit": has_role(request.user, "editor"),
         "analyses": selectors.analysis_list(rule_set=rule_set),
-    }  # fmt: skip
+    }
     return render(request, "governance/impact_new.html", context, status=status)
 
 
@@ -86,10 +88,19 @@ def rule_health(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     try:
         days = health.health_days(raw)
     except HealthError as exc:
-        context = {"rule_set": rule_set, "error": exc.message, "days": health.DEFAULT_DAYS,
-                   "max_days": health.MAX_DAYS}  # fmt: skip
+        context = {
+            "rule_set": rule_set,
+            "error": exc.message,
+            "days": health.DEFAULT_DAYS,
+            "max_days": health.MAX_DAYS,
+        }
         return render(request, "governance/rule_health.html", context, status=400)
     report = health.rule_set_health(rule_set=rule_set, days=days)
-    context = {"rule_set": rule_set, "report": report, "days": days, "max_days": health.MAX_DAYS,
-               "sample": health.SAMPLE_PER_RULE}  # fmt: skip
+    context = {
+        "rule_set": rule_set,
+        "report": report,
+        "days": days,
+        "max_days": health.MAX_DAYS,
+        "sample": health.SAMPLE_PER_RULE,
+    }
     return render(request, "governance/rule_health.html", context)

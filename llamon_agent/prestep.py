@@ -659,12 +659,14 @@ class _PrestepRun:
             except Exception as exc:  # a backend that cannot list tools has not loaded them
                 logger.warning("tools_for(%r) failed: %s", mcp_id, _reason(exc))
                 tools = None
-            self.listings.append({
-                "mcp_id": mcp_id,
-                "offset_ms": round((t0 - self.t0) * 1000.0, 3),
-                "duration_ms": _ms_since(t0),
-                "tools": None if tools is None else len(tools),
-            })  # fmt: skip
+            self.listings.append(
+                {
+                    "mcp_id": mcp_id,
+                    "offset_ms": round((t0 - self.t0) * 1000.0, 3),
+                    "duration_ms": _ms_since(t0),
+                    "tools": None if tools is None else len(tools),
+                }
+            )
             if tools is None:
                 self.unbound[mcp_id] = MCP_NOT_LOADED.format(mcp_id=mcp_id)
                 if self.error is None:

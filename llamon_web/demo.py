@@ -76,28 +76,89 @@ def _none_of(*tools: str) -> list[dict[str, Any]]:
 
 
 SEED_CASES: list[dict[str, Any]] = [
-    {"name": "주문 조회 (Korean order lookup)", "input": {"query": "주문 조회 부탁해 A-1001"},
-     "expected": {"must_fire": [_fire("order-service", "get_order", {"query": "주문 조회 부탁해 A-1001"})], "must_not_fire": _none_of("search_docs")}},
-    {"name": "small talk fires nothing", "input": {"query": "날씨 어때?"},
-     "expected": {"must_fire": [], "must_not_fire": _none_of("get_order", "get_customer_profile", "search_docs")}},
-    {"name": "English order lookup is left to the LLM", "input": {"query": "Can you look up my order A-1002?"},
-     "expected": {"must_fire": [], "must_not_fire": _none_of("get_order")}},
-    {"name": "premium-support chatbot loads the CRM profile",
-     "input": {"query": "Where is my refund?", "context": {"chatbotId": "premium-support", "userId": "C-1001"}},
-     "expected": {"must_fire": [_fire("customer-crm", "get_customer_profile", {"customer_id": "C-1001"})], "must_not_fire": _none_of("get_order")}},
-    {"name": "other chatbots skip the CRM", "input": {"query": "Where is my refund?", "context": {"chatbotId": "basic-support", "userId": "C-1001"}},
-     "expected": {"must_fire": [], "must_not_fire": _none_of("get_customer_profile")}},
-    {"name": "검색 goes to the knowledge base", "input": {"query": "환불 정책 검색해줘"},
-     "expected": {"must_fire": [_fire("knowledge-base", "search_docs", {"q": "환불 정책 검색해줘"})], "must_not_fire": _none_of("get_order")}},
-    {"name": "order lookup and search both fire, in rule order", "input": {"query": "주문 조회 내역 검색"},
-     "expected": {"must_fire": [_fire("order-service", "get_order", {"query": "주문 조회 내역 검색"}), _fire("knowledge-base", "search_docs", {}, "partial")], "must_not_fire": []}},
-    {"name": "premium order lookup calls two servers",
-     "input": {"query": "주문 A-1003 조회", "context": {"chatbotId": "premium-support", "userId": "C-1002"}},
-     "expected": {"must_fire": [_fire("order-service", "get_order", {"query": "주문 A-1003 조회"}), _fire("customer-crm", "get_customer_profile", {"customer_id": "C-1002"})], "must_not_fire": _none_of("search_docs")}},
-    {"name": "chatbotId in a DataPart is not the context (seed rule reads the context)",
-     "input": {"query": "hello", "context": {"userId": "C-1003"}, "a2a_data": [{"chatbotId": "premium-support"}]},
-     "expected": {"must_fire": [], "must_not_fire": _none_of("get_customer_profile")}},
-]  # fmt: skip
+    {
+        "name": "주문 조회 (Korean order lookup)",
+        "input": {"query": "주문 조회 부탁해 A-1001"},
+        "expected": {
+            "must_fire": [_fire("order-service", "get_order", {"query": "주문 조회 부탁해 A-1001"})],
+            "must_not_fire": _none_of("search_docs"),
+        },
+    },
+    {
+        "name": "small talk fires nothing",
+        "input": {"query": "날씨 어때?"},
+        "expected": {
+            "must_fire": [],
+            "must_not_fire": _none_of("get_order", "get_customer_profile", "search_docs"),
+        },
+    },
+    {
+        "name": "English order lookup is left to the LLM",
+        "input": {"query": "Can you look up my order A-1002?"},
+        "expected": {"must_fire": [], "must_not_fire": _none_of("get_order")},
+    },
+    {
+        "name": "premium-support chatbot loads the CRM profile",
+        "input": {
+            "query": "Where is my refund?",
+            "context": {"chatbotId": "premium-support", "userId": "C-1001"},
+        },
+        "expected": {
+            "must_fire": [_fire("customer-crm", "get_customer_profile", {"customer_id": "C-1001"})],
+            "must_not_fire": _none_of("get_order"),
+        },
+    },
+    {
+        "name": "other chatbots skip the CRM",
+        "input": {
+            "query": "Where is my refund?",
+            "context": {"chatbotId": "basic-support", "userId": "C-1001"},
+        },
+        "expected": {"must_fire": [], "must_not_fire": _none_of("get_customer_profile")},
+    },
+    {
+        "name": "검색 goes to the knowledge base",
+        "input": {"query": "환불 정책 검색해줘"},
+        "expected": {
+            "must_fire": [_fire("knowledge-base", "search_docs", {"q": "환불 정책 검색해줘"})],
+            "must_not_fire": _none_of("get_order"),
+        },
+    },
+    {
+        "name": "order lookup and search both fire, in rule order",
+        "input": {"query": "주문 조회 내역 검색"},
+        "expected": {
+            "must_fire": [
+                _fire("order-service", "get_order", {"query": "주문 조회 내역 검색"}),
+                _fire("knowledge-base", "search_docs", {}, "partial"),
+            ],
+            "must_not_fire": [],
+        },
+    },
+    {
+        "name": "premium order lookup calls two servers",
+        "input": {
+            "query": "주문 A-1003 조회",
+            "context": {"chatbotId": "premium-support", "userId": "C-1002"},
+        },
+        "expected": {
+            "must_fire": [
+                _fire("order-service", "get_order", {"query": "주문 A-1003 조회"}),
+                _fire("customer-crm", "get_customer_profile", {"customer_id": "C-1002"}),
+            ],
+            "must_not_fire": _none_of("search_docs"),
+        },
+    },
+    {
+        "name": "chatbotId in a DataPart is not the context (seed rule reads the context)",
+        "input": {
+            "query": "hello",
+            "context": {"userId": "C-1003"},
+            "a2a_data": [{"chatbotId": "premium-support"}],
+        },
+        "expected": {"must_fire": [], "must_not_fire": _none_of("get_customer_profile")},
+    },
+]
 
 # One finished run per seed example, visible right after `make run` (the worker runs them).
 SEED_RUNS: list[dict[str, Any]] = [
@@ -135,15 +196,23 @@ def _servers(http_port: int) -> list[tuple[str, bool]]:
     done = []
     for entry in DEMO_SERVERS:
         _, created = mcp_server_upsert(
-            actor=None, mcp_id=entry["mcp_id"], description=entry["description"], transport="stdio",
-            command=sys.executable, args=[str(EXAMPLES / entry["script"])], timeout_s=30.0,
-        )  # fmt: skip
+            actor=None,
+            mcp_id=entry["mcp_id"],
+            description=entry["description"],
+            transport="stdio",
+            command=sys.executable,
+            args=[str(EXAMPLES / entry["script"])],
+            timeout_s=30.0,
+        )
         done.append((entry["mcp_id"], created))
     _, created = mcp_server_upsert(
-        actor=None, mcp_id="order-service-http",
+        actor=None,
+        mcp_id="order-service-http",
         description="The order service over streamable HTTP (started by `make run`).",
-        transport="http", url=f"http://127.0.0.1:{http_port}/mcp", timeout_s=30.0,
-    )  # fmt: skip
+        transport="http",
+        url=f"http://127.0.0.1:{http_port}/mcp",
+        timeout_s=30.0,
+    )
     done.append(("order-service-http", created))
     return done
 

@@ -93,9 +93,11 @@ def token_create(*, actor: Any, name: str, max_role: str = "") -> CreatedToken:
         user=actor, name=name, prefix=prefix, token_hash=token_hash(secret), max_role=max_role
     )
     audit_record(
-        actor=actor, action="api_token.create", obj=token,
+        actor=actor,
+        action="api_token.create",
+        obj=token,
         after={"name": name, "prefix": prefix, "user": actor.get_username(), "max_role": max_role},
-    )  # fmt: skip
+    )
     return CreatedToken(token=token, secret=secret)
 
 
@@ -109,9 +111,11 @@ def token_revoke(*, actor: Any, token: ApiToken) -> ApiToken:
         current.revoked_at = timezone.now()
         current.save(update_fields=["revoked_at"])
         audit_record(
-            actor=actor, action="api_token.revoke", obj=current,
+            actor=actor,
+            action="api_token.revoke",
+            obj=current,
             after={"name": current.name, "prefix": current.prefix, "user": current.user.get_username()},
-        )  # fmt: skip
+        )
     return current
 
 

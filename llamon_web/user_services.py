@@ -236,9 +236,12 @@ def user_set_active(*, actor: Any, user: Any, active: bool) -> Any:
     user.is_active = active
     user.save(update_fields=["is_active"])
     audit_record(
-        actor=actor, action="user.activate" if active else "user.deactivate", obj=user,
-        before=before, after=_snapshot(user),
-    )  # fmt: skip
+        actor=actor,
+        action="user.activate" if active else "user.deactivate",
+        obj=user,
+        before=before,
+        after=_snapshot(user),
+    )
     return user
 
 
@@ -258,9 +261,11 @@ def invite_create(*, actor: Any, user: Any) -> CreatedInvite:
         expires_at=now + timedelta(hours=settings.LLAMON_INVITE_HOURS),
     )
     audit_record(
-        actor=actor, action="user.invite", obj=user,
+        actor=actor,
+        action="user.invite",
+        obj=user,
         after={"username": user.get_username(), "expires_at": invite.expires_at.isoformat()},
-    )  # fmt: skip
+    )
     return CreatedInvite(invite=invite, secret=secret)
 
 

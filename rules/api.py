@@ -397,13 +397,23 @@ def run_cases(request: HttpRequest, rule_set_id: DbId) -> Any:
     """Dry-run every case on the draft (editor: results are stored) and report pass, fail and changes."""
     suite = cases.suite_run(rule_set=_rule_set(rule_set_id))
     return {
-        "total": len(suite.results), "passed": suite.passed, "failed": suite.failed, "ok": suite.ok,
+        "total": len(suite.results),
+        "passed": suite.passed,
+        "failed": suite.failed,
+        "ok": suite.ok,
         "results": [
-            {"case_id": r.case.pk, "name": r.case.name, "passed": r.result.passed, "previous_passed": r.previous_passed,
-             "changed": r.changed, "problems": r.result.problems, "diff": r.result.diff}
+            {
+                "case_id": r.case.pk,
+                "name": r.case.name,
+                "passed": r.result.passed,
+                "previous_passed": r.previous_passed,
+                "changed": r.changed,
+                "problems": r.result.problems,
+                "diff": r.result.diff,
+            }
             for r in suite.results
         ],
-    }  # fmt: skip
+    }
 
 
 @router.get(
@@ -450,7 +460,11 @@ def delete_case(request: HttpRequest, rule_set_id: DbId, case_id: DbId) -> Any:
 def list_audit(request: HttpRequest, filters: Query[AuditFilterIn]) -> Any:
     """Audit events, newest first, filtered by actor, object type, action prefix, time and object text."""
     events = selectors.audit_list(
-        actor=filters.actor, object_type=filters.object_type, action=filters.action,
-        since=filters.since, until=filters.until, query=filters.q,
-    )  # fmt: skip
+        actor=filters.actor,
+        object_type=filters.object_type,
+        action=filters.action,
+        since=filters.since,
+        until=filters.until,
+        query=filters.q,
+    )
     return {"count": events.count(), "items": list(events[filters.offset : filters.offset + filters.limit])}

@@ -257,8 +257,17 @@ def case_compare(expected: Mapping[str, Any], outcome_json: Mapping[str, Any]) -
             if hit
             else f"{label} did not fire, as expected"
         )
-        diff.append({"check": "must_not_fire", "label": label, "ok": hit is None, "expected": unwanted,
-                     "actual": _call_view(hit), "params_diff": [], "message": message})  # fmt: skip
+        diff.append(
+            {
+                "check": "must_not_fire",
+                "label": label,
+                "ok": hit is None,
+                "expected": unwanted,
+                "actual": _call_view(hit),
+                "params_diff": [],
+                "message": message,
+            }
+        )
         if hit:
             problems.append(message)
 
@@ -281,8 +290,15 @@ def _match_must_fire(want: dict[str, Any], fired: list[dict[str, Any]], used: se
     for i, rec in candidates:
         if "params" not in want or not _params_diff(want["params"], rec["params"], partial=partial):
             used.add(i)
-            return {"check": "must_fire", "label": label, "ok": True, "expected": want, "actual": _call_view(rec),
-                    "params_diff": [], "message": f"{label} fired as expected (rule {rec['rule']})"}  # fmt: skip
+            return {
+                "check": "must_fire",
+                "label": label,
+                "ok": True,
+                "expected": want,
+                "actual": _call_view(rec),
+                "params_diff": [],
+                "message": f"{label} fired as expected (rule {rec['rule']})",
+            }
     if candidates:
         i, rec = candidates[0]
         changes = _params_diff(want["params"], rec["params"], partial=partial)
@@ -291,14 +307,28 @@ def _match_must_fire(want: dict[str, Any], fired: list[dict[str, Any]], used: se
             f"{label} fired with params {_show(rec['params'])}, expected {how + ' ' if how else ''}"
             f"{_show(want['params'])}: {_describe(changes)}"
         )
-        return {"check": "must_fire", "label": label, "ok": False, "expected": want, "actual": _call_view(rec),
-                "params_diff": changes, "message": message}  # fmt: skip
+        return {
+            "check": "must_fire",
+            "label": label,
+            "ok": False,
+            "expected": want,
+            "actual": _call_view(rec),
+            "params_diff": changes,
+            "message": message,
+        }
     elsewhere = [rec for rec in fired if rec.get("tool_name") == want["tool_name"]]
     message = f"{label} should have fired but did not"
     if elsewhere and want.get("mcp_id"):
         message += f" (it fired on {elsewhere[0]['mcp_id']} instead)"
-    return {"check": "must_fire", "label": label, "ok": False, "expected": want, "actual": None,
-            "params_diff": [], "message": message}  # fmt: skip
+    return {
+        "check": "must_fire",
+        "label": label,
+        "ok": False,
+        "expected": want,
+        "actual": None,
+        "params_diff": [],
+        "message": message,
+    }
 
 
 def _error_row(wanted: str | None, actual: str | None) -> dict[str, Any]:
@@ -315,8 +345,15 @@ def _error_row(wanted: str | None, actual: str | None) -> dict[str, Any]:
             if ok
             else f"the pre-step failed with {actual!r}, expected an error containing {wanted!r}"
         )
-    return {"check": "error", "label": "error", "ok": ok, "expected": wanted, "actual": actual,
-            "params_diff": [], "message": message}  # fmt: skip
+    return {
+        "check": "error",
+        "label": "error",
+        "ok": ok,
+        "expected": wanted,
+        "actual": actual,
+        "params_diff": [],
+        "message": message,
+    }
 
 
 def _params_diff(expected: Any, actual: Any, *, partial: bool, path: str = "") -> list[dict[str, Any]]:
@@ -415,12 +452,23 @@ class _DryRunner:
     def evaluate(self, case_input: Mapping[str, Any]) -> dict[str, Any]:
         """The evaluation JSON for one input, as ``Evaluation.to_json()`` gives it."""
         if self.compile_error is not None:
-            return {"ok": False, "error": self.compile_error, "dry_run": True, "calls": 0, "duration_ms": 0.0,
-                    "results": [], "records": [], "schema_errors": {}, "block": ""}  # fmt: skip
+            return {
+                "ok": False,
+                "error": self.compile_error,
+                "dry_run": True,
+                "calls": 0,
+                "duration_ms": 0.0,
+                "results": [],
+                "records": [],
+                "schema_errors": {},
+                "block": "",
+            }
         request = AgentRequest(
-            query=case_input["query"], context=dict(case_input.get("context") or {}),
-            a2a_data=case_input.get("a2a_data"), a2a_files=case_input.get("a2a_files"),
-        )  # fmt: skip
+            query=case_input["query"],
+            context=dict(case_input.get("context") or {}),
+            a2a_data=case_input.get("a2a_data"),
+            a2a_files=case_input.get("a2a_files"),
+        )
         return evaluate(self.snapshot, request, servers=self.servers).to_json()
 
 

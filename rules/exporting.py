@@ -380,19 +380,32 @@ def _import_rules(*, actor: Any, rule_set: RuleSet, rules: list[dict[str, Any]])
     now = timezone.now()
     rows = [{**rule, "position": i + 1} for i, rule in enumerate(rules)]
     _insert_many(
-        Rule, [{**row, "rule_set": rule_set.pk, "revision": 1, "updated_at": now, "updated_by": user and user.pk}
-               for row in rows],
-    )  # fmt: skip
+        Rule,
+        [
+            {**row, "rule_set": rule_set.pk, "revision": 1, "updated_at": now, "updated_by": user and user.pk}
+            for row in rows
+        ],
+    )
     # One revision per rule, as rule_create counts them.
     RuleSet.objects.filter(pk=rule_set.pk).update(revision=F("revision") + len(rules), updated_at=now)
     ids = dict(Rule.objects.filter(rule_set=rule_set).values_list("name", "pk"))
     _insert_many(
         AuditEvent,
-        [{"actor": user and user.pk, "actor_name": user.get_username() if user else "system",
-          "action": "rule.create", "object_type": Rule._meta.label_lower, "object_id": str(ids[row["name"]]),
-          "object_repr": row["name"][:200], "before": None, "after": {k: row[k] for k in RULE_FIELDS},
-          "created_at": now} for row in rows],
-    )  # fmt: skip
+        [
+            {
+                "actor": user and user.pk,
+                "actor_name": user.get_username() if user else "system",
+                "action": "rule.create",
+                "object_type": Rule._meta.label_lower,
+                "object_id": str(ids[row["name"]]),
+                "object_repr": row["name"][:200],
+                "before": None,
+                "after": {k: row[k] for k in RULE_FIELDS},
+                "created_at": now,
+            }
+            for row in rows
+        ],
+    )
 
 
 def _insert_many(model: type[Model], rows: list[dict[str, Any]]) -> None:
@@ -508,9 +521,13 @@ def _checked_export_rule(index: int, rule: dict[str, Any]) -> dict[str, Any]:
         # Compiling here means the module never fails at import time on a bad expression.
         try:
             expression_rule(
-                name=name, mcp_id=full["mcp_id"], tool_name=full["tool_name"],
-                when=full["when"], params=full["params"], stop=full["stop"],
-            )  # fmt: skip
+                name=name,
+                mcp_id=full["mcp_id"],
+                tool_name=full["tool_name"],
+                when=full["when"],
+                params=full["params"],
+                stop=full["stop"],
+            )
         except ExprError as exc:
             raise RuleError(f"{label}: {exc}", field=exc.field) from None
     return {key: full[key] for key in SNAPSHOT_FIELDS}

@@ -78,9 +78,19 @@ class RuleOut(ModelSchema):
     class Meta:
         model = Rule
         fields = [
-            "id", "name", "description", "mcp_id", "tool_name", "when", "params", "stop", "enabled",
-            "position", "revision", "updated_at",
-        ]  # fmt: skip
+            "id",
+            "name",
+            "description",
+            "mcp_id",
+            "tool_name",
+            "when",
+            "params",
+            "stop",
+            "enabled",
+            "position",
+            "revision",
+            "updated_at",
+        ]
 
 
 class ReorderIn(Schema):

@@ -49,10 +49,15 @@ def version_diff(*, old: list[dict[str, Any]], new: list[dict[str, Any]]) -> lis
             if rule.get(f) != old_rule.get(f)
         ]
         if fields or old_position != position:
-            rows.append({
-                "name": name, "change": "changed" if fields else "moved", "fields": fields,
-                "position": position + 1, "old_position": old_position + 1,
-            })  # fmt: skip
+            rows.append(
+                {
+                    "name": name,
+                    "change": "changed" if fields else "moved",
+                    "fields": fields,
+                    "position": position + 1,
+                    "old_position": old_position + 1,
+                }
+            )
     for name, (position, rule) in old_by_name.items():
         if name not in new_by_name:
             rows.append({"name": name, "change": "removed", "old_position": position + 1, "before": rule})

@@ -101,9 +101,18 @@ def rule_create(
     _rule_validate(rule_set=rule_set, name=name, mcp_id=mcp_id, tool_name=tool_name, when=when, params=params)
     position = (rule_set.rules.aggregate(m=Max("position"))["m"] or 0) + 1
     rule = Rule.objects.create(
-        rule_set=rule_set, name=name, description=description, mcp_id=mcp_id, tool_name=tool_name,
-        when=when, params=params, stop=stop, enabled=enabled, position=position, updated_by=_user(actor),
-    )  # fmt: skip
+        rule_set=rule_set,
+        name=name,
+        description=description,
+        mcp_id=mcp_id,
+        tool_name=tool_name,
+        when=when,
+        params=params,
+        stop=stop,
+        enabled=enabled,
+        position=position,
+        updated_by=_user(actor),
+    )
     _bump(rule_set)
     audit_record(actor=actor, action="rule.create", obj=rule, after=snapshot(rule, RULE_FIELDS))
     return rule
@@ -114,18 +123,25 @@ def rule_update(*, actor: Any, rule: Rule, revision: int | None, **fields: Any) 
     """Save an edited rule; refused with StaleEditError when ``revision`` is not the current one."""
     current = Rule.objects.select_for_update().get(pk=rule.pk)
     _check_revision(
-        what=f"Rule {current.name!r}", current=current.revision, expected=revision,
+        what=f"Rule {current.name!r}",
+        current=current.revision,
+        expected=revision,
         who=current.updated_by.get_username() if current.updated_by else "someone else",
-    )  # fmt: skip
+    )
     before = snapshot(current, RULE_FIELDS)
     for name, value in fields.items():
         if name not in RULE_FIELDS or name == "position":
             raise TypeError(f"rule_update() got an unexpected field {name!r}")
         setattr(current, name, value)
     _rule_validate(
-        rule_set=current.rule_set, name=current.name, mcp_id=current.mcp_id, tool_name=current.tool_name,
-        when=current.when, params=current.params, exclude_pk=current.pk,
-    )  # fmt: skip
+        rule_set=current.rule_set,
+        name=current.name,
+        mcp_id=current.mcp_id,
+        tool_name=current.tool_name,
+        when=current.when,
+        params=current.params,
+        exclude_pk=current.pk,
+    )
     after = snapshot(current, RULE_FIELDS)
     if after == before:
         return current
@@ -312,7 +328,13 @@ def rule_set_delete(*, actor: Any, rule_set: RuleSet) -> None:
             % {"name": rule_set.name, "join": ", ".join(map(repr, agents))}
         )
     audit_record(
-        actor=actor, action="rule_set.delete", obj=rule_set,
-        before={"name": rule_set.name, "description": rule_set.description, "rules": rule_set_snapshot(rule_set)},
-    )  # fmt: skip
+        actor=actor,
+        action="rule_set.delete",
+        obj=rule_set,
+        before={
+            "name": rule_set.name,
+            "description": rule_set.description,
+            "rules": rule_set_snapshot(rule_set),
+        },
+    )
     rule_set.delete()

@@ -424,18 +424,27 @@ def _tester_results(
     why = engine.explain_rules(snapshot, sample, skipped, servers=servers)
     shown.rows = [(rec, errors, why.get(rec.rule)) for rec, errors, _ in shown.rows]
     pinned_rules = {
-        rec.rule for rec, _, _ in shown.rows
-        if backend is not None and rec.status is RuleStatus.FIRED and backend.was_pinned(rec.mcp_id, rec.tool_name, rec.params)
-    }  # fmt: skip
+        rec.rule
+        for rec, _, _ in shown.rows
+        if backend is not None
+        and rec.status is RuleStatus.FIRED
+        and backend.was_pinned(rec.mcp_id, rec.tool_name, rec.params)
+    }
     return {
-        "evaluation": evaluation, "outcome": evaluation.outcome, "execute": execute, "draft_note": draft_note,
-        "request_json": json.dumps(sample.to_json(), ensure_ascii=False), "rows": shown.rows, "shown": shown,
+        "evaluation": evaluation,
+        "outcome": evaluation.outcome,
+        "execute": execute,
+        "draft_note": draft_note,
+        "request_json": json.dumps(sample.to_json(), ensure_ascii=False),
+        "rows": shown.rows,
+        "shown": shown,
         "expected_json": json.dumps(case_expected_from_outcome(proposal.to_json()), ensure_ascii=False),
-        "can_edit": has_role(request.user, "editor"), "pinned_rules": pinned_rules,
+        "can_edit": has_role(request.user, "editor"),
+        "pinned_rules": pinned_rules,
         "pinned_count": len(backend.pinned_calls) if backend is not None else 0,
         "live_count": evaluation.outcome.calls - len(backend.pinned_calls) if backend is not None else 0,
         "pinned_json": json.dumps(pins, ensure_ascii=False) if pins else "",
-    }  # fmt: skip
+    }
 
 
 # --- Versions -----------------------------------------------------------------------------------
@@ -447,10 +456,16 @@ def version_list(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     """Published versions, newest first, with publish, diff and restore."""
     rule_set = get_object_or_404(RuleSet, pk=pk)
     versions = selectors.version_list(rule_set=rule_set)
-    return render(request, "rules/version_list.html", {
-        "rule_set": rule_set, "versions": versions, "publish_form": PublishForm(initial={"revision": rule_set.revision}),
-        "can_edit": has_role(request.user, "editor"),
-    })  # fmt: skip
+    return render(
+        request,
+        "rules/version_list.html",
+        {
+            "rule_set": rule_set,
+            "versions": versions,
+            "publish_form": PublishForm(initial={"revision": rule_set.revision}),
+            "can_edit": has_role(request.user, "editor"),
+        },
+    )
 
 
 @require_POST
@@ -553,10 +568,16 @@ def case_list(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         if not has_role(request.user, "editor"):
             raise PermissionDenied("Running the suite needs the editor role.")
         suite = suite_run(rule_set=rule_set)
-    return render(request, "rules/case_list.html", {
-        "rule_set": rule_set, "cases": rule_set.cases.order_by("name"), "suite": suite,
-        "can_edit": has_role(request.user, "editor"),
-    })  # fmt: skip
+    return render(
+        request,
+        "rules/case_list.html",
+        {
+            "rule_set": rule_set,
+            "cases": rule_set.cases.order_by("name"),
+            "suite": suite,
+            "can_edit": has_role(request.user, "editor"),
+        },
+    )
 
 
 @require_POST
@@ -566,10 +587,13 @@ def case_create(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     rule_set = get_object_or_404(RuleSet, pk=pk)
     try:
         case = cases.case_create(
-            actor=request.user, rule_set=rule_set, name=request.POST.get("name", ""),
-            input=_json_post(request, "input"), expected=_json_post(request, "expected"),
+            actor=request.user,
+            rule_set=rule_set,
+            name=request.POST.get("name", ""),
+            input=_json_post(request, "input"),
+            expected=_json_post(request, "expected"),
             pinned=_json_post(request, "pinned"),
-        )  # fmt: skip
+        )
     except RuleError as exc:
         messages.error(request, _("The case was not saved: %(message)s") % {"message": exc.message})
         return redirect("rules:editor", pk=pk)
@@ -584,9 +608,12 @@ def case_update(request: HtmxHttpRequest, pk: int, case_pk: int) -> HttpResponse
     case = get_object_or_404(TestCase, pk=case_pk, rule_set_id=pk)
     try:
         case = cases.case_update(
-            actor=request.user, case=case, input=_json_post(request, "input"),
-            expected=_json_post(request, "expected"), pinned=_json_post(request, "pinned") or [],
-        )  # fmt: skip
+            actor=request.user,
+            case=case,
+            input=_json_post(request, "input"),
+            expected=_json_post(request, "expected"),
+            pinned=_json_post(request, "pinned") or [],
+        )
     except RuleError as exc:
         messages.error(request, _("The case was not saved: %(message)s") % {"message": exc.message})
         return redirect(f"{reverse('rules:editor', args=[pk])}?case={case.pk}")
@@ -662,9 +689,11 @@ def import_json(request: HtmxHttpRequest) -> HttpResponse:
             )
             return redirect("rules:editor", pk=rule_set.pk)
     return render(
-        request, "rules/import.html", {"error": error, "rule_sets": selectors.rule_set_list(), "data": request.POST.get("data", "")},
+        request,
+        "rules/import.html",
+        {"error": error, "rule_sets": selectors.rule_set_list(), "data": request.POST.get("data", "")},
         status=400 if error else 200,
-    )  # fmt: skip
+    )
 
 
 def _filename(name: str) -> str:

@@ -56,31 +56,39 @@ class McpServerForm(forms.Form):
         help_text=_("The program only, e.g. /usr/bin/python3. It runs without a shell."),
     )
     args = forms.CharField(
-        label=_("Arguments"), required=False, widget=forms.Textarea(attrs={"rows": 4, "class": "code"}),
+        label=_("Arguments"),
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 4, "class": "code"}),
         help_text=_("One argument per line (no shell quoting needed)."),
-    )  # fmt: skip
+    )
     env_names = forms.CharField(
-        label=_("Environment variable names"), required=False, widget=forms.Textarea(attrs={"rows": 2, "class": "code"}),
+        label=_("Environment variable names"),
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2, "class": "code"}),
         help_text=_(
             "Names only (like LLAMON_MCP_ORDER_KEY), one per line: values come from the app's environment. "
             "Allowed names are set by the operator in LLAMON_MCP_ENV_NAMES."
         ),
-    )  # fmt: skip
+    )
     url = forms.CharField(
         label=_("URL"), required=False, max_length=2000, help_text=_("e.g. https://mcp.example.com/mcp")
     )
     header_names = forms.CharField(
-        label=_("Headers from environment variables"), required=False,
+        label=_("Headers from environment variables"),
+        required=False,
         widget=forms.Textarea(attrs={"rows": 2, "class": "code"}),
         help_text=_(
             "Header-Name=ENV_NAME, or just ENV_NAME for a bearer token; one per line "
             "(names allowed by LLAMON_MCP_ENV_NAMES)."
         ),
-    )  # fmt: skip
+    )
     timeout_s = forms.FloatField(
-        label=_("Timeout (seconds)"), initial=30.0, min_value=TIMEOUT_MIN_S, max_value=TIMEOUT_MAX_S,
+        label=_("Timeout (seconds)"),
+        initial=30.0,
+        min_value=TIMEOUT_MIN_S,
+        max_value=TIMEOUT_MAX_S,
         error_messages={"min_value": _TIMEOUT_RANGE, "max_value": _TIMEOUT_RANGE, "invalid": _TIMEOUT_RANGE},
-    )  # fmt: skip
+    )
     enabled = forms.BooleanField(
         label=_("Enabled"),
         required=False,
@@ -93,11 +101,18 @@ class McpServerForm(forms.Form):
     def for_server(cls, server: McpServer) -> McpServerForm:
         """An unbound form showing a saved server (its command line already confirmed)."""
         initial = {
-            "mcp_id": server.mcp_id, "description": server.description, "transport": server.transport,
-            "command": server.command, "args": "\n".join(server.args), "env_names": "\n".join(server.env_names),
-            "url": server.url, "header_names": "\n".join(server.header_names), "timeout_s": server.timeout_s,
-            "enabled": server.enabled, "confirmed_command": command_line(command=server.command, args=server.args),
-        }  # fmt: skip
+            "mcp_id": server.mcp_id,
+            "description": server.description,
+            "transport": server.transport,
+            "command": server.command,
+            "args": "\n".join(server.args),
+            "env_names": "\n".join(server.env_names),
+            "url": server.url,
+            "header_names": "\n".join(server.header_names),
+            "timeout_s": server.timeout_s,
+            "enabled": server.enabled,
+            "confirmed_command": command_line(command=server.command, args=server.args),
+        }
         return cls(initial=initial)
 
     def clean(self) -> dict[str, Any]:
@@ -127,12 +142,17 @@ class McpServerForm(forms.Form):
         """The cleaned form as keyword arguments of mcp_server_create / mcp_server_update."""
         data = self.cleaned_data
         return {
-            "mcp_id": data["mcp_id"].strip(), "description": data["description"], "transport": data["transport"],
-            "command": data["command"].strip(), "args": split_lines(data["args"]),
-            "env_names": split_names(data["env_names"]), "url": data["url"].strip(),
-            "header_names": split_names(data["header_names"]), "timeout_s": data["timeout_s"],
+            "mcp_id": data["mcp_id"].strip(),
+            "description": data["description"],
+            "transport": data["transport"],
+            "command": data["command"].strip(),
+            "args": split_lines(data["args"]),
+            "env_names": split_names(data["env_names"]),
+            "url": data["url"].strip(),
+            "header_names": split_names(data["header_names"]),
+            "timeout_s": data["timeout_s"],
             "enabled": data["enabled"],
-        }  # fmt: skip
+        }
 
 
 # --------------------------------------------------------------------------- the "call tool" form
@@ -214,11 +234,16 @@ class ToolCallForm(forms.Form):
             kind = schema_kind(prop)
             self.fields[field_name] = _field_for(kind, prop, required=name in required)
             self._names[field_name] = str(name)
-            self.params.append({
-                "field": field_name, "name": str(name), "kind": kind, "required": name in required,
-                # Untrusted text from the server: templates escape it (never help_text, which Django does not).
-                "description": str(prop.get("description") or ""),
-            })  # fmt: skip
+            self.params.append(
+                {
+                    "field": field_name,
+                    "name": str(name),
+                    "kind": kind,
+                    "required": name in required,
+                    # Untrusted text from the server: templates escape it (never help_text, which Django does not).
+                    "description": str(prop.get("description") or ""),
+                }
+            )
 
     def bound_params(self) -> list[dict[str, Any]]:
         """``params`` with each bound field attached (for the template)."""
@@ -247,17 +272,23 @@ def _field_for(kind: str, prop: dict[str, Any], *, required: bool) -> forms.Fiel
         if not required:
             choices.insert(0, ("", "(leave out)"))
         return forms.TypedChoiceField(
-            choices=choices, coerce=json.loads, empty_value=OMIT,
-            initial=json.dumps(default, ensure_ascii=False) if default is not None else None, **common,
-        )  # fmt: skip
+            choices=choices,
+            coerce=json.loads,
+            empty_value=OMIT,
+            initial=json.dumps(default, ensure_ascii=False) if default is not None else None,
+            **common,
+        )
     if kind == "boolean":
         choices = [("true", "true"), ("false", "false")]
         if not required:
             choices.insert(0, ("", "(leave out)"))
         return forms.TypedChoiceField(
-            choices=choices, coerce=lambda v: v == "true", empty_value=OMIT,
-            initial=("true" if default else "false") if isinstance(default, bool) else None, **common,
-        )  # fmt: skip
+            choices=choices,
+            coerce=lambda v: v == "true",
+            empty_value=OMIT,
+            initial=("true" if default else "false") if isinstance(default, bool) else None,
+            **common,
+        )
     if kind == "integer":
         return forms.IntegerField(initial=default, **common)
     if kind == "number":
@@ -279,9 +310,12 @@ class RawArgumentsForm(forms.Form):
     """
 
     arguments_raw = forms.CharField(
-        label="Arguments (JSON object)", required=False, strip=False, max_length=200_000,
+        label="Arguments (JSON object)",
+        required=False,
+        strip=False,
+        max_length=200_000,
         widget=forms.Textarea(attrs={"rows": 10, "class": "code", "spellcheck": "false"}),
-    )  # fmt: skip
+    )
 
     def __init__(self, schema: dict[str, Any], *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

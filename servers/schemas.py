@@ -59,9 +59,21 @@ class McpServerOut(ModelSchema):
     class Meta:
         model = McpServer
         fields = [
-            "id", "mcp_id", "description", "transport", "command", "url", "timeout_s", "enabled",
-            "tools_hash", "tools_refreshed_at", "last_error", "last_checked_at", "created_at", "updated_at",
-        ]  # fmt: skip
+            "id",
+            "mcp_id",
+            "description",
+            "transport",
+            "command",
+            "url",
+            "timeout_s",
+            "enabled",
+            "tools_hash",
+            "tools_refreshed_at",
+            "last_error",
+            "last_checked_at",
+            "created_at",
+            "updated_at",
+        ]
 
     @staticmethod
     def resolve_command_line(obj: McpServer) -> str:

@@ -106,9 +106,17 @@ def mcp_server_create(
     """Register a server after validating it (URL guard, stdio allow-list, names only); audited."""
     _require_admin(actor, "add an MCP server")
     fields = _validated(
-        mcp_id=mcp_id, transport=transport, description=description, command=command, args=args or [],
-        env_names=env_names or [], url=url, header_names=header_names or [], timeout_s=timeout_s, enabled=enabled,
-    )  # fmt: skip
+        mcp_id=mcp_id,
+        transport=transport,
+        description=description,
+        command=command,
+        args=args or [],
+        env_names=env_names or [],
+        url=url,
+        header_names=header_names or [],
+        timeout_s=timeout_s,
+        enabled=enabled,
+    )
     if McpServer.objects.filter(mcp_id=fields["mcp_id"]).exists():
         raise _duplicate(fields["mcp_id"])
     server = McpServer(**fields)
@@ -259,10 +267,16 @@ def _refresh_tools(
         )
         if audit_unchanged or not diff.unchanged:
             audit_record(
-                actor=actor, action="mcp_server.refresh_tools", obj=current,
+                actor=actor,
+                action="mcp_server.refresh_tools",
+                obj=current,
                 before=before,
-                after={"tools": [t["name"] for t in tools], "tools_hash": current.tools_hash, "diff": diff.to_json()},
-            )  # fmt: skip
+                after={
+                    "tools": [t["name"] for t in tools],
+                    "tools_hash": current.tools_hash,
+                    "diff": diff.to_json(),
+                },
+            )
     for name in ("tools", "tools_hash", "tools_refreshed_at", "last_error", "last_checked_at"):
         setattr(server, name, getattr(current, name))
     return diff
@@ -340,9 +354,11 @@ def mcp_server_call_tool(
             field="arguments",
         )
     audit_record(
-        actor=actor, action="mcp_server.call_tool", obj=server,
+        actor=actor,
+        action="mcp_server.call_tool",
+        obj=server,
         after={"tool": tool_name, "argument_names": sorted(arguments)},
-    )  # fmt: skip
+    )
     wire: list[dict[str, Any]] | None = [] if record else None
     started = time.perf_counter()
     try:
@@ -388,15 +404,24 @@ def _record_call(
     messages = []
     for entry in wire:
         text = redact_values(json.dumps(entry["message"], indent=2, ensure_ascii=False), secrets)
-        messages.append({
-            "direction": entry["direction"], "text": text[:HISTORY_MAX_MESSAGE_CHARS], "chars": len(text),
-            "truncated": len(text) > HISTORY_MAX_MESSAGE_CHARS,
-        })  # fmt: skip
+        messages.append(
+            {
+                "direction": entry["direction"],
+                "text": text[:HISTORY_MAX_MESSAGE_CHARS],
+                "chars": len(text),
+                "truncated": len(text) > HISTORY_MAX_MESSAGE_CHARS,
+            }
+        )
     with transaction.atomic():
         ToolCallRecord.objects.create(
-            server=server, user=actor, tool_name=tool_name[:200], ok=not error,
-            error=redact_values(error, secrets)[:4000], latency_ms=latency_ms, messages=messages,
-        )  # fmt: skip
+            server=server,
+            user=actor,
+            tool_name=tool_name[:200],
+            ok=not error,
+            error=redact_values(error, secrets)[:4000],
+            latency_ms=latency_ms,
+            messages=messages,
+        )
         keep = ToolCallRecord.objects.filter(server=server, user=actor).values_list("pk", flat=True)[
             :HISTORY_MAX_ENTRIES
         ]
@@ -504,19 +529,32 @@ def _validated(
             field="timeout_s",
         )
     fields: dict[str, Any] = {
-        "mcp_id": mcp_id, "description": (description or "").strip(), "transport": transport,
-        "command": "", "args": [], "env_names": [], "url": "", "header_names": [],
-        "timeout_s": timeout_s, "enabled": bool(enabled),
-    }  # fmt: skip
+        "mcp_id": mcp_id,
+        "description": (description or "").strip(),
+        "transport": transport,
+        "command": "",
+        "args": [],
+        "env_names": [],
+        "url": "",
+        "header_names": [],
+        "timeout_s": timeout_s,
+        "enabled": bool(enabled),
+    }
     if transport == McpServer.Transport.STDIO:
         fields.update(_validated_stdio(command, list(args), list(env_names)))
     else:
         fields.update(_validated_http(url, list(header_names)))
     try:
         McpServerSpec(
-            mcp_id=mcp_id, transport=transport, command=fields["command"] or None, args=fields["args"],
-            env=fields["env_names"], url=fields["url"] or None, headers=fields["header_names"], timeout_s=timeout_s,
-        )  # fmt: skip
+            mcp_id=mcp_id,
+            transport=transport,
+            command=fields["command"] or None,
+            args=fields["args"],
+            env=fields["env_names"],
+            url=fields["url"] or None,
+            headers=fields["header_names"],
+            timeout_s=timeout_s,
+        )
     except ValueError as exc:  # pydantic's ValidationError; the checks above should have said it better
         raise McpServerError(_("This server definition is not valid: %(exc)s") % {"exc": exc}) from None
     return fields

@@ -162,9 +162,23 @@ def celery_worker(
     name = f"test-{uuid.uuid4().hex[:8]}@%h"
     proc = subprocess.Popen(
         [
-            sys.executable, "-m", "celery", "-A", "llamon_web", "worker", "-P", "prefork",
-            "-c", str(concurrency), "-l", "info", "-n", name,
-            "--without-gossip", "--without-mingle", "--without-heartbeat",
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "llamon_web",
+            "worker",
+            "-P",
+            "prefork",
+            "-c",
+            str(concurrency),
+            "-l",
+            "info",
+            "-n",
+            name,
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
         ],
         cwd=ROOT,
         env={**worker_env(redis), **(env or {})},
@@ -172,7 +186,7 @@ def celery_worker(
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,
-    )  # fmt: skip
+    )
     output = OutputCollector(proc)
     try:
         output.wait_for("ready.", timeout_s=60)
@@ -204,10 +218,16 @@ def browser() -> Iterator[object]:
         chromium = pw.chromium.launch(
             executable_path=CHROMIUM,
             args=[
-                "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
             ],
-        )  # fmt: skip
+        )
         try:
             yield chromium
         finally:

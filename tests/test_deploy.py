@@ -66,8 +66,12 @@ def test_the_documented_production_server_serves_pages_static_files_and_the_api(
         assert done.returncode == 0, done.stdout + done.stderr
     made = subprocess.run(
         [sys.executable, "manage.py", "shell", "-c", TOKEN_SCRIPT],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert made.returncode == 0, made.stderr
     token = made.stdout.strip().splitlines()[-1]
 

@@ -75,9 +75,14 @@ def test_make_run_serves_the_home_page_restarts_a_killed_worker_and_ctrl_c_stops
     env, port, mcp_port = _devrun_env(tmp_path)
     # Its own session: make and devrun form the "terminal's" foreground group we send Ctrl-C to.
     proc = subprocess.Popen(
-        ["make", "--no-print-directory", "run"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True, start_new_session=True,
-    )  # fmt: skip
+        ["make", "--no-print-directory", "run"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     output = OutputCollector(proc)
     services_pgid = None
     try:

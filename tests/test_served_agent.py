@@ -43,8 +43,10 @@ class Served:
         self.log = path.parent / f"{path.name}.log"
         self.process = subprocess.Popen(
             [*LLAMON, "run", str(path), "--port", str(self.port)],
-            stdout=self.log.open("w"), stderr=subprocess.STDOUT, env=env,
-        )  # fmt: skip
+            stdout=self.log.open("w"),
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
 
     def output(self) -> str:
         return self.log.read_text(encoding="utf-8", errors="replace")

@@ -50,8 +50,14 @@ _HTTP_NAMES = frozenset({"streamable_http", "streamable-http", "http"})
 _COMMON_KEYS = frozenset({"transport", "session_kwargs"})
 _STDIO_KEYS = _COMMON_KEYS | {"command", "args", "env", "cwd", "encoding", "encoding_error_handler"}
 _HTTP_KEYS = _COMMON_KEYS | {
-    "url", "headers", "timeout", "sse_read_timeout", "terminate_on_close", "httpx_client_factory", "auth",
-}  # fmt: skip
+    "url",
+    "headers",
+    "timeout",
+    "sse_read_timeout",
+    "terminate_on_close",
+    "httpx_client_factory",
+    "auth",
+}
 _ENV_REF = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
 _BEARER_REF = re.compile(r"^Bearer \$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
 

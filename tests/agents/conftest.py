@@ -24,9 +24,14 @@ def versions(author, demo_servers) -> tuple[RuleSetVersion, RuleSetVersion]:
     rule_set = build_rule_set(author, "rollout", SEED_RULES)
     v1 = rule_services.rule_set_publish(actor=author, rule_set=rule_set)
     rule_services.rule_create(
-        actor=author, rule_set=rule_set, name="order_by_user", mcp_id="order-service", tool_name="get_order",
-        when='"주문" in ctx.query', params='{"query": ctx.context.get("userId", "none")}',
-    )  # fmt: skip
+        actor=author,
+        rule_set=rule_set,
+        name="order_by_user",
+        mcp_id="order-service",
+        tool_name="get_order",
+        when='"주문" in ctx.query',
+        params='{"query": ctx.context.get("userId", "none")}',
+    )
     rule_set.refresh_from_db()
     v2 = rule_services.rule_set_publish(actor=author, rule_set=rule_set)
     return v1, v2

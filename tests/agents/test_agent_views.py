@@ -16,11 +16,23 @@ pytestmark = pytest.mark.django_db
 
 def _agent_post(**overrides) -> dict:
     data = {
-        "name": "helper", "description": "", "system_prompt": "Be brief.", "rule_set": "", "rule_set_mode": "latest",
-        "pinned_version": "", "model_provider": "offline", "model_name": "", "model_base_url": "", "model_api_key_env": "",
-        "model_script": "", "temperature": "0", "input_max_chars": "4000", "input_blocked_patterns": "",
-        "output_blocked_patterns": "", "max_iterations": "6",
-    }  # fmt: skip
+        "name": "helper",
+        "description": "",
+        "system_prompt": "Be brief.",
+        "rule_set": "",
+        "rule_set_mode": "latest",
+        "pinned_version": "",
+        "model_provider": "offline",
+        "model_name": "",
+        "model_base_url": "",
+        "model_api_key_env": "",
+        "model_script": "",
+        "temperature": "0",
+        "input_max_chars": "4000",
+        "input_blocked_patterns": "",
+        "output_blocked_patterns": "",
+        "max_iterations": "6",
+    }
     data.update(overrides)
     return data
 
@@ -89,8 +101,17 @@ def test_a_run_from_a_pasted_a2a_message(
 ) -> None:
     monkeypatch.setattr("agents.dispatch.run_enqueue", lambda run_id: None)
     agent = Agent.objects.create(name="helper", system_prompt="p")
-    message = {"kind": "message", "role": "user", "messageId": "m", "contextId": "ctx-9",
-               "metadata": {"userId": "C-1004"}, "parts": [{"kind": "text", "text": "주문 조회"}, {"kind": "data", "data": {"chatbotId": "premium-support"}}]}  # fmt: skip
+    message = {
+        "kind": "message",
+        "role": "user",
+        "messageId": "m",
+        "contextId": "ctx-9",
+        "metadata": {"userId": "C-1004"},
+        "parts": [
+            {"kind": "text", "text": "주문 조회"},
+            {"kind": "data", "data": {"chatbotId": "premium-support"}},
+        ],
+    }
     with django_capture_on_commit_callbacks(execute=True):
         response = editor_client.post(
             reverse("agents:run_start"), {"agent": agent.pk, "data": json.dumps(message)}

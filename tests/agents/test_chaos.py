@@ -72,27 +72,53 @@ class Stack:
 
     def start_redis(self) -> None:
         self.redis = subprocess.Popen(
-            [self.redis_exe, "--bind", "127.0.0.1", "--port", str(self.port), "--save", "",
-             "--appendonly", "no", "--dir", self.dir],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+            [
+                self.redis_exe,
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                self.dir,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         wait_for_port(self.port, proc=self.redis)
 
     def _spawn(self, *args: str) -> tuple[subprocess.Popen, OutputCollector]:
         proc = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "llamon_web", *args],
-            cwd=ROOT, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            cwd=ROOT,
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
             start_new_session=True,  # its own process group: the pool and MCP children die with it
-        )  # fmt: skip
+        )
         output = OutputCollector(proc)
         self.outputs.append(output)
         return proc, output
 
     def start_worker(self, *, wait: bool = True) -> subprocess.Popen:
         proc, output = self._spawn(
-            "worker", "-P", "prefork", "-c", "1", "-l", "info", "-n", f"chaos-{len(self.outputs)}@%h",
-            "--without-gossip", "--without-mingle", "--without-heartbeat",
-        )  # fmt: skip
+            "worker",
+            "-P",
+            "prefork",
+            "-c",
+            "1",
+            "-l",
+            "info",
+            "-n",
+            f"chaos-{len(self.outputs)}@%h",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+        )
         if wait:
             output.wait_for("ready.", timeout_s=60)
         self.workers.append(proc)
@@ -156,14 +182,23 @@ def slow_agent(make_user) -> Agent:
     """Each run's pre-step calls a tool that takes a second, so faults land mid-run."""
     author = make_user("editor")
     McpServer.objects.create(
-        mcp_id="misbehaving", transport="stdio", command=sys.executable, args=[MISBEHAVING], timeout_s=30,
+        mcp_id="misbehaving",
+        transport="stdio",
+        command=sys.executable,
+        args=[MISBEHAVING],
+        timeout_s=30,
         tools=[{"name": "hang", "description": "", "input_schema": {}}],
-    )  # fmt: skip
+    )
     rule_set = rule_services.rule_set_create(actor=author, name="chaos")
     rule_services.rule_create(
-        actor=author, rule_set=rule_set, name="slow_rule", mcp_id="misbehaving", tool_name="hang",
-        when='len(query) > 0', params='{"seconds": 1}',
-    )  # fmt: skip
+        actor=author,
+        rule_set=rule_set,
+        name="slow_rule",
+        mcp_id="misbehaving",
+        tool_name="hang",
+        when="len(query) > 0",
+        params='{"seconds": 1}',
+    )
     return Agent.objects.create(name="chaos", system_prompt="p", rule_set=rule_set, rule_set_mode="draft")
 
 

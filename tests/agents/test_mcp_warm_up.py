@@ -22,18 +22,31 @@ MISBEHAVING = str(Path(ROOT) / "tests" / "servers" / "misbehaving.py")
 def _echo_agent(make_user) -> Agent:
     author = make_user("editor")
     McpServer.objects.create(
-        mcp_id="echoes", transport="stdio", command=sys.executable, args=[MISBEHAVING], timeout_s=10,
+        mcp_id="echoes",
+        transport="stdio",
+        command=sys.executable,
+        args=[MISBEHAVING],
+        timeout_s=10,
         tools=[{"name": "echo", "description": "", "input_schema": {}}],
-    )  # fmt: skip
+    )
     rule_set = rule_services.rule_set_create(actor=author, name="echo-rules")
     rule_services.rule_create(
-        actor=author, rule_set=rule_set, name="echo_rule", mcp_id="echoes", tool_name="echo",
-        when='"hi" in query', params='{"value": query}',
-    )  # fmt: skip
+        actor=author,
+        rule_set=rule_set,
+        name="echo_rule",
+        mcp_id="echoes",
+        tool_name="echo",
+        when='"hi" in query',
+        params='{"value": query}',
+    )
     return Agent.objects.create(
-        name="echoer", system_prompt="p", rule_set=rule_set, rule_set_mode="draft",
-        model_provider="scripted", model_script=[{"content": "done"}],
-    )  # fmt: skip
+        name="echoer",
+        system_prompt="p",
+        rule_set=rule_set,
+        rule_set_mode="draft",
+        model_provider="scripted",
+        model_script=[{"content": "done"}],
+    )
 
 
 def _run(agent: Agent) -> tuple[Run, list[tuple[str, str, str]]]:

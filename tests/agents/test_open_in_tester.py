@@ -26,25 +26,45 @@ def run(make_user) -> Run:
     privacy.mask_presets = ["email"]
     privacy.save()
     McpServer.objects.create(
-        mcp_id="order-service", transport="http", url="http://127.0.0.1:9/mcp",
-        tools=[{"name": "get_order", "input_schema": {"type": "object"}}], tools_refreshed_at=timezone.now(),
-    )  # fmt: skip
+        mcp_id="order-service",
+        transport="http",
+        url="http://127.0.0.1:9/mcp",
+        tools=[{"name": "get_order", "input_schema": {"type": "object"}}],
+        tools_refreshed_at=timezone.now(),
+    )
     author = make_user("editor")
     rule_set = rule_services.rule_set_create(actor=author, name="orders")
     rule_services.rule_create(
-        actor=author, rule_set=rule_set, name="route_order", mcp_id="order-service", tool_name="get_order",
-        when='"주문" in query', params='{"query": query}',
-    )  # fmt: skip
+        actor=author,
+        rule_set=rule_set,
+        name="route_order",
+        mcp_id="order-service",
+        tool_name="get_order",
+        when='"주문" in query',
+        params='{"query": query}',
+    )
     agent = Agent.objects.create(name="helper", system_prompt="p", rule_set=rule_set)
     run = Run.objects.create(
-        agent=agent, agent_name="helper", status=Run.Status.SUCCEEDED, query="주문 A-1001",
-        context={"userId": EMAIL, "chatbotId": "premium"}, a2a_data=[{"ticketType": "faq"}], user_id=EMAIL,
-    )  # fmt: skip
+        agent=agent,
+        agent_name="helper",
+        status=Run.Status.SUCCEEDED,
+        query="주문 A-1001",
+        context={"userId": EMAIL, "chatbotId": "premium"},
+        a2a_data=[{"ticketType": "faq"}],
+        user_id=EMAIL,
+    )
     RunStep.objects.create(
-        run=run, seq=1, kind="rule", name="route_order", status="ok", mcp_id="order-service",
-        tool_name="get_order", input={"mcp_id": "order-service", "tool_name": "get_order", "params": {"query": "주문 A-1001"}},
-        output=OUTPUT, started_at=timezone.now(),
-    )  # fmt: skip
+        run=run,
+        seq=1,
+        kind="rule",
+        name="route_order",
+        status="ok",
+        mcp_id="order-service",
+        tool_name="get_order",
+        input={"mcp_id": "order-service", "tool_name": "get_order", "params": {"query": "주문 A-1001"}},
+        output=OUTPUT,
+        started_at=timezone.now(),
+    )
     return run
 
 

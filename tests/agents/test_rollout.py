@@ -29,9 +29,14 @@ ORDER_QUERY = "주문 조회 A-1001"
 def _state(agent: Agent) -> tuple:
     agent.refresh_from_db()
     return (
-        agent.rule_set_mode, agent.pinned_version_id, agent.rollout_version_id, agent.rollout_percent,
-        agent.rollout_chatbot_ids, agent.shadow_version_id, agent.revision,
-    )  # fmt: skip
+        agent.rule_set_mode,
+        agent.pinned_version_id,
+        agent.rollout_version_id,
+        agent.rollout_percent,
+        agent.rollout_chatbot_ids,
+        agent.shadow_version_id,
+        agent.revision,
+    )
 
 
 # --- Bucketing ----------------------------------------------------------------------------------
@@ -104,8 +109,11 @@ def test_start_change_promote_are_audited_and_promote_pins_the_candidate(agent, 
     services.rollout_promote(actor=author, agent=agent)
     agent.refresh_from_db()
     assert (agent.rule_set_mode, agent.pinned_version, agent.rollout_version, agent.rollout_percent) == (
-        "pinned", v2, None, 0,
-    )  # fmt: skip
+        "pinned",
+        v2,
+        None,
+        0,
+    )
     actions = list(
         AuditEvent.objects.filter(object_id=str(agent.pk), action__startswith="agent.rollout")
         .order_by("id")
@@ -121,9 +129,17 @@ def test_rollback_clears_the_rollout_and_keeps_the_stable_version(agent, version
     services.rollout_set(actor=author, agent=agent, version=v2, percent=100, chatbot_ids=["x"])
     services.rollout_rollback(actor=author, agent=agent)
     agent.refresh_from_db()
-    assert (agent.pinned_version, agent.rollout_version, agent.rollout_percent, agent.rollout_chatbot_ids) == (
-        v1, None, 0, [],
-    )  # fmt: skip
+    assert (
+        agent.pinned_version,
+        agent.rollout_version,
+        agent.rollout_percent,
+        agent.rollout_chatbot_ids,
+    ) == (
+        v1,
+        None,
+        0,
+        [],
+    )
     assert AuditEvent.objects.filter(action="agent.rollout.rollback", object_id=str(agent.pk)).count() == 1
     with pytest.raises(AgentConflictError, match="no rollout to roll back"):
         services.rollout_rollback(actor=author, agent=agent)
@@ -224,9 +240,12 @@ def test_only_the_newest_examples_are_kept(agent, versions) -> None:
 def test_a_broken_shadow_is_a_shadow_error_not_a_failure(agent, versions) -> None:
     v1, _ = versions
     broken = RuleSetVersion.objects.create(
-        rule_set=v1.rule_set, number=99, content_hash="x", tool_schema_hash="x",
+        rule_set=v1.rule_set,
+        number=99,
+        content_hash="x",
+        tool_schema_hash="x",
         content=[{**SEED_RULES[0], "when": "(((", "stop": False, "enabled": True}],
-    )  # fmt: skip
+    )
     agent.shadow_version = broken
     request = AgentRequest(query=ORDER_QUERY)
     rollout.shadow_after_run(agent=agent, run_id=None, request=request, prestep=_live_prestep(v1, request))
@@ -238,9 +257,19 @@ def test_a_broken_shadow_is_a_shadow_error_not_a_failure(agent, versions) -> Non
 def test_the_shadow_is_bounded_by_the_expression_cost_budget(agent, versions, settings) -> None:
     v1, _ = versions
     costly = RuleSetVersion.objects.create(
-        rule_set=v1.rule_set, number=98, content_hash="y", tool_schema_hash="y",
-        content=[{**SEED_RULES[0], "when": "len([query+query+query for x in query[:10000]]) > 0", "stop": False, "enabled": True}],
-    )  # fmt: skip
+        rule_set=v1.rule_set,
+        number=98,
+        content_hash="y",
+        tool_schema_hash="y",
+        content=[
+            {
+                **SEED_RULES[0],
+                "when": "len([query+query+query for x in query[:10000]]) > 0",
+                "stop": False,
+                "enabled": True,
+            }
+        ],
+    )
     agent.shadow_version = costly
     request = AgentRequest(query=ORDER_QUERY * 1000)  # each item of the loop copies 48,000 characters
     rollout.shadow_after_run(agent=agent, run_id=None, request=request, prestep=_live_prestep(v1, request))

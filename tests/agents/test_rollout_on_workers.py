@@ -22,9 +22,14 @@ def test_a_rollout_chooses_the_version_and_the_shadow_records_divergences(redis_
     rule_set = agent.rule_set
     v1 = rule_set.versions.order_by("-number").first()
     rule_services.rule_create(
-        actor=None, rule_set=rule_set, name="order_by_id", mcp_id="order-service", tool_name="get_order",
-        when='"A-1001" in ctx.query', params='{"order_id": "A-1001"}',
-    )  # fmt: skip
+        actor=None,
+        rule_set=rule_set,
+        name="order_by_id",
+        mcp_id="order-service",
+        tool_name="get_order",
+        when='"A-1001" in ctx.query',
+        params='{"order_id": "A-1001"}',
+    )
     rule_set.refresh_from_db()
     v2 = rule_services.rule_set_publish(actor=None, rule_set=rule_set, message="adds order_by_id")
     Agent.objects.filter(pk=agent.pk).update(rule_set_mode="pinned", pinned_version=v1)
@@ -41,8 +46,9 @@ def test_a_rollout_chooses_the_version_and_the_shadow_records_divergences(redis_
     assert everyone.status == Run.Status.SUCCEEDED, (everyone.error, output.text()[-2000:])
     assert (everyone.rule_set_ref, everyone.rule_set_version, everyone.rollout_candidate) == ("v2", v2, True)
     assert set(everyone.steps.filter(kind="rule").values_list("name", flat=True)) == {
-        "route_order_lookup", "order_by_id",
-    }  # fmt: skip
+        "route_order_lookup",
+        "order_by_id",
+    }
     assert nobody.status == Run.Status.SUCCEEDED, nobody.error
     assert (nobody.rule_set_ref, nobody.rule_set_version, nobody.rollout_candidate) == ("v1", v1, False)
     assert list(nobody.steps.filter(kind="rule").values_list("name", flat=True)) == ["route_order_lookup"]

@@ -34,17 +34,22 @@ def test_identical_runs_align_one_to_one_and_timings_alone_do_not_count_as_a_cha
 def test_a_step_only_the_second_run_has_is_an_insertion_in_place() -> None:
     b = [*BASE[:2], _s("rule", "route_faq", "search_docs"), *BASE[2:]]
     assert _ops(align_steps(BASE, b)) == [
-        ("same", "input", "input"), ("same", "route_order", "route_order"),
+        ("same", "input", "input"),
+        ("same", "route_order", "route_order"),
         ("added", None, "route_faq"),
-        ("same", "m", "m"), ("same", "a", "a"),
-    ]  # fmt: skip
+        ("same", "m", "m"),
+        ("same", "a", "a"),
+    ]
 
 
 def test_a_step_only_the_first_run_has_is_a_deletion_in_place() -> None:
     b = [BASE[0], *BASE[2:]]
     assert _ops(align_steps(BASE, b)) == [
-        ("same", "input", "input"), ("removed", "route_order", None), ("same", "m", "m"), ("same", "a", "a"),
-    ]  # fmt: skip
+        ("same", "input", "input"),
+        ("removed", "route_order", None),
+        ("same", "m", "m"),
+        ("same", "a", "a"),
+    ]
 
 
 def test_a_reordered_step_is_a_move_on_both_sides() -> None:
@@ -101,15 +106,27 @@ def two_runs(db) -> tuple[Run, Run]:
     runs = []
     for query, steps in (
         ("주문 A-1", [("rule", "route_order", "get_order", {"params": {"order_id": "A-1"}})]),
-        ("주문 A-2", [("rule", "route_order", "get_order", {"params": {"order_id": "A-2"}}),
-                      ("rule", "route_faq", "search_docs", {"params": {"q": "faq"}})]),
-    ):  # fmt: skip
+        (
+            "주문 A-2",
+            [
+                ("rule", "route_order", "get_order", {"params": {"order_id": "A-2"}}),
+                ("rule", "route_faq", "search_docs", {"params": {"q": "faq"}}),
+            ],
+        ),
+    ):
         run = Run.objects.create(agent=agent, agent_name="support", query=query, status="succeeded")
         for seq, (kind, name, tool, data) in enumerate(steps, start=1):
             RunStep.objects.create(
-                run=run, seq=seq, kind=kind, name=name, tool_name=tool, status="ok", input=data,
-                started_at=timezone.now(), duration_ms=2.0,
-            )  # fmt: skip
+                run=run,
+                seq=seq,
+                kind=kind,
+                name=name,
+                tool_name=tool,
+                status="ok",
+                input=data,
+                started_at=timezone.now(),
+                duration_ms=2.0,
+            )
         runs.append(run)
     return runs[0], runs[1]
 

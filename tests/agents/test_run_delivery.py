@@ -48,10 +48,20 @@ def broker_frozen(settings):
     """A redis-server that accepts connections but never answers (SIGSTOPped), as a hung host does."""
     port = free_port()
     proc = subprocess.Popen(
-        [require_executable("redis-server", "redis-server"), "--bind", "127.0.0.1", "--port", str(port),
-         "--save", "", "--appendonly", "no"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        [
+            require_executable("redis-server", "redis-server"),
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         wait_for_port(port, proc=proc)
         proc.send_signal(signal.SIGSTOP)

@@ -84,14 +84,23 @@ def test_a_tool_result_with_nan_keeps_its_step(agent, viewer_client) -> None:
 def test_a_run_past_its_soft_limit_on_a_worker_ends_timed_out(redis_publisher, make_user, settings) -> None:
     author = make_user("editor")
     McpServer.objects.create(
-        mcp_id="misbehaving", transport="stdio", command=sys.executable, args=[MISBEHAVING], timeout_s=60,
+        mcp_id="misbehaving",
+        transport="stdio",
+        command=sys.executable,
+        args=[MISBEHAVING],
+        timeout_s=60,
         tools=[{"name": "hang", "description": "", "input_schema": {}}],
-    )  # fmt: skip
+    )
     rule_set = rule_services.rule_set_create(actor=author, name="slow")
     rule_services.rule_create(
-        actor=author, rule_set=rule_set, name="slow_rule", mcp_id="misbehaving", tool_name="hang",
-        when='"hello" in query', params='{"seconds": 50}',
-    )  # fmt: skip
+        actor=author,
+        rule_set=rule_set,
+        name="slow_rule",
+        mcp_id="misbehaving",
+        tool_name="hang",
+        when='"hello" in query',
+        params='{"seconds": 50}',
+    )
     agent = Agent.objects.create(name="slow", system_prompt="p", rule_set=rule_set, rule_set_mode="draft")
     # The message carries the sender's limits (agents.dispatch); the worker checks its own setting too.
     settings.LLAMON_RUN_SOFT_LIMIT_S, settings.LLAMON_RUN_HARD_LIMIT_S = 8, 20

@@ -22,9 +22,14 @@ def agent() -> Agent:
 
 def _rule_step(run: Run, status: str, tool_name: str) -> None:
     RunStep.objects.create(
-        run=run, seq=1, kind="rule", name="route_order", status=status, tool_name=tool_name,
+        run=run,
+        seq=1,
+        kind="rule",
+        name="route_order",
+        status=status,
+        tool_name=tool_name,
         started_at=timezone.now(),
-    )  # fmt: skip
+    )
 
 
 def test_rule_fired_includes_rules_whose_call_failed(viewer_client, agent) -> None:

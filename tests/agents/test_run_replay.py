@@ -93,14 +93,21 @@ def test_a_replay_whose_original_was_deleted_never_falls_back_to_the_live_server
 
     author = make_user("editor")
     McpServer.objects.create(
-        mcp_id="orders", transport="stdio", command="/nonexistent/orders",
+        mcp_id="orders",
+        transport="stdio",
+        command="/nonexistent/orders",
         tools=[{"name": "get_order", "description": "", "input_schema": {}}],
-    )  # fmt: skip
+    )
     rule_set = rule_services.rule_set_create(actor=author, name="replayed")
     rule_services.rule_create(
-        actor=author, rule_set=rule_set, name="lookup", mcp_id="orders", tool_name="get_order",
-        when="True", params='{"order_id": "A-1"}',
-    )  # fmt: skip
+        actor=author,
+        rule_set=rule_set,
+        name="lookup",
+        mcp_id="orders",
+        tool_name="get_order",
+        when="True",
+        params='{"order_id": "A-1"}',
+    )
     agent = Agent.objects.create(name="r", system_prompt="p", rule_set=rule_set, rule_set_mode="draft")
     original = Run.objects.create(agent=agent, agent_name="r", status=Run.Status.SUCCEEDED, query="q")
     replay = Run.objects.create(agent=agent, agent_name="r", query="q", replay_of=original)

@@ -28,14 +28,23 @@ def hang_agent(make_user) -> Agent:
     """An agent whose pre-step calls a tool that hangs when the query says 'hang'."""
     author = make_user("editor")
     McpServer.objects.create(
-        mcp_id="misbehaving", transport="stdio", command=sys.executable, args=[MISBEHAVING], timeout_s=2,
+        mcp_id="misbehaving",
+        transport="stdio",
+        command=sys.executable,
+        args=[MISBEHAVING],
+        timeout_s=2,
         tools=[{"name": "hang", "description": "", "input_schema": {}}],
-    )  # fmt: skip
+    )
     rule_set = rule_services.rule_set_create(actor=author, name="faults")
     rule_services.rule_create(
-        actor=author, rule_set=rule_set, name="hang_rule", mcp_id="misbehaving", tool_name="hang",
-        when='"hang" in query', params='{"seconds": 30}',
-    )  # fmt: skip
+        actor=author,
+        rule_set=rule_set,
+        name="hang_rule",
+        mcp_id="misbehaving",
+        tool_name="hang",
+        when='"hang" in query',
+        params='{"seconds": 30}',
+    )
     return Agent.objects.create(name="faulty", system_prompt="p", rule_set=rule_set, rule_set_mode="draft")
 
 
@@ -121,9 +130,12 @@ def test_a_killed_worker_fails_the_run_within_the_bound_and_a_redelivery_does_no
 def test_an_unreachable_llm_endpoint_fails_the_run_with_a_readable_error(redis_publisher) -> None:
     port = free_port()  # nothing listens there
     agent = Agent.objects.create(
-        name="remote", system_prompt="p", model_provider="openai-compatible", model_name="m",
+        name="remote",
+        system_prompt="p",
+        model_provider="openai-compatible",
+        model_name="m",
         model_base_url=f"http://127.0.0.1:{port}/v1",
-    )  # fmt: skip
+    )
     with celery_worker(redis_publisher):
         run = services.run_create(actor=None, agent=agent, request=AgentRequest(query="hello"))
         run = wait_for_run(run.pk)

@@ -30,9 +30,15 @@ def _step(
     run: Run, seq: int, kind: str, name: str, at_ms: float, duration_ms: float | None, **fields
 ) -> RunStep:
     return RunStep.objects.create(
-        run=run, seq=seq, kind=kind, name=name, status=fields.pop("status", "ok"),
-        started_at=T0 + timedelta(milliseconds=at_ms), duration_ms=duration_ms, **fields,
-    )  # fmt: skip
+        run=run,
+        seq=seq,
+        kind=kind,
+        name=name,
+        status=fields.pop("status", "ok"),
+        started_at=T0 + timedelta(milliseconds=at_ms),
+        duration_ms=duration_ms,
+        **fields,
+    )
 
 
 def _seeded_run() -> Run:
@@ -101,8 +107,12 @@ def test_token_counts_and_cost_per_call_and_per_run(settings) -> None:
     )
     usage = trace.usage
     assert (usage.model, usage.calls, usage.input_tokens, usage.output_tokens, usage.total_tokens) == (
-        "gpt-test", 2, 2000, 400, 2400,
-    )  # fmt: skip
+        "gpt-test",
+        2,
+        2000,
+        400,
+        2400,
+    )
     assert usage.cost == Decimal("0.0074")
     llm = [s for s in trace.spans if s.kind == "llm"]
     assert llm[0].detail == "1000 in / 200 out tokens"
@@ -164,12 +174,18 @@ def test_a_long_runs_trace_reads_only_the_drawn_steps_and_lets_the_database_sum_
     tokens = {"input_tokens": 10, "output_tokens": 2}
     RunStep.objects.bulk_create(
         RunStep(
-            run=run, seq=i, kind="llm" if i % 2 else "tool", name="gpt-test" if i % 2 else f"tool-{i % 3}",
-            status="ok", started_at=T0 + timedelta(milliseconds=i), duration_ms=1.0,
-            tokens=tokens if i % 2 else None, input={"messages": [{"role": "user", "content": "x" * 50}]},
+            run=run,
+            seq=i,
+            kind="llm" if i % 2 else "tool",
+            name="gpt-test" if i % 2 else f"tool-{i % 3}",
+            status="ok",
+            started_at=T0 + timedelta(milliseconds=i),
+            duration_ms=1.0,
+            tokens=tokens if i % 2 else None,
+            input={"messages": [{"role": "user", "content": "x" * 50}]},
         )
         for i in range(1, 3001)
-    )  # fmt: skip
+    )
     with CaptureQueriesContext(connection) as queries:
         trace = selectors.run_trace(run=run)
     for query in queries.captured_queries:

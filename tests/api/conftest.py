@@ -134,15 +134,26 @@ def sample(api_servers, make_user) -> dict[str, Any]:
     rule_set.refresh_from_db()
     rule = rule_set.rules.order_by("position").first()
     case = cases.case_create(
-        actor=author, rule_set=rule_set, name="order lookup",
-        input={"query": "주문 조회 A-1001"}, expected={"must_fire": [{"tool_name": "get_order"}]},
-    )  # fmt: skip
+        actor=author,
+        rule_set=rule_set,
+        name="order lookup",
+        input={"query": "주문 조회 A-1001"},
+        expected={"must_fire": [{"tool_name": "get_order"}]},
+    )
     agent = Agent.objects.create(name="sample-agent", system_prompt="p", rule_set=rule_set)
     run = Run.objects.create(agent=agent, agent_name=agent.name, query="q")  # stays queued: nothing enqueued
     served = Run.objects.create(
         agent_name="served", source=Run.Source.SERVED, status=Run.Status.RUNNING, query="q"
     )
     return {
-        "author": author, "server": api_servers["order-service"], "servers": api_servers, "rule_set": rule_set,
-        "version": version, "rule": rule, "case": case, "agent": agent, "run": run, "served_run": served,
-    }  # fmt: skip
+        "author": author,
+        "server": api_servers["order-service"],
+        "servers": api_servers,
+        "rule_set": rule_set,
+        "version": version,
+        "rule": rule,
+        "case": case,
+        "agent": agent,
+        "run": run,
+        "served_run": served,
+    }

@@ -108,32 +108,48 @@ def _request(key: str, sample: dict[str, Any], token_id: int) -> tuple[str, str,
     method, template = key.split(" ", 1)
     rule_set, rule = sample["rule_set"], sample["rule"]
     values = {
-        "server_id": sample["server"].pk, "mcp_id": sample["server"].mcp_id, "rule_set_id": rule_set.pk,
-        "rule_id": rule.pk, "number": sample["version"].number, "case_id": sample["case"].pk,
-        "agent_id": sample["agent"].pk, "run_id": sample["run"].pk, "token_id": token_id,
+        "server_id": sample["server"].pk,
+        "mcp_id": sample["server"].mcp_id,
+        "rule_set_id": rule_set.pk,
+        "rule_id": rule.pk,
+        "number": sample["version"].number,
+        "case_id": sample["case"].pk,
+        "agent_id": sample["agent"].pk,
+        "run_id": sample["run"].pk,
+        "token_id": token_id,
         "analysis_id": _impact_id(rule_set) if "{analysis_id}" in template else 0,
-    }  # fmt: skip
+    }
     url = template.format(**values)
     bodies: dict[str, Any] = {
         "POST /api/tokens": {"name": "matrix"},
-        "POST /api/mcp-servers": {"mcp_id": "matrix-new", "transport": "http", "url": "http://127.0.0.1:9/mcp"},
+        "POST /api/mcp-servers": {
+            "mcp_id": "matrix-new",
+            "transport": "http",
+            "url": "http://127.0.0.1:9/mcp",
+        },
         "PATCH /api/mcp-servers/{server_id}": {"description": "changed"},
         "POST /api/mcp-servers/{server_id}/call": {"tool": "get_order", "arguments": {"query": "A-1001"}},
         "POST /api/rule-sets": {"name": "matrix-new"},
         "POST /api/rule-sets/import": {"data": _export(rule_set), "name": "matrix-imported"},
         "PATCH /api/rule-sets/{rule_set_id}": {"revision": rule_set.revision, "description": "changed"},
         "POST /api/rule-sets/{rule_set_id}/rules": {
-            "name": "matrix_rule", "mcp_id": "order-service", "tool_name": "get_order", "when": "True",
+            "name": "matrix_rule",
+            "mcp_id": "order-service",
+            "tool_name": "get_order",
+            "when": "True",
         },
         "PATCH /api/rule-sets/{rule_set_id}/rules/{rule_id}": {"revision": rule.revision, "description": "x"},
         "POST /api/rule-sets/{rule_set_id}/reorder": {
-            "order": list(reversed([r.pk for r in rule_set.rules.order_by("position")])), "revision": rule_set.revision,
+            "order": list(reversed([r.pk for r in rule_set.rules.order_by("position")])),
+            "revision": rule_set.revision,
         },
         "POST /api/rule-sets/{rule_set_id}/publish": {"message": "matrix"},
         "POST /api/rule-sets/{rule_set_id}/versions/{number}/restore": {},
         "POST /api/rule-sets/{rule_set_id}/evaluate": {"query": "주문 조회 A-1001"},
         "POST /api/rule-sets/{rule_set_id}/cases": {
-            "name": "matrix case", "input": {"query": "hi"}, "expected": {"must_fire": []},
+            "name": "matrix case",
+            "input": {"query": "hi"},
+            "expected": {"must_fire": []},
         },
         "PATCH /api/rule-sets/{rule_set_id}/cases/{case_id}": {"name": "renamed"},
         "POST /api/agents": {"name": "matrix-agent", "rule_set": rule_set.pk},
@@ -143,7 +159,7 @@ def _request(key: str, sample: dict[str, Any], token_id: int) -> tuple[str, str,
         "POST /api/runs": {"agent": sample["agent"].pk, "query": "주문 조회"},
         "POST /api/runs/ingest": {"source": "served", "agent_name": "matrix", "request": {"query": "q"}},
         "POST /api/rule-sets/{rule_set_id}/impact": {"version": "draft", "days": 1},
-    }  # fmt: skip
+    }
     return method, url, bodies.get(key)
 
 

@@ -249,9 +249,16 @@ def test_agent_crud_is_validated_like_the_page(editor_api, sample) -> None:
     rule_set = sample["rule_set"]
     created = editor_api.post(
         "/api/agents",
-        {"name": "api-agent", "rule_set": rule_set.pk, "rule_set_mode": "pinned", "pinned_version": 1,
-         "react_servers": ["order-service"], "output_masks": ["card_number"], "input_blocked_patterns": ["(?i)password"]},
-    )  # fmt: skip
+        {
+            "name": "api-agent",
+            "rule_set": rule_set.pk,
+            "rule_set_mode": "pinned",
+            "pinned_version": 1,
+            "react_servers": ["order-service"],
+            "output_masks": ["card_number"],
+            "input_blocked_patterns": ["(?i)password"],
+        },
+    )
     assert created.status_code == 201, created.content
     agent = created.json()
     assert agent["pinned_version"] == 1 and agent["react_servers"] == ["order-service"]
@@ -324,9 +331,13 @@ def test_ingest_creates_a_served_run_and_completes_steps_across_batches(editor_a
     rule_start, rule_end = _events("rule", "route_order_lookup", output={"ok": True})
     first = editor_api.post(
         "/api/runs/ingest",
-        {"source": "served", "agent_name": "support-bot", "request": {"query": "주문 조회", "context": {"userId": "C-1"}},
-         "events": [rule_start, llm_start]},
-    )  # fmt: skip
+        {
+            "source": "served",
+            "agent_name": "support-bot",
+            "request": {"query": "주문 조회", "context": {"userId": "C-1"}},
+            "events": [rule_start, llm_start],
+        },
+    )
     assert first.status_code == 201, first.content
     run_id = first.json()["run_id"]
     steps = editor_api.get(f"/api/runs/{run_id}/steps").json()
@@ -334,8 +345,12 @@ def test_ingest_creates_a_served_run_and_completes_steps_across_batches(editor_a
     assert "4111" not in json.dumps(steps)  # the privacy redaction applies to ingested steps
     second = editor_api.post(
         "/api/runs/ingest",
-        {"run_id": run_id, "events": [rule_end, llm_end], "finish": {"status": "succeeded", "answer": "Your card 4111 1111 1111 1111 ..."}},
-    )  # fmt: skip
+        {
+            "run_id": run_id,
+            "events": [rule_end, llm_end],
+            "finish": {"status": "succeeded", "answer": "Your card 4111 1111 1111 1111 ..."},
+        },
+    )
     assert second.status_code == 200 and second.json() == {
         "run_id": run_id,
         "created": False,

@@ -65,8 +65,16 @@ def test_bad_rollout_input_is_a_422_and_nothing_changes(
     assert (kept["version"], kept["percent"], kept["chatbot_ids"]) == (2, 5, ["keep"])
 
 
-@pytest.mark.parametrize("body", [{"version": "abc", "percent": 1}, {"percent": 1}, {"version": 2, "percent": "many"},
-                                  {"version": 2, "chatbot_ids": "bot"}, {"version": 2**70}])  # fmt: skip
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"version": "abc", "percent": 1},
+        {"percent": 1},
+        {"version": 2, "percent": "many"},
+        {"version": 2, "chatbot_ids": "bot"},
+        {"version": 2**70},
+    ],
+)
 def test_malformed_rollout_bodies_are_a_422(editor_api, sample, two_versions, body) -> None:
     response = editor_api.call("put", f"/api/agents/{sample['agent'].pk}/rollout", json=body)
     assert response.status_code == 422 and response.json()["detail"]

@@ -128,10 +128,14 @@ def test_mcp_inspector_proxy_shapes_are_not_served(principal, caller, marker) ->
     )
     before = _children()
     for method, path in [
-        ("get", f"/stdio?{query}"), ("get", f"/sse?{query}"), ("post", f"/message?sessionId=1&{query}"),
-        ("get", f"/api/stdio?{query}"), ("get", f"/api/sse?{query}"),
-        ("post", f"/api/mcp?{query}"), ("post", f"/api/mcp-servers?{query}"),
-    ]:  # fmt: skip
+        ("get", f"/stdio?{query}"),
+        ("get", f"/sse?{query}"),
+        ("post", f"/message?sessionId=1&{query}"),
+        ("get", f"/api/stdio?{query}"),
+        ("get", f"/api/sse?{query}"),
+        ("post", f"/api/mcp?{query}"),
+        ("post", f"/api/mcp-servers?{query}"),
+    ]:
         response = who.call(method, path, json={} if method == "post" else None)
         # /api/mcp is the workbench's own MCP endpoint (docs/mcp-endpoint.md): it spawns nothing and
         # ignores the query; a token without the MCP Accept header gets 406 Not Acceptable.
@@ -146,8 +150,15 @@ def test_mcp_inspector_proxy_shapes_are_not_served(principal, caller, marker) ->
 
 
 def test_the_server_page_refuses_a_non_admin_stdio_post(client, make_user, marker) -> None:
-    form = {"mcp_id": "pwn", "transport": "stdio", "command": "/bin/sh", "args": f"-c\ntouch {marker}",
-            "timeout_s": "30", "enabled": "on", "confirmed_command": f"/bin/sh -c 'touch {marker}'"}  # fmt: skip
+    form = {
+        "mcp_id": "pwn",
+        "transport": "stdio",
+        "command": "/bin/sh",
+        "args": f"-c\ntouch {marker}",
+        "timeout_s": "30",
+        "enabled": "on",
+        "confirmed_command": f"/bin/sh -c 'touch {marker}'",
+    }
     assert client.post("/mcp/new/", form).status_code == 302  # anonymous: to the login page
     client.force_login(make_user("editor"))
     assert client.post("/mcp/new/", form).status_code == 403
@@ -161,9 +172,15 @@ def test_a_stdio_child_gets_only_the_env_vars_its_server_names(caller, monkeypat
     admin = caller("token:admin")
     created = admin.post(
         "/api/mcp-servers",
-        {"mcp_id": "envcheck", "transport": "stdio", "command": sys.executable, "args": [MISBEHAVING],
-         "env_names": ["LLAMON_MCP_ORDER_API_KEY"], "timeout_s": 20},
-    )  # fmt: skip
+        {
+            "mcp_id": "envcheck",
+            "transport": "stdio",
+            "command": sys.executable,
+            "args": [MISBEHAVING],
+            "env_names": ["LLAMON_MCP_ORDER_API_KEY"],
+            "timeout_s": 20,
+        },
+    )
     assert created.status_code == 201, created.content
     server_id = created.json()["id"]
     assert admin.post(f"/api/mcp-servers/{server_id}/refresh").status_code == 200

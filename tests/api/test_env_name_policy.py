@@ -45,19 +45,35 @@ BAD_SHAPES = [" SECRET_KEY", "SECRET_KEY\n", "SECRET KEY", "sk-live-abc123", "A"
 
 def _agent_body(**overrides: Any) -> dict[str, Any]:
     return {
-        "name": "leaky", "system_prompt": "Be helpful.", "model_provider": "openai-compatible",
-        "model_name": "m", "model_base_url": "http://127.0.0.1:9/v1", **overrides,
-    }  # fmt: skip
+        "name": "leaky",
+        "system_prompt": "Be helpful.",
+        "model_provider": "openai-compatible",
+        "model_name": "m",
+        "model_base_url": "http://127.0.0.1:9/v1",
+        **overrides,
+    }
 
 
 def _agent_form(**overrides: Any) -> dict[str, Any]:
     return {
-        "name": "leaky", "description": "", "system_prompt": "Be helpful.", "rule_set": "", "rule_set_mode": "latest",
-        "pinned_version": "", "model_provider": "openai-compatible", "model_name": "m",
-        "model_base_url": "http://127.0.0.1:9/v1", "model_api_key_env": "", "model_script": "", "temperature": "0",
-        "input_max_chars": "4000", "input_blocked_patterns": "", "output_blocked_patterns": "",
-        "max_iterations": "6", **overrides,
-    }  # fmt: skip
+        "name": "leaky",
+        "description": "",
+        "system_prompt": "Be helpful.",
+        "rule_set": "",
+        "rule_set_mode": "latest",
+        "pinned_version": "",
+        "model_provider": "openai-compatible",
+        "model_name": "m",
+        "model_base_url": "http://127.0.0.1:9/v1",
+        "model_api_key_env": "",
+        "model_script": "",
+        "temperature": "0",
+        "input_max_chars": "4000",
+        "input_blocked_patterns": "",
+        "output_blocked_patterns": "",
+        "max_iterations": "6",
+        **overrides,
+    }
 
 
 def test_a_bad_allow_list_setting_stops_the_app_with_its_name(monkeypatch) -> None:
@@ -145,9 +161,13 @@ def test_a_run_of_an_agent_saved_with_a_forbidden_variable_fails_and_sends_nothi
     with FakeOpenAI() as listener:
         # Written straight to the database: an agent saved before the allow-list existed.
         agent = Agent.objects.create(
-            name="old", system_prompt="Be helpful.", model_provider="openai-compatible", model_name="m",
-            model_base_url=listener.base_url, model_api_key_env="SECRET_KEY",
-        )  # fmt: skip
+            name="old",
+            system_prompt="Be helpful.",
+            model_provider="openai-compatible",
+            model_name="m",
+            model_base_url=listener.base_url,
+            model_api_key_env="SECRET_KEY",
+        )
         run = _queued_run(agent)
         run_execute(run_id=run.pk)
         run.refresh_from_db()
@@ -162,9 +182,13 @@ def test_a_run_with_an_allowed_variable_sends_its_value_to_the_endpoint(monkeypa
     monkeypatch.setenv("LLAMON_LLM_KEY_TEST", "sk-allowed-42")
     with FakeOpenAI() as listener:
         agent = Agent.objects.create(
-            name="ok", system_prompt="Be helpful.", model_provider="openai-compatible", model_name="m",
-            model_base_url=listener.base_url, model_api_key_env="LLAMON_LLM_KEY_TEST",
-        )  # fmt: skip
+            name="ok",
+            system_prompt="Be helpful.",
+            model_provider="openai-compatible",
+            model_name="m",
+            model_base_url=listener.base_url,
+            model_api_key_env="LLAMON_LLM_KEY_TEST",
+        )
         run = _queued_run(agent)
         run_execute(run_id=run.pk)
         run.refresh_from_db()
@@ -224,9 +248,15 @@ def test_a_stdio_server_saved_with_a_forbidden_name_does_not_get_the_value(calle
     admin = caller("token:admin")
     created = admin.post(
         "/api/mcp-servers",
-        {"mcp_id": "old", "transport": "stdio", "command": sys.executable, "args": [MISBEHAVING],
-         "env_names": ["LLAMON_MCP_FINE"], "timeout_s": 20},
-    )  # fmt: skip
+        {
+            "mcp_id": "old",
+            "transport": "stdio",
+            "command": sys.executable,
+            "args": [MISBEHAVING],
+            "env_names": ["LLAMON_MCP_FINE"],
+            "timeout_s": 20,
+        },
+    )
     assert created.status_code == 201, created.content
     server_id = created.json()["id"]
     assert admin.post(f"/api/mcp-servers/{server_id}/refresh").status_code == 200

@@ -126,9 +126,15 @@ def crashed_server(caller, monkeypatch) -> dict[str, Any]:
     admin = caller("token:admin")
     created = admin.post(
         "/api/mcp-servers",
-        {"mcp_id": "leaky", "transport": "stdio", "command": sys.executable, "args": [LEAKY],
-         "env_names": ["LLAMON_MCP_LEAKY_KEY"], "timeout_s": 20},
-    )  # fmt: skip
+        {
+            "mcp_id": "leaky",
+            "transport": "stdio",
+            "command": sys.executable,
+            "args": [LEAKY],
+            "env_names": ["LLAMON_MCP_LEAKY_KEY"],
+            "timeout_s": 20,
+        },
+    )
     assert created.status_code == 201, created.content
     server_id = created.json()["id"]
     assert admin.post(f"/api/mcp-servers/{server_id}/refresh").status_code == 200

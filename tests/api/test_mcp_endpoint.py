@@ -66,9 +66,12 @@ def rule_set(api_servers, make_user) -> RuleSet:
     author = make_user("editor")
     rule_set = build_rule_set(author, "mcp-set", SEED_RULES[:2])
     cases.case_create(
-        actor=author, rule_set=rule_set, name="order lookup",
-        input={"query": "주문 조회 A-1001"}, expected={"must_fire": [{"tool_name": "get_order"}]},
-    )  # fmt: skip
+        actor=author,
+        rule_set=rule_set,
+        name="order lookup",
+        input={"query": "주문 조회 A-1001"},
+        expected={"must_fire": [{"tool_name": "get_order"}]},
+    )
     return rule_set
 
 
@@ -232,9 +235,13 @@ def test_bad_arguments_are_a_clear_tool_error_and_change_nothing(
 
 def test_an_editor_starts_a_run_and_reads_its_trace(live_server, secrets_by_role, make_user) -> None:
     agent = Agent.objects.create(
-        name="mcp-agent", system_prompt="Be brief.", model_provider=Agent.Provider.SCRIPTED,
-        model_script=[{"content": "Hello from the script.", "usage": {"input_tokens": 7, "output_tokens": 3}}],
-    )  # fmt: skip
+        name="mcp-agent",
+        system_prompt="Be brief.",
+        model_provider=Agent.Provider.SCRIPTED,
+        model_script=[
+            {"content": "Hello from the script.", "usage": {"input_tokens": 7, "output_tokens": 3}}
+        ],
+    )
     viewer_try, started = [
         call(live_server, secrets_by_role[role], ("start_run", {"run": {"agent": agent.pk, "query": "hi"}}))[
             0

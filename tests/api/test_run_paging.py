@@ -89,12 +89,20 @@ def _b64(text: str) -> str:
 @pytest.mark.parametrize(
     "cursor",
     [
-        "not-a-cursor", "%%%", _b64("2024-01-01T00:00:00+00:00"), _b64("2024-01-01T00:00:00|7"),
-        _b64("yesterday|7"), _b64("2024-01-01T00:00:00+00:00|0"), _b64("2024-01-01T00:00:00+00:00|-3"),
-        _b64("2024-01-01T00:00:00+00:00|" + "9" * 30), _b64("2024-01-01T00:00:00+00:00|x"), "A" * 150,
-        "\u00e9\u00e9\u00e9\u00e9", "_-_-",
+        "not-a-cursor",
+        "%%%",
+        _b64("2024-01-01T00:00:00+00:00"),
+        _b64("2024-01-01T00:00:00|7"),
+        _b64("yesterday|7"),
+        _b64("2024-01-01T00:00:00+00:00|0"),
+        _b64("2024-01-01T00:00:00+00:00|-3"),
+        _b64("2024-01-01T00:00:00+00:00|" + "9" * 30),
+        _b64("2024-01-01T00:00:00+00:00|x"),
+        "A" * 150,
+        "\u00e9\u00e9\u00e9\u00e9",
+        "_-_-",
     ],
-)  # fmt: skip
+)
 def test_a_bad_cursor_is_a_400_that_says_what_to_do(viewer_api, viewer_client, agent, cursor) -> None:
     _runs(agent, 2)
     response = viewer_api.get("/api/runs", data={"cursor": cursor})
@@ -253,11 +261,16 @@ def _called(run: Run, *tools: str) -> None:
         for phase in ("start", "end"):
             sink.emit(
                 TraceEvent(
-                    id=f"{run.pk}-{i}", kind="tool", name=tool, phase=phase, start=1.0,
-                    duration_ms=1.0 if phase == "end" else None, status="ok" if phase == "end" else "running",
+                    id=f"{run.pk}-{i}",
+                    kind="tool",
+                    name=tool,
+                    phase=phase,
+                    start=1.0,
+                    duration_ms=1.0 if phase == "end" else None,
+                    status="ok" if phase == "end" else "running",
                     meta={"mcp_id": "order-service"},
                 )
-            )  # fmt: skip
+            )
 
 
 def test_the_tool_filter_lists_each_run_once_across_pages_newest_first(viewer_api, agent) -> None:

@@ -24,10 +24,19 @@ def test_read_fires_errors_latency_and_coverage_per_rule(page, logged_in, make_u
     for days_ago in (0, 0, 1, 3, 3, 3, 6, 9):
         record_run(seed_v1, "주문 조회 부탁해 A-1001", age=timedelta(days=days_ago, minutes=5))
     for days_ago in (2, 5):
-        record_run(seed_v1, "안녕하세요", context={"userId": "C-7", "chatbotId": "premium-support"},
-                   age=timedelta(days=days_ago, minutes=5))  # fmt: skip
-    case_create(actor=None, rule_set=seed_v1, name="order lookup", input={"query": "주문 조회 A-1"},
-                expected={"must_fire": [{"tool_name": "get_order"}]})  # fmt: skip
+        record_run(
+            seed_v1,
+            "안녕하세요",
+            context={"userId": "C-7", "chatbotId": "premium-support"},
+            age=timedelta(days=days_ago, minutes=5),
+        )
+    case_create(
+        actor=None,
+        rule_set=seed_v1,
+        name="order lookup",
+        input={"query": "주문 조회 A-1"},
+        expected={"must_fire": [{"tool_name": "get_order"}]},
+    )
 
     page.goto(f"/rules/{seed_v1.pk}/")
     page.click("#health-link")

@@ -20,48 +20,80 @@ ORDER = {"order_id": "A-1001", "status": "배송 중"}
 def agent(make_user) -> Agent:
     # Port 9 on loopback: nothing listens, so only a pinned call can succeed.
     McpServer.objects.create(
-        mcp_id="order-service", transport="http", url="http://127.0.0.1:9/mcp",
-        tools=[{"name": "get_order", "input_schema": {"type": "object"}},
-               {"name": "search_docs", "input_schema": {"type": "object"}}],
+        mcp_id="order-service",
+        transport="http",
+        url="http://127.0.0.1:9/mcp",
+        tools=[
+            {"name": "get_order", "input_schema": {"type": "object"}},
+            {"name": "search_docs", "input_schema": {"type": "object"}},
+        ],
         tools_refreshed_at=timezone.now(),
-    )  # fmt: skip
+    )
     author = make_user("editor", "author")
     rule_set = services.rule_set_create(actor=author, name="orders")
     services.rule_create(
-        actor=author, rule_set=rule_set, name="route_order", mcp_id="order-service", tool_name="get_order",
-        when='"주문" in query', params='{"query": query, "user": context.get("userId", "")}',
-    )  # fmt: skip
+        actor=author,
+        rule_set=rule_set,
+        name="route_order",
+        mcp_id="order-service",
+        tool_name="get_order",
+        when='"주문" in query',
+        params='{"query": query, "user": context.get("userId", "")}',
+    )
     return Agent.objects.create(name="support", system_prompt="p", rule_set=rule_set)
 
 
 def _run(agent: Agent, query: str, steps: list[tuple], **fields) -> Run:
     run = Run.objects.create(
-        agent=agent, agent_name=agent.name, query=query, status=Run.Status.SUCCEEDED,
-        started_at=timezone.now(), finished_at=timezone.now(), **fields,
-    )  # fmt: skip
+        agent=agent,
+        agent_name=agent.name,
+        query=query,
+        status=Run.Status.SUCCEEDED,
+        started_at=timezone.now(),
+        finished_at=timezone.now(),
+        **fields,
+    )
     for seq, (kind, name, tool, params, output, ms) in enumerate(steps, start=1):
         RunStep.objects.create(
-            run=run, seq=seq, kind=kind, name=name, tool_name=tool, mcp_id="order-service" if tool else "",
-            status="ok", input={"params": params} if tool else None, output=output,
-            started_at=timezone.now(), duration_ms=ms,
-        )  # fmt: skip
+            run=run,
+            seq=seq,
+            kind=kind,
+            name=name,
+            tool_name=tool,
+            mcp_id="order-service" if tool else "",
+            status="ok",
+            input={"params": params} if tool else None,
+            output=output,
+            started_at=timezone.now(),
+            duration_ms=ms,
+        )
     return run
 
 
 def test_tick_two_runs_compare_them_and_see_a_new_run_arrive(page, logged_in, agent) -> None:
-    a = _run(agent, "주문 A-1001", [
-        ("guardrail", "input", "", None, None, 0.2),
-        ("rule", "route_order", "get_order", {"query": "주문 A-1001"}, ORDER, 26.0),
-        ("llm", "scripted", "", None, "답변", 40.0),
-        ("answer", "answer", "", None, "배송 중입니다", 0.1),
-    ], answer="배송 중입니다")  # fmt: skip
-    b = _run(agent, "주문 A-1002 환불", [
-        ("guardrail", "input", "", None, None, 0.3),
-        ("rule", "route_order", "get_order", {"query": "주문 A-1002 환불"}, {"order_id": "A-1002"}, 31.0),
-        ("rule", "route_faq", "search_docs", {"q": "환불"}, [{"title": "환불 규정"}], 12.0),
-        ("llm", "scripted", "", None, "답변", 55.0),
-        ("answer", "answer", "", None, "환불 규정을 확인하세요", 0.1),
-    ], answer="환불 규정을 확인하세요")  # fmt: skip
+    a = _run(
+        agent,
+        "주문 A-1001",
+        [
+            ("guardrail", "input", "", None, None, 0.2),
+            ("rule", "route_order", "get_order", {"query": "주문 A-1001"}, ORDER, 26.0),
+            ("llm", "scripted", "", None, "답변", 40.0),
+            ("answer", "answer", "", None, "배송 중입니다", 0.1),
+        ],
+        answer="배송 중입니다",
+    )
+    b = _run(
+        agent,
+        "주문 A-1002 환불",
+        [
+            ("guardrail", "input", "", None, None, 0.3),
+            ("rule", "route_order", "get_order", {"query": "주문 A-1002 환불"}, {"order_id": "A-1002"}, 31.0),
+            ("rule", "route_faq", "search_docs", {"q": "환불"}, [{"title": "환불 규정"}], 12.0),
+            ("llm", "scripted", "", None, "답변", 55.0),
+            ("answer", "answer", "", None, "환불 규정을 확인하세요", 0.1),
+        ],
+        answer="환불 규정을 확인하세요",
+    )
     logged_in("viewer")
     page.goto("/agents/runs/")
     assert page.locator("#compare-button").is_disabled()
@@ -89,10 +121,12 @@ def test_open_a_run_in_the_tester_with_its_outputs_pinned(page, logged_in, agent
     privacy.mask_presets = ["email"]
     privacy.save()
     run = _run(
-        agent, "주문 A-1001 어디쯤?",
+        agent,
+        "주문 A-1001 어디쯤?",
         [("rule", "route_order", "get_order", {"query": "주문 A-1001 어디쯤?", "user": "C-1"}, ORDER, 20.0)],
-        context={"userId": EMAIL, "chatbotId": "premium"}, user_id=EMAIL,
-    )  # fmt: skip
+        context={"userId": EMAIL, "chatbotId": "premium"},
+        user_id=EMAIL,
+    )
     logged_in("editor")
     page.goto(f"/agents/runs/{run.pk}/")
     page.check("#open-with-outputs")

@@ -21,9 +21,18 @@ def test_the_main_pages_work_under_the_policy_and_it_blocks_injected_script(
 
     # The rule editor's live tester (htmx swaps while typing).
     rule_set = build_rule_set(
-        make_user("editor"), "csp", [{"name": "route_search", "mcp_id": "knowledge-base",
-        "tool_name": "search_docs", "when": '"검색" in query', "params": '{"q": query}'}],
-    )  # fmt: skip
+        make_user("editor"),
+        "csp",
+        [
+            {
+                "name": "route_search",
+                "mcp_id": "knowledge-base",
+                "tool_name": "search_docs",
+                "when": '"검색" in query',
+                "params": '{"q": query}',
+            }
+        ],
+    )
     page.goto(f"/rules/{rule_set.pk}/?rule={rule_set.rules.get().pk}")
     page.fill("#id_t-query", "환불 정책 검색해줘")
     page.locator("#tester-table tr[data-rule='route_search'] .status-fired").wait_for()

@@ -30,9 +30,13 @@ SCRIPT = [
 def _scripted_agent() -> Agent:
     demo = Agent.objects.get(name="seed-demo")
     agent = Agent.objects.create(
-        name="traced", system_prompt="You are a support agent.", rule_set=demo.rule_set, rule_set_mode="latest",
-        model_provider="scripted", model_script=SCRIPT,
-    )  # fmt: skip
+        name="traced",
+        system_prompt="You are a support agent.",
+        rule_set=demo.rule_set,
+        rule_set_mode="latest",
+        model_provider="scripted",
+        model_script=SCRIPT,
+    )
     agent.react_servers.set([McpServer.objects.get(mcp_id="order-service")])
     return agent
 
@@ -43,9 +47,10 @@ def test_the_trace_of_a_real_run_shows_where_the_time_went_tokens_cost_and_the_c
     # The web process renders the page, so the price table is the test's setting.
     settings.LLAMON_MODEL_PRICES = '{"scripted": {"input": 3, "output": 15}}'
     run = services.run_create(
-        actor=None, agent=_scripted_agent(),
+        actor=None,
+        agent=_scripted_agent(),
         request=AgentRequest(query="주문 조회 부탁해 A-1002", context={"userId": "C-1002"}),
-    )  # fmt: skip
+    )
     logged_in("viewer")
     page.goto(f"/agents/runs/{run.pk}/")
     page.locator(".run-status[data-status=succeeded]").wait_for(timeout=90_000)

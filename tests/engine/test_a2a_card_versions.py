@@ -46,8 +46,11 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     url = f"http://127.0.0.1:{port}/"
     log = project.parent / "serve.log"
     process = subprocess.Popen(
-        [*LLAMON, "run", str(project), "--port", str(port)], stdout=log.open("w"), stderr=subprocess.STDOUT, env=env
-    )  # fmt: skip
+        [*LLAMON, "run", str(project), "--port", str(port)],
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
     try:
         deadline = time.monotonic() + 90
         while True:
@@ -84,8 +87,10 @@ def test_an_a2a_03_client_loads_the_card_and_gets_the_answer(served: str) -> Non
     python = a2a_v03_python()
     result = subprocess.run(
         [str(python), str(CLIENT_V03), served, "주문 조회 A-1001 부탁해", json.dumps({"userId": "C-1001"})],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
     assert out["sdk"].startswith("0.3.")

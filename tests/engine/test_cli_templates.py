@@ -94,8 +94,11 @@ def projects(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         target = root / template
         result = subprocess.run(
             [*LLAMON, "new", "--template", template, str(target)],
-            capture_output=True, text=True, env=clean_env(), timeout=60,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            env=clean_env(),
+            timeout=60,
+        )
         assert result.returncode == 0, result.stderr
         made[template] = target
     return made
@@ -111,9 +114,11 @@ def served(projects: dict[str, Path], external_api: str) -> Iterator[dict[str, S
             log = path.parent / f"{template}.log"
             process = subprocess.Popen(
                 [*LLAMON, "run", str(path), "--port", str(port)],
-                stdout=log.open("w"), stderr=subprocess.STDOUT, text=True,
+                stdout=log.open("w"),
+                stderr=subprocess.STDOUT,
+                text=True,
                 env=clean_env(EXTERNAL_API_URL=external_api),
-            )  # fmt: skip
+            )
             running[template] = Served(template, path, f"http://127.0.0.1:{port}/", process, log)
         for s in running.values():
             _wait_ready(s)
@@ -166,9 +171,12 @@ def send(url: str, text: str, **metadata: Any) -> tuple[str, dict[str, Any]]:
 def send_v03(url: str, text: str, **metadata: Any) -> dict[str, Any]:
     """An A2A 0.3 JSON-RPC ``message/send``; the result object."""
     message = {
-        "kind": "message", "role": "user", "messageId": uuid.uuid4().hex,
-        "parts": [{"kind": "text", "text": text}], "metadata": metadata,
-    }  # fmt: skip
+        "kind": "message",
+        "role": "user",
+        "messageId": uuid.uuid4().hex,
+        "parts": [{"kind": "text", "text": text}],
+        "metadata": metadata,
+    }
     response = httpx.post(
         url,
         json={"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": message}},

@@ -15,12 +15,26 @@ DEFAULT_KEYS = EnvNamePolicy(
 @pytest.mark.parametrize(
     "name",
     [
-        "SECRET_KEY", "DATABASE_URL", "REDIS_URL", "LLAMON_ADMIN_PASSWORD", "LLAMON_REGISTRY_TOKEN",
-        "LLAMON_LLM_KEY_TOKEN", "LLAMON_LLM_KEY_PASSWORD", "MY_TOKEN", "secret_key", "openai_api_key",
-        "DJANGO_SETTINGS_MODULE", "CELERY_BROKER_URL", "LLAMON_ENV", "PATH", " OPENAI_API_KEY",
-        "OPENAI_API_KEY\n", "A" * 101, "LLAMON_LLM_KEY_" + "A" * 90,
+        "SECRET_KEY",
+        "DATABASE_URL",
+        "REDIS_URL",
+        "LLAMON_ADMIN_PASSWORD",
+        "LLAMON_REGISTRY_TOKEN",
+        "LLAMON_LLM_KEY_TOKEN",
+        "LLAMON_LLM_KEY_PASSWORD",
+        "MY_TOKEN",
+        "secret_key",
+        "openai_api_key",
+        "DJANGO_SETTINGS_MODULE",
+        "CELERY_BROKER_URL",
+        "LLAMON_ENV",
+        "PATH",
+        " OPENAI_API_KEY",
+        "OPENAI_API_KEY\n",
+        "A" * 101,
+        "LLAMON_LLM_KEY_" + "A" * 90,
     ],
-)  # fmt: skip
+)
 def test_the_default_key_policy_refuses(name: str) -> None:
     assert not DEFAULT_KEYS.allows(name)
     assert DEFAULT_KEYS.refusal(name)

@@ -112,8 +112,11 @@ def test_graph_view_has_mermaid_nodes_and_edges() -> None:
     assert view["mermaid"] == mermaid(_sequential())
     assert [n["id"] for n in view["nodes"]] == ["__start__", "a", "b", "c", "__end__"]
     assert {(e["source"], e["target"]) for e in view["edges"]} == {
-        ("__start__", "a"), ("a", "b"), ("b", "c"), ("c", "__end__"),
-    }  # fmt: skip
+        ("__start__", "a"),
+        ("a", "b"),
+        ("b", "c"),
+        ("c", "__end__"),
+    }
     json.dumps(view)  # it travels as a trace event
 
 
@@ -129,8 +132,13 @@ def test_a_flow_run_traces_the_graph_first_then_each_node_then_the_answer() -> N
     assert "graph TD;" in first.input["mermaid"] and first.input["nodes"] and first.input["edges"]
     nodes = [e for e in sink.events if e.kind == "node" and e.name != GRAPH_EVENT_NAME]
     assert [(e.name, e.phase) for e in nodes] == [
-        ("a", "start"), ("a", "end"), ("b", "start"), ("b", "end"), ("c", "start"), ("c", "end"),
-    ]  # fmt: skip
+        ("a", "start"),
+        ("a", "end"),
+        ("b", "start"),
+        ("b", "end"),
+        ("c", "start"),
+        ("c", "end"),
+    ]
     assert all(e.parent == first.id for e in nodes)
     assert nodes[1].output == {"results": {"a": "HI"}} and nodes[1].status == "ok"
     assert nodes[0].input["query"] == "hi"
@@ -175,8 +183,10 @@ def test_graphs_built_with_stategraph_directly_are_traced_too() -> None:
     result = asyncio.run(arun_flow(graph.compile(), _request("x"), sink=sink))
     assert result.answer == '{"done": true}'
     assert [e.name for e in sink.events if e.kind == "node" and e.phase == "start"] == [
-        GRAPH_EVENT_NAME, "first", "second",
-    ]  # fmt: skip
+        GRAPH_EVENT_NAME,
+        "first",
+        "second",
+    ]
 
 
 def test_answer_text_prefers_answer_then_output() -> None:

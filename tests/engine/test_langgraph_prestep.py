@@ -45,9 +45,10 @@ SERVERS = Path(__file__).resolve().parents[2] / "examples" / "mcp_servers"
 def test_stdio_and_every_http_spelling_map_to_specs() -> None:
     env = {"KB_TOKEN": "s3cret", "PATH": "/usr/bin"}
     stdio = spec_from_connection(
-        "kb", {"transport": "stdio", "command": "python", "args": ["kb.py"], "env": {"KB_TOKEN": "s3cret"}},
+        "kb",
+        {"transport": "stdio", "command": "python", "args": ["kb.py"], "env": {"KB_TOKEN": "s3cret"}},
         environ=env,
-    )  # fmt: skip
+    )
     assert (stdio.transport, stdio.command, stdio.args, stdio.env) == (
         "stdio",
         "python",
@@ -58,11 +59,14 @@ def test_stdio_and_every_http_spelling_map_to_specs() -> None:
         spec = spec_from_connection(
             "orders",
             {
-                "transport": spelling, "url": "http://127.0.0.1:8765/mcp", "timeout": timedelta(seconds=5),
+                "transport": spelling,
+                "url": "http://127.0.0.1:8765/mcp",
+                "timeout": timedelta(seconds=5),
                 "headers": {"Authorization": "Bearer ${KB_TOKEN}", "X-Tenant": "${TENANT}"},
-                "sse_read_timeout": 60, "terminate_on_close": True,
+                "sse_read_timeout": 60,
+                "terminate_on_close": True,
             },
-        )  # fmt: skip
+        )
         assert (spec.transport, spec.url, spec.timeout_s) == ("http", "http://127.0.0.1:8765/mcp", 5.0)
         assert spec.headers == ["KB_TOKEN", "X-Tenant=TENANT"]
         assert spec.header_pairs({"KB_TOKEN": "t", "TENANT": "acme"}) == {
@@ -82,17 +86,29 @@ def test_stdio_and_every_http_spelling_map_to_specs() -> None:
         ({"transport": "http"}, "an http server needs a url"),
         ({"transport": "stdio", "command": "python", "args": [], "cwd": "/srv"}, "'cwd' is not supported"),
         ({"transport": "http", "url": "http://127.0.0.1:1/mcp", "auth": object()}, "'auth' is not supported"),
-        ({"transport": "http", "url": "http://127.0.0.1:1/mcp", "session_kwargs": {"x": 1}}, "session_kwargs"),
+        (
+            {"transport": "http", "url": "http://127.0.0.1:1/mcp", "session_kwargs": {"x": 1}},
+            "session_kwargs",
+        ),
         ({"transport": "stdio", "command": "python", "args": [], "encoding": "latin-1"}, "utf-8"),
         ({"transport": "stdio", "command": "python", "args": [], "urll": "x"}, "unknown key(s)"),
-        ({"transport": "stdio", "command": "python", "args": [], "env": {"DEBUG": "1"}}, "os.environ['DEBUG']"),
+        (
+            {"transport": "stdio", "command": "python", "args": [], "env": {"DEBUG": "1"}},
+            "os.environ['DEBUG']",
+        ),
         ({"transport": "stdio", "command": "python", "args": [], "env": {"A=B": "1"}}, "not a variable name"),
-        ({"transport": "http", "url": "http://127.0.0.1:1/mcp", "headers": {"X-Key": "abc"}}, "keeps header values out"),
-        ({"transport": "http", "url": "http://127.0.0.1:1/mcp", "headers": {"Bad Header": "${K}"}}, "headers"),
+        (
+            {"transport": "http", "url": "http://127.0.0.1:1/mcp", "headers": {"X-Key": "abc"}},
+            "keeps header values out",
+        ),
+        (
+            {"transport": "http", "url": "http://127.0.0.1:1/mcp", "headers": {"Bad Header": "${K}"}},
+            "headers",
+        ),
         ({"transport": "http", "url": "http://127.0.0.1:1/mcp", "timeout": 0}, "timeout_s"),
         ("http://127.0.0.1:1/mcp", "must be a dict"),
     ],
-)  # fmt: skip
+)
 def test_what_cannot_be_mapped_is_refused_with_a_reason(connection: Any, message: str) -> None:
     with pytest.raises(RegistryError) as err:
         spec_from_connection("orders", connection, environ={})
@@ -120,9 +136,18 @@ def kb_url() -> Iterator[str]:
     port = free_port()
     url = f"http://127.0.0.1:{port}/mcp"
     proc = subprocess.Popen(
-        [sys.executable, str(SERVERS / "knowledge_base.py"), "--http", "--host", "127.0.0.1", "--port", str(port)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(SERVERS / "knowledge_base.py"),
+            "--http",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 30
         while True:

@@ -76,8 +76,9 @@ def test_the_pool_uses_the_address_its_guard_returned(tmp_path) -> None:
     port = free_port()
     server = subprocess.Popen(
         [sys.executable, str(ROOT / "tests" / "servers" / "misbehaving.py"), "--http", str(port)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     checked: list[str] = []
 
     def guard(url: str) -> list[str]:

@@ -22,12 +22,20 @@ from tests.support.react import ask, backend, calls_tool, list_orders, scripted,
 from tests.support.serve import a2a_v03_send, post_a2a, react_runner, route_order
 
 OTEL_VARS = (
-    "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_HEADERS",
-    "OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
-    "OTEL_SDK_DISABLED", "OTEL_TRACES_EXPORTER", "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES",
-    "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "OTEL_EXPORTER_OTLP_TIMEOUT",
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_HEADERS",
+    "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+    "OTEL_EXPORTER_OTLP_PROTOCOL",
+    "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+    "OTEL_SDK_DISABLED",
+    "OTEL_TRACES_EXPORTER",
+    "OTEL_SERVICE_NAME",
+    "OTEL_RESOURCE_ATTRIBUTES",
+    "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT",
+    "OTEL_EXPORTER_OTLP_TIMEOUT",
     "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
-)  # fmt: skip
+)
 
 
 @pytest.fixture(autouse=True)
@@ -93,11 +101,18 @@ def test_a_run_is_one_trace_of_genai_spans_with_the_steps_real_timing(receiver, 
     names = sorted(s.name for s in spans.values())
     assert names == sorted(
         [
-            "invoke_agent support", "guardrail input", "prestep deterministic pre-step",
-            "rule route_order_lookup", "rule route_by_chatbot_id", "chat scripted", "chat scripted",
-            "execute_tool list_orders", "guardrail output", "answer",
+            "invoke_agent support",
+            "guardrail input",
+            "prestep deterministic pre-step",
+            "rule route_order_lookup",
+            "rule route_by_chatbot_id",
+            "chat scripted",
+            "chat scripted",
+            "execute_tool list_orders",
+            "guardrail output",
+            "answer",
         ]
-    )  # fmt: skip
+    )
     chats = sorted(receiver.by_name("chat scripted"), key=lambda s: s.start_ns)
     assert [c.kind for c in chats] == ["SPAN_KIND_CLIENT"] * 2
     assert [c.attributes["gen_ai.operation.name"] for c in chats] == ["chat", "chat"]

@@ -270,8 +270,9 @@ def test_the_mcp_pool_connects_to_the_checked_address_of_a_rebound_name() -> Non
     port = free_port()
     server = subprocess.Popen(
         [sys.executable, str(ROOT / "tests" / "servers" / "misbehaving.py"), "--http", str(port)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     # localhost is what the server's Host-header protection accepts; the resolver decides the address.
     resolver = FlippingResolver(["127.0.0.1"], [METADATA])
     pool = McpPool(http_guard=UrlPolicy(allow_private=True, resolver=resolver).check)

@@ -79,8 +79,13 @@ def test_overlapping_runs_of_one_graph_keep_their_own_model_tools_rules_and_trac
         )
         runs[tag] = (result, model, sink)
 
-    warm = run_agent(spec(), ask("안녕"), backend=backend(), react_tools=[_waiting_tool("W", barrier)],
-                     chat_model=scripted({"content": "네"}))  # fmt: skip
+    warm = run_agent(
+        spec(),
+        ask("안녕"),
+        backend=backend(),
+        react_tools=[_waiting_tool("W", barrier)],
+        chat_model=scripted({"content": "네"}),
+    )
     assert warm.status == "succeeded", warm.error
     threads = [
         threading.Thread(target=one, args=("A", ask("주문 조회 부탁해"))),

@@ -188,9 +188,11 @@ def test_a2a_03_message_send_runs_the_prestep_and_traces_a_served_run(
 def test_a2a_10_send_message_is_answered() -> None:
     app = build_app(react_runner([route_order]), "http://127.0.0.1:8001/")
     message = {
-        "messageId": uuid.uuid4().hex, "role": "ROLE_USER", "parts": [{"text": "주문 조회"}],
+        "messageId": uuid.uuid4().hex,
+        "role": "ROLE_USER",
+        "parts": [{"text": "주문 조회"}],
         "metadata": {"userId": "C-1001"},
-    }  # fmt: skip
+    }
     body = post_a2a(
         app,
         {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": message}},

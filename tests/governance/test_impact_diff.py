@@ -67,10 +67,22 @@ def test_the_report_groups_changes_by_rule_with_counts_keys_and_samples() -> Non
     mask = lambda value: value  # noqa: E731
     for run_id in range(1, 6):
         new = ("orders", "get_order", {"order_id": f"A-{run_id}", "lang": "ko"})
-        report.add(run_id=run_id, created_at="t", query=lambda: "q", old=side({"route": ORDER}),
-                   new=side({"route": new, "faq": ("kb", "search", {})}), mask=mask)  # fmt: skip
-    report.add(run_id=9, created_at="t", query=lambda: "q", old=side({"route": ORDER}),
-               new=side({"route": ORDER}), mask=mask)  # fmt: skip
+        report.add(
+            run_id=run_id,
+            created_at="t",
+            query=lambda: "q",
+            old=side({"route": ORDER}),
+            new=side({"route": new, "faq": ("kb", "search", {})}),
+            mask=mask,
+        )
+    report.add(
+        run_id=9,
+        created_at="t",
+        query=lambda: "q",
+        old=side({"route": ORDER}),
+        new=side({"route": ORDER}),
+        mask=mask,
+    )
     report.skip()
     data = report.to_json()
     assert (data["replayed"], data["unchanged"], data["changed"], data["skipped"]) == (6, 1, 5, 1)
@@ -91,22 +103,40 @@ def test_the_report_groups_changes_by_rule_with_counts_keys_and_samples() -> Non
 def test_the_sample_query_is_read_only_when_a_sample_is_kept() -> None:
     report, asked = ImpactReport(), []
     for run_id in range(10):
-        report.add(run_id=run_id, created_at="t", query=lambda r=run_id: asked.append(r) or "q",
-                   old=side(), new=side({"faq": ORDER}), mask=lambda v: v)  # fmt: skip
+        report.add(
+            run_id=run_id,
+            created_at="t",
+            query=lambda r=run_id: asked.append(r) or "q",
+            old=side(),
+            new=side({"faq": ORDER}),
+            mask=lambda v: v,
+        )
     assert asked == list(range(SAMPLES_PER_RULE))
 
 
 def test_error_messages_are_masked_in_the_report() -> None:
     report = ImpactReport()
-    report.add(run_id=1, created_at="t", query=lambda: "q", old=side(),
-               new=side(error_rule="r", error="r: bad card 4111"), mask=lambda v: v.replace("4111", "[card]"))  # fmt: skip
+    report.add(
+        run_id=1,
+        created_at="t",
+        query=lambda: "q",
+        old=side(),
+        new=side(error_rule="r", error="r: bad card 4111"),
+        mask=lambda v: v.replace("4111", "[card]"),
+    )
     assert report.to_json()["rules"][0]["errors"] == ["r: bad card [card]"]
 
 
 def test_rule_groups_are_capped() -> None:
     report = ImpactReport()
     for i in range(MAX_RULE_GROUPS + 5):
-        report.add(run_id=i, created_at="t", query=lambda: "q", old=side(), new=side({f"r{i}": ORDER}),
-                   mask=lambda v: v)  # fmt: skip
+        report.add(
+            run_id=i,
+            created_at="t",
+            query=lambda: "q",
+            old=side(),
+            new=side({f"r{i}": ORDER}),
+            mask=lambda v: v,
+        )
     groups = {g["rule"]: g for g in report.to_json()["rules"]}
     assert len(groups) == MAX_RULE_GROUPS and groups[OTHER_RULES]["added"] == 6

@@ -29,26 +29,64 @@ from tests.support.rule_sets import build_rule_set
 pytestmark = pytest.mark.django_db
 
 V1 = [
-    {"name": "r_order", "mcp_id": "order-service", "tool_name": "get_order",
-     "when": '"주문" in query', "params": '{"query": query}'},
-    {"name": "r_kb", "mcp_id": "knowledge-base", "tool_name": "search_docs",
-     "when": '"검색" in query', "params": '{"q": query, "limit": 3}'},
-    {"name": "r_crm", "mcp_id": "customer-crm", "tool_name": "get_customer_profile",
-     "when": 'context.get("chatbotId") == "premium-support"', "params": '{"customer_id": context.get("userId")}'},
-    {"name": "r_stop", "mcp_id": "order-service", "tool_name": "list_orders", "stop": True,
-     "when": '"환불" in query', "params": '{"customer_id": context.get("userId", "anon")}'},
-    {"name": "r_after", "mcp_id": "knowledge-base", "tool_name": "search_docs",
-     "when": '"배송" in query', "params": '{"q": "배송"}'},
-    {"name": "r_tools", "mcp_id": "knowledge-base", "tool_name": "search_docs",
-     "when": '"search_docs" in tool_names and "문의" in query', "params": '{"q": query}'},
-]  # fmt: skip
+    {
+        "name": "r_order",
+        "mcp_id": "order-service",
+        "tool_name": "get_order",
+        "when": '"주문" in query',
+        "params": '{"query": query}',
+    },
+    {
+        "name": "r_kb",
+        "mcp_id": "knowledge-base",
+        "tool_name": "search_docs",
+        "when": '"검색" in query',
+        "params": '{"q": query, "limit": 3}',
+    },
+    {
+        "name": "r_crm",
+        "mcp_id": "customer-crm",
+        "tool_name": "get_customer_profile",
+        "when": 'context.get("chatbotId") == "premium-support"',
+        "params": '{"customer_id": context.get("userId")}',
+    },
+    {
+        "name": "r_stop",
+        "mcp_id": "order-service",
+        "tool_name": "list_orders",
+        "stop": True,
+        "when": '"환불" in query',
+        "params": '{"customer_id": context.get("userId", "anon")}',
+    },
+    {
+        "name": "r_after",
+        "mcp_id": "knowledge-base",
+        "tool_name": "search_docs",
+        "when": '"배송" in query',
+        "params": '{"q": "배송"}',
+    },
+    {
+        "name": "r_tools",
+        "mcp_id": "knowledge-base",
+        "tool_name": "search_docs",
+        "when": '"search_docs" in tool_names and "문의" in query',
+        "params": '{"q": query}',
+    },
+]
 PREMIUM = {"chatbotId": "premium-support", "userId": "C-7"}
 BASIC = {"chatbotId": "basic", "userId": "C-9"}
 REQUESTS = [
-    ("주문 조회 A-1001", BASIC), ("주문 검색 해줘", PREMIUM), ("환불 해주세요", PREMIUM),
-    ("환불 배송 주문", BASIC), ("배송 문의", BASIC), ("검색 문의 배송", PREMIUM),
-    ("안녕하세요", BASIC), ("안녕하세요", PREMIUM), ("고마워요", {}), ("주문 환불 검색 배송 문의", PREMIUM),
-]  # fmt: skip
+    ("주문 조회 A-1001", BASIC),
+    ("주문 검색 해줘", PREMIUM),
+    ("환불 해주세요", PREMIUM),
+    ("환불 배송 주문", BASIC),
+    ("배송 문의", BASIC),
+    ("검색 문의 배송", PREMIUM),
+    ("안녕하세요", BASIC),
+    ("안녕하세요", PREMIUM),
+    ("고마워요", {}),
+    ("주문 환불 검색 배송 문의", PREMIUM),
+]
 
 
 @pytest.fixture
@@ -111,8 +149,19 @@ def disable(s):
 
 
 def add_stop_first(s):  # a new stop rule ahead of the rest: later kept rules must not fire any more
-    s.insert(0, {"name": "r_new", "description": "", "mcp_id": "order-service", "tool_name": "get_order",
-                 "when": '"주문" in query', "params": '{"order": query}', "stop": True, "enabled": True})  # fmt: skip
+    s.insert(
+        0,
+        {
+            "name": "r_new",
+            "description": "",
+            "mcp_id": "order-service",
+            "tool_name": "get_order",
+            "when": '"주문" in query',
+            "params": '{"order": query}',
+            "stop": True,
+            "enabled": True,
+        },
+    )
 
 
 def remove_stop(s):  # without the stop rule, r_after is reached by runs that never evaluated it
@@ -125,9 +174,19 @@ def change_server(s):
 
 
 def add_failing_first(s):  # fails on premium requests: the kept calls after it are not made
-    s.insert(0, {"name": "r_bad", "description": "", "mcp_id": "customer-crm", "tool_name": "get_customer_profile",
-                 "when": 'context.get("chatbotId") == "premium-support"', "params": '{"x": context["nope"]}',
-                 "stop": False, "enabled": True})  # fmt: skip
+    s.insert(
+        0,
+        {
+            "name": "r_bad",
+            "description": "",
+            "mcp_id": "customer-crm",
+            "tool_name": "get_customer_profile",
+            "when": 'context.get("chatbotId") == "premium-support"',
+            "params": '{"x": context["nope"]}',
+            "stop": False,
+            "enabled": True,
+        },
+    )
 
 
 def everything(s):
@@ -135,8 +194,17 @@ def everything(s):
         change(s)
 
 
-CHANGES = [edit_when, edit_params, reorder, disable, add_stop_first, remove_stop, change_server,
-           add_failing_first, everything]  # fmt: skip
+CHANGES = [
+    edit_when,
+    edit_params,
+    reorder,
+    disable,
+    add_stop_first,
+    remove_stop,
+    change_server,
+    add_failing_first,
+    everything,
+]
 
 
 @pytest.mark.parametrize("change", CHANGES, ids=[c.__name__ for c in CHANGES])
@@ -175,9 +243,19 @@ def test_a_spent_request_budget_couples_rules_so_those_runs_are_replayed_in_full
     candidate = v1_snapshot(v1)
     words = ", ".join(f'"w{i:03d}"' for i in range(300))  # about 600 units per evaluation
     for n in (1, 2):
-        candidate.insert(0, {"name": f"r_costly{n}", "description": "", "mcp_id": "order-service",
-                             "tool_name": "get_order", "when": f"contains_any(query, [{words}]) or len(query) < 0",
-                             "params": "{}", "stop": False, "enabled": True})  # fmt: skip
+        candidate.insert(
+            0,
+            {
+                "name": f"r_costly{n}",
+                "description": "",
+                "mcp_id": "order-service",
+                "tool_name": "get_order",
+                "when": f"contains_any(query, [{words}]) or len(query) < 0",
+                "params": "{}",
+                "stop": False,
+                "enabled": True,
+            },
+        )
     monkeypatch.setenv("LLAMON_EXPR_COST_BUDGET", "1000")
     monkeypatch.setenv("LLAMON_REQUEST_COST_BUDGET", "1000")
     cost_budgets.cache_clear()
@@ -237,8 +315,9 @@ def test_runs_recorded_under_the_current_masks_are_decided_incrementally(
     rule_services.rule_set_publish(actor=editor, rule_set=rule_set, message="v1")
     rule_set.refresh_from_db()
     for n, (query, context) in enumerate(REQUESTS):
-        record_run(rule_set, f"{query} kim@example.com", context={**context, "sessionId": f"s-{n}"},
-                   age=timedelta(0))  # fmt: skip
+        record_run(
+            rule_set, f"{query} kim@example.com", context={**context, "sessionId": f"s-{n}"}, age=timedelta(0)
+        )
     candidate = v1_snapshot(rule_set)
     edit_params(candidate)
     full, fast = both_ways(rule_set, candidate)
@@ -277,8 +356,13 @@ def test_runs_of_the_draft_are_found_by_their_hash(editor, demo_servers, decided
 def test_context_keys_reads_only_literal_keys() -> None:
     rule = {"when": 'context.get("a") == "x" and ctx.context["b"]', "params": "{'k': context.get('c', 1)}"}
     assert incremental.context_keys([rule]) == ("a", "b", "c")
-    for when in ("len(context) > 1", 'context.get(query) == "x"', 'data_get("a") == 1', "a2a_data is None",
-                 'context.get("a") or context'):  # fmt: skip
+    for when in (
+        "len(context) > 1",
+        'context.get(query) == "x"',
+        'data_get("a") == 1',
+        "a2a_data is None",
+        'context.get("a") or context',
+    ):
         assert incremental.context_keys([{"when": when, "params": "{}"}]) is None, when
 
 
@@ -361,9 +445,18 @@ def test_a_request_whose_unread_data_breaks_the_namespace_is_never_decided_from_
     assert first.steps.filter(kind="prestep", status="ok").exists()
     assert second.steps.filter(kind="prestep", status="error").exists()  # the probe failed on it
     candidate = v1_snapshot(rule_set)
-    candidate.append({"name": "r_weather", "description": "", "mcp_id": "knowledge-base",
-                      "tool_name": "search_docs", "when": '"날씨" in query',
-                      "params": '{"q": query, "user": context.get("userId")}', "stop": False, "enabled": True})  # fmt: skip
+    candidate.append(
+        {
+            "name": "r_weather",
+            "description": "",
+            "mcp_id": "knowledge-base",
+            "tool_name": "search_docs",
+            "when": '"날씨" in query',
+            "params": '{"q": query, "user": context.get("userId")}',
+            "stop": False,
+            "enabled": True,
+        }
+    )
     full, fast = both_ways(rule_set, candidate)
     assert fast == full
     weather = next(g for g in full["rules"] if g["rule"] == "r_weather")

@@ -28,20 +28,28 @@ def change_draft(rule_set, editor) -> None:
     """The draft after v1: the order rule sends one more param, the CRM rule is off, a weather rule is new."""
     rules = {r.name: r for r in rule_set.rules.all()}
     rule_services.rule_update(
-        actor=editor, rule=rules["route_order_lookup"], revision=None,
+        actor=editor,
+        rule=rules["route_order_lookup"],
+        revision=None,
         params='{"query": ctx.query, "lang": "ko"}',
-    )  # fmt: skip
+    )
     rule_services.rule_update(actor=editor, rule=rules["route_by_chatbot_id"], revision=None, enabled=False)
     rule_services.rule_create(
-        actor=editor, rule_set=rule_set, name="route_weather", mcp_id="knowledge-base",
-        tool_name="search_docs", when='"날씨" in query', params='{"q": query}',
-    )  # fmt: skip
+        actor=editor,
+        rule_set=rule_set,
+        name="route_weather",
+        mcp_id="knowledge-base",
+        tool_name="search_docs",
+        when='"날씨" in query',
+        params='{"q": query}',
+    )
     rule_set.refresh_from_db()
 
 
 def analyse(rule_set, *, version="draft", **choice):
-    analysis = services.impact_start(actor=None, enqueue=False, rule_set=rule_set, version=version,
-                                     days=choice.pop("days", 7), **choice)  # fmt: skip
+    analysis = services.impact_start(
+        actor=None, enqueue=False, rule_set=rule_set, version=version, days=choice.pop("days", 7), **choice
+    )
     services.impact_execute(analysis_id=analysis.pk)
     analysis.refresh_from_db()
     assert analysis.status == "succeeded", analysis.error
@@ -65,8 +73,14 @@ def test_the_draft_is_compared_with_what_runs_recorded_grouped_by_rule(seed_v1, 
     assert groups["route_weather"]["added"] == 1
     sample = groups["route_order_lookup"]["samples"][0]
     assert sample["run_id"] == order.pk
-    assert sample["old"] == [{"rule": "route_order_lookup", "mcp_id": "order-service",
-                              "tool_name": "get_order", "params": {"query": ORDER_QUERY}}]  # fmt: skip
+    assert sample["old"] == [
+        {
+            "rule": "route_order_lookup",
+            "mcp_id": "order-service",
+            "tool_name": "get_order",
+            "params": {"query": ORDER_QUERY},
+        }
+    ]
     assert sample["new"][0]["params"] == {"query": ORDER_QUERY, "lang": "ko"}
     assert groups["route_by_chatbot_id"]["samples"][0]["run_id"] == premium.pk
     assert groups["route_weather"]["samples"][0]["run_id"] == weather.pk
@@ -182,8 +196,10 @@ def test_viewers_read_the_form_page_and_an_analysis_but_cannot_start_one(viewer_
 
 
 def test_an_editor_starts_an_analysis_from_the_form(editor_client, seed_v1) -> None:
-    response = editor_client.post(f"/governance/rule-sets/{seed_v1.pk}/impact/start",
-                                  {"version": "1", "days": "7", "chatbot_id": "premium-support"})  # fmt: skip
+    response = editor_client.post(
+        f"/governance/rule-sets/{seed_v1.pk}/impact/start",
+        {"version": "1", "days": "7", "chatbot_id": "premium-support"},
+    )
     analysis = ImpactAnalysis.objects.get()
     assert response.status_code == 302 and response["Location"] == f"/governance/impact/{analysis.pk}/"
     assert (analysis.status, analysis.candidate_ref, analysis.chatbot_id) == (
@@ -226,8 +242,9 @@ def test_the_progress_partial_polls_until_the_end_then_reloads_the_page(viewer_c
 
 def test_the_api_starts_an_analysis_and_reports_it(editor_client, seed_v1) -> None:
     record_run(seed_v1, ORDER_QUERY)
-    started = editor_client.post(f"/api/rule-sets/{seed_v1.pk}/impact", {"version": 1, "days": 7},
-                                 content_type="application/json")  # fmt: skip
+    started = editor_client.post(
+        f"/api/rule-sets/{seed_v1.pk}/impact", {"version": 1, "days": 7}, content_type="application/json"
+    )
     assert started.status_code == 202, started.content
     body = started.json()
     assert body["status"] == "queued" and body["url"] == f"/governance/impact/{body['id']}/"
@@ -279,8 +296,16 @@ def test_the_command_prints_json_and_exits_1_on_unexpected_changes(seed_v1, edit
     assert failed.value.returncode == 1 and "route_order_lookup" in str(failed.value)
     report = json.loads(capsys.readouterr().out)
     assert report["unexpected_changes"] == ["route_order_lookup"] and report["replayed"] == 2
-    call_command("impact", "seed", "--draft", "--days", "7", "--json",
-                 "--expect-changes", "route_weather,route_order_lookup")  # fmt: skip
+    call_command(
+        "impact",
+        "seed",
+        "--draft",
+        "--days",
+        "7",
+        "--json",
+        "--expect-changes",
+        "route_weather,route_order_lookup",
+    )
     call_command("impact", "seed", "--draft", "--days", "7", "--allow-changes")
     assert (
         ImpactAnalysis.objects.count() == 3 and AuditEvent.objects.filter(action="impact.start").count() == 3

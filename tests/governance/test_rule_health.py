@@ -93,9 +93,17 @@ def emit_durations(rule_set, name: str, durations: list[float]) -> None:
     """One run per duration whose rule step is stored by the step sink with that duration."""
     for i, duration in enumerate(durations):
         run = Run.objects.create(query="q", rule_set_name=rule_set.name, status="succeeded")
-        DbStepSink(run).emit(TraceEvent(id=f"r{i}", kind="rule", name=name, phase="end", status="ok",
-                                        duration_ms=duration, input={"mcp_id": "order-service",
-                                                                     "tool_name": "get_order"}))  # fmt: skip
+        DbStepSink(run).emit(
+            TraceEvent(
+                id=f"r{i}",
+                kind="rule",
+                name=name,
+                phase="end",
+                status="ok",
+                duration_ms=duration,
+                input={"mcp_id": "order-service", "tool_name": "get_order"},
+            )
+        )
 
 
 def test_latency_percentiles_are_p50_and_p95_of_the_rule_steps(seed_v1) -> None:
@@ -120,11 +128,23 @@ def test_percentiles_use_only_the_newest_bounded_sample_per_rule(seed_v1, monkey
 
 
 def add_cases(rule_set, editor) -> None:
-    case_create(actor=editor, rule_set=rule_set, name="order", input={"query": ORDER_QUERY},
-                expected={"must_fire": [{"tool_name": "get_order"}]})  # fmt: skip
-    case_create(actor=editor, rule_set=rule_set, name="premium hello", input={"query": "hi", "context": PREMIUM},
-                expected={"must_fire": [{"mcp_id": "customer-crm", "tool_name": "get_customer_profile"}],
-                          "must_not_fire": [{"tool_name": "get_order"}]})  # fmt: skip
+    case_create(
+        actor=editor,
+        rule_set=rule_set,
+        name="order",
+        input={"query": ORDER_QUERY},
+        expected={"must_fire": [{"tool_name": "get_order"}]},
+    )
+    case_create(
+        actor=editor,
+        rule_set=rule_set,
+        name="premium hello",
+        input={"query": "hi", "context": PREMIUM},
+        expected={
+            "must_fire": [{"mcp_id": "customer-crm", "tool_name": "get_customer_profile"}],
+            "must_not_fire": [{"tool_name": "get_order"}],
+        },
+    )
 
 
 def test_case_coverage_names_the_cases_and_gives_a_percentage(seed_v1, editor) -> None:
@@ -179,10 +199,19 @@ def test_disabled_rules_are_outside_the_coverage_and_the_never_fired_list(seed_v
 
 @pytest.mark.parametrize(
     ("value", "words"),
-    [(0, "between 1 and 90"), (91, "between 1 and 90"), ("-3", "between 1 and 90"), (10**30, "between 1 and 90"),
-     ("9" * 5000, "whole number"), ("ten", "whole number"), ("1\x00", "whole number"), ("", "whole number"),
-     (1.5, "whole number"), (None, "whole number")],
-)  # fmt: skip
+    [
+        (0, "between 1 and 90"),
+        (91, "between 1 and 90"),
+        ("-3", "between 1 and 90"),
+        (10**30, "between 1 and 90"),
+        ("9" * 5000, "whole number"),
+        ("ten", "whole number"),
+        ("1\x00", "whole number"),
+        ("", "whole number"),
+        (1.5, "whole number"),
+        (None, "whole number"),
+    ],
+)
 def test_bad_days_are_refused_with_a_reason(seed_v1, value, words) -> None:
     with pytest.raises(HealthError) as refused:
         health.rule_set_health(rule_set=seed_v1, days=value)
@@ -224,8 +253,10 @@ def test_the_api_reports_health_per_rule(viewer_client, seed_v1, editor) -> None
     assert (body["days"], body["runs"], len(body["day_labels"])) == (7, 1, 7)
     first = body["rules"][0]
     assert (first["name"], first["fires"], first["fires_per_day"][-1] + first["fires_per_day"][-2]) == (
-        "route_order_lookup", 1, 1,
-    )  # fmt: skip
+        "route_order_lookup",
+        1,
+        1,
+    )
     assert first["cases"]["fired"] == ["order"] and first["p50_ms"] is not None
     assert body["coverage"]["percent"] == 66.7 and body["never_fired"] == [
         "route_by_chatbot_id",
@@ -234,8 +265,10 @@ def test_the_api_reports_health_per_rule(viewer_client, seed_v1, editor) -> None
     assert viewer_client.get("/api/rule-sets/999/health").status_code == 404
 
 
-@pytest.mark.parametrize(("days", "words"), [("0", "between 1 and 90"), ("91", "between 1 and 90"),
-                                             ("abc", "days"), ("9" * 40, "between 1 and 90")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("days", "words"),
+    [("0", "between 1 and 90"), ("91", "between 1 and 90"), ("abc", "days"), ("9" * 40, "between 1 and 90")],
+)
 def test_bad_days_in_the_api_are_a_422(viewer_client, seed_v1, days, words) -> None:
     response = viewer_client.get(f"/api/rule-sets/{seed_v1.pk}/health?days={days}")
     assert response.status_code == 422

@@ -91,9 +91,16 @@ def test_partial_params_are_a_recursive_subset(demo_rule_set) -> None:
 def test_partial_matching_recurses_into_nested_dicts_and_lists() -> None:
     outcome = {
         "error": None,
-        "records": [{"rule": "r", "mcp_id": "m", "status": "fired", "tool_name": "t",
-                     "params": {"filter": {"status": "open", "tags": [{"id": 1, "x": 2}]}, "limit": 5}}],
-    }  # fmt: skip
+        "records": [
+            {
+                "rule": "r",
+                "mcp_id": "m",
+                "status": "fired",
+                "tool_name": "t",
+                "params": {"filter": {"status": "open", "tags": [{"id": 1, "x": 2}]}, "limit": 5},
+            }
+        ],
+    }
 
     def problems(params: dict[str, Any], match: str = "partial") -> list[str]:
         return case_compare(
@@ -390,9 +397,12 @@ def test_case_delete_is_audited(editor, demo_rule_set) -> None:
 
 def test_case_run_stores_the_outcome_on_the_draft(editor, demo_rule_set) -> None:
     case = case_create(
-        actor=editor, rule_set=demo_rule_set, name="order",
-        input={"query": ORDER_QUERY}, expected={"must_fire": [{"tool_name": "get_order", "params": {"query": ORDER_QUERY}}]},
-    )  # fmt: skip
+        actor=editor,
+        rule_set=demo_rule_set,
+        name="order",
+        input={"query": ORDER_QUERY},
+        expected={"must_fire": [{"tool_name": "get_order", "params": {"query": ORDER_QUERY}}]},
+    )
     result = case_run(case=case)
     assert result.passed
     case.refresh_from_db()
@@ -422,8 +432,12 @@ def test_the_suite_reports_which_cases_changed_outcome_after_a_rule_edit(editor,
         )
 
     add("order", ORDER_QUERY, {"must_fire": [{"tool_name": "get_order", "params": {"query": ORDER_QUERY}}]})
-    add("premium", "hi", {"must_fire": [{"tool_name": "get_customer_profile", "params": {"customer_id": "u-1"}}]},
-        context={"chatbotId": "premium-support", "userId": "u-1"})  # fmt: skip
+    add(
+        "premium",
+        "hi",
+        {"must_fire": [{"tool_name": "get_customer_profile", "params": {"customer_id": "u-1"}}]},
+        context={"chatbotId": "premium-support", "userId": "u-1"},
+    )
     add("weather", "날씨 어때?", {"must_not_fire": [{"tool_name": "get_order"}]})
     add(
         "wants q",
@@ -466,9 +480,13 @@ def test_the_suite_runner_gives_exactly_what_the_tester_shows(demo_rule_set, dem
     inputs = [
         {"query": ORDER_QUERY, "context": {}, "a2a_data": None, "a2a_files": None},
         {"query": "strict", "context": {}, "a2a_data": None, "a2a_files": None},
-        {"query": "검색", "context": {"chatbotId": "premium-support"}, "a2a_data": [{"ticketType": "faq", "limit": "x"}],
-         "a2a_files": [{"name": "a.pdf"}]},
-    ]  # fmt: skip
+        {
+            "query": "검색",
+            "context": {"chatbotId": "premium-support"},
+            "a2a_data": [{"ticketType": "faq", "limit": "x"}],
+            "a2a_files": [{"name": "a.pdf"}],
+        },
+    ]
     for case_input in inputs:
         ours = runner.evaluate(case_input)
         theirs = engine.evaluate(snapshot, AgentRequest(**case_input), servers=demo_servers).to_json()

@@ -73,15 +73,27 @@ def _tricky_rule_set(editor) -> RuleSet:
     ]
     rule_set = build_rule_set(editor, "tricky", rules, '설명: "quoted"\nsecond line ✓')
     case_create(
-        actor=editor, rule_set=rule_set, name="주문 조회 (Korean)",
-        input={"query": "주문 조회 부탁해", "context": {"userId": "u-1", "note": "a\nb \"c\""}},
-        expected={"must_fire": [{"tool_name": "get_order", "params": {"query": "주문 조회 부탁해"}, "match": "exact"}]},
-    )  # fmt: skip
+        actor=editor,
+        rule_set=rule_set,
+        name="주문 조회 (Korean)",
+        input={"query": "주문 조회 부탁해", "context": {"userId": "u-1", "note": 'a\nb "c"'}},
+        expected={
+            "must_fire": [
+                {"tool_name": "get_order", "params": {"query": "주문 조회 부탁해"}, "match": "exact"}
+            ]
+        },
+    )
     case_create(
-        actor=editor, rule_set=rule_set, name="docs by DataPart",
-        input={"query": "검색", "a2a_data": [{"ticketType": "faq", "n": 1.5}], "a2a_files": [{"name": "a.pdf"}]},
+        actor=editor,
+        rule_set=rule_set,
+        name="docs by DataPart",
+        input={
+            "query": "검색",
+            "a2a_data": [{"ticketType": "faq", "n": 1.5}],
+            "a2a_files": [{"name": "a.pdf"}],
+        },
         expected={"must_not_fire": [{"tool_name": "get_customer_profile"}], "error": None},
-    )  # fmt: skip
+    )
     return rule_set
 
 
@@ -344,7 +356,7 @@ REQUESTS: list[AgentRequest] = [
         context={"chatbotId": "premium-support", "userId": "u-3"},
         a2a_data=[{"ticketType": "faq"}],
         a2a_files=[{"name": "a.txt"}],
-    ),  # fmt: skip
+    ),
     AgentRequest(query=""),
 ]
 
@@ -519,11 +531,27 @@ def test_strings_that_try_to_break_out_stay_strings(editor, tmp_path) -> None:
     )
     params = '{"q": query, "evil": "\'\'\'\\"\\"\\"\\n__import__(\'os\').system(\'x\')"}'
     snapshot = [
-        {"name": "hostile", "description": HOSTILE, "mcp_id": "order-service", "tool_name": HOSTILE.strip(),
-         "when": when, "params": params, "stop": True, "enabled": True},
-        {"name": "hostile_off", "description": HOSTILE, "mcp_id": "order-service", "tool_name": HOSTILE,
-         "when": HOSTILE, "params": HOSTILE, "stop": False, "enabled": False},
-    ]  # fmt: skip
+        {
+            "name": "hostile",
+            "description": HOSTILE,
+            "mcp_id": "order-service",
+            "tool_name": HOSTILE.strip(),
+            "when": when,
+            "params": params,
+            "stop": True,
+            "enabled": True,
+        },
+        {
+            "name": "hostile_off",
+            "description": HOSTILE,
+            "mcp_id": "order-service",
+            "tool_name": HOSTILE,
+            "when": HOSTILE,
+            "params": HOSTILE,
+            "stop": False,
+            "enabled": False,
+        },
+    ]
 
     source = rule_set_export_tools_py(snapshot, title=HOSTILE)
 

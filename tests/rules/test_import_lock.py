@@ -24,10 +24,15 @@ RULES = 2000
 
 def _document(name: str, *, bad_at: int | None = None) -> dict:
     rules = [
-        {"name": f"rule_{i}", "mcp_id": "orders", "tool_name": "get_order",
-         "when": f"ctx.query == 'q{i}'" if i != bad_at else "ctx.query ==", "params": f'{{"n": {i}}}'}
+        {
+            "name": f"rule_{i}",
+            "mcp_id": "orders",
+            "tool_name": "get_order",
+            "when": f"ctx.query == 'q{i}'" if i != bad_at else "ctx.query ==",
+            "params": f'{{"n": {i}}}',
+        }
         for i in range(RULES)
-    ]  # fmt: skip
+    ]
     return {"format": FORMAT, "name": name, "rules": rules}
 
 

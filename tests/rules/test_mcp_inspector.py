@@ -187,9 +187,13 @@ def test_secret_values_never_reach_the_history(admin, editor, monkeypatch) -> No
     secret = "hunter2-secret-value-77"
     monkeypatch.setenv("LLAMON_MCP_INSPECT_KEY", secret)
     server = mcp_server_create(
-        actor=admin, mcp_id="mis", transport="stdio", command=sys.executable, args=[MISBEHAVING],
+        actor=admin,
+        mcp_id="mis",
+        transport="stdio",
+        command=sys.executable,
+        args=[MISBEHAVING],
         env_names=["LLAMON_MCP_INSPECT_KEY"],
-    )  # fmt: skip
+    )
     mcp_server_refresh_tools(actor=admin, server=server)
     # A server that sends back what it was given: the value shows on neither side of the exchange.
     mcp_server_call_tool(
@@ -262,9 +266,13 @@ def test_the_stderr_shown_is_redacted(admin_client, admin, editor, monkeypatch) 
     secret = "leaked-value-0042xyz"
     monkeypatch.setenv("LLAMON_MCP_LEAK_KEY", secret)
     server = mcp_server_create(
-        actor=admin, mcp_id="leaky", transport="stdio", command=sys.executable, args=[LEAKY],
+        actor=admin,
+        mcp_id="leaky",
+        transport="stdio",
+        command=sys.executable,
+        args=[LEAKY],
         env_names=["LLAMON_MCP_LEAK_KEY"],
-    )  # fmt: skip
+    )
     mcp_server_refresh_tools(actor=admin, server=server)
     with pytest.raises(services.McpServerError):
         mcp_server_call_tool(actor=editor, server=server, tool_name="leak", arguments={})

@@ -30,15 +30,23 @@ PIN = {
 def rule_set(make_user) -> RuleSet:
     # Port 9 on loopback: nothing listens, so a call that is not pinned fails for real.
     McpServer.objects.create(
-        mcp_id="order-service", transport="http", url="http://127.0.0.1:9/mcp", tools=TOOLS,
+        mcp_id="order-service",
+        transport="http",
+        url="http://127.0.0.1:9/mcp",
+        tools=TOOLS,
         tools_refreshed_at=timezone.now(),
-    )  # fmt: skip
+    )
     author = make_user("editor")
     rs = services.rule_set_create(actor=author, name="orders")
     services.rule_create(
-        actor=author, rule_set=rs, name="route_order", mcp_id="order-service", tool_name="get_order",
-        when='"주문" in query', params='{"query": query}',
-    )  # fmt: skip
+        actor=author,
+        rule_set=rs,
+        name="route_order",
+        mcp_id="order-service",
+        tool_name="get_order",
+        when='"주문" in query',
+        params='{"query": query}',
+    )
     return rs
 
 
@@ -79,11 +87,17 @@ def test_a_call_no_pin_matches_is_live(editor_client, rule_set) -> None:
         ('[{"mcp_id": "order-service", "tool_name": "get_order"}]', "needs an output"),
         ('[{"mcp_id": "nope", "tool_name": "get_order", "output": 1}]', "there is no MCP server 'nope'"),
         ('[{"mcp_id": "order-service", "tool_name": "drop_db", "output": 1}]', "has no tool 'drop_db'"),
-        ('[{"mcp_id": "order-service", "tool_name": "get_order", "params": [], "output": 1}]', "params must be a JSON object"),
-        ('[{"mcp_id": "order-service", "tool_name": "get_order", "output": 1, "when": 1}]', "unknown field(s) when"),
+        (
+            '[{"mcp_id": "order-service", "tool_name": "get_order", "params": [], "output": 1}]',
+            "params must be a JSON object",
+        ),
+        (
+            '[{"mcp_id": "order-service", "tool_name": "get_order", "output": 1, "when": 1}]',
+            "unknown field(s) when",
+        ),
         (json.dumps([{**PIN, "output": "x" * MAX_PINNED_BYTES}]), "the limit is 200,000"),
     ],
-)  # fmt: skip
+)
 def test_bad_pins_get_a_sentence_and_the_typed_text_is_kept(editor_client, rule_set, pinned, message) -> None:
     response, text = _execute(editor_client, rule_set, "주문 A-1", pinned)
     assert response.status_code == 422 and message in text, text[:2000]
@@ -102,10 +116,12 @@ def test_a_case_keeps_its_pins_and_opening_it_loads_them(editor_client, rule_set
     editor_client.post(
         reverse("rules:case_create", args=[rule_set.pk]),
         {
-            "name": "pinned", "input": json.dumps({"query": "주문 A-1", "context": {}}),
-            "expected": json.dumps({"must_fire": [{"tool_name": "get_order"}]}), "pinned": json.dumps([PIN]),
+            "name": "pinned",
+            "input": json.dumps({"query": "주문 A-1", "context": {}}),
+            "expected": json.dumps({"must_fire": [{"tool_name": "get_order"}]}),
+            "pinned": json.dumps([PIN]),
         },
-    )  # fmt: skip
+    )
     case = rule_set.cases.get(name="pinned")
     assert case.pinned == [PIN]
     page = editor_client.get(reverse("rules:editor", args=[rule_set.pk]), {"case": case.pk}).content.decode()
@@ -116,11 +132,13 @@ def test_a_case_with_a_bad_pin_is_not_saved(editor_client, rule_set) -> None:
     response = editor_client.post(
         reverse("rules:case_create", args=[rule_set.pk]),
         {
-            "name": "bad", "input": json.dumps({"query": "q"}), "expected": json.dumps({}),
+            "name": "bad",
+            "input": json.dumps({"query": "q"}),
+            "expected": json.dumps({}),
             "pinned": json.dumps([{**PIN, "tool_name": "drop_db"}]),
         },
         follow=True,
-    )  # fmt: skip
+    )
     assert "has no tool" in response.content.decode() and not rule_set.cases.filter(name="bad").exists()
 
 
@@ -133,9 +151,13 @@ def test_pins_survive_an_export_and_import(editor, rule_set) -> None:
     from rules import cases, exporting
 
     cases.case_create(
-        actor=editor, rule_set=rule_set, name="pinned", input={"query": "주문 A-1"},
-        expected={"must_fire": []}, pinned=[PIN],
-    )  # fmt: skip
+        actor=editor,
+        rule_set=rule_set,
+        name="pinned",
+        input={"query": "주문 A-1"},
+        expected={"must_fire": []},
+        pinned=[PIN],
+    )
     doc = exporting.rule_set_export_json(rule_set)
     copy = exporting.rule_set_import_json(actor=editor, data=json.dumps(doc), name="orders-copy")
     assert copy.cases.get(name="pinned").pinned == [PIN]

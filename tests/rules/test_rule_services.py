@@ -40,9 +40,12 @@ ORDER_TOOLS = [
 @pytest.fixture
 def order_server() -> McpServer:
     return McpServer.objects.create(
-        mcp_id="order-service", transport="http", url="http://127.0.0.1:9/mcp", tools=ORDER_TOOLS,
+        mcp_id="order-service",
+        transport="http",
+        url="http://127.0.0.1:9/mcp",
+        tools=ORDER_TOOLS,
         tools_refreshed_at=timezone.now(),
-    )  # fmt: skip
+    )
 
 
 @pytest.fixture
@@ -54,9 +57,14 @@ def editor(make_user):
 def rule_set(editor, order_server):
     rs = services.rule_set_create(actor=editor, name="orders")
     services.rule_create(
-        actor=editor, rule_set=rs, name="route_order_lookup", mcp_id="order-service", tool_name="get_order",
-        when='"주문" in ctx.query and "조회" in ctx.query', params='{"query": ctx.query}',
-    )  # fmt: skip
+        actor=editor,
+        rule_set=rs,
+        name="route_order_lookup",
+        mcp_id="order-service",
+        tool_name="get_order",
+        when='"주문" in ctx.query and "조회" in ctx.query',
+        params='{"query": ctx.query}',
+    )
     return rs
 
 

@@ -20,28 +20,48 @@ HX = {"HTTP_HX_REQUEST": "true"}
 TOOLS = [{"name": "get_order", "description": "", "input_schema": {"type": "object"}}]
 # The empty "New rule" form of a freshly opened editor, as htmx includes it in the tester's post.
 BLANK_NEW_RULE = {
-    "rule-name": "", "rule-mcp_id": "order-service", "rule-tool_name": "", "rule-when": "",
-    "rule-params": "{}", "rule-description": "", "rule-enabled": "on", "rule-revision": "", "rule-original": "",
-}  # fmt: skip
+    "rule-name": "",
+    "rule-mcp_id": "order-service",
+    "rule-tool_name": "",
+    "rule-when": "",
+    "rule-params": "{}",
+    "rule-description": "",
+    "rule-enabled": "on",
+    "rule-revision": "",
+    "rule-original": "",
+}
 
 
 @pytest.fixture
 def rule_set(make_user) -> RuleSet:
     # Port 9 on loopback: nothing listens, so executing a call fails for real (connection refused).
     McpServer.objects.create(
-        mcp_id="order-service", transport="http", url="http://127.0.0.1:9/mcp", tools=TOOLS,
+        mcp_id="order-service",
+        transport="http",
+        url="http://127.0.0.1:9/mcp",
+        tools=TOOLS,
         tools_refreshed_at=timezone.now(),
-    )  # fmt: skip
+    )
     author = make_user("editor")
     rs = services.rule_set_create(actor=author, name="orders")
     services.rule_create(
-        actor=author, rule_set=rs, name="route_refund", mcp_id="order-service", tool_name="get_order",
-        when='"환불" in query and "검색" in query', params='{"query": query}',
-    )  # fmt: skip
+        actor=author,
+        rule_set=rs,
+        name="route_refund",
+        mcp_id="order-service",
+        tool_name="get_order",
+        when='"환불" in query and "검색" in query',
+        params='{"query": query}',
+    )
     services.rule_create(
-        actor=author, rule_set=rs, name="route_order", mcp_id="order-service", tool_name="get_order",
-        when='"주문" in query', params='{"query": query}',
-    )  # fmt: skip
+        actor=author,
+        rule_set=rs,
+        name="route_order",
+        mcp_id="order-service",
+        tool_name="get_order",
+        when='"주문" in query',
+        params='{"query": query}',
+    )
     return rs
 
 
@@ -85,11 +105,17 @@ def test_inputs_survive_a_rule_save_and_a_reload(editor_client, rule_set) -> Non
     rule = rule_set.rules.get(name="route_order")
     saved = editor_client.post(
         reverse("rules:rule_update", args=[rule_set.pk, rule.pk]),
-        {"rule-name": "route_order", "rule-mcp_id": "order-service", "rule-tool_name": "get_order",
-         "rule-when": '"주문" in query or "order" in query', "rule-params": '{"query": query}',
-         "rule-enabled": "on", "rule-revision": rule.revision},
+        {
+            "rule-name": "route_order",
+            "rule-mcp_id": "order-service",
+            "rule-tool_name": "get_order",
+            "rule-when": '"주문" in query or "order" in query',
+            "rule-params": '{"query": query}',
+            "rule-enabled": "on",
+            "rule-revision": rule.revision,
+        },
         follow=True,
-    )  # fmt: skip
+    )
     for response in (saved, editor_client.get(reverse("rules:editor", args=[rule_set.pk]))):
         text = _text(response)
         assert re.search(r"<textarea[^>]*t-query[^>]*>\s*환불 검색</textarea>", text)
@@ -153,9 +179,14 @@ def test_a_large_rule_set_lists_fired_and_failed_and_counts_the_skipped(
     author = make_user("editor", "bulk")
     for i in range(60):
         services.rule_create(
-            actor=author, rule_set=rule_set, name=f"r{i}", mcp_id="order-service", tool_name="get_order",
-            when=f'"kw{i}x" in query' if i != 55 else 'context["missing"] == 1', params="{}",
-        )  # fmt: skip
+            actor=author,
+            rule_set=rule_set,
+            name=f"r{i}",
+            mcp_id="order-service",
+            tool_name="get_order",
+            when=f'"kw{i}x" in query' if i != 55 else 'context["missing"] == 1',
+            params="{}",
+        )
     text = _text(_test(editor_client, rule_set, {"t-query": "주문 kw50x"}, **HX))
     assert 'data-rule="route_order"' in text and 'data-rule="r50"' in text  # fired, past the first 20
     assert 'data-rule="r55"' in text and "status-error" in text  # failed, past the first 20
@@ -172,9 +203,12 @@ def test_a_large_rule_set_lists_fired_and_failed_and_counts_the_skipped(
 
 def test_open_a_case_in_the_tester_and_save_what_it_shows_into_it(editor_client, rule_set, make_user) -> None:
     case = cases.case_create(
-        actor=make_user("editor", "c"), rule_set=rule_set, name="주문 케이스",
-        input={"query": "주문 원래", "context": {"k": "v"}}, expected={"must_fire": []},
-    )  # fmt: skip
+        actor=make_user("editor", "c"),
+        rule_set=rule_set,
+        name="주문 케이스",
+        input={"query": "주문 원래", "context": {"k": "v"}},
+        expected={"must_fire": []},
+    )
     page = _text(editor_client.get(reverse("rules:editor", args=[rule_set.pk]) + f"?case={case.pk}"))
     assert re.search(r"<textarea[^>]*t-query[^>]*>\s*주문 원래</textarea>", page)
     assert '{"k": "v"}</textarea>' in page and f'name="case" value="{case.pk}"' in page
@@ -241,9 +275,14 @@ def test_a_bad_case_update_keeps_the_case(editor_client, rule_set, make_user) ->
 
 def test_a_rule_whose_when_failed_shows_the_operand_that_failed(viewer_client, rule_set, make_user) -> None:
     services.rule_create(
-        actor=make_user("editor", "e"), rule_set=rule_set, name="route_ctx", mcp_id="order-service",
-        tool_name="get_order", when='"주문" in query and context["tier"] == "gold"', params="{}",
-    )  # fmt: skip
+        actor=make_user("editor", "e"),
+        rule_set=rule_set,
+        name="route_ctx",
+        mcp_id="order-service",
+        tool_name="get_order",
+        when='"주문" in query and context["tier"] == "gold"',
+        params="{}",
+    )
     text = _text(_test(viewer_client, rule_set, {"t-query": "주문"}, **HX))
     row = text[text.index('data-rule="route_ctx"') :]
     row = row[: row.index("</tr>")]
@@ -255,9 +294,14 @@ def test_a_rule_whose_when_failed_shows_the_operand_that_failed(viewer_client, r
 
 def test_expression_text_in_the_explanation_is_escaped(viewer_client, rule_set, make_user) -> None:
     services.rule_create(
-        actor=make_user("editor", "e"), rule_set=rule_set, name="route_html", mcp_id="order-service",
-        tool_name="get_order", when='"<img src=x onerror=alert(1)>" in query and "b" in query', params="{}",
-    )  # fmt: skip
+        actor=make_user("editor", "e"),
+        rule_set=rule_set,
+        name="route_html",
+        mcp_id="order-service",
+        tool_name="get_order",
+        when='"<img src=x onerror=alert(1)>" in query and "b" in query',
+        params="{}",
+    )
     raw = _test(viewer_client, rule_set, {"t-query": "a"}, **HX).content.decode()
     assert "<img src=x" not in raw and "&lt;img src=x onerror=alert(1)&gt;" in raw
 

@@ -24,9 +24,12 @@ SCHEMA = {
 
 def _server(schema: dict, name: str = "get_order") -> McpServer:
     return McpServer.objects.create(
-        mcp_id="orders", transport="http", url="http://127.0.0.1:9/mcp",
-        tools=[{"name": name, "description": "", "input_schema": schema}], tools_refreshed_at=timezone.now(),
-    )  # fmt: skip
+        mcp_id="orders",
+        transport="http",
+        url="http://127.0.0.1:9/mcp",
+        tools=[{"name": name, "description": "", "input_schema": schema}],
+        tools_refreshed_at=timezone.now(),
+    )
 
 
 def _problems(params: str, server: McpServer, tool: str = "get_order") -> list[tuple[str, str]]:
@@ -115,9 +118,14 @@ def test_the_api_lists_the_checks_rule_by_rule(client, make_user) -> None:
     rule_set = services.rule_set_create(actor=editor, name="drift")
     for name, params in (("fits", '{"order_id": query}'), ("drifted", '{"limit": 5}')):
         services.rule_create(
-            actor=editor, rule_set=rule_set, name=name, mcp_id="orders", tool_name="get_order",
-            when="True", params=params,
-        )  # fmt: skip
+            actor=editor,
+            rule_set=rule_set,
+            name=name,
+            mcp_id="orders",
+            tool_name="get_order",
+            when="True",
+            params=params,
+        )
     client.force_login(make_user("viewer"))
     response = client.get(f"/api/rule-sets/{rule_set.pk}/checks")
     assert response.status_code == 200

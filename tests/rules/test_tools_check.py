@@ -48,9 +48,14 @@ def _rule_on_retired_tool(make_user) -> object:
     author = make_user("editor")
     rule_set = rule_services.rule_set_create(actor=author, name="kb-rules")
     rule_services.rule_create(
-        actor=author, rule_set=rule_set, name="old_route", mcp_id="knowledge-base", tool_name="retired_tool",
-        when='"문서" in query', params="{}",
-    )  # fmt: skip
+        actor=author,
+        rule_set=rule_set,
+        name="old_route",
+        mcp_id="knowledge-base",
+        tool_name="retired_tool",
+        when='"문서" in query',
+        params="{}",
+    )
     return rule_set
 
 

@@ -175,11 +175,16 @@ def sample_kwargs(make_user) -> dict[str, dict[str, object]]:
     kwargs["agents:edit"] = {"pk": agent.pk}
     kwargs.update(
         dict.fromkeys(
-            ("agents:rollout", "agents:rollout_set", "agents:rollout_promote", "agents:rollout_rollback",
-             "agents:shadow_set"),
+            (
+                "agents:rollout",
+                "agents:rollout_set",
+                "agents:rollout_promote",
+                "agents:rollout_rollback",
+                "agents:shadow_set",
+            ),
             {"pk": agent.pk},
         )
-    )  # fmt: skip
+    )
     kwargs.update(
         dict.fromkeys(
             (

@@ -38,11 +38,18 @@ def record_run(
     snapshot = snapshot if snapshot is not None else list(version.content)
     context = context or {}
     run = Run.objects.create(
-        agent=agent, agent_name=agent.name if agent else "", status=Run.Status.SUCCEEDED, query=query,
-        context=context, user_id=str(context.get("userId", "")), chatbot_id=str(context.get("chatbotId", "")),
-        rule_set_name=rule_set.name, rule_set_ref=f"v{version.number}" if served_version else "draft@1",
-        rule_set_hash=sha256(snapshot) if served_hash is None else served_hash, rule_set_version=served_version,
-    )  # fmt: skip
+        agent=agent,
+        agent_name=agent.name if agent else "",
+        status=Run.Status.SUCCEEDED,
+        query=query,
+        context=context,
+        user_id=str(context.get("userId", "")),
+        chatbot_id=str(context.get("chatbotId", "")),
+        rule_set_name=rule_set.name,
+        rule_set_ref=f"v{version.number}" if served_version else "draft@1",
+        rule_set_hash=sha256(snapshot) if served_hash is None else served_hash,
+        rule_set_version=served_version,
+    )
     Run.objects.filter(pk=run.pk).update(created_at=timezone.now() - age)
     servers = engine.servers_by_id(engine.snapshot_mcp_ids(snapshot))
     tools = {

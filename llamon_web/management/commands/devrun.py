@@ -160,16 +160,40 @@ class Command(BaseCommand):
             web.append("--noreload")
         commands = {
             "web": web,
-            "worker": [python, "-m", "celery", "-A", "llamon_web", "worker", "-l", "info", "--concurrency", "2"],
+            "worker": [
+                python,
+                "-m",
+                "celery",
+                "-A",
+                "llamon_web",
+                "worker",
+                "-l",
+                "info",
+                "--concurrency",
+                "2",
+            ],
             "beat": [
-                python, "-m", "celery", "-A", "llamon_web", "beat", "-l", "info",
-                "--schedule", settings.CELERY_BEAT_SCHEDULE_FILENAME,
+                python,
+                "-m",
+                "celery",
+                "-A",
+                "llamon_web",
+                "beat",
+                "-l",
+                "info",
+                "--schedule",
+                settings.CELERY_BEAT_SCHEDULE_FILENAME,
             ],
             "demo-mcp": [
-                python, str(base / "examples" / "mcp_servers" / "order_service.py"),
-                "--http", "--host", "127.0.0.1", "--port", str(options["mcp_port"]),
+                python,
+                str(base / "examples" / "mcp_servers" / "order_service.py"),
+                "--http",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(options["mcp_port"]),
             ],
-        }  # fmt: skip
+        }
         self._names = list(commands)
         self._commands = commands
         procs: list[subprocess.Popen] = []

@@ -19,9 +19,19 @@ from django.core.management.base import BaseCommand
 LANGUAGES = ["ko"]
 # Folders that hold no interface strings (or are not ours).
 IGNORE = [
-    ".venv/*", "var/*", "node_modules/*", "llamon_agent/*", "examples/*", "tests/*", "benchmarks/*",
-    "docs/*", "static/*", "*.egg-info/*", "build/*", ".git/*",
-]  # fmt: skip
+    ".venv/*",
+    "var/*",
+    "node_modules/*",
+    "llamon_agent/*",
+    "examples/*",
+    "tests/*",
+    "benchmarks/*",
+    "docs/*",
+    "static/*",
+    "*.egg-info/*",
+    "build/*",
+    ".git/*",
+]
 MAKEMESSAGES_OPTIONS: dict[str, Any] = {
     "locale": LANGUAGES,
     "ignore_patterns": IGNORE,
