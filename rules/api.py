@@ -1,4 +1,6 @@
-"""The rules app's API: MCP servers, the registry, rule sets, rules, versions, export/import, evaluate, cases, audit.
+"""The rules app's API: rule sets, rules, versions and diffs, export/import, evaluate, checks, cases, audit.
+
+MCP servers and the registry are the servers app's (servers/api.py).
 
 Handlers authorize (``auth=roles(...)``), validate (a schema, or the pages' own form), make one
 service or selector call and return. Domain errors become ErrorOut responses in llamon_web.api.

@@ -1,4 +1,4 @@
-"""Reads for MCP servers."""
+"""Reads for the rules app: rule sets, their rules and versions, version diffs, the audit log, a set's checks."""
 
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ IGNORE = [
     "tests/*",
     "benchmarks/*",
     "docs/*",
-    "static/*",
+    "llamon_web/static/*",
     "*.egg-info/*",
     "build/*",
     ".git/*",
