@@ -8,6 +8,7 @@ installed without its dependencies, which the new virtualenv reads from this one
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -22,6 +23,17 @@ from tests.conftest import ROOT
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 APPS = ("llamon_agent", "llamon_web", "servers", "rules", "agents", "governance")
+COPY_IGNORE = (
+    ".git",
+    ".venv",
+    "var",
+    "node_modules",
+    "build",
+    "*.egg-info",
+    "__pycache__",
+    ".*_cache",
+    "screenshots",
+)
 
 
 def _run(cmd: list[str], **kwargs) -> subprocess.CompletedProcess[str]:
@@ -32,8 +44,11 @@ def _run(cmd: list[str], **kwargs) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel, built from a copy of the checkout: setuptools builds in the source folder, and a
+    build/ folder left from an earlier build would add files the checkout no longer has."""
+    source = tmp_path_factory.mktemp("source") / "llamon-web"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(*COPY_IGNORE))
     out = tmp_path_factory.mktemp("dist")
-    build = tmp_path_factory.mktemp("build")  # setuptools' build/ folder, kept out of the checkout
     _run(
         [
             sys.executable,
@@ -45,9 +60,9 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "--no-index",
             "--wheel-dir",
             str(out),
-            str(ROOT),
+            str(source),
         ],
-        env={**os.environ, "PIP_NO_INPUT": "1", "TMPDIR": str(build)},
+        env={**os.environ, "PIP_NO_INPUT": "1"},
     )
     (found,) = out.glob("llamon_web-*.whl")
     return found
