@@ -201,9 +201,13 @@ def celery_worker(
                 proc.wait(timeout=5)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[object]:
-    """Debian's Chromium driven by Playwright (never a downloaded browser)."""
+    """Debian's Chromium driven by Playwright (never a downloaded browser), one per test module.
+
+    Playwright's sync API runs an event loop in this thread while it is open, which would break a
+    later test that calls asyncio.run; closing it after each module (about a second to start
+    again) lets browser tests run anywhere in the order, so parallel workers stay balanced."""
     if not Path(CHROMIUM).exists():
         pytest.fail(
             "chromium is not installed: run `apt-get install chromium fonts-nanum` (see .ci/run)",
@@ -372,10 +376,7 @@ def uses_database(item: pytest.Item) -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Browser tests run last: Playwright's sync API keeps an event loop running in the main
-    thread for the rest of the session, which would break later tests that call asyncio.run.
-    Under pytest-xdist (`make test`) that holds in each worker: its `load` scheduling hands every
-    worker its tests in this order.
+    """Slow tests first (pytest-xdist's `load` scheduling hands tests out in this order).
 
     With LLAMON_TEST_DATABASE_ONLY=1 (the PostgreSQL leg, `make test-postgres`) only the tests that
     can reach the database run: the others (the engine, which never imports Django, the settings
@@ -387,11 +388,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if dropped:
             config.hook.pytest_deselected(items=dropped)
             items[:] = kept
-    # Browser tests last; within each group the slow tests first (longest first is the classic way
-    # to make parallel workers end together: pytest-xdist hands tests out in this order).
-    items.sort(
-        key=lambda item: (item.get_closest_marker("e2e") is not None, item.get_closest_marker("slow") is None)
-    )
+    # The slow tests first (longest first is the classic way to make parallel workers end together:
+    # pytest-xdist hands tests out in this order), the rest in collection order.
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 # Cases per fuzzed form/endpoint, filled by tests/test_forms_fuzz.py: {"url (role)": [cases, fields]}.
