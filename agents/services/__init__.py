@@ -1,0 +1,97 @@
+"""Writes for agents and runs, a module per concern; import them from here (``from agents import services``).
+
+- ``runs``: the run lifecycle (create, publish, rerun, replay, cancel; a worker's claim, heartbeat,
+  finish and execute) and a run kept as a case or opened in the tester;
+- ``delivery``: runs that lost their worker or their message (reap, redeliver);
+- ``retention``: deleting runs past the retention period;
+- ``agents``: saving and deleting agents;
+- ``privacy``: the redaction and retention settings;
+- ``ingest``: runs of served agents and flows, posted as they happen;
+- ``rollout``: staged rollout and shadow mode.
+"""
+
+from __future__ import annotations
+
+from agents.services.agents import (
+    AGENT_FIELDS,
+    agent_delete,
+    agent_save,
+)
+from agents.services.delivery import (
+    runs_reap,
+    runs_redeliver,
+)
+from agents.services.ingest import (
+    run_ingest,
+)
+from agents.services.privacy import (
+    privacy_preview,
+    privacy_preview_run,
+    privacy_update,
+)
+from agents.services.retention import (
+    RETENTION_BATCH,
+    runs_delete_expired,
+)
+from agents.services.rollout import (
+    MAX_CHATBOT_ID_CHARS,
+    MAX_ROLLOUT_CHATBOTS,
+    ROLLOUT_FIELDS,
+    rollout_keep,
+    rollout_promote,
+    rollout_rollback,
+    rollout_set,
+    shadow_set,
+)
+from agents.services.runs import (
+    request_check_size,
+    request_lookup_ids,
+    run_cancel,
+    run_claim,
+    run_create,
+    run_execute,
+    run_finish,
+    run_heartbeat,
+    run_publish,
+    run_replay,
+    run_rerun,
+    run_save_as_case,
+    run_tester_inputs,
+    worker_heartbeat_record,
+)
+
+__all__ = [
+    "worker_heartbeat_record",
+    "request_check_size",
+    "request_lookup_ids",
+    "run_create",
+    "run_publish",
+    "run_rerun",
+    "run_replay",
+    "run_cancel",
+    "run_claim",
+    "run_heartbeat",
+    "run_finish",
+    "run_execute",
+    "run_save_as_case",
+    "run_tester_inputs",
+    "runs_reap",
+    "runs_redeliver",
+    "RETENTION_BATCH",
+    "runs_delete_expired",
+    "AGENT_FIELDS",
+    "agent_save",
+    "agent_delete",
+    "privacy_preview",
+    "privacy_preview_run",
+    "privacy_update",
+    "run_ingest",
+    "MAX_ROLLOUT_CHATBOTS",
+    "MAX_CHATBOT_ID_CHARS",
+    "ROLLOUT_FIELDS",
+    "rollout_keep",
+    "rollout_set",
+    "rollout_promote",
+    "rollout_rollback",
+    "shadow_set",
+]

@@ -1,0 +1,38 @@
+"""Retention: delete finished runs older than the privacy settings' period, in batches."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+
+from django.db import transaction
+from django.utils import timezone
+
+from agents.models import Run
+from agents.privacy import privacy_get
+
+logger = logging.getLogger(__name__)
+
+
+RETENTION_BATCH = 500
+
+
+def runs_delete_expired(*, now: datetime | None = None, batch: int = RETENTION_BATCH) -> int:
+    """Delete finished runs older than the retention period; returns how many runs.
+
+    In batches of ``batch`` runs (with their steps), each its own short transaction: one
+    DELETE of a million rows would hold its locks (SQLite: the whole database) for minutes,
+    while workers are writing steps. A run that finishes meanwhile is simply left for next time.
+    """
+    days = privacy_get().retention_days
+    cutoff = (now or timezone.now()) - timedelta(days=days)
+    expired = Run.objects.filter(status__in=Run.FINISHED, finished_at__lt=cutoff).order_by(
+        "finished_at", "id"
+    )
+    total = 0
+    while ids := list(expired.values_list("id", flat=True)[:batch]):
+        with transaction.atomic():
+            deleted = Run.objects.filter(id__in=ids).delete()[1].get(Run._meta.label, 0)
+        total += deleted
+        logger.info("retention: deleted %d runs finished before %s", deleted, cutoff.isoformat())
+    return total
