@@ -11,6 +11,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django_htmx.http import HttpResponseStopPolling
 
 from agents import selectors, services
+from agents import trace as traces
 from agents.compare import COMPARE_STEPS, compare_runs
 from agents.errors import AgentError, BrokerUnavailableError
 from agents.forms import AgentForm, PrivacyForm, RolloutForm, RunFilterForm, RunStartForm, ShadowForm
@@ -161,7 +162,7 @@ def run_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
             "diagnostics": selectors.run_diagnostics(run=run) if run.finished else [],
             "can_edit": has_role(request.user, "editor"),
             "replay_agents": selectors.agent_list() if has_role(request.user, "editor") else [],
-            "trace": selectors.run_trace(run=run),
+            "trace": traces.run_trace(run=run),
             "flow_graph": flow_graph(selectors.run_steps(run=run).filter(kind="node"))
             if run.source == Run.Source.FLOW
             else None,
@@ -192,7 +193,7 @@ def run_steps(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         # Only the last answer carries the diagnostics: earlier polls of an ended run would read them for nothing.
         "diagnostics": selectors.run_diagnostics(run=run) if final else [],
         # The waterfall is redrawn once, when the run has ended (not on every poll).
-        "trace": selectors.run_trace(run=run) if final else None,
+        "trace": traces.run_trace(run=run) if final else None,
     }
     response = render(request, "agents/run_detail.html#run-poll", context)
     # 286 tells htmx to stop polling: the run has ended and every step is settled.
@@ -212,7 +213,7 @@ def _after(request: HtmxHttpRequest) -> int:
 def _step_page(run: Run, *, after: int) -> tuple[list, bool]:
     """Up to STEP_PAGE steps with seq > after, and whether more follow."""
     rows = list(selectors.run_steps(run=run, after=after)[: STEP_PAGE + 1])
-    return selectors.steps_with_usage(rows[:STEP_PAGE]), len(rows) > STEP_PAGE
+    return traces.steps_with_usage(rows[:STEP_PAGE]), len(rows) > STEP_PAGE
 
 
 def _settled_seq(steps: list, *, after: int) -> int:

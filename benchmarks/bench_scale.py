@@ -270,7 +270,8 @@ def explain(agents) -> None:
 
 
 def bench_long_run(user, long_run, n: int) -> None:
-    from agents import selectors, views
+    from agents import trace as traces
+    from agents import views
 
     client = Client(SERVER_NAME="127.0.0.1")
     client.force_login(user)
@@ -286,9 +287,9 @@ def bench_long_run(user, long_run, n: int) -> None:
     print(f"{'every step (old)':26} p50 {old[0]:8.1f} p95 {old[1]:8.1f} {size_old / 1e6:6.2f} MB")
     print(f"{'first 200 steps (new)':26} p50 {new[0]:8.1f} p95 {new[1]:8.1f} {size_new / 1e6:6.2f} MB")
     print(f"{'final poll (after=4900)':26} p50 {poll[0]:8.1f} p95 {poll[1]:8.1f}")
-    ours = timed(lambda: selectors.run_trace(run=long_run), n)
+    ours = timed(lambda: traces.run_trace(run=long_run), n)
     naive = timed(lambda: _every_step_usage(long_run), n)
-    usage, every = selectors.run_trace(run=long_run).usage, _every_step_usage(long_run)
+    usage, every = traces.run_trace(run=long_run).usage, _every_step_usage(long_run)
     assert (usage.calls, usage.total_tokens, usage.cost) == (every.calls, every.total_tokens, every.cost)
     print("\nThe run's trace (waterfall, usage, tools), ms")
     print(
@@ -299,13 +300,13 @@ def bench_long_run(user, long_run, n: int) -> None:
 
 def _every_step_usage(run):
     """The previous release's reads: every step's compact columns into Python, priced call by call."""
-    from agents import selectors
+    from agents import trace as traces
     from agents.pricing import model_prices
 
     prices = model_prices()
-    rows = run.steps.order_by("seq").values(*selectors._SPAN_FIELDS)
-    return selectors.run_usage(
-        selectors.llm_usage(r["name"], r["tokens"], prices) for r in rows if r["kind"] == "llm"
+    rows = run.steps.order_by("seq").values(*traces._SPAN_FIELDS)
+    return traces.run_usage(
+        traces.llm_usage(r["name"], r["tokens"], prices) for r in rows if r["kind"] == "llm"
     )
 
 

@@ -54,9 +54,7 @@ def test_an_xdist_worker_gets_its_own_folder_sqlite_file_and_broker(tmp_path: Pa
 def test_a_process_started_by_a_worker_stays_in_its_world(tmp_path: Path) -> None:
     worker = _world(tmp_path, PYTEST_XDIST_WORKER="gw3")
     # A Celery worker or CLI the test starts inherits the xdist worker's environment.
-    child = _world(
-        tmp_path, PYTEST_XDIST_WORKER="gw3", LLAMON_TEST_WORLD="gw3", LLAMON_VAR_DIR=worker["var"]
-    )
+    child = _world(tmp_path, PYTEST_XDIST_WORKER="gw3", LLAMON_TEST_WORLD="gw3", LLAMON_VAR_DIR=worker["var"])
     assert child["var"] == worker["var"] and child["name"] == worker["name"]
 
 

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from agents import selectors
+from agents import trace as traces
 from agents.models import Run, RunStep
 from agents.pricing import PriceTableError, parse_prices, prices_check
 
@@ -66,7 +66,7 @@ def _seeded_run() -> Run:
 
 def test_the_waterfall_places_every_span_on_one_axis_and_shows_where_the_prestep_time_went(settings) -> None:
     settings.LLAMON_MODEL_PRICES = PRICES
-    trace = selectors.run_trace(run=_seeded_run())
+    trace = traces.run_trace(run=_seeded_run())
 
     rows = {s.label: s for s in trace.spans}
     assert [s.kind for s in trace.spans] == [
@@ -99,10 +99,10 @@ def test_the_waterfall_places_every_span_on_one_axis_and_shows_where_the_prestep
 
 def test_token_counts_and_cost_per_call_and_per_run(settings) -> None:
     settings.LLAMON_MODEL_PRICES = PRICES
-    trace = selectors.run_trace(run=_seeded_run())
+    trace = traces.run_trace(run=_seeded_run())
 
     # 1000 in at $2/M + 200 out at $8.5/M = $0.0037 per call; two calls.
-    assert selectors.llm_usage("gpt-test", {"input_tokens": 1000, "output_tokens": 200}).cost == Decimal(
+    assert traces.llm_usage("gpt-test", {"input_tokens": 1000, "output_tokens": 200}).cost == Decimal(
         "0.0037"
     )
     usage = trace.usage
@@ -119,7 +119,7 @@ def test_token_counts_and_cost_per_call_and_per_run(settings) -> None:
 
 
 def test_tools_offered_versus_called(settings) -> None:
-    trace = selectors.run_trace(run=_seeded_run())
+    trace = traces.run_trace(run=_seeded_run())
     assert trace.tools_offered == ["get_order", "refund"]
     assert trace.tools_called == {"get_order": 1}
     assert trace.tools_not_called == ["refund"]
@@ -128,24 +128,24 @@ def test_tools_offered_versus_called(settings) -> None:
 
 def test_a_model_without_a_price_has_an_unknown_cost_never_an_invented_one(settings) -> None:
     settings.LLAMON_MODEL_PRICES = '{"other-model": {"input": 1, "output": 1}}'
-    trace = selectors.run_trace(run=_seeded_run())
+    trace = traces.run_trace(run=_seeded_run())
     assert trace.usage.total_tokens == 2400 and trace.usage.cost is None
-    assert selectors.llm_usage("gpt-test", {"input_tokens": 1, "output_tokens": 1}).cost is None
+    assert traces.llm_usage("gpt-test", {"input_tokens": 1, "output_tokens": 1}).cost is None
     # Priced model, no token counts (the offline model reports none): unknown too.
     settings.LLAMON_MODEL_PRICES = PRICES
-    assert selectors.llm_usage("gpt-test", None).cost is None
+    assert traces.llm_usage("gpt-test", None).cost is None
     # One unknown call makes the run's total unknown rather than a partial sum.
     calls = [
-        selectors.llm_usage("gpt-test", {"input_tokens": 1, "output_tokens": 1}),
-        selectors.llm_usage("x", None),
+        traces.llm_usage("gpt-test", {"input_tokens": 1, "output_tokens": 1}),
+        traces.llm_usage("x", None),
     ]
-    assert selectors.run_usage(calls).cost is None
+    assert traces.run_usage(calls).cost is None
 
 
 def test_a_running_step_is_drawn_up_to_now() -> None:
     run = Run.objects.create(status=Run.Status.RUNNING, query="q", started_at=T0)
     _step(run, 1, "llm", "m", 100, None, status="running")
-    trace = selectors.run_trace(run=run, now=T0 + timedelta(seconds=2))
+    trace = traces.run_trace(run=run, now=T0 + timedelta(seconds=2))
     (span,) = trace.spans
     assert (span.offset_ms, span.duration_ms) == (100.0, 1900.0)
 
@@ -159,10 +159,8 @@ def test_the_waterfall_reads_no_step_payloads_but_the_prestep_summary_and_llm_to
         for i in range(1, 1501)
     )
     with django_assert_max_num_queries(5):
-        trace = selectors.run_trace(run=run)
-    assert (
-        trace.span_count == 1500 and len(trace.spans) == selectors.WATERFALL_LIMIT and trace.left_out == 500
-    )
+        trace = traces.run_trace(run=run)
+    assert trace.span_count == 1500 and len(trace.spans) == traces.WATERFALL_LIMIT and trace.left_out == 500
 
 
 def test_a_long_runs_trace_reads_only_the_drawn_steps_and_lets_the_database_sum_the_rest(settings) -> None:
@@ -187,7 +185,7 @@ def test_a_long_runs_trace_reads_only_the_drawn_steps_and_lets_the_database_sum_
         for i in range(1, 3001)
     )
     with CaptureQueriesContext(connection) as queries:
-        trace = selectors.run_trace(run=run)
+        trace = traces.run_trace(run=run)
     for query in queries.captured_queries:
         sql = query["sql"]
         limit = re.search(r"LIMIT (\d+)", sql)
@@ -197,8 +195,8 @@ def test_a_long_runs_trace_reads_only_the_drawn_steps_and_lets_the_database_sum_
             r'SELECT "agents_runstep"."name"(?: AS "name")?, "agents_runstep"."tokens"(?: AS "tokens")? FROM',
             sql,
         )
-        assert counted or (limit and int(limit.group(1)) <= selectors.WATERFALL_LIMIT), sql
-    assert (trace.span_count, len(trace.spans)) == (3000, selectors.WATERFALL_LIMIT)
+        assert counted or (limit and int(limit.group(1)) <= traces.WATERFALL_LIMIT), sql
+    assert (trace.span_count, len(trace.spans)) == (3000, traces.WATERFALL_LIMIT)
     assert (trace.usage.calls, trace.usage.input_tokens, trace.usage.output_tokens) == (1500, 15000, 3000)
     assert trace.usage.total_tokens == 18000 and trace.usage.cost == Decimal("0.0555")  # 1500 x $0.000037
     assert trace.tools_called == {"tool-2": 500, "tool-1": 500, "tool-0": 500}  # in order of first call
@@ -234,8 +232,8 @@ def test_the_runs_usage_is_every_calls_usage_summed_whatever_a_served_run_stored
     run = Run.objects.create(status=Run.Status.SUCCEEDED, query="q", started_at=T0, finished_at=T0)
     for seq, (model, tokens) in enumerate(calls, start=1):
         _step(run, seq, "llm", model, seq, 1.0, tokens=tokens)
-    expected = selectors.run_usage([selectors.llm_usage(model, tokens) for model, tokens in calls])
-    got = selectors.run_trace(run=run).usage
+    expected = traces.run_usage([traces.llm_usage(model, tokens) for model, tokens in calls])
+    got = traces.run_trace(run=run).usage
     fields = ("model", "calls", "input_tokens", "output_tokens", "total_tokens", "cost")
     assert [getattr(got, f) for f in fields] == [getattr(expected, f) for f in fields]
 
@@ -339,7 +337,7 @@ def test_a_served_runs_malformed_trace_is_shown_without_an_error(settings, viewe
     # An LLM step's input that is not an object at all: its "tools" key is read in SQL.
     _step(run, 4, "llm", "gpt-test", 5, 1.0, input="just text", tokens=[1, 2])
     _step(run, 5, "llm", "gpt-test", 6, 1.0, input=[{"tools": [{"name": "x"}]}], tokens="many")
-    trace = selectors.run_trace(run=run)
+    trace = traces.run_trace(run=run)
     listing = next(s for s in trace.spans if s.kind == "listing")
     assert (listing.offset_ms, listing.duration_ms) == (0.0, None)
     assert trace.tools_offered == [] and trace.usage.cost is None and trace.usage.total_tokens is None
