@@ -45,6 +45,7 @@ from rules.schemas import (
     VersionDetailOut,
     VersionOut,
 )
+from rules.tester import tester_evaluate
 
 router = Router()
 VIEWER, EDITOR, ADMIN = roles("viewer"), roles("editor"), roles("admin")
@@ -325,35 +326,38 @@ def evaluate_rule_set(request: HttpRequest, rule_set_id: DbId, payload: Evaluate
     rule_set = _rule_set(rule_set_id)
     if payload.execute:
         require_api_role(request, "editor", "executing calls real tools.")
-    sample = _tester_request(payload)
-    snapshot = engine.rule_set_snapshot(rule_set)
+    form = _tester_form(payload)
+    draft = None
     if payload.draft_rule is not None:
         edit = RuleForm(data=payload.draft_rule.dict())
         if not edit.is_valid():
             raise FormInvalid(edit, field_prefix="draft_rule.")
-        snapshot = engine.apply_draft_edit(snapshot, edit.cleaned_data, original_name=payload.original_name)
-    servers = engine.servers_by_id(engine.snapshot_mcp_ids(snapshot))
-    backend = engine.live_backend(servers) if payload.execute else None
-    evaluation = engine.evaluate(
-        snapshot, sample, servers=servers, backend=backend, dry_run=not payload.execute
+        draft = edit.cleaned_data
+    result = tester_evaluate(
+        rule_set=rule_set,
+        sample=form.to_request(),
+        execute=payload.execute,
+        draft=draft,
+        original_name=payload.original_name,
+        pins=form.cleaned_data.get("pinned") or [],
     )
-    data = evaluation.to_json()
-    return {**data, "request": sample.to_json(), "expected": cases.case_expected_from_outcome(data)}
+    return {**result.evaluation.to_json(), "request": result.sample.to_json(), "expected": result.expected}
 
 
-def _tester_request(payload: EvaluateIn) -> Any:
-    """The request exactly as the live tester's form builds it (same parsing, same messages)."""
+def _tester_form(payload: EvaluateIn) -> TesterForm:
+    """The sample exactly as the live tester's form reads it (same parsing, same messages)."""
     form = TesterForm(
         {
             "query": payload.query,
             "context": _as_text(payload.context),
             "data": _as_text(payload.data),
             "files": _as_text(payload.files),
+            "pinned": _as_text(payload.pinned),
         }
     )
     if not form.is_valid():
         raise FormInvalid(form)
-    return form.to_request()
+    return form
 
 
 def _as_text(value: Any) -> str:

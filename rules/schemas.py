@@ -221,6 +221,11 @@ class EvaluateIn(Schema):
     original_name: str | None = Field(
         None, max_length=100, description="The rule draft_rule replaces (absent: appended)."
     )
+    pinned: list[dict[str, Any]] | None = Field(
+        None,
+        description='With execute: calls answered from a recorded output instead of the tool, as in the '
+        'live tester: [{"mcp_id", "tool_name", "params" (optional: any call of the tool), "output"}]',
+    )
 
 
 class RuleRecordOut(Schema):

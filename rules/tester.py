@@ -1,4 +1,5 @@
-"""The live tester's state and rows: what it remembers between pages, and what a big rule set shows.
+"""The live tester: one evaluation for every route (the page, the API, the MCP endpoint), what it
+remembers between pages, and what a big rule set shows.
 
 The tester's inputs (query, context, DataParts, FileParts) are kept in the user's session, one
 entry per rule set. Server side rather than in localStorage so that they survive a save, a
@@ -14,6 +15,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llamon_agent.prestep import RuleRecord, RuleStatus
+from llamon_agent.tools import AgentRequest
+from rules import engine
+from rules.cases import case_expected_from_outcome
+from rules.models import RuleSet
+from rules.pins import PinnedToolBackend
 
 TESTER_FIELDS = ("query", "context", "data", "files", "pinned")
 # What one rule set's remembered inputs may weigh in the session (the form's own caps are a bit
@@ -21,6 +27,59 @@ TESTER_FIELDS = ("query", "context", "data", "files", "pinned")
 MAX_REMEMBERED_CHARS = 300_000
 # Skipped and not-reached rules listed before "show all": 2,000 rules made a 470 KB answer.
 SKIPPED_SHOWN = 20
+
+
+@dataclass
+class TesterResult:
+    """One tester evaluation of a rule set's draft (with an unsaved rule edit, if any)."""
+
+    snapshot: list[dict[str, Any]]
+    servers: Mapping[str, Any]
+    sample: AgentRequest
+    evaluation: engine.Evaluation
+    expected: dict[str, Any]  # what a regression case of this sample would expect
+    backend: PinnedToolBackend | None  # set when executed
+    edited: bool = False  # the unsaved edit changed what the draft does
+
+    def explain(self, rules: Sequence[str]) -> dict[str, Any]:
+        """Why each of these rules was skipped (or failed in its own `when`): the operand that said no."""
+        return engine.explain_rules(self.snapshot, self.sample, list(rules), servers=self.servers)
+
+    def was_pinned(self, record: RuleRecord) -> bool:
+        """Whether the record's call was answered from a pinned output rather than the tool."""
+        return self.backend is not None and self.backend.was_pinned(
+            record.mcp_id, record.tool_name, record.params
+        )
+
+
+def tester_evaluate(
+    *,
+    rule_set: RuleSet,
+    sample: AgentRequest,
+    execute: bool,
+    draft: Mapping[str, Any] | None = None,
+    original_name: str | None = None,
+    pins: Sequence[Mapping[str, Any]] = (),
+) -> TesterResult:
+    """The pre-step of the rule set's draft on one sample, as every tester shows it.
+
+    ``draft`` is an unsaved rule edit (a RuleForm's cleaned data) replacing ``original_name`` (or
+    appended). ``execute`` calls the tools, except the calls ``pins`` answer from recorded
+    outputs. The proposed expectation always comes from a dry run: a case always runs dry, so it
+    expects the calls, never a live tool's failure that no later dry run could reproduce."""
+    saved = engine.rule_set_snapshot(rule_set)
+    snapshot = saved
+    if draft is not None:
+        snapshot = engine.apply_draft_edit(saved, dict(draft), original_name=original_name)
+    servers = engine.servers_by_id(engine.snapshot_mcp_ids(snapshot))
+    dry = engine.evaluate(snapshot, sample, servers=servers, dry_run=True)
+    backend = None
+    evaluation = dry
+    if execute:
+        backend = PinnedToolBackend(engine.live_backend(servers), pins, tools=engine.dry_backend(servers))
+        evaluation = engine.evaluate(snapshot, sample, servers=servers, backend=backend, dry_run=False)
+    expected = case_expected_from_outcome(dry.to_json())
+    return TesterResult(snapshot, servers, sample, evaluation, expected, backend, edited=snapshot != saved)
 
 
 def _session_key(rule_set_pk: int) -> str:

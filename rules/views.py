@@ -21,12 +21,12 @@ from llamon_web.http import HtmxHttpRequest
 from llamon_web.roles import has_role, require_role
 from llamon_web.userinput import db_id
 from rules import cases, engine, exporting, selectors, services
-from rules.cases import case_expected_from_outcome, suite_run
+from rules.cases import suite_run
 from rules.errors import RuleError, StaleEditError
 from rules.forms import AuditFilterForm, PublishForm, RuleForm, RuleSetForm, TesterForm
 from rules.models import Rule, RuleSet, RuleSetVersion, TestCase
-from rules.pins import PinnedToolBackend
 from rules.tester import (
+    tester_evaluate,
     tester_inputs_load,
     tester_inputs_store,
     tester_masked_left,
@@ -387,31 +387,24 @@ def rule_set_test(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 def _tester_results(
     request: HtmxHttpRequest, rule_set: RuleSet, tester: TesterForm, *, execute: bool
 ) -> dict:
-    snapshot = engine.rule_set_snapshot(rule_set)
-    draft_note = None
+    draft = original_name = draft_note = None
     if "rule-name" in request.POST and not _is_blank_new_rule(request.POST):
         edit = RuleForm(request.POST, prefix="rule")
         if edit.is_valid():
-            edited = engine.apply_draft_edit(
-                snapshot, edit.cleaned_data, original_name=request.POST.get("rule-original") or None
-            )
-            if edited != snapshot:
-                draft_note = _("Includes your unsaved edit of this rule.")
-            snapshot = edited
+            draft, original_name = edit.cleaned_data, request.POST.get("rule-original") or None
         else:
             draft_note = _("The rule you are editing has errors, so the tester uses its saved version.")
-    servers = engine.servers_by_id(engine.snapshot_mcp_ids(snapshot))
-    sample = tester.to_request()
-    pins = tester.cleaned_data.get("pinned") or []
-    backend = None
-    if execute:
-        backend = PinnedToolBackend(engine.live_backend(servers), pins, tools=engine.dry_backend(servers))
-        evaluation = engine.evaluate(snapshot, sample, servers=servers, backend=backend, dry_run=False)
-        # A case always runs as a dry run, so it expects what the dry run gives: the calls, never
-        # a live tool's failure (which no later dry run could reproduce).
-        proposal = engine.evaluate(snapshot, sample, servers=servers, dry_run=True)
-    else:
-        evaluation = proposal = engine.evaluate(snapshot, sample, servers=servers, dry_run=True)
+    result = tester_evaluate(
+        rule_set=rule_set,
+        sample=tester.to_request(),
+        execute=execute,
+        draft=draft,
+        original_name=original_name,
+        pins=tester.cleaned_data.get("pinned") or [],
+    )
+    if result.edited:
+        draft_note = _("Includes your unsaved edit of this rule.")
+    evaluation = result.evaluation
     shown = tester_rows(
         evaluation.outcome.records, evaluation.schema_errors, show_all=request.POST.get("show") == "all"
     )
@@ -421,26 +414,23 @@ def _tester_results(
         for rec, _, _ in shown.rows
         if rec.status is RuleStatus.SKIPPED or (rec.status is RuleStatus.ERROR and rec.tool_name is None)
     ]
-    why = engine.explain_rules(snapshot, sample, skipped, servers=servers)
+    why = result.explain(skipped)
     shown.rows = [(rec, errors, why.get(rec.rule)) for rec, errors, _ in shown.rows]
-    pinned_rules = {
-        rec.rule
-        for rec, _, _ in shown.rows
-        if backend is not None
-        and rec.status is RuleStatus.FIRED
-        and backend.was_pinned(rec.mcp_id, rec.tool_name, rec.params)
-    }
+    backend = result.backend
+    pins = tester.cleaned_data.get("pinned") or []
     return {
         "evaluation": evaluation,
         "outcome": evaluation.outcome,
         "execute": execute,
         "draft_note": draft_note,
-        "request_json": json.dumps(sample.to_json(), ensure_ascii=False),
+        "request_json": json.dumps(result.sample.to_json(), ensure_ascii=False),
         "rows": shown.rows,
         "shown": shown,
-        "expected_json": json.dumps(case_expected_from_outcome(proposal.to_json()), ensure_ascii=False),
+        "expected_json": json.dumps(result.expected, ensure_ascii=False),
         "can_edit": has_role(request.user, "editor"),
-        "pinned_rules": pinned_rules,
+        "pinned_rules": {
+            rec.rule for rec, _, _ in shown.rows if rec.status is RuleStatus.FIRED and result.was_pinned(rec)
+        },
         "pinned_count": len(backend.pinned_calls) if backend is not None else 0,
         "live_count": evaluation.outcome.calls - len(backend.pinned_calls) if backend is not None else 0,
         "pinned_json": json.dumps(pins, ensure_ascii=False) if pins else "",

@@ -311,3 +311,42 @@ def test_executing_without_javascript_needs_the_editor_role_too(viewer_client, r
     assert response.status_code == 403
     text = _text(response)
     assert "it needs the editor role" in text and 'id="tester-form"' in text
+
+
+@pytest.mark.parametrize("execute", [False, True])
+def test_the_page_and_the_api_give_the_same_answer_for_the_same_input(
+    editor_client, rule_set, make_user, execute
+) -> None:
+    """One tester service behind the page, the API (and the MCP endpoint, which calls the API's
+    handler): the same sample, pins and mode give the same rules fired and the same proposed case."""
+    from django.test import Client
+
+    from llamon_web.token_services import token_create
+
+    pins = [{"mcp_id": "order-service", "tool_name": "get_order", "output": {"order": "A-1001"}}]
+    data = {"t-query": "주문 해줘", "t-context": '{"userId": "C-1"}', "t-pinned": json.dumps(pins)}
+    if execute:
+        data["execute"] = "1"
+    page = _test(editor_client, rule_set, data, **HX).content.decode()
+    page_expected = json.loads(html_lib.unescape(re.search(r'name="expected" value="([^"]*)"', page)[1]))
+    page_status = dict(
+        (rule, status) for status, rule in re.findall(r'<tr class="status-(\w+)" data-rule="([^"]+)"', page)
+    )
+
+    secret = token_create(actor=make_user("editor"), name="same-answer").secret
+    body = {"query": "주문 해줘", "context": {"userId": "C-1"}, "pinned": pins, "execute": execute}
+    answer = Client().post(
+        f"/api/rule-sets/{rule_set.pk}/evaluate",
+        json.dumps(body),
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {secret}",
+    )
+    assert answer.status_code == 200, answer.content
+    api = answer.json()
+    assert api["expected"] == page_expected
+    assert page_status == {r["rule"]: r["status"] for r in api["records"]}
+    assert page_status["route_order"] == "fired"
+    if execute:  # the pinned output answered the call on both routes (port 9 would refuse it)
+        (record,) = [r for r in api["records"] if r["rule"] == "route_order"]
+        assert record["result"] == {"order": "A-1001"}
+        assert 'data-source="pinned"' in page
