@@ -223,7 +223,7 @@ class EvaluateIn(Schema):
     )
     pinned: list[dict[str, Any]] | None = Field(
         None,
-        description='With execute: calls answered from a recorded output instead of the tool, as in the '
+        description="With execute: calls answered from a recorded output instead of the tool, as in the "
         'live tester: [{"mcp_id", "tool_name", "params" (optional: any call of the tool), "output"}]',
     )
 

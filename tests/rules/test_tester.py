@@ -329,9 +329,9 @@ def test_the_page_and_the_api_give_the_same_answer_for_the_same_input(
         data["execute"] = "1"
     page = _test(editor_client, rule_set, data, **HX).content.decode()
     page_expected = json.loads(html_lib.unescape(re.search(r'name="expected" value="([^"]*)"', page)[1]))
-    page_status = dict(
-        (rule, status) for status, rule in re.findall(r'<tr class="status-(\w+)" data-rule="([^"]+)"', page)
-    )
+    page_status = {
+        rule: status for status, rule in re.findall(r'<tr class="status-(\w+)" data-rule="([^"]+)"', page)
+    }
 
     secret = token_create(actor=make_user("editor"), name="same-answer").secret
     body = {"query": "주문 해줘", "context": {"userId": "C-1"}, "pinned": pins, "execute": execute}
