@@ -350,18 +350,17 @@ def get_run(request: HttpRequest, run_id: DbId) -> Any:
     "/runs/{run_id}/steps", response={200: RunStepsOut, **error_responses(404)}, auth=VIEWER, tags=RUNS
 )
 def list_run_steps(request: HttpRequest, run_id: DbId, after: int = Query(0, ge=0, le=2**31)) -> Any:
-    """The run's steps with seq > ``after``; poll with ``after=last_seq`` until ``finished``."""
+    """Up to 200 of the run's steps with seq > ``after`` (the run page's pages); poll or page with
+    ``after=last_seq`` until ``finished``."""
     run = get_or_404(Run, "run", pk=run_id)
-    steps = list(selectors.run_steps(run=run, after=after))
-    running = [s.seq for s in steps if s.status == "running"]
-    last_seq = min(running) - 1 if running else (steps[-1].seq if steps else after)
-    finished = run.finished and not running
+    page = selectors.run_step_page(run=run, after=after)
     return {
         "run_id": run.pk,
         "status": run.status,
-        "finished": finished,
-        "last_seq": last_seq,
-        "steps": steps,
+        "finished": run.finished and page.settled and not page.more,
+        "more": page.more,
+        "last_seq": page.last_seq,
+        "steps": page.steps,
     }
 
 

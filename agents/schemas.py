@@ -245,7 +245,8 @@ class RunStepOut(ModelSchema):
 class RunStepsOut(Schema):
     run_id: int
     status: str
-    finished: bool
+    finished: bool = Field(description="The run has ended and every step has been read.")
+    more: bool = Field(description="More steps follow this page (200 at most a page).")
     last_seq: int = Field(description="Ask for ?after=last_seq next: every step up to it has ended.")
     steps: list[RunStepOut]
 

@@ -193,6 +193,28 @@ def run_steps(*, run: Run, after: int = 0) -> QuerySet[RunStep]:
     return run.steps.filter(seq__gt=after).order_by("seq")
 
 
+STEP_PAGE = 200  # steps per page, on the run page and in the API: a 5,000-step run is 25 pages
+
+
+@dataclass
+class StepPage:
+    """Up to STEP_PAGE steps after a seq, the seq up to which every one has ended, and what follows."""
+
+    steps: list[RunStep]
+    more: bool  # more steps follow this page
+    last_seq: int  # ask for after=last_seq next: every step up to it has ended
+    settled: bool  # no step of this page is still running
+
+
+def run_step_page(*, run: Run, after: int = 0) -> StepPage:
+    """The page of a run's steps after ``after`` that the run page and the API both serve."""
+    rows = list(run_steps(run=run, after=after)[: STEP_PAGE + 1])
+    steps = rows[:STEP_PAGE]
+    running = [s.seq for s in steps if s.status == "running"]
+    last_seq = min(running) - 1 if running else (steps[-1].seq if steps else after)
+    return StepPage(steps, len(rows) > STEP_PAGE, last_seq, not running)
+
+
 def run_diagnostics(*, run: Run) -> list[dict[str, str]]:
     """What the trace suggests: repeated calls, rules that raised, tools that were missing."""
     # Only rule steps, and the tool steps that called a tool a rule already called, matter here;

@@ -143,11 +143,11 @@ def run_start(request: HtmxHttpRequest) -> HttpResponse:
 @require_GET
 @require_role("viewer")
 def run_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
-    """A run's input, live timeline (STEP_PAGE steps at a time, from ``?after=seq``), answer and diagnostics."""
+    """A run's input, live timeline (selectors.STEP_PAGE steps at a time, from ``?after=seq``), answer and diagnostics."""
     run = get_object_or_404(Run.objects.select_related("agent"), pk=pk)
     after = _after(request)
-    steps, more = _step_page(run, after=after)
-    last_seq = _settled_seq(steps, after=after)
+    page = selectors.run_step_page(run=run, after=after)
+    steps, more, last_seq = traces.steps_with_usage(page.steps), page.more, page.last_seq
     selectors.runs_for_display([run])
     return render(
         request,
@@ -173,15 +173,15 @@ def run_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 @require_GET
 @require_role("viewer")
 def run_steps(request: HtmxHttpRequest, pk: int) -> HttpResponse:
-    """Steps after ``?after=seq``, STEP_PAGE at most (the timeline's poll and its "more steps" link).
+    """Steps after ``?after=seq``, selectors.STEP_PAGE at most (the timeline's poll and its "more steps" link).
 
     Stops polling (286) once the run has ended, every step is settled and none is left to read.
     """
     run = get_object_or_404(Run, pk=pk)
     after = _after(request)
-    steps, more = _step_page(run, after=after)
-    last_seq = _settled_seq(steps, after=after)
-    final = run.finished and not more and all(s.status != "running" for s in steps)
+    page = selectors.run_step_page(run=run, after=after)
+    steps, more, last_seq = traces.steps_with_usage(page.steps), page.more, page.last_seq
+    final = run.finished and not more and page.settled
     context = {
         "run": run,
         "steps": steps,
@@ -200,28 +200,11 @@ def run_steps(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     return HttpResponseStopPolling(response.content) if final else response
 
 
-STEP_PAGE = 200  # steps per page of the timeline: a 5,000-step run is 25 pages, not one 5 MB page
-
-
 def _after(request: HtmxHttpRequest) -> int:
     try:
         return min(max(int(request.GET.get("after", "0")), 0), 2**31)
     except ValueError:
         return 0
-
-
-def _step_page(run: Run, *, after: int) -> tuple[list, bool]:
-    """Up to STEP_PAGE steps with seq > after, and whether more follow."""
-    rows = list(selectors.run_steps(run=run, after=after)[: STEP_PAGE + 1])
-    return traces.steps_with_usage(rows[:STEP_PAGE]), len(rows) > STEP_PAGE
-
-
-def _settled_seq(steps: list, *, after: int) -> int:
-    """The highest seq up to which every step has finished; later ones are fetched again."""
-    running = [s.seq for s in steps if s.status == "running"]
-    if running:
-        return min(running) - 1
-    return steps[-1].seq if steps else after
 
 
 @require_POST

@@ -270,8 +270,8 @@ def explain(agents) -> None:
 
 
 def bench_long_run(user, long_run, n: int) -> None:
+    from agents import selectors
     from agents import trace as traces
-    from agents import views
 
     client = Client(SERVER_NAME="127.0.0.1")
     client.force_login(user)
@@ -279,10 +279,10 @@ def bench_long_run(user, long_run, n: int) -> None:
     new = timed(lambda: _ok(client.get(url)), n)
     size_new = len(client.get(url).content)
     poll = timed(lambda: client.get(f"/agents/runs/{long_run.pk}/steps?after=4900"), n)
-    views.STEP_PAGE = 10**6  # the old page: every step
+    selectors.STEP_PAGE = 10**6  # the old page: every step
     old = timed(lambda: _ok(client.get(url)), max(3, n // 10))
     size_old = len(client.get(url).content)
-    views.STEP_PAGE = 200
+    selectors.STEP_PAGE = 200
     print("\nThe page of a 5,000-step run (ms)")
     print(f"{'every step (old)':26} p50 {old[0]:8.1f} p95 {old[1]:8.1f} {size_old / 1e6:6.2f} MB")
     print(f"{'first 200 steps (new)':26} p50 {new[0]:8.1f} p95 {new[1]:8.1f} {size_new / 1e6:6.2f} MB")

@@ -297,3 +297,21 @@ def test_a_run_deleted_by_retention_takes_its_tool_rows_with_it(agent) -> None:
     _called(run, "get_order")
     run.delete()
     assert not RunTool.objects.exists()
+
+
+def test_the_api_pages_steps_as_the_run_page_does(viewer_client, agent) -> None:
+    """Same 200-step pages as the page (one selector serves both); finished only on the last page."""
+    run = _long_run(agent, 450, status=Run.Status.SUCCEEDED, finished_at=timezone.now())
+    url = f"/api/runs/{run.pk}/steps"
+    seen, after, answers = [], 0, []
+    while True:
+        body = viewer_client.get(url, {"after": after}).json()
+        answers.append(body)
+        seen += [s["seq"] for s in body["steps"]]
+        if body["finished"]:
+            break
+        after = body["last_seq"]
+    assert seen == list(range(1, 451)) and [len(a["steps"]) for a in answers] == [200, 200, 50]
+    assert [(a["more"], a["finished"]) for a in answers] == [(True, False), (True, False), (False, True)]
+    page_two = viewer_client.get(reverse("agents:run_detail", args=[run.pk]), {"after": 200}).content.decode()
+    assert _seqs(page_two) == [s["seq"] for s in answers[1]["steps"]]
