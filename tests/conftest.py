@@ -109,9 +109,9 @@ def django_db_modify_db_settings() -> None:
     read too; pytest-django's suffix would give the test and its workers different databases."""
 
 
-@pytest.fixture(scope="session")
-def redis_url() -> Iterator[str]:
-    """A private redis-server on a free loopback port, without persistence; stopped at the end."""
+@contextmanager
+def redis_server() -> Iterator[tuple[subprocess.Popen, int]]:
+    """A private redis-server on a free loopback port, without persistence: (process, port); stopped after."""
     exe = require_executable("redis-server", "redis-server")
     port = free_port()
     workdir = tempfile.mkdtemp(prefix="llamon-redis-")
@@ -134,11 +134,18 @@ def redis_url() -> Iterator[str]:
     )
     try:
         wait_for_port(port, proc=proc)
-        yield f"redis://127.0.0.1:{port}/0"
+        yield proc, port
     finally:
         proc.terminate()
         proc.wait(timeout=10)
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """The test process's redis-server: its URL."""
+    with redis_server() as (_, port):
+        yield f"redis://127.0.0.1:{port}/0"
 
 
 def worker_env(redis: str | None) -> dict[str, str]:

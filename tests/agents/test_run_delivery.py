@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 import time
 from datetime import timedelta
 
@@ -22,7 +21,7 @@ from agents.errors import BrokerUnavailableError
 from agents.models import Agent, Run
 from agents.tasks import SENT_AT_HEADER, runs_reap_task
 from llamon_agent.tools import AgentRequest
-from tests.conftest import celery_worker, free_port, require_executable, wait_for_port
+from tests.conftest import celery_worker, free_port, redis_server
 from tests.support.celery_publish import publishing_to
 from tests.support.runs import wait_for_run
 
@@ -46,31 +45,13 @@ def broker_down(settings):
 @pytest.fixture
 def broker_frozen(settings):
     """A redis-server that accepts connections but never answers (SIGSTOPped), as a hung host does."""
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            require_executable("redis-server", "redis-server"),
-            "--bind",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        wait_for_port(port, proc=proc)
+    with redis_server() as (proc, port):
         proc.send_signal(signal.SIGSTOP)
-        with publishing_to(f"redis://127.0.0.1:{port}/0", settings.LLAMON_REDIS_TRANSPORT_OPTIONS):
-            yield
-    finally:
-        proc.send_signal(signal.SIGCONT)
-        proc.terminate()
-        proc.wait(timeout=10)
+        try:
+            with publishing_to(f"redis://127.0.0.1:{port}/0", settings.LLAMON_REDIS_TRANSPORT_OPTIONS):
+                yield
+        finally:
+            proc.send_signal(signal.SIGCONT)  # so that it can be terminated
 
 
 def _queued_messages(url: str) -> list[dict]:
