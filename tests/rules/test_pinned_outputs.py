@@ -79,25 +79,25 @@ def test_a_call_no_pin_matches_is_live(editor_client, rule_set) -> None:
     assert 'data-source="pinned"' not in text
 
 
-@pytest.mark.parametrize(
-    ("pinned", "message"),
-    [
-        ("[{", "Pinned tool outputs is not valid JSON"),
-        ('"text"', "must be a JSON list of objects, not a text"),
-        ('[{"mcp_id": "order-service", "tool_name": "get_order"}]', "needs an output"),
-        ('[{"mcp_id": "nope", "tool_name": "get_order", "output": 1}]', "there is no MCP server 'nope'"),
-        ('[{"mcp_id": "order-service", "tool_name": "drop_db", "output": 1}]', "has no tool 'drop_db'"),
-        (
-            '[{"mcp_id": "order-service", "tool_name": "get_order", "params": [], "output": 1}]',
-            "params must be a JSON object",
-        ),
-        (
-            '[{"mcp_id": "order-service", "tool_name": "get_order", "output": 1, "when": 1}]',
-            "unknown field(s) when",
-        ),
-        (json.dumps([{**PIN, "output": "x" * MAX_PINNED_BYTES}]), "the limit is 200,000"),
-    ],
-)
+BAD_PINS = [
+    ("[{", "Pinned tool outputs is not valid JSON"),
+    ('"text"', "must be a JSON list of objects, not a text"),
+    ('[{"mcp_id": "order-service", "tool_name": "get_order"}]', "needs an output"),
+    ('[{"mcp_id": "nope", "tool_name": "get_order", "output": 1}]', "there is no MCP server 'nope'"),
+    ('[{"mcp_id": "order-service", "tool_name": "drop_db", "output": 1}]', "has no tool 'drop_db'"),
+    (
+        '[{"mcp_id": "order-service", "tool_name": "get_order", "params": [], "output": 1}]',
+        "params must be a JSON object",
+    ),
+    (
+        '[{"mcp_id": "order-service", "tool_name": "get_order", "output": 1, "when": 1}]',
+        "unknown field(s) when",
+    ),
+    (json.dumps([{**PIN, "output": "x" * MAX_PINNED_BYTES}]), "the limit is 200,000"),
+]
+
+
+@pytest.mark.parametrize(("pinned", "message"), BAD_PINS)
 def test_bad_pins_get_a_sentence_and_the_typed_text_is_kept(editor_client, rule_set, pinned, message) -> None:
     response, text = _execute(editor_client, rule_set, "주문 A-1", pinned)
     assert response.status_code == 422 and message in text, text[:2000]
@@ -164,3 +164,13 @@ def test_pins_survive_an_export_and_import(editor, rule_set) -> None:
     doc["cases"][0]["pinned"] = [{**PIN, "tool_name": "drop_db"}]
     with pytest.raises(RuleError, match="has no tool 'drop_db'"):
         exporting.rule_set_import_json(actor=editor, data=json.dumps(doc), name="orders-bad")
+
+
+@pytest.mark.parametrize(("pinned", "message"), [p for p in BAD_PINS if p[0].startswith('[{"')])
+def test_bad_pins_sent_to_the_api_get_the_same_sentence(editor_client, rule_set, pinned, message) -> None:
+    """The API (and so the MCP endpoint) reads pins through the tester's own form: same refusal."""
+    body = {"query": "주문 A-1", "execute": True, "pinned": json.loads(pinned)}
+    response = editor_client.post(
+        f"/api/rule-sets/{rule_set.pk}/evaluate", json.dumps(body), content_type="application/json"
+    )
+    assert response.status_code == 422 and message in response.content.decode(), response.content[:2000]
