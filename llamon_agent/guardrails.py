@@ -4,8 +4,9 @@
   ``max_chars`` or one that matches a blocked pattern.
 * :class:`OutputGuardrail` checks the final answer: a blocked pattern refuses it; masks
   (card numbers, resident registration numbers, e-mail addresses, your own) rewrite it.
-* :func:`redact` applies masks to every string inside JSON-like data (what the web app
-  stores in run steps); :func:`preview` shows what a set of masks would change in a text.
+* :func:`redact` applies masks to JSON-like data (what the web app stores in run steps) as one
+  text: a value split across strings, array items and nesting is found as it would be in the
+  joined text (see :class:`Redactor`); :func:`preview` shows what a set of masks would change.
 
 Every pattern is RE2 (``google-re2``): linear time whatever the pattern and the input,
 so a pattern typed into the browser cannot stall a worker. RE2 has no look-around and no
@@ -14,8 +15,10 @@ backreferences; a pattern that does not compile is a :class:`ValueError` that sa
 
 from __future__ import annotations
 
+import bisect
 import functools
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,7 +49,7 @@ def compile_pattern(pattern: str, *, what: str = "pattern") -> Any:
 
 def luhn_valid(text: str) -> bool:
     """True when the digits of ``text`` pass the Luhn checksum (card numbers)."""
-    digits = [int(c) for c in text if c.isdigit()]
+    digits = [int(c) for c in text if c.isdecimal()]
     if len(digits) < 2:
         return False
     total = 0
@@ -61,6 +64,40 @@ def luhn_valid(text: str) -> bool:
 
 Span = tuple[int, int]
 
+# Characters that show nothing: a value with one of them inside reads as the value without it.
+INVISIBLE_CHARS = (
+    "\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180e\u200b\u200c\u200d\u200e\u200f"
+    "\u202a\u202b\u202c\u202d\u202e\u2060\u2061\u2062\u2063\u2064\u3164\ufeff\uffa0"
+)
+DASH_CHARS = "-\u2010\u2011\u2012\u2013\u2014\u2015\u2212\ufe58\ufe63\uff0d"
+JSON_PUNCTUATION = "\"'[]{}:,\\"
+# Between two leaves of JSON-like data (see Redactor): SOFT joins two array items, HARD stands
+# next to a dict key or a value that is not text (null, true, a float); both are "JSON punctuation".
+SOFT, HARD = "\x1f", "\x1e"
+_INVISIBLE = re.compile(f"[{INVISIBLE_CHARS}]")
+_DIGITS = re.compile(r"\d+")  # any script's decimal digits (fullwidth ones too)
+# What may separate the digit groups of one card number: whitespace (any), invisible characters,
+# dashes and JSON punctuation (quotes, commas, brackets, colons, escapes, leaf boundaries).
+_CARD_JOINERS = re.compile("[\\s" + re.escape(INVISIBLE_CHARS + DASH_CHARS + JSON_PUNCTUATION) + "]*")
+# Where two pieces of text join into one when matching across joins: a leaf boundary between array
+# items, or (inside a text that holds JSON) the end of one string item and the start of the next.
+_JOIN = re.compile(SOFT + r'|\\*"[\s,\[\]{}]*\\*"')
+_JOIN_OR_INVISIBLE = re.compile(f"{_JOIN.pattern}|[{INVISIBLE_CHARS}]+")
+# In JSON text written with escapes (ensure_ascii), a separator may come as \\u00a0 or \\n: read alike.
+_ESCAPED_SEPARATOR = re.compile(
+    r"\\[nrtbf]|\\u(?:"
+    + "|".join(
+        sorted(
+            {f"{ord(c):04x}" for c in map(chr, range(0x80, 0x10000)) if c.isspace()}
+            | {f"{ord(c):04x}" for c in INVISIBLE_CHARS + DASH_CHARS if ord(c) >= 0x80}
+        )
+    )
+    + ")",
+    re.IGNORECASE,
+)
+_TOKEN = re.compile(r"[^\W_]+")  # letters and digits of any script
+MIN_DERIVED_CHARS = 4  # a masked input value shorter than this (letters and digits) is not followed
+
 
 @dataclass(frozen=True)
 class Mask:
@@ -68,8 +105,11 @@ class Mask:
 
     ``validate`` (optional) gets each match and says whether it really is what the mask is
     for; matches it rejects are left alone. ``select`` (optional, instead) returns the
-    ``(start, end)`` spans *inside* a match to replace, for masks that must look closer
-    (card numbers). ``replacement`` is literal text: no group references.
+    ``(start, end)`` spans *inside* a match to replace. ``scan`` (optional) replaces the
+    pattern search altogether: it returns the spans of a whole text to replace (card numbers,
+    whose digit groups may be separated by anything a join leaves between them).
+    ``replacement`` is literal text: no group references. ``derive`` (default on): what the
+    mask hides in a run's input is also hidden where it reappears re-tokenised (Redactor.learn).
     """
 
     name: str
@@ -77,6 +117,8 @@ class Mask:
     replacement: str = REDACTED
     validate: Callable[[str], bool] | None = field(default=None, compare=False)
     select: Callable[[str], Sequence[Span]] | None = field(default=None, compare=False)
+    scan: Callable[[str], Sequence[Span]] | None = field(default=None, compare=False)
+    derive: bool = field(default=True, compare=False)
     _compiled: Any = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -91,77 +133,124 @@ class Mask:
             return ()
         return ((0, len(matched)),)
 
-    def spans(self, text: str) -> list[Span]:
-        """``(start, end)`` of each part of ``text`` the mask replaces."""
+    def _pattern_spans(self, text: str) -> list[Span]:
         found: list[Span] = []
         for match in self._compiled.finditer(text):
             base = match.start()
             found.extend((base + start, base + end) for start, end in self._inner(match.group(0)))
         return found
 
+    def spans(self, text: str) -> list[Span]:
+        """``(start, end)`` of each part of ``text`` the mask replaces (invisible characters inside
+        a value do not hide it: the pattern sees the text without them)."""
+        if self.scan is not None:
+            return sorted(self.scan(text))
+        if _INVISIBLE.search(text) is None:
+            return self._pattern_spans(text)
+        shown, at = _without_invisibles(text)
+        return [(at[start], at[end - 1] + 1) for start, end in self._pattern_spans(shown) if end > start]
+
     def apply(self, text: str) -> tuple[str, int]:
         """``text`` with each masked part replaced, and how many were replaced."""
-        count = 0
-
-        def replace(match: Any) -> str:
-            nonlocal count
-            matched: str = match.group(0)
-            parts = sorted(self._inner(matched))
-            if not parts:
-                return matched
-            out, at = [], 0
-            for start, end in parts:
-                out.append(matched[at:start])
-                out.append(self.replacement)
-                at = end
-            out.append(matched[at:])
-            count += len(parts)
-            return "".join(out)
-
-        return self._compiled.sub(replace, text), count
+        spans = _merged([(start, end, self.replacement) for start, end in self.spans(text)])
+        return _replaced(text, spans), len(spans)
 
 
-_DIGIT_RUN = re2.compile(r"\d+")
+def _without_invisibles(text: str) -> tuple[str, list[int]]:
+    """``text`` without its invisible characters, and each kept character's index in ``text``."""
+    at = [i for i, char in enumerate(text) if _INVISIBLE.match(char) is None]
+    return "".join(text[i] for i in at), at
 
 
-def card_number_spans(matched: str) -> list[Span]:
-    """The Luhn-valid 13-19 digit card numbers inside a run of digit groups.
+Labelled = tuple[int, int, str]
 
-    The pattern is greedy, so "4111 1111 1111 1111 2" matches as one 17-digit run that fails
-    the checksum; the card inside it must still be masked. Sub-runs of whole groups are
-    tried, longest first.
+
+def _merged(spans: Iterable[Labelled]) -> list[Labelled]:
+    """Overlapping spans as one (the first one's replacement), sorted; empty ones dropped."""
+    out: list[Labelled] = []
+    for start, end, label in sorted(spans):
+        if end <= start:
+            continue
+        if out and start < out[-1][1]:
+            if end > out[-1][1]:
+                out[-1] = (out[-1][0], end, out[-1][2])
+            continue
+        out.append((start, end, label))
+    return out
+
+
+def _replaced(text: str, spans: Sequence[Labelled]) -> str:
+    out, at = [], 0
+    for start, end, label in spans:
+        out.append(text[at:start])
+        out.append(label)
+        at = end
+    out.append(text[at:])
+    return "".join(out)
+
+
+def card_number_spans(text: str) -> list[Span]:
+    """The Luhn-valid 13-19 digit card numbers of ``text``.
+
+    A card's digits may come in groups separated by whitespace of any kind, invisible
+    characters, dashes or JSON punctuation ("4111", "1111", ... echoed by a tool is a card).
+    In a run of such groups, sub-runs of whole groups are tried, longest first, so a card
+    next to another number ("4111 1111 1111 1111 2") is still found. Luhn decides: an order
+    id or a phone number rarely passes it.
     """
-    groups = [(m.start(), m.end()) for m in _DIGIT_RUN.finditer(matched)]
+    if "\\" in text:  # escaped separators become spaces of the same length: positions stay
+        text = _ESCAPED_SEPARATOR.sub(lambda m: " " * len(m.group()), text)
+    found: list[Span] = []
+    chain: list[Span] = []
+    for match in _DIGITS.finditer(text):
+        if chain and _CARD_JOINERS.fullmatch(text, chain[-1][1], match.start()) is None:
+            found.extend(_cards_in_chain(text, chain))
+            chain = []
+        chain.append(match.span())
+    found.extend(_cards_in_chain(text, chain))
+    return found
+
+
+def _cards_in_chain(text: str, groups: list[Span]) -> list[Span]:
+    digits = "".join(text[start:end] for start, end in groups)
+    if len(digits) < 13:
+        return []
+    # Luhn of any digit window in O(1): prefix sums of each digit's value, doubled on even or on
+    # odd positions; which one a window uses depends on the parity of its last digit.
+    doubled_odd, doubled_even = [0], [0]
+    for k, char in enumerate(digits):
+        value = int(char)
+        twice = value * 2 - 9 if value > 4 else value * 2
+        doubled_odd.append(doubled_odd[-1] + (twice if k % 2 else value))
+        doubled_even.append(doubled_even[-1] + (value if k % 2 else twice))
     prefix = [0]  # prefix[k] = digits in groups[:k]
     for start, end in groups:
         prefix.append(prefix[-1] + end - start)
     found: list[Span] = []
     i = 0
     while i < len(groups):
-        best: Span | None = None
-        # A card has at most 19 digits, so at most 19 groups: bounded work per start group
-        # even on a pasted wall of numbers.
-        last = min(len(groups), i + 19) - 1
-        for j in range(last, i - 1, -1):
-            digits = prefix[j + 1] - prefix[i]
-            start, end = groups[i][0], groups[j][1]
-            if 13 <= digits <= 19 and luhn_valid(matched[start:end]):
-                best = (start, end)
+        # The windows from group i holding 13-19 digits, longest first: at most 7 per start group.
+        a = prefix[i]
+        longest = bisect.bisect_right(prefix, a + 19) - 2
+        shortest = bisect.bisect_left(prefix, a + 13) - 1
+        for j in range(longest, max(shortest, i) - 1, -1):
+            b = prefix[j + 1]
+            sums = doubled_odd if (b - 1) % 2 == 0 else doubled_even
+            if (sums[b] - sums[a]) % 10 == 0:
+                found.append((groups[i][0], groups[j][1]))
                 i = j
                 break
-        if best is not None:
-            found.append(best)
         i += 1
     return found
 
 
-# 13-19 digits, optionally grouped by single spaces or dashes, then the Luhn check: a plain
-# long number (an order id, a phone number) rarely passes it.
+# 13-19 digits in groups (card_number_spans says which), then the Luhn check: a plain long number
+# (an order id, a phone number) rarely passes it.
 CARD_NUMBER = Mask(
     name="card_number",
     pattern=r"\b\d(?:[ -]?\d){12,}\b",
     replacement="[카드번호]",
-    select=card_number_spans,
+    scan=card_number_spans,
 )
 # 주민등록번호: YYMMDD-GNNNNNN, G (1-4) encodes century and sex.
 KR_RRN = Mask(name="kr_rrn", pattern=r"\b\d{6}-[1-4]\d{6}\b", replacement="[주민등록번호]")
@@ -300,21 +389,283 @@ def _pattern_mask(pattern: str) -> Mask:
 
 
 def redact(value: Any, patterns: Sequence[Mask | str]) -> Any:
-    """A copy of JSON-like ``value`` with every string masked (dict keys are kept as they are)."""
+    """A copy of JSON-like ``value`` masked as one text (see :class:`Redactor`; dict keys are kept)."""
     masks = as_masks(patterns)
-    return _redact(value, masks, 0) if masks else value
+    return Redactor(masks)(value) if masks else value
 
 
-def _redact(value: Any, masks: list[Mask], depth: int) -> Any:
+MAX_DEPTH = 64  # tool results are arbitrary data; deeper than this (or a cycle) is read as its text
+
+
+class Redactor:
+    """Masks applied to JSON-like data as one text, and to what they hid in a run's input.
+
+    The strings and integers of the data (its leaves, with its dict keys among them) are read in
+    order as one text, each pair of neighbours separated by a boundary character that counts as
+    JSON punctuation. Then:
+
+    * card numbers (a mask with a ``scan``) are searched in that text: digit groups split across
+      strings, array items, nesting, whitespace of any kind, invisible characters and dashes are
+      one number when Luhn says so;
+    * pattern masks run on each leaf, then once more on the text with the joins taken out (the
+      boundary between array items and, inside a text holding JSON, the ``", "`` between string
+      items); a match that crosses a join is narrowed to the fewest whole pieces that still match;
+    * what the masks hid in the run's input (:meth:`learn`) is hidden wherever its letters and
+      digits reappear as consecutive tokens, in any case and with any separators between them
+      ("kim", "example", "com" echoed by a tool after "kim@example.com" was masked in the query).
+
+    Each leaf that a found span touches has that part replaced by the mask's text; dict keys and
+    values that are not text (null, booleans, floats) are kept. An integer touched becomes text.
+    """
+
+    def __init__(self, masks: Sequence[Mask]) -> None:
+        self.masks = list(masks)
+        self._scans = [m for m in self.masks if m.scan is not None]
+        self._patterns = [m for m in self.masks if m.scan is None]
+        self._derived: dict[str, str] = {}  # casefolded letters and digits -> replacement
+
+    def learn(self, value: Any) -> None:
+        """Remember what the masks hide in ``value`` (a run's input) to hide it where it reappears."""
+        leaves = _Leaves(value)
+        for start, end, label, mask in self._found(leaves):
+            if mask is not None and mask.derive:
+                key = "".join(token.casefold() for token in _TOKEN.findall(leaves.text, start, end))
+                if len(key) >= MIN_DERIVED_CHARS:
+                    self._derived.setdefault(key, label)
+
+    @property
+    def derived(self) -> int:
+        """How many input values are followed (for tests and diagnostics; never the values)."""
+        return len(self._derived)
+
+    def __call__(self, value: Any) -> Any:
+        if not self.masks and not self._derived:
+            return value
+        leaves = _Leaves(value)
+        spans = _merged((start, end, label) for start, end, label, _ in self._found(leaves))
+        return leaves.rebuild(spans)
+
+    def _found(self, leaves: _Leaves) -> list[tuple[int, int, str, Mask | None]]:
+        text = leaves.text
+        found: list[tuple[int, int, str, Mask | None]] = []
+        for mask in self._scans:
+            found.extend((start, end, mask.replacement, mask) for start, end in mask.spans(text))
+        if self._patterns:
+            for mask in self._patterns:
+                found.extend((start, end, mask.replacement, mask) for start, end in _leaf_spans(mask, leaves))
+            joined = _Joined(text)
+            if joined.joins:
+                for mask in self._patterns:
+                    found.extend((start, end, mask.replacement, mask) for start, end in joined.crossing(mask))
+        if self._derived:
+            found.extend((start, end, label, None) for start, end, label in self._derived_spans(text))
+        return found
+
+    def _derived_spans(self, text: str) -> list[Labelled]:
+        starts: dict[int, int] = {}  # position in the token stream -> start in text
+        ends: dict[int, int] = {}
+        parts: list[str] = []
+        at = 0
+        # Invisible characters and (in JSON text with escapes) escaped separators separate tokens,
+        # as a reader sees them; a key only has to start and end on token edges.
+        text = _INVISIBLE.sub(" ", text)
+        if "\\" in text:
+            text = _ESCAPED_SEPARATOR.sub(lambda m: " " * len(m.group()), text)
+        for match in _TOKEN.finditer(text):
+            token = match.group().casefold()
+            starts[at] = match.start()
+            at += len(token)
+            ends[at] = match.end()
+            parts.append(token)
+        stream = "".join(parts)
+        spans: list[Labelled] = []
+        for key, label in self._derived.items():
+            at = stream.find(key)
+            while at != -1:
+                start, end = starts.get(at), ends.get(at + len(key))
+                if start is not None and end is not None:  # whole tokens only
+                    spans.append((start, end, label))
+                at = stream.find(key, at + 1)
+        return spans
+
+
+def _leaf_spans(mask: Mask, leaves: _Leaves) -> list[Span]:
+    """The spans (in the leaves' text) ``mask`` finds on each leaf on its own.
+
+    One search of the whole text stands for a search of each leaf when the pattern has no
+    anchors (the boundaries between leaves act as the ends of a text for ``\\b``); a match that
+    crosses a boundary sends the leaves it touches to a search of their own.
+    """
+    if _anchored(mask.pattern):
+        return [(base + s, base + e) for base, leaf in leaves.writable() for s, e in mask.spans(leaf)]
+    text = leaves.text
+    found: list[Span] = []
+    again: set[int] = set()
+    for start, end in mask.spans(text):
+        if SOFT in text[start:end] or HARD in text[start:end]:
+            again.update(range(leaves.index(start), leaves.index(end - 1) + 1))
+        elif leaves.writable_at(start):
+            found.append((start, end))
+    for i in sorted(again):
+        base, leaf, writable = leaves.items[i]
+        if writable:
+            found.extend((base + s, base + e) for s, e in mask.spans(leaf))
+    return found
+
+
+@functools.lru_cache(maxsize=256)
+def _anchored(pattern: str) -> bool:
+    """Whether ``pattern`` may hold ``^``, ``$``, ``\\A`` or ``\\z`` (what differs between one text and many)."""
+    if re.search(r"\\[Az]", pattern):
+        return True
+    plain = re.sub(r"\[[^\]]*\]", "", re.sub(r"\\.", "", pattern))
+    return "^" in plain or "$" in plain
+
+
+class _Leaves:
+    """The leaves of JSON-like data in order, as one text, and the data rebuilt with them replaced."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+        self.items: list[tuple[int, str, bool]] = []  # (start in text, text, writable)
+        parts: list[str] = []
+        at = 0
+        last_writable = False
+        for leaf, writable in _walk(value, 0):
+            if self.items:
+                boundary = SOFT if writable and last_writable else HARD
+                parts.append(boundary)
+                at += 1
+            self.items.append((at, leaf, writable))
+            parts.append(leaf)
+            at += len(leaf)
+            last_writable = writable
+        self.text = "".join(parts)
+        self._starts = [start for start, _, _ in self.items]
+
+    def index(self, position: int) -> int:
+        """The leaf at ``position`` of the text (the one before, on a boundary)."""
+        return max(bisect.bisect_right(self._starts, position) - 1, 0)
+
+    def writable_at(self, position: int) -> bool:
+        return bool(self.items) and self.items[self.index(position)][2]
+
+    def writable(self) -> Iterable[tuple[int, str]]:
+        return ((start, leaf) for start, leaf, writable in self.items if writable)
+
+    def rebuild(self, spans: Sequence[Labelled]) -> Any:
+        replaced: list[str | None] = []  # per leaf: its new text, None when unchanged
+        k = 0
+        for start, leaf, writable in self.items:
+            end = start + len(leaf)
+            while k < len(spans) and spans[k][1] <= start:
+                k += 1
+            inside: list[Labelled] = []
+            j = k
+            while j < len(spans) and spans[j][0] < end:
+                inside.append((max(spans[j][0], start) - start, min(spans[j][1], end) - start, spans[j][2]))
+                j += 1
+            replaced.append(_replaced(leaf, inside) if writable and inside else None)
+        leaves = iter(replaced)
+        return _rebuild(self.value, leaves, 0)
+
+
+def _walk(value: Any, depth: int) -> Iterable[tuple[str, bool]]:
     if isinstance(value, str):
-        return mask_text(value, masks)[0]
-    if depth > 64:  # tool results are arbitrary data; a cycle must not hang the caller
-        return value
+        yield value, True
+    elif value is None:
+        yield "null", False
+    elif isinstance(value, bool):
+        yield str(value).lower(), False
+    elif isinstance(value, float):
+        yield repr(value), False
+    elif isinstance(value, int) or (depth > MAX_DEPTH and isinstance(value, Mapping | list | tuple)):
+        yield str(value), True
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            yield str(key), False
+            yield from _walk(item, depth + 1)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from _walk(item, depth + 1)
+    else:
+        yield "", False
+
+
+def _rebuild(value: Any, leaves: Iterator[str | None], depth: int) -> Any:
+    if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
+        new = next(leaves)
+        return value if new is None else new
+    if depth > MAX_DEPTH and isinstance(value, Mapping | list | tuple):
+        new = next(leaves)
+        return str(value) if new is None else new
     if isinstance(value, Mapping):
-        return {k: _redact(v, masks, depth + 1) for k, v in value.items()}
+        out = {}
+        for key, item in value.items():
+            next(leaves)  # the key: kept
+            out[key] = _rebuild(item, leaves, depth + 1)
+        return out
     if isinstance(value, list | tuple):
-        return [_redact(v, masks, depth + 1) for v in value]
+        return [_rebuild(item, leaves, depth + 1) for item in value]
+    next(leaves)
     return value
+
+
+class _Joined:
+    """A text with its joins taken out, and where they were (see Redactor)."""
+
+    def __init__(self, text: str) -> None:
+        self.joins: list[int] = []  # positions in self.text where a join was taken out
+        self._starts: list[int] = []  # piece starts in self.text
+        self._origins: list[int] = []  # the same pieces' starts in the original text
+        parts: list[str] = []
+        at = kept = 0
+        for match in _JOIN_OR_INVISIBLE.finditer(text):
+            if match.start() > at:
+                self._starts.append(kept)
+                self._origins.append(at)
+                parts.append(text[at : match.start()])
+                kept += match.start() - at
+            if match.group()[0] not in INVISIBLE_CHARS and (not self.joins or self.joins[-1] != kept):
+                self.joins.append(kept)
+            at = match.end()
+        if at < len(text):
+            self._starts.append(kept)
+            self._origins.append(at)
+            parts.append(text[at:])
+        self.text = "".join(parts)
+
+    def _origin(self, position: int) -> int:
+        i = bisect.bisect_right(self._starts, position) - 1
+        return self._origins[i] + position - self._starts[i]
+
+    def _joins_within(self, start: int, end: int) -> list[int]:
+        return self.joins[bisect.bisect_right(self.joins, start) : bisect.bisect_left(self.joins, end)]
+
+    def crossing(self, mask: Mask) -> list[Span]:
+        """Spans (in the original text) of ``mask``'s matches that cross a join, narrowed."""
+        spans: list[Span] = []
+        for match in mask._compiled.finditer(self.text):
+            for inner_start, inner_end in mask._inner(match.group(0)):
+                start, end = match.start() + inner_start, match.start() + inner_end
+                joins = self._joins_within(start, end)
+                if not joins:
+                    continue  # inside one piece: found on the leaf already
+                for join in joins:  # drop whole pieces on the left while the rest still matches
+                    if not self._whole(mask, join, end):
+                        break
+                    start = join
+                for join in reversed(self._joins_within(start, end)):  # and on the right
+                    if not self._whole(mask, start, join):
+                        break
+                    end = join
+                if self._joins_within(start, end):
+                    spans.append((self._origin(start), self._origin(end - 1) + 1))
+        return spans
+
+    def _whole(self, mask: Mask, start: int, end: int) -> bool:
+        part = self.text[start:end]
+        return mask._compiled.fullmatch(part) is not None and bool(mask._inner(part))
 
 
 @dataclass(frozen=True)
