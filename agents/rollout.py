@@ -16,7 +16,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.db.models import F
 
-from agents.models import Agent, ShadowExample, ShadowTally
+from agents.models import Agent, Run, ShadowExample, ShadowTally
 from rules.models import RuleSetVersion
 
 logger = logging.getLogger(__name__)
@@ -132,7 +132,7 @@ def shadow_record(
     error: str = "",
 ) -> bool:
     """Count one shadow evaluation; keep it as an example when it diverged or failed. Returns diverged."""
-    from agents.privacy import redactor
+    from agents.privacy import redactor, run_redactor
 
     diverged = not error and calls_diverge(live, shadow)
     with transaction.atomic():
@@ -143,7 +143,9 @@ def shadow_record(
             errors=F("errors") + int(bool(error)),
         )
         if diverged or error:
-            redact = redactor()  # params carry customer data, as the run's steps do
+            # Params carry customer data, as the run's steps do (and pieces of its input).
+            run = Run.objects.filter(pk=run_id).first() if run_id is not None else None
+            redact = run_redactor(run) if run is not None else redactor()
             ShadowExample.objects.create(
                 tally=tally,
                 run_id=run_id,

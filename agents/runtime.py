@@ -20,7 +20,7 @@ from agents import rollout
 from agents.checks import llm_key_env_check, llm_url_check
 from agents.errors import AgentError
 from agents.models import Agent, Run
-from agents.privacy import redactor
+from agents.privacy import run_redactor
 from agents.sink import DbStepSink
 from llamon_agent.otel import otel_sink
 from llamon_agent.tools import AgentRequest
@@ -213,7 +213,7 @@ def execute_claimed_run(*, run_id: int) -> RunEnd:
         rollout_candidate=served.candidate,
     )
 
-    redact = redactor()
+    redact = run_redactor(run)  # what the input's masks hide stays hidden where tools echo it
     sink = DbStepSink(run, redact=redact)
     exported = otel_sink(agent_name=agent.name, run_id=run_id, source="worker", redact=redact)  # None: off
     mcp_ids = set(engine.snapshot_mcp_ids(rules.snapshot)) | set(spec.react_mcp_ids)

@@ -14,7 +14,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from agents.models import Agent, Run, RunStep, WorkerHeartbeat
-from agents.privacy import redactor, redactor_active
+from agents.privacy import RUN_INPUT_FIELDS, redactor, redactor_active
 from rules.models import RuleSetVersion
 
 
@@ -156,7 +156,6 @@ def run_count(*, filters: dict[str, Any], cap: int | None = None) -> tuple[int, 
 
 
 # What a run was asked (its own input) as shown and exported: masked by the privacy settings.
-RUN_INPUT_FIELDS = ("query", "context", "a2a_data", "a2a_files", "user_id", "session_id", "chatbot_id")
 
 
 def runs_for_display(runs: Iterable[Run], *, redact: Callable[[Any], Any] | None = None) -> list[Run]:

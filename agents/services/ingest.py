@@ -16,7 +16,7 @@ from agents.errors import (
     AgentError,
 )
 from agents.models import Agent, Run, RunStep
-from agents.privacy import redactor
+from agents.privacy import run_redactor
 from agents.services.runs import request_check_size, request_lookup_ids
 from llamon_agent.tools import AgentRequest
 from llamon_web.roles import has_role
@@ -99,7 +99,7 @@ def run_ingest(
                 )
                 % {"pk": run.pk}
             )
-    redact = redactor()
+    redact = run_redactor(run)
     sink = DbStepSink(run, redact=redact, resume=True)
     for event in events:
         sink.emit(event)

@@ -6,7 +6,7 @@ import logging
 from typing import Any
 
 from agents.models import PrivacySettings, Run
-from agents.privacy import privacy_get, redactor
+from agents.privacy import RUN_INPUT_FIELDS, privacy_get, redactor
 from llamon_web.audit import audit_record
 
 logger = logging.getLogger(__name__)
@@ -20,8 +20,6 @@ def privacy_preview(*, patterns: list[str], presets: list[str], text: str) -> st
 
 def privacy_preview_run(*, patterns: list[str], presets: list[str]) -> dict[str, Any] | None:
     """The newest run's own input as pages, the API and exports would show it under these settings."""
-    from agents.selectors import RUN_INPUT_FIELDS
-
     run = Run.objects.order_by("-created_at", "-id").first()
     if run is None:
         return None

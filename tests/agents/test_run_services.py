@@ -307,3 +307,30 @@ def test_stored_run_data_keeps_no_mcp_stderr_tail() -> None:
         and "more lines" not in stored["error"]
         and "admins only" in stored["error"]
     )
+
+
+def test_a_served_runs_steps_hide_what_its_input_hid_even_in_pieces() -> None:
+    from agents.privacy import privacy_get
+    from llamon_agent.trace import ListSink
+
+    privacy = privacy_get()
+    privacy.mask_presets = ["email"]
+    privacy.save()
+    recorded = ListSink()
+    span = start_span(recorded, "tool", "search_docs", input={"q": "메일 Kim@Example.com 검색"})
+    span.output = {"terms": ["메일", "kim", "example", "com", "검색"]}
+    span.finish()
+    run, _ = services.run_ingest(
+        actor=None,
+        run=None,
+        events=recorded.events,
+        source="served",
+        agent=None,
+        agent_name="bot",
+        request=AgentRequest(query="메일 Kim@Example.com 검색"),
+        finish={"status": "succeeded", "answer": "kim / example / com 으로 찾았습니다", "error": ""},
+    )
+    step = RunStep.objects.get(run=run)
+    assert step.input == {"q": "메일 [이메일] 검색"}
+    assert step.output == {"terms": ["메일", "[이메일]", "[이메일]", "[이메일]", "검색"]}
+    assert Run.objects.get(pk=run.pk).answer == "[이메일] 으로 찾았습니다"
