@@ -13,6 +13,7 @@ from django.http import HttpRequest
 from django.utils.translation import gettext as _
 from ninja import Query, Router, Status
 
+from accounts.api_auth import roles
 from agents import selectors, services
 from agents.errors import AgentError
 from agents.forms import AgentForm, RunStartForm
@@ -34,10 +35,10 @@ from agents.schemas import (
     ShadowIn,
     ShadowOut,
 )
+from core.api import DbId, FormInvalid, error_responses, get_or_404
 from llamon_agent.prestep import DEFAULT_PRESTEP_INSTRUCTION
 from llamon_agent.tools import AgentRequest
 from llamon_agent.trace import TraceEvent
-from llamon_web.api_auth import DbId, FormInvalid, error_responses, get_or_404, roles
 from rules.models import RuleSetVersion
 from servers.models import McpServer
 

@@ -21,7 +21,7 @@ def llm_url_check(url: str) -> None:
 
 def llm_key_env_check(name: str) -> None:
     """An agent's key variable must be one the operator allows: its value is sent to the model endpoint."""
-    from llamon_web.env_policy import llm_key_policy
+    from core.env_policy import llm_key_policy
 
     reason = llm_key_policy().refusal(name)
     if reason is not None:

@@ -10,10 +10,10 @@ from django.conf import settings
 from django.utils.translation import gettext_lazy as _
 
 from agents.models import Agent, PrivacySettings
+from core import userinput
+from core.userinput import FilterDateTimeField
 from llamon_agent import strictjson
 from llamon_agent.prestep import DEFAULT_PRESTEP_INSTRUCTION
-from llamon_web import userinput
-from llamon_web.userinput import FilterDateTimeField
 from rules.forms import TesterForm
 from rules.models import RuleSetVersion
 from servers.models import McpServer

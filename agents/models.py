@@ -8,7 +8,7 @@ from django.conf import settings
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
-from llamon_web.fields import OrderedJSONField
+from core.fields import OrderedJSONField
 from rules.models import RuleSet, RuleSetVersion
 from servers.models import McpServer
 

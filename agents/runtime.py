@@ -22,10 +22,10 @@ from agents.errors import AgentError
 from agents.models import Agent, Run
 from agents.privacy import run_redactor
 from agents.sink import DbStepSink
+from core.content_hash import sha256
 from llamon_agent.otel import otel_sink
 from llamon_agent.tools import AgentRequest
 from llamon_agent.trace import MultiSink
-from llamon_web.content_hash import sha256
 from rules import engine
 from rules.models import RuleSetVersion
 from servers.urlguard import configured_policy

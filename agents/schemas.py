@@ -7,9 +7,9 @@ from typing import Any, Literal
 from ninja import Field, ModelSchema, Schema
 
 from agents.models import Agent, Run, RunStep
+from core.api import DbId, Revision
+from core.userinput import FilterDateTime
 from llamon_agent.expr import MAX_QUERY_CHARS
-from llamon_web.api_auth import DbId, Revision
-from llamon_web.userinput import FilterDateTime
 
 Mask = Literal["card_number", "kr_rrn", "email"]
 Pattern = str  # one RE2 pattern per item (checked by the agent form)

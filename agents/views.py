@@ -10,6 +10,7 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseStopPolling
 
+from accounts.roles import has_role, require_role
 from agents import selectors, services
 from agents import trace as traces
 from agents.compare import COMPARE_STEPS, compare_runs
@@ -18,9 +19,8 @@ from agents.forms import AgentForm, PrivacyForm, RolloutForm, RunFilterForm, Run
 from agents.graph_svg import flow_graph
 from agents.models import Agent, Run
 from agents.privacy import privacy_get
-from llamon_web.http import HtmxHttpRequest
-from llamon_web.roles import has_role, require_role
-from llamon_web.userinput import db_id
+from core.http import HtmxHttpRequest
+from core.userinput import db_id
 from rules.tester import tester_inputs_put
 
 # --- Agents -------------------------------------------------------------------------------------

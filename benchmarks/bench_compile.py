@@ -76,7 +76,7 @@ def _import(n: int) -> dict[str, float]:
     from bench_prestep_mixed import make_whens
     from django.core.management import call_command
 
-    from llamon_web.services import admin_ensure
+    from accounts.services import admin_ensure
     from rules import exporting
 
     call_command("migrate", verbosity=0)

@@ -91,8 +91,8 @@ def throughput(n: int) -> float:
 
 def page_renders(repeat: int = 20) -> dict[str, list[float]]:
     """A finished run with 1,000 steps: the whole page, and one poll bringing 10 new steps."""
+    from accounts.services import admin_ensure
     from agents.models import Run, RunStep
-    from llamon_web.services import admin_ensure
 
     user, _ = admin_ensure(password="bench-password-123")
     run = Run.objects.create(

@@ -146,8 +146,8 @@ def seed_long_run(agent):
 
 
 def seed(n_runs: int):
+    from accounts.services import admin_ensure
     from agents.models import Agent, Run
-    from llamon_web.services import admin_ensure
 
     call_command("migrate", verbosity=0)
     user, _ = admin_ensure(password="bench-password-123")
@@ -167,9 +167,9 @@ def seed(n_runs: int):
 
 
 def bench_lists(user, agents, n: int) -> None:
+    from accounts.token_services import token_create
     from agents import selectors
     from agents.models import Run
-    from llamon_web.token_services import token_create
 
     page, api = Client(SERVER_NAME="127.0.0.1"), Client(SERVER_NAME="127.0.0.1")
     page.force_login(user)
@@ -354,7 +354,7 @@ def bench_retention() -> None:
 
 def bench_import_lock(n_rules: int) -> None:
     """How long the import's write transaction lasts (SQLite: nobody else can write meanwhile)."""
-    from llamon_web.services import admin_ensure
+    from accounts.services import admin_ensure
     from rules import exporting, services
 
     call_command("migrate", verbosity=0)
@@ -423,8 +423,8 @@ def main() -> None:
         bench_import_lock(args.rules)
         return
     if args.long_run_only:  # either database
+        from accounts.services import admin_ensure
         from agents.models import Agent
-        from llamon_web.services import admin_ensure
 
         call_command("migrate", verbosity=0)
         user, _ = admin_ensure(password="bench-password-123")

@@ -41,7 +41,7 @@ SETUP = """
 from django.contrib.auth.models import Group, User
 from django.utils import timezone
 from agents.models import Agent, Run
-from llamon_web.token_services import token_create
+from accounts.token_services import token_create
 from rules import services
 from servers.models import McpServer
 

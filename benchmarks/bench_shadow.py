@@ -20,8 +20,8 @@ from django.utils import timezone
 
 
 def setup(n_rules: int):
+    from accounts.services import admin_ensure
     from agents.models import Agent
-    from llamon_web.services import admin_ensure
     from rules import services
     from servers.models import McpServer
 

@@ -71,7 +71,7 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def setup(n_rules: int):
-    from llamon_web.services import admin_ensure
+    from accounts.services import admin_ensure
     from rules import services
     from servers.models import McpServer
 

@@ -12,10 +12,11 @@ from django.http import HttpRequest
 from django.urls import reverse
 from ninja import Router, Status
 
+from accounts.api_auth import roles
+from core.api import DbId, error_responses, get_or_404
 from governance import health, services
 from governance.models import ImpactAnalysis
 from governance.schemas import ImpactIn, ImpactOut, RuleSetHealthOut
-from llamon_web.api_auth import DbId, error_responses, get_or_404, roles
 from rules.models import RuleSet
 
 router = Router(tags=["impact analysis"])

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from llamon_web.errors import DomainError
+from core.errors import DomainError
 
 
 class ImpactError(DomainError):

@@ -12,8 +12,8 @@ from django.db.models import Case, Q, QuerySet, TextField, When
 from django.db.models.functions import Cast
 
 from agents.models import Agent, Run, RunStep
+from core.content_hash import sha256
 from governance.models import ImpactAnalysis
-from llamon_web.content_hash import sha256
 from rules import engine
 from rules.models import RuleSet, RuleSetVersion
 

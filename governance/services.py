@@ -25,6 +25,9 @@ from agents.errors import BrokerUnavailableError
 from agents.models import Agent
 from agents.privacy import privacy_get, redactor
 from agents.sink import json_safe
+from core.audit import audit_record
+from core.content_hash import sha256
+from core.models import AuditEvent
 from governance import dispatch, selectors
 from governance.errors import ImpactError
 from governance.impact import Call, ImpactReport, Side, run_diff
@@ -32,9 +35,6 @@ from governance.incremental import Decision, IncrementalPlan, memo_mask, stable_
 from governance.models import ImpactAnalysis
 from llamon_agent.prestep import RuleStatus, run_prestep
 from llamon_agent.tools import AgentRequest
-from llamon_web.audit import audit_record
-from llamon_web.content_hash import sha256
-from llamon_web.models import AuditEvent
 from rules import engine
 from rules.models import RuleSet
 

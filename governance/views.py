@@ -7,14 +7,14 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRefresh
 
+from accounts.roles import has_role, require_role
 from agents.errors import BrokerUnavailableError
 from agents.models import Agent
+from core.http import HtmxHttpRequest
 from governance import health, selectors, services
 from governance.errors import HealthError, ImpactError
 from governance.forms import ImpactForm
 from governance.models import ImpactAnalysis
-from llamon_web.http import HtmxHttpRequest
-from llamon_web.roles import has_role, require_role
 from rules.models import RuleSet
 
 

@@ -1,9 +1,9 @@
-"""The NinjaAPI under ``/api/``: authentication, the one error shape, the routers, and API tokens.
+"""The NinjaAPI under ``/api/``: authentication, the one error shape, and the apps' routers.
 
 Docs at ``/api/docs``, schema at ``/api/openapi.json`` (both public: they describe, never act).
-Every operation declares its role (llamon_web.api_auth.roles); domain errors become ErrorOut
+Every operation declares its role (accounts.api_auth.roles); domain errors become ErrorOut
 responses here, once: RuleError/AgentError and form errors 422 (409 for a stale revision or a
-conflicting state), PermissionDenied 403, Http404 404, bad JSON 400 (llamon_web.userinput says why).
+conflicting state), PermissionDenied 403, Http404 404, bad JSON 400 (core.userinput says why).
 """
 
 from __future__ import annotations
@@ -15,18 +15,17 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import ProtectedError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.views.defaults import page_not_found
-from ninja import Field, ModelSchema, NinjaAPI, Query, Router, Schema, Status
+from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError
 from ninja.errors import ValidationError as NinjaValidationError
 
+from accounts.api import router as accounts_router
 from agents.api import router as agents_router
 from agents.errors import AgentConflictError, AgentError, BrokerUnavailableError
+from core.api import FormInvalid
+from core.errors import DomainError
+from core.userinput import StrictParser, UserInputError
 from governance.api import router as governance_router
-from llamon_web import token_services
-from llamon_web.api_auth import DbId, FormInvalid, error_responses, get_or_404, roles
-from llamon_web.errors import DomainError
-from llamon_web.models import ApiToken
-from llamon_web.userinput import StrictParser, UserInputError
 from rules.api import router as rules_router
 from rules.errors import StaleEditError
 from servers.api import router as servers_router
@@ -156,81 +155,7 @@ def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
     return page_not_found(request, exception)
 
 
-# --- API tokens (this app's router) ----------------------------------------------------------------
-
-tokens = Router(tags=["tokens"])
-
-
-class TokenIn(Schema):
-    name: str = Field(max_length=100, examples=["ci-pipeline"])
-    max_role: str = Field(
-        "",
-        pattern=r"^(|viewer|editor|admin)$",
-        description="Cap the token below your own role (empty: none).",
-    )
-
-
-class TokenOut(ModelSchema):
-    user: str
-    active: bool
-
-    class Meta:
-        model = ApiToken
-        fields = ["id", "name", "prefix", "max_role", "created_at", "last_used_at", "revoked_at"]
-
-    @staticmethod
-    def resolve_user(obj: ApiToken) -> str:
-        return obj.user.get_username()
-
-
-class TokenCreatedOut(ModelSchema):
-    user: str
-    active: bool
-    token: str = Field(description="The secret: shown this once, never again.")
-
-    class Meta:
-        model = ApiToken
-        fields = ["id", "name", "prefix", "max_role", "created_at", "last_used_at", "revoked_at"]
-
-    @staticmethod
-    def resolve_user(obj: ApiToken) -> str:
-        return obj.user.get_username()
-
-    @staticmethod
-    def resolve_token(obj: ApiToken) -> str:
-        return obj.secret  # type: ignore[attr-defined]
-
-
-class TokenFilterIn(Schema):
-    all: bool = Field(False, description="Every user's tokens (admin).")
-
-
-@tokens.get("/tokens", response={200: list[TokenOut], **error_responses()}, auth=roles("viewer"))
-def list_tokens(request: HttpRequest, filters: Query[TokenFilterIn]) -> Any:
-    """Your API tokens (an admin may ask for everyone's with ``all=true``); secrets are never listed."""
-    return token_services.token_list(user=request.auth, all_users=filters.all)  # type: ignore[attr-defined]  # set by django-ninja's auth
-
-
-@tokens.post(
-    "/tokens", response={201: TokenCreatedOut, **error_responses()}, auth=roles("viewer", session_only=True)
-)
-def create_token(request: HttpRequest, payload: TokenIn) -> Any:
-    """Create a personal API token (from a browser session only); the secret is in ``token``, once."""
-    created = token_services.token_create(actor=request.auth, name=payload.name, max_role=payload.max_role)  # type: ignore[attr-defined]  # set by django-ninja's auth
-    created.token.secret = created.secret  # type: ignore[attr-defined]  # on this response only
-    return Status(201, created.token)
-
-
-@tokens.delete("/tokens/{token_id}", response={200: TokenOut, **error_responses(404)}, auth=roles("viewer"))
-def revoke_token(request: HttpRequest, token_id: DbId) -> Any:
-    """Revoke a token: your own, or anyone's as an admin. Revoking twice changes nothing."""
-    token = get_or_404(ApiToken, "API token", pk=token_id)
-    if token.user_id != request.auth.pk and "admin" not in request.api_roles:  # type: ignore[attr-defined]
-        raise Http404(f"There is no API token with id {token_id}.")  # others' tokens are not even confirmed
-    return token_services.token_revoke(actor=request.auth, token=token)  # type: ignore[attr-defined]  # set by django-ninja's auth
-
-
-api.add_router("", tokens)
+api.add_router("", accounts_router)
 api.add_router("", servers_router)
 api.add_router("", rules_router)
 api.add_router("", agents_router)

@@ -173,7 +173,7 @@ SEED_RUNS: list[dict[str, Any]] = [
 
 def demo_load(*, http_port: int = DEMO_HTTP_PORT, refresh_tools: bool = True, runs: bool = True) -> list[str]:
     """Register the demo (idempotent); returns lines describing what was added or kept."""
-    from llamon_web.services import system_user_ensure
+    from accounts.services import system_user_ensure
 
     actor = system_user_ensure()
     report = [

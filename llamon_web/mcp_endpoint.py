@@ -9,7 +9,7 @@ request's own thread (``sync_to_async(thread_sensitive=True)`` under ``async_to_
 
 Authentication is a personal API token only (``Authorization: Bearer llamon_...``); the session
 cookie is ignored, so a web page cannot drive this endpoint with a visitor's login. Each tool needs
-the role its REST twin needs, checked with the same code (llamon_web.api_auth), and calls that REST
+the role its REST twin needs, checked with the same code (accounts.api_auth), and calls that REST
 operation's own function, so validation, services, audit and messages are the REST API's. A refused
 or invalid call is an MCP tool error (``isError``) with the API's sentence; nothing is saved then.
 """
@@ -33,12 +33,13 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from ninja.errors import AuthenticationError, AuthorizationError, HttpError
 from pydantic import Field, ValidationError
 
+from accounts.api_auth import TokenAuth
+from accounts.roles import Role
+from accounts.token_services import token_authenticate
 from agents import api as agents_api
 from agents.errors import AgentError
 from agents.schemas import AgentOut, RunCreateIn, RunOut, RunStepOut
-from llamon_web.api_auth import FormInvalid, TokenAuth
-from llamon_web.roles import Role
-from llamon_web.token_services import token_authenticate
+from core.api import FormInvalid
 from rules import api as rules_api
 from rules import engine
 from rules.checks import rule_set_problems

@@ -8,7 +8,8 @@ from django.contrib import messages
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.template.loader import render_to_string
 
-from llamon_web.userinput import NUL_MESSAGE
+from accounts.services import language_of
+from core.userinput import NUL_MESSAGE
 
 
 class HtmxMessagesMiddleware:
@@ -47,7 +48,7 @@ class RefuseNulMiddleware:
     Forms refuse NUL field by field (Django's ProhibitNullCharactersValidator), but a view that
     reads ``request.POST`` itself would hand it to the database, and PostgreSQL refuses NUL in
     text: a 500. This closes the class for every page. The API has its own check with its JSON
-    error shape (llamon_web.userinput.StrictParser), so ``/api/`` is left to it.
+    error shape (core.userinput.StrictParser), so ``/api/`` is left to it.
     """
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
@@ -74,8 +75,6 @@ class UserLanguageMiddleware:
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         from django.utils import translation
-
-        from llamon_web.user_services import language_of
 
         chosen = language_of(getattr(request, "user", None))
         if not chosen:

@@ -62,6 +62,8 @@ INSTALLED_APPS = [
     "template_partials",
     "axes",  # login throttling
     "ninja",  # serves the API docs' Swagger UI from the package (no CDN)
+    "core",
+    "accounts",
     "llamon_web",
     "servers",
     "rules",
@@ -101,7 +103,7 @@ TEMPLATES = [
                 "django.template.context_processors.i18n",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "llamon_web.roles.roles_context",
+                "accounts.roles.roles_context",
             ],
         },
     }
@@ -116,7 +118,7 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
 # --- Login throttling (django-axes): after LLAMON_LOGIN_FAILURE_LIMIT failed logins for one username
-# from one address, that pair is refused (429, llamon_web/templates/registration/locked_out.html) for the cool-off.
+# from one address, that pair is refused (429, accounts/templates/registration/locked_out.html) for the cool-off.
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",

@@ -1,10 +1,8 @@
-from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from llamon_web import token_views, user_views, views
+from llamon_web import views
 from llamon_web.api import api
 from llamon_web.mcp_endpoint import mcp_view
-from llamon_web.roles import require_role
 
 # The MCP endpoint joins the API's URL namespace ("api:mcp"): bearer tokens only, roles checked per tool.
 api_patterns, api_app_name, api_namespace = api.urls
@@ -15,29 +13,10 @@ handler404 = "llamon_web.api.not_found"
 urlpatterns = [
     path("", views.home, name="home"),
     path("healthz", views.healthz, name="healthz"),
-    path(
-        "accounts/login/",
-        require_role("public")(auth_views.LoginView.as_view(redirect_authenticated_user=True)),
-        name="login",
-    ),
-    path("accounts/logout/", require_role("public")(auth_views.LogoutView.as_view()), name="logout"),
+    path("", include("accounts.urls")),
     path("mcp/", include("servers.urls")),
     path("rules/", include("rules.urls")),
     path("agents/", include("agents.urls")),
     path("governance/", include("governance.urls")),
-    path("tokens/", token_views.token_list, name="tokens"),
-    path("tokens/new", token_views.token_create, name="token_create"),
-    path("tokens/<int:pk>/revoke", token_views.token_revoke, name="token_revoke"),
-    path("users/", user_views.user_list, name="users"),
-    path("users/new", user_views.user_create, name="user_create"),
-    path("users/<int:pk>/", user_views.user_detail, name="user_detail"),
-    path("users/<int:pk>/role", user_views.user_set_role, name="user_set_role"),
-    path("users/<int:pk>/active", user_views.user_set_active, name="user_set_active"),
-    path("users/<int:pk>/invite", user_views.user_invite, name="user_invite"),
-    path(
-        "users/<int:pk>/tokens/<int:token_pk>/revoke", user_views.user_token_revoke, name="user_token_revoke"
-    ),
-    path("accounts/invite/<str:secret>/", user_views.invite_accept, name="invite_accept"),
-    path("accounts/language", user_views.language_set, name="language_set"),
     path("api/", ([path("mcp", mcp_view, name="mcp"), *api_patterns], api_app_name, api_namespace)),
 ]

@@ -8,9 +8,9 @@ from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
+from accounts.roles import require_role
 from agents.selectors import agent_list, run_list, runs_for_display, worker_live_list
 from llamon_web.health import check_broker, check_database
-from llamon_web.roles import require_role
 from rules.selectors import rule_set_list
 from servers.selectors import mcp_server_list
 

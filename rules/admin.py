@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from llamon_web.models import AuditEvent
+from core.models import AuditEvent
 from servers.models import McpServer
 
 

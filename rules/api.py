@@ -14,8 +14,9 @@ from typing import Any
 from django.http import Http404, HttpRequest
 from ninja import Query, Router, Status
 
-from llamon_web.api_auth import DbId, FormInvalid, error_responses, get_or_404, require_api_role, roles
-from llamon_web.userinput import db_id
+from accounts.api_auth import require_api_role, roles
+from core.api import DbId, FormInvalid, error_responses, get_or_404
+from core.userinput import db_id
 from rules import cases, engine, exporting, selectors, services
 from rules.forms import RuleForm, TesterForm
 from rules.models import Rule, RuleSet, RuleSetVersion, TestCase

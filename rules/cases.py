@@ -25,10 +25,10 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from core.audit import audit_record
 from llamon_agent.expr import ExprError, request_size_error
 from llamon_agent.prestep import RuleStatus
 from llamon_agent.tools import AgentRequest
-from llamon_web.audit import audit_record
 from rules.engine import (
     compile_snapshot,
     evaluate,

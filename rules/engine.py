@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from core.content_hash import sha256
 from llamon_agent.expr import (
     BUILTIN_NAMES,
     CTX_NAMES,
@@ -32,7 +33,6 @@ from llamon_agent.prestep import (
     run_prestep,
 )
 from llamon_agent.tools import AgentRequest, ToolInfo
-from llamon_web.content_hash import sha256
 from rules.models import RuleSet
 from servers.models import McpServer
 from servers.toolschema import schema_errors

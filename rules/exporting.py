@@ -27,12 +27,12 @@ from django.db.models import F, Model
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from core.audit import audit_record
+from core.content_hash import sha256
+from core.models import AuditEvent
 from llamon_agent import strictjson
 from llamon_agent.expr import ExprError, check_rule_name, expression_rule
 from llamon_agent.mcp.spec import MCP_ID_RE
-from llamon_web.audit import audit_record
-from llamon_web.content_hash import sha256
-from llamon_web.models import AuditEvent
 from rules.cases import case_create, case_expected_clean, case_input_clean, case_update
 from rules.engine import SNAPSHOT_FIELDS, rule_set_snapshot
 from rules.errors import STALE_MESSAGE, RuleError, StaleEditError, json_type_name

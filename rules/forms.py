@@ -8,6 +8,7 @@ from typing import Any
 from django import forms
 from django.utils.translation import gettext_lazy as _
 
+from core.userinput import FilterDateTimeField
 from llamon_agent import strictjson
 from llamon_agent.a2a import A2AFormatError, to_request
 from llamon_agent.expr import (
@@ -19,7 +20,6 @@ from llamon_agent.expr import (
     compile_when,
 )
 from llamon_agent.tools import AgentRequest
-from llamon_web.userinput import FilterDateTimeField
 from rules.errors import json_type_name
 
 CODE = {"class": "code", "spellcheck": "false", "autocomplete": "off", "autocapitalize": "off"}

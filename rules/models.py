@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
-from llamon_web.fields import OrderedJSONField
+from core.fields import OrderedJSONField
 from servers.models import mcp_id_validator
 
 

@@ -6,10 +6,10 @@ from typing import Any, Literal
 
 from ninja import Field, ModelSchema, Schema
 
+from core.api import DbId, Revision
+from core.models import AuditEvent
+from core.userinput import FilterDateTime
 from llamon_agent.expr import MAX_QUERY_CHARS
-from llamon_web.api_auth import DbId, Revision
-from llamon_web.models import AuditEvent
-from llamon_web.userinput import FilterDateTime
 from rules.models import Rule, RuleSet, RuleSetVersion, TestCase
 
 # --- MCP servers ----------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.db.models import Count, Max, QuerySet
 
-from llamon_web.models import AuditEvent
+from core.models import AuditEvent
 from rules import engine
 from rules.checks import Problem, rule_set_problems
 from rules.models import Rule, RuleSet, RuleSetVersion

@@ -9,8 +9,8 @@ from django.db.models import F, Max
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from core.audit import audit_record, snapshot
 from llamon_agent.mcp.spec import MCP_ID_RE
-from llamon_web.audit import audit_record, snapshot
 from rules.errors import STALE_MESSAGE, RuleError, StaleEditError
 from rules.models import Rule, RuleSet, RuleSetVersion
 
@@ -214,7 +214,7 @@ def rule_set_publish(
     *, actor: Any, rule_set: RuleSet, message: str = "", revision: int | None = None
 ) -> RuleSetVersion:
     """Freeze the draft into the next immutable version (refused when nothing changed since the last)."""
-    from llamon_web.content_hash import sha256
+    from core.content_hash import sha256
     from rules.engine import rule_set_snapshot, servers_by_id, snapshot_mcp_ids, tool_schema_hash
 
     rule_set = RuleSet.objects.select_for_update().get(pk=rule_set.pk)

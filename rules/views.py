@@ -15,11 +15,11 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect, trigger_client_event
 
+from accounts.roles import has_role, require_role
+from core.http import HtmxHttpRequest
+from core.userinput import db_id
 from llamon_agent import strictjson
 from llamon_agent.prestep import RuleStatus
-from llamon_web.http import HtmxHttpRequest
-from llamon_web.roles import has_role, require_role
-from llamon_web.userinput import db_id
 from rules import cases, engine, exporting, selectors, services
 from rules.cases import suite_run
 from rules.errors import RuleError, StaleEditError

@@ -11,7 +11,8 @@ from typing import Any
 from django.http import Http404, HttpRequest
 from ninja import Path, Router, Status
 
-from llamon_web.api_auth import DbId, error_responses, get_or_404, roles
+from accounts.api_auth import roles
+from core.api import DbId, error_responses, get_or_404
 from servers import selectors, services
 from servers.models import McpServer
 from servers.schemas import (

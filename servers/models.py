@@ -7,8 +7,8 @@ from django.core.validators import RegexValidator
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
+from core.fields import OrderedJSONField
 from llamon_agent.mcp.spec import MCP_ID_RE
-from llamon_web.fields import OrderedJSONField
 
 mcp_id_validator = RegexValidator(
     MCP_ID_RE,

@@ -27,9 +27,9 @@ from pathlib import Path
 from django.conf import settings
 from django.utils.translation import gettext as _
 
+from core.env_policy import mcp_env_policy
 from llamon_agent.mcp import McpServerSpec
 from llamon_agent.mcp.pool import McpPool, set_pool
-from llamon_web.env_policy import mcp_env_policy
 from servers.models import McpServer
 from servers.selectors import mcp_server_spec
 from servers.urlguard import check_mcp_url_configured

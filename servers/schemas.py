@@ -81,7 +81,7 @@ class McpServerOut(ModelSchema):
 
     @staticmethod
     def resolve_last_error(obj: McpServer, context: dict[str, Any]) -> str:
-        from llamon_web.api_auth import api_has_role
+        from accounts.api_auth import api_has_role
         from servers.selectors import mcp_error_for
 
         return mcp_error_for(text=obj.last_error, admin=api_has_role(context["request"], "admin"))

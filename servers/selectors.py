@@ -12,9 +12,9 @@ from django.apps import apps
 from django.db.models import QuerySet
 from django.shortcuts import get_object_or_404
 
+from core.models import AuditEvent
 from llamon_agent.mcp.spec import McpServerSpec
 from llamon_agent.mcp.transports import STDERR_MARKER
-from llamon_web.models import AuditEvent
 from servers.models import McpServer, ToolCallRecord
 
 STDERR_HIDDEN = " (the server's stderr is shown to admins only)"

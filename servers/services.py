@@ -22,13 +22,13 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from accounts.roles import has_role
+from core.audit import audit_record, snapshot
+from core.env_policy import mcp_env_policy
 from llamon_agent.envnames import header_env_name
 from llamon_agent.mcp import McpError, McpServerSpec
 from llamon_agent.mcp.errors import McpConnectionError, McpTimeoutError
 from llamon_agent.mcp.spec import ENV_NAME_RE, MCP_ID_RE
-from llamon_web.audit import audit_record, snapshot
-from llamon_web.env_policy import mcp_env_policy
-from llamon_web.roles import has_role
 from servers.errors import McpServerError
 from servers.models import McpServer, ToolCallRecord
 from servers.pool import pool_for_server, pool_forget, stdio_refusal

@@ -8,7 +8,7 @@ from typing import Any
 import jsonschema
 from referencing.exceptions import Unresolvable
 
-from llamon_web.content_hash import sha256
+from core.content_hash import sha256
 
 
 def tools_hash(tools: Sequence[Mapping[str, Any]]) -> str:

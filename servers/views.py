@@ -15,8 +15,8 @@ from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from llamon_web.http import HtmxHttpRequest
-from llamon_web.roles import has_role, require_role
+from accounts.roles import has_role, require_role
+from core.http import HtmxHttpRequest
 from servers.forms import McpServerForm, RawArgumentsForm, ToolCallForm
 from servers.models import McpServer
 from servers.selectors import (

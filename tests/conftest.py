@@ -293,7 +293,7 @@ def make_user(django_user_model):
     """``make_user("editor")`` -> a user holding exactly that role (None: no role), password 'pw'."""
 
     def make(role: str | None, username: str | None = None):
-        from llamon_web.roles import role_set
+        from accounts.roles import role_set
 
         user = django_user_model.objects.create_user(
             username=username or f"{role or 'norole'}-{uuid.uuid4().hex[:6]}", password="pw"

@@ -4,7 +4,7 @@ import pytest
 from django.core.management import call_command
 
 from agents.models import Agent, Run
-from llamon_web.models import AuditEvent
+from core.models import AuditEvent
 from rules.cases import suite_run
 from rules.models import RuleSet
 from servers.models import McpServer

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "deploy.md"
 TOKEN_SCRIPT = """
 from django.contrib.auth.models import Group, User
-from llamon_web.token_services import token_create
+from accounts.token_services import token_create
 user = User.objects.create_user("deploy-viewer", password=None)
 user.groups.add(Group.objects.get(name="viewer"))
 print(token_create(actor=user, name="deploy test").secret)

@@ -22,7 +22,7 @@ from tests.conftest import ROOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
-APPS = ("llamon_agent", "llamon_web", "servers", "rules", "agents", "governance")
+APPS = ("llamon_agent", "llamon_web", "core", "accounts", "servers", "rules", "agents", "governance")
 COPY_IGNORE = (
     ".git",
     ".venv",
@@ -72,8 +72,9 @@ def test_the_wheel_holds_every_app_its_templates_and_static_files(wheel: Path) -
     names = zipfile.ZipFile(wheel).namelist()
     tops = {name.split("/")[0] for name in names}
     assert set(APPS) <= tops
-    for app in ("llamon_web", "servers", "rules", "agents", "governance"):
+    for app in ("llamon_web", "accounts", "servers", "rules", "agents", "governance"):
         assert any(n.startswith(f"{app}/templates/") and n.endswith(".html") for n in names), app
+    for app in ("llamon_web", "core", "accounts", "servers", "rules", "agents", "governance"):
         assert any(n.startswith(f"{app}/migrations/0001") for n in names), app
     assert "llamon_web/templates/base.html" in names
     assert "llamon_web/static/js/trace.js" in names

@@ -128,7 +128,7 @@ def _product_models() -> list:
     aside: logging in writes them)."""
     return [
         model
-        for label in ("servers", "rules", "agents", "governance", "llamon_web")
+        for label in ("accounts", "servers", "rules", "agents", "governance")
         for model in apps.get_app_config(label).get_models()
         if model._meta.model_name not in {"auditevent", "worker"}
     ]

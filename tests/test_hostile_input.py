@@ -9,7 +9,7 @@ from urllib.parse import quote
 import pytest
 from django.urls import reverse
 
-from llamon_web.token_services import token_create
+from accounts.token_services import token_create
 
 pytestmark = pytest.mark.django_db
 
@@ -173,7 +173,7 @@ def test_the_run_list_poll_ignores_a_hostile_live_id(viewer_client, value) -> No
 
 
 def test_db_id_accepts_only_what_a_bigint_key_can_be() -> None:
-    from llamon_web.userinput import db_id
+    from core.userinput import db_id
 
     assert [db_id(v) for v in ("1", "42", str(2**63 - 1))] == [1, 42, 2**63 - 1]
     assert all(db_id(v) is None for v in [*HOSTILE_IDS.values(), "", None, "-1", " 1", "1.0", "１"])

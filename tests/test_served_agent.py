@@ -24,8 +24,8 @@ import pytest
 from django.core.management import call_command
 from django.urls import reverse
 
+from accounts.token_services import token_create
 from agents.models import Run
-from llamon_web.token_services import token_create
 from tests.conftest import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True), pytest.mark.timeout(240)]

@@ -12,11 +12,12 @@ from django.core.management import CommandError, call_command
 from django.urls import reverse
 from django.utils import timezone
 
-from llamon_web import user_services
-from llamon_web.models import AuditEvent, UserInvite
-from llamon_web.roles import has_role
-from llamon_web.token_services import token_authenticate, token_create
-from llamon_web.user_services import UserError
+from accounts import services as user_services
+from accounts.models import UserInvite
+from accounts.roles import has_role
+from accounts.services import UserError
+from accounts.token_services import token_authenticate, token_create
+from core.models import AuditEvent
 
 pytestmark = pytest.mark.django_db
 User = get_user_model()

@@ -2,7 +2,7 @@
 
 from django.db import migrations
 
-import llamon_web.fields
+import core.fields
 
 
 class Migration(migrations.Migration):
@@ -14,67 +14,67 @@ class Migration(migrations.Migration):
         migrations.AlterField(
             model_name="agent",
             name="input_blocked_patterns",
-            field=llamon_web.fields.OrderedJSONField(blank=True, default=list),
+            field=core.fields.OrderedJSONField(blank=True, default=list),
         ),
         migrations.AlterField(
             model_name="agent",
             name="model_script",
-            field=llamon_web.fields.OrderedJSONField(
+            field=core.fields.OrderedJSONField(
                 blank=True, default=list, help_text="Replies for the scripted model."
             ),
         ),
         migrations.AlterField(
             model_name="agent",
             name="output_blocked_patterns",
-            field=llamon_web.fields.OrderedJSONField(blank=True, default=list),
+            field=core.fields.OrderedJSONField(blank=True, default=list),
         ),
         migrations.AlterField(
             model_name="agent",
             name="output_masks",
-            field=llamon_web.fields.OrderedJSONField(blank=True, default=list),
+            field=core.fields.OrderedJSONField(blank=True, default=list),
         ),
         migrations.AlterField(
             model_name="privacysettings",
             name="mask_presets",
-            field=llamon_web.fields.OrderedJSONField(
+            field=core.fields.OrderedJSONField(
                 blank=True, default=list, help_text="Built-in masks: card_number, kr_rrn, email."
             ),
         ),
         migrations.AlterField(
             model_name="privacysettings",
             name="redaction_patterns",
-            field=llamon_web.fields.OrderedJSONField(
+            field=core.fields.OrderedJSONField(
                 blank=True, default=list, help_text="RE2 patterns; matches are replaced before storing."
             ),
         ),
         migrations.AlterField(
             model_name="run",
             name="a2a_data",
-            field=llamon_web.fields.OrderedJSONField(blank=True, null=True),
+            field=core.fields.OrderedJSONField(blank=True, null=True),
         ),
         migrations.AlterField(
             model_name="run",
             name="a2a_files",
-            field=llamon_web.fields.OrderedJSONField(blank=True, null=True),
+            field=core.fields.OrderedJSONField(blank=True, null=True),
         ),
         migrations.AlterField(
             model_name="run",
             name="context",
-            field=llamon_web.fields.OrderedJSONField(blank=True, default=dict),
+            field=core.fields.OrderedJSONField(blank=True, default=dict),
         ),
         migrations.AlterField(
             model_name="runstep",
             name="input",
-            field=llamon_web.fields.OrderedJSONField(blank=True, null=True),
+            field=core.fields.OrderedJSONField(blank=True, null=True),
         ),
         migrations.AlterField(
             model_name="runstep",
             name="output",
-            field=llamon_web.fields.OrderedJSONField(blank=True, null=True),
+            field=core.fields.OrderedJSONField(blank=True, null=True),
         ),
         migrations.AlterField(
             model_name="runstep",
             name="tokens",
-            field=llamon_web.fields.OrderedJSONField(blank=True, null=True),
+            field=core.fields.OrderedJSONField(blank=True, null=True),
         ),
     ]

@@ -3,7 +3,7 @@
 import django.db.models.deletion
 from django.db import migrations, models
 
-import llamon_web.fields
+import core.fields
 
 
 class Migration(migrations.Migration):
@@ -16,7 +16,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name="agent",
             name="rollout_chatbot_ids",
-            field=llamon_web.fields.OrderedJSONField(blank=True, default=list),
+            field=core.fields.OrderedJSONField(blank=True, default=list),
         ),
         migrations.AddField(
             model_name="agent",
@@ -106,8 +106,8 @@ class Migration(migrations.Migration):
                         auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
                     ),
                 ),
-                ("live_calls", llamon_web.fields.OrderedJSONField(default=list)),
-                ("shadow_calls", llamon_web.fields.OrderedJSONField(default=list)),
+                ("live_calls", core.fields.OrderedJSONField(default=list)),
+                ("shadow_calls", core.fields.OrderedJSONField(default=list)),
                 ("error", models.TextField(blank=True)),
                 ("created_at", models.DateTimeField(auto_now_add=True)),
                 (

@@ -15,7 +15,7 @@ from agents.errors import (
 )
 from agents.models import Agent
 from agents.services.rollout import rollout_keep
-from llamon_web.audit import audit_record
+from core.audit import audit_record
 
 logger = logging.getLogger(__name__)
 

@@ -11,6 +11,7 @@ from django.db.models import F
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from accounts.roles import has_role
 from agents.errors import (
     AgentConflictError,
     AgentError,
@@ -19,7 +20,6 @@ from agents.models import Agent, Run, RunStep
 from agents.privacy import run_redactor
 from agents.services.runs import request_check_size, request_lookup_ids
 from llamon_agent.tools import AgentRequest
-from llamon_web.roles import has_role
 
 logger = logging.getLogger(__name__)
 

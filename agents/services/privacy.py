@@ -7,7 +7,7 @@ from typing import Any
 
 from agents.models import PrivacySettings, Run
 from agents.privacy import RUN_INPUT_FIELDS, privacy_get, redactor
-from llamon_web.audit import audit_record
+from core.audit import audit_record
 
 logger = logging.getLogger(__name__)
 

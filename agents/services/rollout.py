@@ -15,7 +15,7 @@ from agents.errors import (
     AgentError,
 )
 from agents.models import Agent
-from llamon_web.audit import audit_record
+from core.audit import audit_record
 
 logger = logging.getLogger(__name__)
 

@@ -26,9 +26,9 @@ from agents.errors import (
 )
 from agents.models import Agent, Run, RunStep, WorkerHeartbeat
 from agents.privacy import redactor
+from core.audit import audit_record
 from llamon_agent.expr import MAX_DATA_BYTES, MAX_QUERY_CHARS
 from llamon_agent.tools import AgentRequest
-from llamon_web.audit import audit_record
 
 logger = logging.getLogger(__name__)
 

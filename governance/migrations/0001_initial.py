@@ -4,7 +4,7 @@ import django.db.models.deletion
 from django.conf import settings
 from django.db import migrations, models
 
-import llamon_web.fields
+import core.fields
 
 
 class Migration(migrations.Migration):
@@ -27,7 +27,7 @@ class Migration(migrations.Migration):
                 ),
                 ("candidate_ref", models.CharField(max_length=20)),
                 ("candidate_hash", models.CharField(max_length=64)),
-                ("snapshot", llamon_web.fields.OrderedJSONField(default=list)),
+                ("snapshot", core.fields.OrderedJSONField(default=list)),
                 ("days", models.PositiveSmallIntegerField()),
                 ("agent_name", models.CharField(blank=True, max_length=100)),
                 ("chatbot_id", models.CharField(blank=True, max_length=200)),
@@ -49,7 +49,7 @@ class Migration(migrations.Migration):
                 ),
                 ("total", models.PositiveIntegerField(default=0)),
                 ("done", models.PositiveIntegerField(default=0)),
-                ("result", llamon_web.fields.OrderedJSONField(blank=True, null=True)),
+                ("result", core.fields.OrderedJSONField(blank=True, null=True)),
                 ("error", models.TextField(blank=True)),
                 ("created_at", models.DateTimeField(auto_now_add=True)),
                 ("started_at", models.DateTimeField(blank=True, null=True)),

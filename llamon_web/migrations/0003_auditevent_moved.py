@@ -4,7 +4,7 @@ import django.db.models.deletion
 from django.conf import settings
 from django.db import migrations, models
 
-import llamon_web.fields
+import core.fields
 
 
 class Migration(migrations.Migration):
@@ -31,8 +31,8 @@ class Migration(migrations.Migration):
                         ("object_type", models.CharField(max_length=64)),
                         ("object_id", models.CharField(blank=True, max_length=64)),
                         ("object_repr", models.CharField(blank=True, max_length=200)),
-                        ("before", llamon_web.fields.OrderedJSONField(blank=True, null=True)),
-                        ("after", llamon_web.fields.OrderedJSONField(blank=True, null=True)),
+                        ("before", core.fields.OrderedJSONField(blank=True, null=True)),
+                        ("after", core.fields.OrderedJSONField(blank=True, null=True)),
                         ("created_at", models.DateTimeField(auto_now_add=True, db_index=True)),
                         (
                             "actor",

@@ -2,7 +2,7 @@
 
 from django.db import migrations
 
-import llamon_web.fields
+import core.fields
 
 
 class Migration(migrations.Migration):
@@ -14,29 +14,29 @@ class Migration(migrations.Migration):
         migrations.AlterField(
             model_name="auditevent",
             name="after",
-            field=llamon_web.fields.OrderedJSONField(blank=True, null=True),
+            field=core.fields.OrderedJSONField(blank=True, null=True),
         ),
         migrations.AlterField(
             model_name="auditevent",
             name="before",
-            field=llamon_web.fields.OrderedJSONField(blank=True, null=True),
+            field=core.fields.OrderedJSONField(blank=True, null=True),
         ),
         migrations.AlterField(
             model_name="mcpserver",
             name="args",
-            field=llamon_web.fields.OrderedJSONField(blank=True, default=list),
+            field=core.fields.OrderedJSONField(blank=True, default=list),
         ),
         migrations.AlterField(
             model_name="mcpserver",
             name="env_names",
-            field=llamon_web.fields.OrderedJSONField(
+            field=core.fields.OrderedJSONField(
                 blank=True, default=list, help_text="Names of environment variables passed to the child."
             ),
         ),
         migrations.AlterField(
             model_name="mcpserver",
             name="header_names",
-            field=llamon_web.fields.OrderedJSONField(
+            field=core.fields.OrderedJSONField(
                 blank=True,
                 default=list,
                 help_text="'Header-Name=ENV_NAME' or 'ENV_NAME' (sent as a bearer token).",
@@ -45,28 +45,28 @@ class Migration(migrations.Migration):
         migrations.AlterField(
             model_name="mcpserver",
             name="tools",
-            field=llamon_web.fields.OrderedJSONField(blank=True, default=list),
+            field=core.fields.OrderedJSONField(blank=True, default=list),
         ),
         migrations.AlterField(
             model_name="rulesetversion",
             name="content",
-            field=llamon_web.fields.OrderedJSONField(),
+            field=core.fields.OrderedJSONField(),
         ),
         migrations.AlterField(
             model_name="testcase",
             name="expected",
-            field=llamon_web.fields.OrderedJSONField(
+            field=core.fields.OrderedJSONField(
                 help_text="{must_fire: [...], must_not_fire: [...], error: str | null}"
             ),
         ),
         migrations.AlterField(
             model_name="testcase",
             name="input",
-            field=llamon_web.fields.OrderedJSONField(help_text="{query, context, a2a_data, a2a_files}"),
+            field=core.fields.OrderedJSONField(help_text="{query, context, a2a_data, a2a_files}"),
         ),
         migrations.AlterField(
             model_name="testcase",
             name="last_outcome",
-            field=llamon_web.fields.OrderedJSONField(blank=True, null=True),
+            field=core.fields.OrderedJSONField(blank=True, null=True),
         ),
     ]

@@ -2,7 +2,7 @@
 
 from django.db import migrations
 
-import llamon_web.fields
+import core.fields
 
 
 class Migration(migrations.Migration):
@@ -14,7 +14,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name="testcase",
             name="pinned",
-            field=llamon_web.fields.OrderedJSONField(
+            field=core.fields.OrderedJSONField(
                 blank=True, default=list, help_text="[{mcp_id, tool_name, params?, output}]"
             ),
         ),

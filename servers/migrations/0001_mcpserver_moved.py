@@ -5,7 +5,7 @@ import re
 import django.core.validators
 from django.db import migrations, models
 
-import llamon_web.fields
+import core.fields
 
 
 class Migration(migrations.Migration):
@@ -49,10 +49,10 @@ class Migration(migrations.Migration):
                             ),
                         ),
                         ("command", models.CharField(blank=True, max_length=500)),
-                        ("args", llamon_web.fields.OrderedJSONField(blank=True, default=list)),
+                        ("args", core.fields.OrderedJSONField(blank=True, default=list)),
                         (
                             "env_names",
-                            llamon_web.fields.OrderedJSONField(
+                            core.fields.OrderedJSONField(
                                 blank=True,
                                 default=list,
                                 help_text="Names of environment variables passed to the child.",
@@ -61,7 +61,7 @@ class Migration(migrations.Migration):
                         ("url", models.CharField(blank=True, max_length=2000)),
                         (
                             "header_names",
-                            llamon_web.fields.OrderedJSONField(
+                            core.fields.OrderedJSONField(
                                 blank=True,
                                 default=list,
                                 help_text="'Header-Name=ENV_NAME' or 'ENV_NAME' (sent as a bearer token).",
@@ -69,7 +69,7 @@ class Migration(migrations.Migration):
                         ),
                         ("timeout_s", models.FloatField(default=30.0)),
                         ("enabled", models.BooleanField(default=True)),
-                        ("tools", llamon_web.fields.OrderedJSONField(blank=True, default=list)),
+                        ("tools", core.fields.OrderedJSONField(blank=True, default=list)),
                         ("tools_hash", models.CharField(blank=True, max_length=64)),
                         ("tools_refreshed_at", models.DateTimeField(blank=True, null=True)),
                         ("last_error", models.TextField(blank=True)),

@@ -4,7 +4,7 @@ import django.db.models.deletion
 from django.conf import settings
 from django.db import migrations, models
 
-import llamon_web.fields
+import core.fields
 
 
 class Migration(migrations.Migration):
@@ -27,7 +27,7 @@ class Migration(migrations.Migration):
                 ("ok", models.BooleanField(default=True)),
                 ("error", models.TextField(blank=True)),
                 ("latency_ms", models.FloatField(blank=True, null=True)),
-                ("messages", llamon_web.fields.OrderedJSONField(blank=True, default=list)),
+                ("messages", core.fields.OrderedJSONField(blank=True, default=list)),
                 ("created_at", models.DateTimeField(auto_now_add=True)),
                 (
                     "server",

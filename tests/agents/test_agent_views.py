@@ -8,8 +8,8 @@ import pytest
 from django.urls import reverse
 
 from agents.models import Agent, PrivacySettings, Run
+from core.models import AuditEvent
 from llamon_agent.expr import MAX_QUERY_CHARS
-from llamon_web.models import AuditEvent
 
 pytestmark = pytest.mark.django_db
 

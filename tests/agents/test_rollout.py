@@ -13,9 +13,9 @@ import pytest
 from agents import rollout, runtime, services
 from agents.errors import AgentConflictError, AgentError
 from agents.models import Agent, Run, ShadowExample, ShadowTally
+from core.models import AuditEvent
 from llamon_agent.tools import AgentRequest
 from llamon_web.demo import SEED_RULES
-from llamon_web.models import AuditEvent
 from rules import engine
 from rules import services as rule_services
 from rules.models import RuleSetVersion

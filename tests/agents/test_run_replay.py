@@ -13,8 +13,8 @@ from django.core.management import call_command
 
 from agents import services
 from agents.models import Agent, Run, RunStep
+from core.models import AuditEvent
 from llamon_agent.tools import AgentRequest
-from llamon_web.models import AuditEvent
 from servers.models import McpServer
 from tests.conftest import celery_worker
 from tests.support.runs import wait_for_run

@@ -15,7 +15,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from llamon_web.token_services import token_create
+from accounts.token_services import token_create
 from tests.support.fake_dns import FAKE_RESOLVER
 from tests.support.rule_sets import TOOLS, build_rule_set
 
@@ -82,8 +82,8 @@ def _token_without_role(user: Any) -> str:
     # token_create refuses users without a role; make one with the model for the "no role" case.
     import secrets
 
-    from llamon_web.models import ApiToken
-    from llamon_web.token_services import token_hash
+    from accounts.models import ApiToken
+    from accounts.token_services import token_hash
 
     prefix = secrets.token_hex(4)
     secret = f"llamon_{prefix}_{secrets.token_urlsafe(32)}"

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from accounts.api_auth import SessionAuth, TokenAuth
 from llamon_web.api import api
-from llamon_web.api_auth import SessionAuth, TokenAuth
 from tests.api.conftest import PRINCIPALS
 
 pytestmark = pytest.mark.django_db
@@ -189,8 +189,8 @@ def _export(rule_set: Any) -> dict[str, Any]:
 
 
 def _own_token_id(caller: Any) -> int:
-    from llamon_web.models import ApiToken
-    from llamon_web.token_services import token_create
+    from accounts.models import ApiToken
+    from accounts.token_services import token_create
 
     if caller.user is None:
         return ApiToken.objects.order_by("pk").values_list("pk", flat=True).first() or 1

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from agents.models import PrivacySettings, Run, RunStep
+from core.models import AuditEvent
 from llamon_agent.mcp.registry import HttpRegistry
 from llamon_agent.trace import TraceEvent
 from llamon_web.demo import SEED_RULES
-from llamon_web.models import AuditEvent
 from rules import engine
 from rules import forms as rule_forms
 from rules.models import RuleSet

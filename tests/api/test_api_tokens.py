@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from llamon_web.models import ApiToken, AuditEvent
-from llamon_web.roles import role_set
-from llamon_web.token_services import token_authenticate, token_create, token_revoke
+from accounts.models import ApiToken
+from accounts.roles import role_set
+from accounts.token_services import token_authenticate, token_create, token_revoke
+from core.models import AuditEvent
 
 pytestmark = pytest.mark.django_db
 
@@ -111,7 +112,7 @@ def test_token_writes_are_audited_without_the_secret(make_user) -> None:
     user = make_user("editor")
     created = token_create(actor=user, name="audited")
     token_revoke(actor=user, token=created.token)
-    events = AuditEvent.objects.filter(object_type="llamon_web.apitoken").order_by("id")
+    events = AuditEvent.objects.filter(object_type="accounts.apitoken").order_by("id")
     assert [e.action for e in events] == ["api_token.create", "api_token.revoke"]
     assert all(
         created.secret not in str(e.after) and created.token.token_hash not in str(e.after) for e in events

@@ -12,8 +12,8 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
+from accounts.token_services import token_create
 from agents.models import Run
-from llamon_web.token_services import token_create
 from servers.models import McpServer
 from tests.servers.leaky_stderr import FAKE_TOKEN
 

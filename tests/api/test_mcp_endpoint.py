@@ -15,10 +15,10 @@ import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
+from accounts.token_services import token_create
 from agents import services as run_services
 from agents.models import Agent, Run
 from llamon_web.demo import SEED_RULES
-from llamon_web.token_services import token_create
 from rules import cases
 from rules.models import Rule, RuleSet
 from tests.support.rule_sets import build_rule_set

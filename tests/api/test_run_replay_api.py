@@ -10,7 +10,7 @@ import pytest
 from django.test import Client
 
 from agents.models import Agent, Run
-from llamon_web.models import AuditEvent
+from core.models import AuditEvent
 
 pytestmark = pytest.mark.django_db
 

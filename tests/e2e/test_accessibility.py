@@ -190,9 +190,9 @@ def axe_problems(page, label: str, width: int) -> list[str]:
 @pytest.fixture
 def demo_objects(make_user) -> dict:
     """The demo (servers, seed rule set, agent) with two finished runs, a published version and a token."""
+    from accounts.token_services import token_create
     from agents.models import Agent, Run
     from agents.services import run_execute
-    from llamon_web.token_services import token_create
     from rules import services as rule_services
     from rules.models import RuleSet
     from servers import pool as rules_pool

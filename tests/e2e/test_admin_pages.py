@@ -7,8 +7,8 @@ import json
 import pytest
 from django.core.management import call_command
 
+from accounts.models import ApiToken
 from agents.models import Agent, PrivacySettings
-from llamon_web.models import ApiToken
 from rules.exporting import rule_set_export_json
 from rules.models import RuleSet
 from tests.e2e.conftest import screenshot

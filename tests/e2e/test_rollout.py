@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agents.models import Agent
-from llamon_web.models import AuditEvent
+from core.models import AuditEvent
 from rules import services as rule_services
 from tests.e2e.conftest import screenshot
 

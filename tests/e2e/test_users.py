@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth import get_user_model
 
-from llamon_web.models import AuditEvent
-from llamon_web.user_services import role_of
+from accounts.services import role_of
+from core.models import AuditEvent
 from tests.e2e.conftest import screenshot
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]

@@ -11,10 +11,10 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from agents.models import PrivacySettings, Run
+from core.models import AuditEvent
 from governance import services
 from governance.errors import ImpactError
 from governance.models import ImpactAnalysis
-from llamon_web.models import AuditEvent
 from rules import services as rule_services
 from tests.support.recorded_runs import record_run
 

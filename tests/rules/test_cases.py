@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
+from core.models import AuditEvent
 from llamon_agent.tools import AgentRequest
-from llamon_web.models import AuditEvent
 from rules import engine, services
 from rules.cases import (
     EXPECTED_SCHEMA,

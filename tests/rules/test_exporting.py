@@ -16,10 +16,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from core.models import AuditEvent
 from llamon_agent.prestep import StaticToolBackend, run_prestep
 from llamon_agent.tools import AgentRequest, DeterministicContext
 from llamon_web.demo import SEED_RULES
-from llamon_web.models import AuditEvent
 from rules import engine, services
 from rules.cases import case_create
 from rules.errors import RuleError, StaleEditError

@@ -10,8 +10,8 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
+from core.userinput import NUL_MESSAGE
 from llamon_agent.expr import BUILTIN_NAMES, CTX_NAMES, HELPER_NAMES, MAX_SOURCE_CHARS, METHOD_NAMES
-from llamon_web.userinput import NUL_MESSAGE
 from rules import engine, services
 from rules.models import RuleSet
 from servers.models import McpServer

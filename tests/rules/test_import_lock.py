@@ -12,7 +12,7 @@ import pytest
 from django.db import connection
 
 import llamon_agent.expr as expr
-from llamon_web.models import AuditEvent
+from core.models import AuditEvent
 from rules.errors import RuleError
 from rules.exporting import FORMAT, rule_set_import_json
 from rules.models import Rule, RuleSet

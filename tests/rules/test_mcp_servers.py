@@ -14,7 +14,7 @@ from django.core.exceptions import PermissionDenied
 from django.urls import reverse
 from django.utils import timezone
 
-from llamon_web.models import AuditEvent
+from core.models import AuditEvent
 from servers import pool as rules_pool
 from servers.models import McpServer
 from servers.pool import stdio_refusal

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from django.utils import timezone
 
+from core.models import AuditEvent
 from llamon_agent.tools import AgentRequest
-from llamon_web.models import AuditEvent
 from rules import engine, services
 from rules.checks import rule_set_problems
 from rules.errors import RuleError, StaleEditError

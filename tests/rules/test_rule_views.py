@@ -8,7 +8,7 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from llamon_web.models import AuditEvent
+from core.models import AuditEvent
 from rules import services
 from rules.models import Rule, RuleSet
 from servers.models import McpServer

@@ -321,7 +321,7 @@ def test_the_page_and_the_api_give_the_same_answer_for_the_same_input(
     handler): the same sample, pins and mode give the same rules fired and the same proposed case."""
     from django.test import Client
 
-    from llamon_web.token_services import token_create
+    from accounts.token_services import token_create
 
     pins = [{"mcp_id": "order-service", "tool_name": "get_order", "output": {"order": "A-1001"}}]
     data = {"t-query": "주문 해줘", "t-context": '{"userId": "C-1"}', "t-pinned": json.dumps(pins)}

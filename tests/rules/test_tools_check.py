@@ -13,8 +13,8 @@ import time
 import pytest
 from django.utils import timezone
 
+from core.models import AuditEvent
 from llamon_web.celery import app
-from llamon_web.models import AuditEvent
 from rules import services as rule_services
 from rules.checks import rule_set_problems
 from rules.engine import rule_set_snapshot

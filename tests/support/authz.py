@@ -205,7 +205,7 @@ def sample_kwargs(make_user) -> dict[str, dict[str, object]]:
     kwargs["governance:impact_new"] = kwargs["governance:impact_start"] = {"pk": rule_set.pk}
     kwargs["governance:rule_health"] = {"pk": rule_set.pk}
     kwargs["governance:impact_detail"] = kwargs["governance:impact_progress"] = {"pk": analysis.pk}
-    from llamon_web.token_services import token_create
+    from accounts.token_services import token_create
 
     matrix_token = token_create(actor=author, name="matrix").token
     kwargs["token_revoke"] = {"pk": matrix_token.pk}

@@ -12,9 +12,9 @@ from django.utils import timezone
 from agents.models import Agent, Run
 from agents.privacy import redactor
 from agents.sink import DbStepSink
+from core.content_hash import sha256
 from llamon_agent.prestep import StaticToolBackend, run_prestep
 from llamon_agent.tools import AgentRequest, ToolInfo
-from llamon_web.content_hash import sha256
 from rules import engine
 from rules.models import RuleSet
 

@@ -24,9 +24,9 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
+from accounts.services import admin_ensure
 from llamon_web.demo import DEMO_HTTP_PORT, demo_load
 from llamon_web.health import check_broker, check_database
-from llamon_web.services import admin_ensure
 
 STOP_GRACE_S = 10.0
 RESTARTABLE = frozenset({"worker", "beat", "demo-mcp"})

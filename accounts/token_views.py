@@ -11,10 +11,10 @@ from django.utils.translation import gettext_lazy as _
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
-from llamon_web import token_services
-from llamon_web.errors import DomainError
-from llamon_web.models import ApiToken
-from llamon_web.roles import has_role, require_role
+from accounts import token_services
+from accounts.models import ApiToken
+from accounts.roles import has_role, require_role
+from core.errors import DomainError
 
 
 class TokenForm(forms.Form):
@@ -43,7 +43,7 @@ def token_list(request: HttpRequest) -> HttpResponse:
     show_all = request.GET.get("all") == "1" and has_role(request.user, "admin")
     tokens = token_services.token_list(user=request.user, all_users=show_all)
     return render(
-        request, "tokens/token_list.html", {"tokens": tokens, "form": TokenForm(), "show_all": show_all}
+        request, "accounts/token_list.html", {"tokens": tokens, "form": TokenForm(), "show_all": show_all}
     )
 
 
@@ -66,7 +66,7 @@ def token_create(request: HttpRequest) -> HttpResponse:
         "created": created,
         "show_all": False,
     }
-    return render(request, "tokens/token_list.html", context, status=201 if created else 400)
+    return render(request, "accounts/token_list.html", context, status=201 if created else 400)
 
 
 @require_POST

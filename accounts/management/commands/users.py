@@ -14,9 +14,9 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from llamon_web import user_services
-from llamon_web.errors import DomainError
-from llamon_web.roles import ROLES
+from accounts import services as user_services
+from accounts.roles import ROLES
+from core.errors import DomainError
 
 
 class Command(BaseCommand):

@@ -22,10 +22,10 @@ from django.db.models import QuerySet
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from llamon_web.audit import audit_record
-from llamon_web.errors import DomainError
-from llamon_web.models import ApiToken
-from llamon_web.roles import ROLES, has_role, user_roles
+from accounts.models import ApiToken
+from accounts.roles import ROLES, has_role, user_roles
+from core.audit import audit_record
+from core.errors import DomainError
 
 TOKEN_RE = re.compile(r"^llamon_([0-9a-f]{8})_([A-Za-z0-9_-]{43})$")
 MAX_NAME_CHARS = 100

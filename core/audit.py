@@ -6,7 +6,7 @@ from typing import Any
 
 from django.db.models import Model
 
-from llamon_web.models import AuditEvent
+from core.models import AuditEvent
 
 
 def snapshot(instance: Model, fields: tuple[str, ...]) -> dict[str, Any]:

@@ -21,11 +21,3 @@ def pretty_json(value: Any) -> str:
 @register.filter
 def compact_json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(", ", ": "), default=str)
-
-
-@register.filter
-def mcp_error(text: str, roles: Any) -> str:
-    """An MCP error for the viewer of the page: the stdio stderr tail only when ``roles`` holds admin."""
-    from servers.selectors import mcp_error_for
-
-    return mcp_error_for(text=text or "", admin="admin" in (roles or ()))

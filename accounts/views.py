@@ -1,7 +1,7 @@
 """The "Users" pages (admins): list, add or invite, set the role, deactivate, see and revoke tokens.
 
 Also the public "set your password" page an invitation links to, and the language choice in the
-user menu. Thin: each view validates a form and makes one call to llamon_web.user_services.
+user menu. Thin: each view validates a form and makes one call to accounts.services.
 """
 
 from __future__ import annotations
@@ -19,10 +19,11 @@ from django.utils.translation import gettext_lazy
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from llamon_web import token_services, user_services
-from llamon_web.errors import DomainError
-from llamon_web.models import ApiToken
-from llamon_web.roles import require_role
+from accounts import services as user_services
+from accounts import token_services
+from accounts.models import ApiToken
+from accounts.roles import require_role
+from core.errors import DomainError
 
 ROLE_CHOICES = [
     ("viewer", gettext_lazy("viewer (reads everything)")),
@@ -93,7 +94,7 @@ def _user_or_404(pk: int):
 @require_role("admin")
 def user_list(request: HttpRequest) -> HttpResponse:
     """Every user with role, active flag, last login and active tokens; the form to add one."""
-    return render(request, "users/user_list.html", {"users": _rows(), "form": UserAddForm()})
+    return render(request, "accounts/user_list.html", {"users": _rows(), "form": UserAddForm()})
 
 
 @never_cache
@@ -121,7 +122,7 @@ def user_create(request: HttpRequest) -> HttpResponse:
             created = user_services.invite_create(actor=request.user, user=user)
             return _detail(request, user, invite_url=_invite_url(request, created.secret), status=201)
     context = {"users": _rows(), "form": form}
-    return render(request, "users/user_list.html", context, status=400)
+    return render(request, "accounts/user_list.html", context, status=400)
 
 
 def _detail(request: HttpRequest, user, *, invite_url: str | None = None, status: int = 200) -> HttpResponse:
@@ -133,7 +134,7 @@ def _detail(request: HttpRequest, user, *, invite_url: str | None = None, status
         "invite_url": invite_url,
         "invite_hours": settings.LLAMON_INVITE_HOURS,
     }
-    return render(request, "users/user_detail.html", context, status=status)
+    return render(request, "accounts/user_detail.html", context, status=status)
 
 
 @require_GET
@@ -218,7 +219,7 @@ def invite_accept(request: HttpRequest, secret: str) -> HttpResponse:
     """The page an invitation links to: set a password, then log in. A bad link is a 404 that says why."""
     invite = user_services.invite_find(secret)
     if invite is None:
-        return render(request, "users/invite_invalid.html", status=404)
+        return render(request, "accounts/invite_invalid.html", status=404)
     form = SetPasswordForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         try:
@@ -229,7 +230,9 @@ def invite_accept(request: HttpRequest, secret: str) -> HttpResponse:
             messages.success(request, _("Your password is set; log in with it."))
             return redirect("login")
     status = 400 if request.method == "POST" else 200
-    return render(request, "users/invite_accept.html", {"form": form, "person": invite.user}, status=status)
+    return render(
+        request, "accounts/invite_accept.html", {"form": form, "person": invite.user}, status=status
+    )
 
 
 @require_POST

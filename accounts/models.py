@@ -1,4 +1,4 @@
-"""Project-wide records: personal API tokens and the audit log.
+"""People's records: personal API tokens, profiles and invitations (tables kept from llamon_web).
 
 API tokens: programs authenticate as their user with ``Authorization: Bearer <token>``.
 """
@@ -8,8 +8,6 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 from django.utils.translation import gettext_lazy as _
-
-from llamon_web.fields import OrderedJSONField
 
 
 class ApiToken(models.Model):
@@ -33,6 +31,7 @@ class ApiToken(models.Model):
     revoked_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        db_table = "llamon_web_apitoken"  # created before people had their own app
         ordering = ["-created_at", "-id"]
 
     def __str__(self) -> str:
@@ -44,28 +43,6 @@ class ApiToken(models.Model):
         return self.revoked_at is None
 
 
-class AuditEvent(models.Model):
-    """Who changed what, when, with the state before and after. Written only by audit_record()."""
-
-    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
-    actor_name = models.CharField(max_length=150, blank=True)
-    action = models.CharField(max_length=64)
-    object_type = models.CharField(max_length=64)
-    object_id = models.CharField(max_length=64, blank=True)
-    object_repr = models.CharField(max_length=200, blank=True)
-    before = OrderedJSONField(null=True, blank=True)
-    after = OrderedJSONField(null=True, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
-
-    class Meta:
-        db_table = "rules_auditevent"  # created by the rules app before the audit log moved here
-        ordering = ["-created_at", "-id"]
-        indexes = [models.Index(fields=["object_type", "object_id"])]
-
-    def __str__(self) -> str:
-        return f"{self.actor_name or 'system'} {self.action} {self.object_type} {self.object_repr}"
-
-
 class UserProfile(models.Model):
     """What a person chose for themself: the interface language ('' = the browser's)."""
 
@@ -75,6 +52,7 @@ class UserProfile(models.Model):
     language = models.CharField(_("language"), max_length=8, blank=True)
 
     class Meta:
+        db_table = "llamon_web_userprofile"
         verbose_name = _("user profile")
         verbose_name_plural = _("user profiles")
 
@@ -97,6 +75,7 @@ class UserInvite(models.Model):
     used_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        db_table = "llamon_web_userinvite"
         ordering = ["-created_at", "-id"]
         verbose_name = _("invitation")
         verbose_name_plural = _("invitations")

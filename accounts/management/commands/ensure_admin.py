@@ -2,7 +2,7 @@ import os
 
 from django.core.management.base import BaseCommand
 
-from llamon_web.services import admin_ensure
+from accounts.services import admin_ensure
 
 
 class Command(BaseCommand):

@@ -1,4 +1,4 @@
-"""How the API knows who is calling and what they may do, and the one error shape it answers with.
+"""How the API knows who is calling and what they may do, and what it may do.
 
 Two ways in, tried in this order on every operation:
 
@@ -13,59 +13,19 @@ request holds its user's roles *now* (capped by the token's ``max_role``); too l
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-from django import forms
 from django.conf import settings
-from django.db.models import Model
-from django.http import Http404, HttpRequest
+from django.http import HttpRequest
 from django.utils.translation import gettext as _
-from ninja import Field, Schema
 from ninja.errors import AuthenticationError, AuthorizationError, HttpError
 from ninja.security import APIKeyCookie, HttpBearer
 from ninja.utils import check_csrf
 
-from llamon_web.roles import ROLES, Role
-from llamon_web.token_services import token_authenticate, token_roles
+from accounts.roles import ROLES, Role
+from accounts.token_services import token_authenticate, token_roles
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
-# Ids and revisions as the database can hold them (SQLite integers are 64-bit signed): a larger
-# number is a 422 here rather than an OverflowError (500) in the query.
-DbId = Annotated[int, Field(ge=1, le=2**63 - 1)]
-Revision = Annotated[int, Field(ge=0, le=2**63 - 1)]
-
-
-class ErrorOut(Schema):
-    """Every 4xx answer: a sentence a person can act on, the field at fault, and the details."""
-
-    detail: str
-    field: str | None = None
-    errors: list[dict[str, Any]] | None = None
-
-
-def error_responses(*codes: int) -> dict[int, type[ErrorOut]]:
-    """``{code: ErrorOut}`` for an operation's declared errors (401 and 403 are always possible)."""
-    # 400: a body that is not JSON; 422: a body or parameter of the wrong shape.
-    return dict.fromkeys(sorted({400, 401, 403, 422, *codes}), ErrorOut)
-
-
-class FormInvalid(Exception):
-    """A Django form (the pages' own validation, reused by the API) refused the input: a 422."""
-
-    def __init__(self, form: forms.Form, *, field_prefix: str = "") -> None:
-        self.form = form
-        self.field_prefix = field_prefix
-        super().__init__(form.errors.as_text())
-
-    def body(self) -> dict[str, Any]:
-        """The ErrorOut body: the first message as ``detail`` with its field, all of them in ``errors``."""
-        errors = [
-            {"field": None if name == "__all__" else self.field_prefix + name, "message": str(message)}
-            for name, messages in self.form.errors.items()
-            for message in messages
-        ]
-        first = errors[0] if errors else {"field": None, "message": "The input is not valid."}
-        return {"detail": first["message"], "field": first["field"], "errors": errors}
 
 
 class _RoleCheck:
@@ -159,12 +119,3 @@ def require_api_role(request: HttpRequest, role: Role, why: str) -> None:
     """Raise a 403 unless the request holds ``role``; ``why`` completes "This needs the <role> role: ..."."""
     if not api_has_role(request, role):
         raise AuthorizationError(message=f"This needs the {role} role: {why}")
-
-
-def get_or_404(model: type[Model], what: str, **lookup: Any) -> Any:
-    """One object, or a 404 whose message says what was not found ("There is no rule set with id 7.")."""
-    found = model._default_manager.filter(**lookup).first()
-    if found is None:
-        shown = ", ".join(f"{'id' if k == 'pk' else k.removesuffix('_id')} {v}" for k, v in lookup.items())
-        raise Http404(f"There is no {what} with {shown}.")
-    return found

@@ -28,10 +28,10 @@ from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from llamon_web.audit import audit_record
-from llamon_web.errors import DomainError
-from llamon_web.models import ApiToken, UserInvite, UserProfile
-from llamon_web.roles import ROLES, has_role, role_set, user_roles
+from accounts.models import ApiToken, UserInvite, UserProfile
+from accounts.roles import ROLES, has_role, role_set, user_roles
+from core.audit import audit_record
+from core.errors import DomainError
 
 MAX_USERNAME_CHARS = 150  # django.contrib.auth's own limit
 MAX_EMAIL_CHARS = 254  # RFC 5321's path limit, and Django's EmailField
@@ -316,3 +316,39 @@ def language_set(*, user: Any, language: Any) -> str:
         raise PermissionDenied(_("Log in first."))
     UserProfile.objects.update_or_create(user=user, defaults={"language": language})
     return language
+
+
+@transaction.atomic
+def admin_ensure(*, username: str = "admin", password: str | None = None) -> tuple[object, str | None]:
+    """Create the admin user once; returns (user, the password when it was just set, else None).
+
+    With ``password`` given the existing account's password is (re)set to it, so that
+    ``LLAMON_ADMIN_PASSWORD`` always works; without it an existing account is left alone.
+    """
+    User = get_user_model()
+    user = User.objects.filter(username=username).first()
+    created = user is None
+    if created:
+        user = User(username=username, is_staff=True, is_superuser=True)
+    new_password = password or (secrets.token_urlsafe(12) if created else None)
+    if new_password:
+        user.set_password(new_password)
+    user.save()
+    role_set(user=user, role="admin")
+    if created:
+        audit_record(
+            actor=None, action="user.create", obj=user, after={"username": username, "role": "admin"}
+        )
+    return user, new_password
+
+
+@transaction.atomic
+def system_user_ensure() -> object:
+    """The account that load_demo acts as: admin role, no usable password (it cannot log in)."""
+    User = get_user_model()
+    user, created = User.objects.get_or_create(username="llamon-system", defaults={"is_active": True})
+    if created:
+        user.set_unusable_password()
+        user.save()
+        role_set(user=user, role="admin")
+    return user

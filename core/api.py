@@ -1,0 +1,61 @@
+"""What every API operation shares: ids the database can hold, the one error shape, a 404 that says what.
+
+The apps' routers and the API's composition (``llamon_web.api``) use these; who may call an
+operation is ``accounts.api_auth``'s.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from django import forms
+from django.db.models import Model
+from django.http import Http404
+from ninja import Field, Schema
+
+# Ids and revisions as the database can hold them (SQLite integers are 64-bit signed): a larger
+# number is a 422 here rather than an OverflowError (500) in the query.
+DbId = Annotated[int, Field(ge=1, le=2**63 - 1)]
+Revision = Annotated[int, Field(ge=0, le=2**63 - 1)]
+
+
+class ErrorOut(Schema):
+    """Every 4xx answer: a sentence a person can act on, the field at fault, and the details."""
+
+    detail: str
+    field: str | None = None
+    errors: list[dict[str, Any]] | None = None
+
+
+def error_responses(*codes: int) -> dict[int, type[ErrorOut]]:
+    """``{code: ErrorOut}`` for an operation's declared errors (401 and 403 are always possible)."""
+    # 400: a body that is not JSON; 422: a body or parameter of the wrong shape.
+    return dict.fromkeys(sorted({400, 401, 403, 422, *codes}), ErrorOut)
+
+
+class FormInvalid(Exception):
+    """A Django form (the pages' own validation, reused by the API) refused the input: a 422."""
+
+    def __init__(self, form: forms.Form, *, field_prefix: str = "") -> None:
+        self.form = form
+        self.field_prefix = field_prefix
+        super().__init__(form.errors.as_text())
+
+    def body(self) -> dict[str, Any]:
+        """The ErrorOut body: the first message as ``detail`` with its field, all of them in ``errors``."""
+        errors = [
+            {"field": None if name == "__all__" else self.field_prefix + name, "message": str(message)}
+            for name, messages in self.form.errors.items()
+            for message in messages
+        ]
+        first = errors[0] if errors else {"field": None, "message": "The input is not valid."}
+        return {"detail": first["message"], "field": first["field"], "errors": errors}
+
+
+def get_or_404(model: type[Model], what: str, **lookup: Any) -> Any:
+    """One object, or a 404 whose message says what was not found ("There is no rule set with id 7.")."""
+    found = model._default_manager.filter(**lookup).first()
+    if found is None:
+        shown = ", ".join(f"{'id' if k == 'pk' else k.removesuffix('_id')} {v}" for k, v in lookup.items())
+        raise Http404(f"There is no {what} with {shown}.")
+    return found

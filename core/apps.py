@@ -1,0 +1,8 @@
+from django.apps import AppConfig
+
+
+class CoreConfig(AppConfig):
+    """The shared kernel every app builds on: the audit log, errors, fields, user input, API helpers."""
+
+    name = "core"
+    verbose_name = "llamon-web core"
