@@ -16,7 +16,7 @@ from ninja import Query, Router, Status
 from accounts.api_auth import roles
 from agents import selectors, services
 from agents.errors import AgentError
-from agents.forms import AgentForm, RunStartForm
+from agents.forms import RunStartForm
 from agents.models import Agent, Run
 from agents.schemas import (
     AgentIn,
@@ -36,16 +36,13 @@ from agents.schemas import (
     ShadowOut,
 )
 from core.api import DbId, FormInvalid, error_responses, get_or_404
-from llamon_agent.prestep import DEFAULT_PRESTEP_INSTRUCTION
 from llamon_agent.tools import AgentRequest
 from llamon_agent.trace import TraceEvent
 from rules.models import RuleSetVersion
-from servers.models import McpServer
 
 router = Router()
 VIEWER, EDITOR = roles("viewer"), roles("editor")
 AGENTS, RUNS = ["agents"], ["runs"]
-DEFAULT_SYSTEM_PROMPT = f"You are a helpful support agent.\n{DEFAULT_PRESTEP_INSTRUCTION}"
 
 # --- Agents --------------------------------------------------------------------------------------
 
@@ -76,7 +73,7 @@ def update_agent(request: HttpRequest, agent_id: DbId, payload: AgentPatchIn) ->
     agent = get_or_404(Agent, "agent", pk=agent_id)
     changes = payload.dict(exclude_unset=True)
     revision = changes.pop("revision")
-    return _agent_save(request, agent, {**_agent_values(agent), **changes}, revision=revision)
+    return _agent_save(request, agent, {**services.agent_values(agent), **changes}, revision=revision)
 
 
 @router.delete("/agents/{agent_id}", response={204: None, **error_responses(404)}, auth=EDITOR, tags=AGENTS)
@@ -201,69 +198,7 @@ def _agent_version(agent: Agent, number: int) -> RuleSetVersion:
 
 
 def _agent_save(request: HttpRequest, agent: Agent, values: dict[str, Any], *, revision: int | None) -> Agent:
-    form = AgentForm(_agent_form_data(values, revision=revision), instance=agent)
-    if not form.is_valid():
-        raise FormInvalid(form)
-    return services.agent_save(
-        actor=request.auth,
-        agent=form.save(commit=False),
-        react_servers=list(form.cleaned_data["react_servers"]),
-        revision=revision,
-    )
-
-
-def _agent_values(agent: Agent) -> dict[str, Any]:
-    """An agent as AgentIn values (the base a PATCH is applied to)."""
-    data = AgentOut.from_orm(agent).dict()
-    return {name: data[name] for name in AgentIn.model_fields}
-
-
-def _agent_form_data(values: dict[str, Any], *, revision: int | None) -> dict[str, Any]:
-    """AgentIn values as the agent page's form data (ids for choices, one pattern per line)."""
-    pinned = values.get("pinned_version")
-    pinned_pk: Any = ""
-    if pinned is not None:
-        version = RuleSetVersion.objects.filter(rule_set_id=values.get("rule_set"), number=pinned).first()
-        if version is None:
-            raise AgentError(
-                _("The agent's rule set has no published version %(pinned)s.") % {"pinned": pinned},
-                field="pinned_version",
-            )
-        pinned_pk = version.pk
-    wanted = list(dict.fromkeys(values.get("react_servers") or []))
-    servers = dict(McpServer.objects.filter(enabled=True, mcp_id__in=wanted).values_list("mcp_id", "pk"))
-    missing = [m for m in wanted if m not in servers]
-    if missing:
-        raise AgentError(
-            _("No enabled MCP server with the id(s) %(join)s.") % {"join": ", ".join(map(repr, missing))},
-            field="react_servers",
-        )
-    for field in ("input_blocked_patterns", "output_blocked_patterns"):
-        if any("\n" in p or "\r" in p or not p.strip() for p in values.get(field) or []):
-            raise AgentError(_("Each pattern is one non-empty line."), field=field)
-    script = values.get("model_script") or []
-    return {
-        "name": values["name"],
-        "description": values.get("description") or "",
-        "system_prompt": values.get("system_prompt") or DEFAULT_SYSTEM_PROMPT,
-        "rule_set": values.get("rule_set") or "",
-        "rule_set_mode": values.get("rule_set_mode") or "latest",
-        "pinned_version": pinned_pk,
-        "model_provider": values.get("model_provider") or "offline",
-        "model_name": values.get("model_name") or "",
-        "model_base_url": values.get("model_base_url") or "",
-        "model_api_key_env": values.get("model_api_key_env") or "",
-        "model_script": json.dumps(script, ensure_ascii=False) if script else "",
-        "temperature": values.get("temperature", 0.0),
-        "react_servers": [servers[m] for m in wanted],
-        "input_max_chars": values.get("input_max_chars", 4000),
-        "input_blocked_patterns": "\n".join(values.get("input_blocked_patterns") or []),
-        "output_blocked_patterns": "\n".join(values.get("output_blocked_patterns") or []),
-        "output_masks": list(values.get("output_masks") or []),
-        "max_iterations": values.get("max_iterations", 6),
-        "answer_from_prestep": bool(values.get("answer_from_prestep")),
-        "revision": "" if revision is None else revision,
-    }
+    return services.agent_save_values(actor=request.auth, agent=agent, values=values, revision=revision)
 
 
 # --- Runs ----------------------------------------------------------------------------------------

@@ -10,10 +10,10 @@ from django.conf import settings
 from django.utils.translation import gettext_lazy as _
 
 from agents.models import Agent, PrivacySettings
+from agents.services import DEFAULT_SYSTEM_PROMPT
 from core import userinput
 from core.userinput import FilterDateTimeField
 from llamon_agent import strictjson
-from llamon_agent.prestep import DEFAULT_PRESTEP_INSTRUCTION
 from rules.forms import TesterForm
 from rules.models import RuleSetVersion
 from servers.models import McpServer
@@ -98,7 +98,7 @@ class AgentForm(forms.ModelForm):
         key_env = self.fields["model_api_key_env"]
         key_env.help_text = f"The NAME of the variable holding the key, one the operator allows: {allowed}."
         if not self.instance.pk and not self.initial.get("system_prompt"):
-            self.initial["system_prompt"] = f"You are a helpful support agent.\n{DEFAULT_PRESTEP_INSTRUCTION}"
+            self.initial["system_prompt"] = DEFAULT_SYSTEM_PROMPT
         if self.instance.pk:
             self.initial["model_script"] = (
                 json.dumps(self.instance.model_script, ensure_ascii=False, indent=1)

@@ -12,7 +12,7 @@ from core.userinput import FilterDateTime
 from llamon_agent.expr import MAX_QUERY_CHARS
 
 Mask = Literal["card_number", "kr_rrn", "email"]
-Pattern = str  # one RE2 pattern per item (checked by the agent form)
+Pattern = str  # one RE2 pattern per item (checked by agents.services when saved)
 
 # The deprecated offset paging reads and drops every run it skips (offset=500,000: 866 ms at a
 # million runs); bounded so that one request cannot stall a worker, as search engines bound theirs.

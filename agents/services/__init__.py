@@ -14,8 +14,11 @@ from __future__ import annotations
 
 from agents.services.agents import (
     AGENT_FIELDS,
+    DEFAULT_SYSTEM_PROMPT,
     agent_delete,
     agent_save,
+    agent_save_values,
+    agent_values,
 )
 from agents.services.delivery import (
     runs_reap,
@@ -80,7 +83,10 @@ __all__ = [
     "RETENTION_BATCH",
     "runs_delete_expired",
     "AGENT_FIELDS",
+    "DEFAULT_SYSTEM_PROMPT",
     "agent_save",
+    "agent_save_values",
+    "agent_values",
     "agent_delete",
     "privacy_preview",
     "privacy_preview_run",

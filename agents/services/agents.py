@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils.translation import gettext as _
 
@@ -16,6 +18,9 @@ from agents.errors import (
 from agents.models import Agent
 from agents.services.rollout import rollout_keep
 from core.audit import audit_record
+from llamon_agent.prestep import DEFAULT_PRESTEP_INSTRUCTION
+from rules.models import RuleSet, RuleSetVersion
+from servers.models import McpServer
 
 logger = logging.getLogger(__name__)
 
@@ -48,9 +53,107 @@ def _agent_snapshot(agent: Agent) -> dict[str, Any]:
     return data
 
 
+DEFAULT_SYSTEM_PROMPT = f"You are a helpful support agent.\n{DEFAULT_PRESTEP_INSTRUCTION}"
+# What the API and the MCP endpoint may set, as they name it: the rule set by id, the pinned
+# version by its number in that set, the ReAct servers by mcp_id, patterns as lists.
+VALUE_FIELDS = (
+    "name",
+    "description",
+    "system_prompt",
+    "rule_set",
+    "rule_set_mode",
+    "pinned_version",
+    "model_provider",
+    "model_name",
+    "model_base_url",
+    "model_api_key_env",
+    "model_script",
+    "temperature",
+    "react_servers",
+    "input_max_chars",
+    "input_blocked_patterns",
+    "output_blocked_patterns",
+    "output_masks",
+    "max_iterations",
+    "answer_from_prestep",
+)
+
+
+def agent_values(agent: Agent) -> dict[str, Any]:
+    """An agent as the values :func:`agent_save_values` takes (the base a partial change applies to)."""
+    values = {
+        f: getattr(agent, f) for f in VALUE_FIELDS if f not in {"rule_set", "pinned_version", "react_servers"}
+    }
+    values["rule_set"] = agent.rule_set_id
+    values["pinned_version"] = agent.pinned_version.number if agent.pinned_version is not None else None
+    values["react_servers"] = list(agent.react_servers.values_list("mcp_id", flat=True)) if agent.pk else []
+    return values
+
+
+def _agent_apply(agent: Agent, values: Mapping[str, Any]) -> list[McpServer]:
+    """Set the agent's fields from ``values`` (references resolved, each refusal naming its field)."""
+    rule_set = None
+    if values.get("rule_set") is not None:
+        rule_set = RuleSet.objects.filter(pk=values["rule_set"]).first()
+        if rule_set is None:
+            raise AgentError(
+                _("There is no rule set with id %(id)s.") % {"id": values["rule_set"]}, field="rule_set"
+            )
+    pinned = None
+    if values.get("pinned_version") is not None:
+        pinned = RuleSetVersion.objects.filter(rule_set=rule_set, number=values["pinned_version"]).first()
+        if pinned is None:
+            raise AgentError(
+                _("The agent's rule set has no published version %(pinned)s.")
+                % {"pinned": values["pinned_version"]},
+                field="pinned_version",
+            )
+    wanted = list(dict.fromkeys(values.get("react_servers") or []))
+    servers = {s.mcp_id: s for s in McpServer.objects.filter(enabled=True, mcp_id__in=wanted)}
+    if missing := [m for m in wanted if m not in servers]:
+        raise AgentError(
+            _("No enabled MCP server with the id(s) %(join)s.") % {"join": ", ".join(map(repr, missing))},
+            field="react_servers",
+        )
+    for field in ("input_blocked_patterns", "output_blocked_patterns"):
+        if any("\n" in p or "\r" in p or not p.strip() for p in values.get(field) or []):
+            raise AgentError(_("Each pattern is one non-empty line."), field=field)
+    agent.name = (values.get("name") or "").strip()
+    agent.description = values.get("description") or ""
+    agent.system_prompt = values.get("system_prompt") or DEFAULT_SYSTEM_PROMPT
+    agent.rule_set = rule_set
+    agent.rule_set_mode = values.get("rule_set_mode") or Agent.RuleSetMode.LATEST
+    agent.pinned_version = pinned
+    agent.model_provider = values.get("model_provider") or Agent.Provider.OFFLINE
+    for field in ("model_name", "model_base_url", "model_api_key_env"):
+        setattr(agent, field, values.get(field) or "")
+    agent.model_script = list(values.get("model_script") or [])
+    agent.temperature = values.get("temperature", 0.0)
+    agent.input_max_chars = values.get("input_max_chars", 4000)
+    agent.input_blocked_patterns = [p.strip() for p in values.get("input_blocked_patterns") or []]
+    agent.output_blocked_patterns = [p.strip() for p in values.get("output_blocked_patterns") or []]
+    agent.output_masks = list(values.get("output_masks") or [])
+    agent.max_iterations = values.get("max_iterations", 6)
+    agent.answer_from_prestep = bool(values.get("answer_from_prestep"))
+    return [servers[m] for m in wanted]
+
+
+def agent_save_values(
+    *, actor: Any, agent: Agent, values: Mapping[str, Any], revision: int | None = None
+) -> Agent:
+    """Create or update an agent from named values (the API's and the MCP endpoint's way in)."""
+    react_servers = _agent_apply(agent, values)
+    return agent_save(actor=actor, agent=agent, react_servers=react_servers, revision=revision)
+
+
 def _agent_validate(agent: Agent) -> None:
     import re2
 
+    try:  # the model's own field rules (blank, length, choices), whichever route filled it
+        agent.clean_fields()
+    except ValidationError as exc:
+        field, messages = next(iter(exc.message_dict.items()))
+        raise AgentError(messages[0], field=field) from None
     for field in ("input_blocked_patterns", "output_blocked_patterns"):
         for pattern in getattr(agent, field):
             try:

@@ -169,6 +169,35 @@ def test_agent_validation_refuses_bad_patterns_and_keeps_the_old_agent(agent) ->
     assert Agent.objects.get(pk=agent.pk).input_blocked_patterns == []
 
 
+@pytest.mark.parametrize(
+    ("change", "field", "message"),
+    [
+        ({"name": "   "}, "name", "This field cannot be blank."),
+        ({"name": "x" * 101}, "name", "at most 100 characters"),
+        ({"rule_set": 2**40}, "rule_set", "There is no rule set with id"),
+        ({"pinned_version": 99}, "pinned_version", "no published version 99"),
+        ({"react_servers": ["nope"]}, "react_servers", "No enabled MCP server"),
+        ({"input_blocked_patterns": ["a\nb"]}, "input_blocked_patterns", "one non-empty line"),
+        ({"model_provider": "gpt"}, "model_provider", "is not a valid choice"),
+        ({"model_provider": "scripted"}, "model_script", "at least one reply"),
+    ],
+)
+def test_named_values_are_checked_by_the_service_whatever_the_route(agent, change, field, message) -> None:
+    """The API and the MCP endpoint hand values to the service, not to the page's form: the
+    service alone must refuse each bad value with its field and keep the agent as it was."""
+    values = {**services.agent_values(agent), **change}
+    with pytest.raises(AgentError, match=message) as info:
+        services.agent_save_values(actor=None, agent=Agent.objects.get(pk=agent.pk), values=values)
+    assert info.value.field == field
+    assert services.agent_values(Agent.objects.get(pk=agent.pk)) == services.agent_values(agent)
+
+
+def test_named_values_round_trip(agent) -> None:
+    values = services.agent_values(agent)
+    saved = services.agent_save_values(actor=None, agent=Agent.objects.get(pk=agent.pk), values=values)
+    assert services.agent_values(saved) == values
+
+
 def test_agent_save_refuses_a_stale_revision(agent) -> None:
     services.agent_save(actor=None, agent=Agent.objects.get(pk=agent.pk), revision=1)
     stale = Agent.objects.get(pk=agent.pk)
