@@ -270,6 +270,10 @@ LLAMON_URL_RESOLVER: str | None = None
 # A refresh past either is refused with the reason, and the tools stored before are kept.
 LLAMON_MCP_MAX_TOOLS = env_int("LLAMON_MCP_MAX_TOOLS", 1000, minimum=1)
 LLAMON_MCP_MAX_TOOLS_BYTES = env_int("LLAMON_MCP_MAX_TOOLS_BYTES", 2 * 1024 * 1024, minimum=1024)
+# A tool result over this many bytes of text is cut as it arrives, with a marker and its full size:
+# stored, handed to the model and shown cut (llamon_agent.mcp.results.cap_result; the same variable
+# sets the SDK's own pool in a served agent).
+LLAMON_TOOL_RESULT_MAX_BYTES = env_int("LLAMON_TOOL_RESULT_MAX_BYTES", 256 * 1024, minimum=1024)
 # --- Traces: what a model's tokens cost, USD per million tokens, as JSON (docs/observability.md):
 # {"gpt-4o-mini": {"input": 0.15, "output": 0.6}}. A model not listed has an unknown cost.
 # Checked at start-up by the system check agents.E001 (agents.pricing).

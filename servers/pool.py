@@ -83,7 +83,10 @@ def web_pool() -> McpPool:
     with _lock:
         if _pool is None or _pool.closed:
             _pool = McpPool(
-                stdio_allowed=stdio_allowed, http_guard=check_mcp_url_configured, env_policy=mcp_env_policy()
+                stdio_allowed=stdio_allowed,
+                http_guard=check_mcp_url_configured,
+                env_policy=mcp_env_policy(),
+                max_result_bytes=settings.LLAMON_TOOL_RESULT_MAX_BYTES,
             )
             # Also the engine's process-wide pool, so nothing in this process opens an unguarded one.
             set_pool(_pool)

@@ -17,6 +17,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from accounts.roles import has_role, require_role
 from core.http import HtmxHttpRequest
+from llamon_agent.mcp.results import truncation
 from servers.forms import McpServerForm, RawArgumentsForm, ToolCallForm
 from servers.models import McpServer
 from servers.selectors import (
@@ -174,6 +175,7 @@ def tool_call(request: HtmxHttpRequest, pk: int) -> HttpResponse:
             context["call_error"] = exc.message
         else:
             context["result_json"] = pretty_json(call.result)
+            context["result_cut"] = truncation(call.result)  # over LLAMON_TOOL_RESULT_MAX_BYTES: cut
             context["raw_json"] = pretty_json(call.raw)
             context["latency_ms"] = call.latency_ms
     if request.htmx:

@@ -52,3 +52,11 @@ def waterfall_rows(spans: Iterable[Any]) -> SafeString:
             "    </li>"
         )
     return mark_safe("\n    ".join(rows))  # noqa: S308 - every text above is escaped
+
+
+@register.filter
+def result_cut(value: Any) -> dict[str, int] | None:
+    """``{"size", "kept"}`` of a tool result cut at LLAMON_TOOL_RESULT_MAX_BYTES, else None."""
+    from llamon_agent.mcp.results import truncation
+
+    return truncation(value)

@@ -55,7 +55,7 @@ from llamon_agent.mcp.errors import (
     PoolUsageError,
     UnknownServerError,
 )
-from llamon_agent.mcp.results import Normalized, normalize_result
+from llamon_agent.mcp.results import Normalized, cap_result, max_result_bytes_from_env, normalize_result
 from llamon_agent.mcp.spec import McpServerSpec
 from llamon_agent.mcp.transports import (
     _GRACEFUL_EXIT_S,
@@ -132,6 +132,7 @@ class McpPool:
         env_policy: EnvNamePolicy | None = None,
         connect_timeout_s: float = 30.0,
         max_message_bytes: int = 64 * 1024 * 1024,
+        max_result_bytes: int | None = None,
     ) -> None:
         self.stdio_allowed = stdio_allowed
         self.http_guard = http_guard
@@ -140,6 +141,8 @@ class McpPool:
         self.env_policy = env_policy
         self.connect_timeout_s = connect_timeout_s
         self.max_message_bytes = max_message_bytes
+        # A tool result over this is cut (results.cap_result) as it arrives, before anything reads it.
+        self.max_result_bytes = max_result_bytes_from_env() if max_result_bytes is None else max_result_bytes
         self._pid = os.getpid()
         self._lock = threading.Lock()
         self._specs: dict[str, McpServerSpec] = {}
@@ -556,7 +559,7 @@ class McpPool:
             session, link = await self._session(slot)
             outcome = await self._call_once(slot, session, link, tool_name, params or {}, bound, wire)
             if isinstance(outcome, types.CallToolResult):
-                return outcome
+                return cap_result(outcome, self.max_result_bytes)
             request_id, cause = outcome
             if attempt == 1 and request_id is not None and request_id in link.unsent:
                 logger.info("MCP server '%s': retrying %s on a new session (%s)", mcp_id, tool_name, cause)

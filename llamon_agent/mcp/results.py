@@ -17,6 +17,10 @@ Rules, in order:
 
 A malformed result (not a ``CallToolResult``, a block of unknown type, base64 that does
 not decode) raises :class:`McpProtocolError`.
+
+A result whose text is over the cap (``LLAMON_TOOL_RESULT_MAX_BYTES``, default 256 KB) is cut by
+:func:`cap_result` as the pool receives it: one text block, the first bytes and a marker with the
+full size, so the pre-step, the model, the run log and the inspector all get the same bounded value.
 """
 
 from __future__ import annotations
@@ -24,6 +28,9 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import os
+import re
+from collections.abc import Mapping
 from typing import Any
 
 from mcp import types
@@ -144,3 +151,99 @@ def _decoded_size(data: str, *, what: str, mcp_id: str | None, tool_name: str | 
         raise McpProtocolError.about(
             f"the {what} is not valid base64 ({exc})", mcp_id=mcp_id, tool_name=tool_name
         ) from None
+
+
+# --------------------------------------------------------------------------- the size cap
+
+RESULT_CAP_ENV = "LLAMON_TOOL_RESULT_MAX_BYTES"
+DEFAULT_MAX_RESULT_BYTES = 256 * 1024
+MIN_MAX_RESULT_BYTES = 1024
+# Appended to a result cut at the cap; the web app finds it (TRUNCATED_RE) to say so in the user's language.
+TRUNCATED_MARKER = "\n\n[truncated: the tool returned {size:,} bytes; the first {kept:,} are kept]"
+TRUNCATED_RE = re.compile(
+    r"\n\n\[truncated: the tool returned ([\d,]+) bytes; the first ([\d,]+) are kept\]\Z"
+)
+
+
+def max_result_bytes_from_env(environ: Mapping[str, str] | None = None) -> int:
+    """``LLAMON_TOOL_RESULT_MAX_BYTES`` (at least 1024), or the default 256 KB when unset."""
+    raw = (os.environ if environ is None else environ).get(RESULT_CAP_ENV, "").strip()
+    if not raw:
+        return DEFAULT_MAX_RESULT_BYTES
+    try:
+        value = int(raw.replace("_", ""))
+    except ValueError:
+        raise ValueError(f"{RESULT_CAP_ENV} must be a whole number of bytes, got {raw!r}") from None
+    if value < MIN_MAX_RESULT_BYTES:
+        raise ValueError(f"{RESULT_CAP_ENV} must be at least {MIN_MAX_RESULT_BYTES}, got {value}")
+    return value
+
+
+def result_text_bytes(result: types.CallToolResult) -> int:
+    """The UTF-8 size of what a result says in text: its text blocks and embedded texts, or its
+    structured content as JSON when that is larger (servers send both, the text a rendering of the
+    structure; binary payloads are never handed on, only their size: not counted)."""
+    size = 0
+    for block in result.content:
+        if isinstance(block, types.TextContent):
+            size += len(block.text.encode())
+        elif isinstance(block, types.EmbeddedResource) and isinstance(
+            block.resource, types.TextResourceContents
+        ):
+            size += len(block.resource.text.encode())
+    if result.structuredContent is not None:
+        size = max(size, len(json.dumps(result.structuredContent, ensure_ascii=False, default=str).encode()))
+    return size
+
+
+def cap_result(result: types.CallToolResult, max_bytes: int | None) -> types.CallToolResult:
+    """``result`` as it is, or, when its text is over ``max_bytes``, one text block with the first
+    ``max_bytes`` bytes of it and a marker with the full size (structured content dropped: cut JSON
+    is no longer JSON). Whatever reads the result after the call (the pre-step, the model, the run
+    log, the inspector) gets the same cut value.
+    """
+    if max_bytes is None or not isinstance(result, types.CallToolResult) or result.isError:
+        return result  # an error's text is cut to _MAX_ERROR_CHARS where it is read
+    size = result_text_bytes(result)
+    if size <= max_bytes:
+        return result
+    parts = [block.text for block in result.content if isinstance(block, types.TextContent)]
+    parts += [
+        block.resource.text
+        for block in result.content
+        if isinstance(block, types.EmbeddedResource)
+        and isinstance(block.resource, types.TextResourceContents)
+    ]
+    if not parts and result.structuredContent is not None:
+        parts = [json.dumps(result.structuredContent, ensure_ascii=False, default=str)]
+    text = _head("\n".join(parts), max_bytes)
+    marker = TRUNCATED_MARKER.format(size=size, kept=len(text.encode()))
+    others = [
+        block
+        for block in result.content
+        if not isinstance(block, types.TextContent)
+        and not (
+            isinstance(block, types.EmbeddedResource)
+            and isinstance(block.resource, types.TextResourceContents)
+        )
+    ]
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=text + marker), *others], isError=False
+    )
+
+
+def _head(text: str, max_bytes: int) -> str:
+    """The longest start of ``text`` whose UTF-8 form fits in ``max_bytes`` (no character cut)."""
+    if len(text) <= max_bytes // 4:
+        return text
+    return text[:max_bytes].encode()[:max_bytes].decode("utf-8", "ignore")
+
+
+def truncation(value: Any) -> dict[str, int] | None:
+    """``{"size", "kept"}`` (bytes) when ``value`` is a result cut by :func:`cap_result`, else None."""
+    if not isinstance(value, str):
+        return None
+    match = TRUNCATED_RE.search(value)
+    if match is None:
+        return None
+    return {"size": int(match.group(1).replace(",", "")), "kept": int(match.group(2).replace(",", ""))}

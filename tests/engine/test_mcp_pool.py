@@ -21,6 +21,7 @@ from llamon_agent.mcp.errors import (
     UnknownServerError,
 )
 from llamon_agent.mcp.pool import McpPool, get_pool
+from llamon_agent.mcp.results import DEFAULT_MAX_RESULT_BYTES
 from llamon_agent.mcp.transports import child_env
 from tests.engine.conftest import HttpServer, children_running, stdio_spec, wait_until
 
@@ -58,7 +59,9 @@ def test_list_tools_is_cached_until_refreshed(shared_pool: McpPool) -> None:
 
 
 def test_huge_output_and_stderr_noise_do_not_break_the_session(shared_pool: McpPool) -> None:
-    assert len(shared_pool.call_tool_sync("mis", "flood", {"n_bytes": 3_000_000})) == 3_000_000
+    flooded = shared_pool.call_tool_sync("mis", "flood", {"n_bytes": 3_000_000})
+    assert isinstance(flooded, str) and flooded.startswith("x" * DEFAULT_MAX_RESULT_BYTES)  # cut at the cap
+    assert flooded.endswith("[truncated: the tool returned 3,000,014 bytes; the first 262,144 are kept]")
     assert shared_pool.call_tool_sync("mis", "stderr_noise", {"lines": 3000}) == "ok"
     assert shared_pool.call_tool_sync("mis", "add", {"a": 1, "b": 1}) == {"sum": 2}
 

@@ -286,3 +286,18 @@ def test_an_http_server_has_no_stderr_section(admin_client, admin, order_http) -
     server = mcp_server_create(actor=admin, mcp_id="orders", transport="http", url=order_http)
     html = admin_client.get(reverse("servers:detail", args=[server.pk])).content.decode()
     assert 'id="server-stderr"' not in html
+
+
+def test_a_result_over_the_cap_is_shown_cut_with_its_full_size(admin, editor_client) -> None:
+    server = mcp_server_create(
+        actor=admin, mcp_id="mis", transport="stdio", command=sys.executable, args=[MISBEHAVING]
+    )
+    mcp_server_refresh_tools(actor=admin, server=server)
+    data = {"tool": "flood_text", "mode": "json", "arguments_raw": '{"n_bytes": 5000000}'}
+    response = editor_client.post(reverse("servers:call", args=[server.pk]), data)
+    html = response.content.decode()
+    assert response.status_code == 200 and 'id="result-json"' in html
+    assert len(response.content) < 1024 * 1024, len(response.content)  # result and raw reply, both cut
+    assert "The tool returned 5,000,000 bytes: only the first 262,144 were kept" in html
+    korean = editor_client.post(reverse("servers:call", args=[server.pk]), data, HTTP_ACCEPT_LANGUAGE="ko")
+    assert "도구가 5,000,000바이트를 반환했습니다" in korean.content.decode()

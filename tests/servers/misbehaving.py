@@ -94,6 +94,12 @@ def flood(n_bytes: int) -> str:
     return "x" * n_bytes
 
 
+@mcp.tool(structured_output=False)
+def flood_text(n_bytes: int) -> str:
+    """Return n_bytes characters as text content only (one copy on the wire, no structured twin)."""
+    return "x" * n_bytes
+
+
 @mcp.tool()
 def stderr_noise(lines: int = 200) -> str:
     """Write many lines to stderr, then answer normally."""
