@@ -30,8 +30,9 @@ from django.utils.translation import gettext as _
 
 from agents.models import Run, RunStep
 from governance.errors import HealthError
-from llamon_agent.expr import ExprError
+from llamon_agent.expr import REGEX_COMPILE_UNITS, ExprError, regex_compile_allowance
 from llamon_agent.prestep import RuleStatus
+from llamon_agent.settings import cost_budgets
 from llamon_agent.tools import AgentRequest
 from rules import engine
 from rules.cases import case_expected_clean, case_input_clean
@@ -302,33 +303,36 @@ def _case_coverage(
     cases = cases[:MAX_CASES]
     health.cases = len(cases)
     runner: _DraftRunner | None = None
-    for case in cases:
-        try:
-            expected = case_expected_clean(case.expected)
-            case_input = case_input_clean(case.input)
-        except RuleError:
-            health.cases_invalid += 1  # the suite reports it as failing; it covers nothing
-            continue
-        for rule in draft:
-            if any(_names(want, rule) for want in expected["must_fire"]):
-                rows[rule["name"]].expect_fire.append(case.name)
-            if any(_names(unwanted, rule) for unwanted in expected["must_not_fire"]):
-                rows[rule["name"]].expect_not_fire.append(case.name)
-        if case.last_outcome is not None and case.last_run_at and case.last_run_at >= rule_set.updated_at:
-            outcome = case.last_outcome
-            health.cases_stored += 1
-        else:
-            runner = runner or _DraftRunner(draft)
-            outcome = runner.evaluate(case_input)
-            health.cases_evaluated += 1
-        for record in outcome.get("records") or []:
-            row = rows.get(record.get("rule", ""))
-            if row is None or not row.in_draft:
+    # Each case is a pre-step with its own budget; the regexes they compile are also bounded
+    # together, so that a viewer's GET over 500 cases costs one request's compiling at most.
+    with regex_compile_allowance(cost_budgets().request_cost_budget // REGEX_COMPILE_UNITS):
+        for case in cases:
+            try:
+                expected = case_expected_clean(case.expected)
+                case_input = case_input_clean(case.input)
+            except RuleError:
+                health.cases_invalid += 1  # the suite reports it as failing; it covers nothing
                 continue
-            if record.get("status") == str(RuleStatus.FIRED):
-                row.fired_in.append(case.name)
-            elif record.get("status") == str(RuleStatus.ERROR):
-                row.failed_in.append(case.name)
+            for rule in draft:
+                if any(_names(want, rule) for want in expected["must_fire"]):
+                    rows[rule["name"]].expect_fire.append(case.name)
+                if any(_names(unwanted, rule) for unwanted in expected["must_not_fire"]):
+                    rows[rule["name"]].expect_not_fire.append(case.name)
+            if case.last_outcome is not None and case.last_run_at and case.last_run_at >= rule_set.updated_at:
+                outcome = case.last_outcome
+                health.cases_stored += 1
+            else:
+                runner = runner or _DraftRunner(draft)
+                outcome = runner.evaluate(case_input)
+                health.cases_evaluated += 1
+            for record in outcome.get("records") or []:
+                row = rows.get(record.get("rule", ""))
+                if row is None or not row.in_draft:
+                    continue
+                if record.get("status") == str(RuleStatus.FIRED):
+                    row.fired_in.append(case.name)
+                elif record.get("status") == str(RuleStatus.ERROR):
+                    row.failed_in.append(case.name)
 
 
 def _names(expectation: Mapping[str, Any], rule: Mapping[str, Any]) -> bool:

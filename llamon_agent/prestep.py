@@ -374,12 +374,16 @@ class _RequestIndex:
                 hits.update(ids)
 
 
+SET_PATTERN_SIZE = 5_000  # regex_size of a pattern the index's RE2 set takes (others: evaluated)
+SET_TOTAL_SIZE = 2_000_000  # and of all of them together
+
+
 def _regex_set(patterns: Sequence[str]) -> tuple[Any, list[int]]:
     """One RE2 set of ``patterns`` (index 0 is a sentinel that matches every text), and the
     positions of the patterns it refused."""
     import re2
 
-    from llamon_agent.expr.helpers import _RE_OPTIONS
+    from llamon_agent.expr.helpers import _RE_OPTIONS, regex_size
 
     options = re2.Options()
     options.log_errors = _RE_OPTIONS.log_errors
@@ -387,8 +391,15 @@ def _regex_set(patterns: Sequence[str]) -> tuple[Any, list[int]]:
     regex_set = re2.Set.SearchSet(options)
     regex_set.Add("")
     refused = []
+    total = 0
     for j, pattern in enumerate(patterns):
+        # A large pattern is built by the first request that evaluates its rule (and charged
+        # to it), not here: compiling a rule set must not build 2,000 large programs.
+        size = regex_size(pattern)
+        total += size
         try:
+            if size > SET_PATTERN_SIZE or total > SET_TOTAL_SIZE:
+                raise re2.error("left out of the set")
             regex_set.Add(pattern)
         except re2.error:
             refused.append(j)

@@ -47,7 +47,15 @@ from llamon_agent.expr.budget import (
 )
 from llamon_agent.expr.compiled import CompiledExpr, compile_params, compile_when
 from llamon_agent.expr.errors import ExprError
-from llamon_agent.expr.helpers import contains_all, contains_any, re_find, re_search
+from llamon_agent.expr.helpers import (
+    MAX_REGEX_SIZE,
+    contains_all,
+    contains_any,
+    re_find,
+    re_search,
+    regex_compile_allowance,
+    regex_size,
+)
 from llamon_agent.expr.hints import required_keywords
 from llamon_agent.expr.limits import (
     BUILTIN_NAMES,
@@ -85,6 +93,7 @@ __all__ = [
     "MAX_NESTING",
     "MAX_NODES",
     "MAX_PATTERN_CHARS",
+    "MAX_REGEX_SIZE",
     "MAX_QUERY_CHARS",
     "MAX_RESULT_CHARS",
     "MAX_RESULT_ITEMS",
@@ -111,6 +120,8 @@ __all__ = [
     "expression_rule",
     "re_find",
     "re_search",
+    "regex_compile_allowance",
+    "regex_size",
     "request_size_error",
     "required_keywords",
 ]

@@ -9,6 +9,7 @@ from typing import Any
 from llamon_agent.expr.errors import ExprError
 from llamon_agent.expr.helpers import (
     _WORD_CONTAINERS,
+    MAX_REGEX_SIZE,
     _add,
     _ascii,
     _check_text_size,
@@ -28,8 +29,10 @@ from llamon_agent.expr.helpers import (
     contains_any,
     re_find,
     re_search,
+    regex_cached,
+    regex_size,
 )
-from llamon_agent.expr.limits import MAX_INT
+from llamon_agent.expr.limits import MAX_INT, MAX_PATTERN_CHARS
 
 # Caps bound what one operation may build; they cannot bound how often an expression repeats
 # work (a comprehension runs its body up to MAX_ITER_ITEMS times, a 4,000-character expression
@@ -46,7 +49,7 @@ DEFAULT_REQUEST_BUDGET = 2_500_000  # units per request, every rule's evaluation
 READ_CHARS_PER_UNIT = 16  # scanning text (in, find, count, ==, startswith ...)
 BUILT_CHARS_PER_UNIT = 8  # building text (+, join, slices, lower, str(), f-strings ...)
 REGEX_CHARS_PER_UNIT = 16  # a regex search: len(text) x program size / 16
-REGEX_COMPILE_UNITS = 8  # per instruction of a regex's compiled program, at every call
+REGEX_COMPILE_UNITS = 8  # per instruction (regex_size) of a pattern not compiled yet, before it is
 SORT_KEYS = ("len", "str", "int", "float", "abs", "bool")  # the key= a sort or min/max may use
 
 
@@ -482,15 +485,24 @@ def _m_contains_all(meter: CostMeter, text: Any, words: Any) -> bool:
 
 
 def _m_regex(helper: Any) -> Any:
-    """re_search / re_find: RE2 is linear in the text, times the size of the pattern's program."""
+    """re_search / re_find: RE2 is linear in the text, times the size of the pattern's program.
+
+    A pattern not compiled yet (built at run time, or evicted) is charged its estimated program
+    (regex_size) before RE2 builds anything: a pattern too costly for what is left is refused
+    unbuilt, and the request budget bounds what all of its rules compile together.
+    """
 
     def metered(meter: CostMeter, pattern: Any, *args: Any, **kwargs: Any) -> Any:
         text = args[0] if args else kwargs.get("text")
         if type(pattern) is str:
             _charge(meter, 1 + len(pattern))
+            if not regex_cached(pattern) and len(pattern) <= MAX_PATTERN_CHARS:
+                size = regex_size(pattern)
+                if size <= MAX_REGEX_SIZE:  # (a larger one is refused unbuilt by _regex)
+                    _charge(meter, size * REGEX_COMPILE_UNITS)
             program = _regex(pattern).programsize
             size = len(text) if type(text) is str else 0
-            _charge(meter, program * REGEX_COMPILE_UNITS + size * program // REGEX_CHARS_PER_UNIT)
+            _charge(meter, size * program // REGEX_CHARS_PER_UNIT)
         return helper(pattern, *args, **kwargs)
 
     return metered

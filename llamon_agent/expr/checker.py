@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from llamon_agent.expr.errors import ExprError, _Source
-from llamon_agent.expr.helpers import _regex
+from llamon_agent.expr.helpers import check_regex
 from llamon_agent.expr.limits import (
     _BIDI,
     _CALLABLE,
@@ -304,7 +304,7 @@ class _Checker:
                 pattern = node.args[0]
                 if isinstance(pattern, ast.Constant) and isinstance(pattern.value, str):
                     try:  # a literal pattern is checked when the rule is saved, not at the first request
-                        _regex(pattern.value)
+                        check_regex(pattern.value)
                     except ExprError as exc:
                         raise self.fail(pattern, exc.reason) from None
         elif isinstance(func, ast.Attribute):

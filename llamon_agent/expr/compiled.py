@@ -19,7 +19,7 @@ from llamon_agent.expr.budget import (
 from llamon_agent.expr.checker import _parse
 from llamon_agent.expr.errors import ExprError, _Source, _type_name
 from llamon_agent.expr.guard import _compile
-from llamon_agent.expr.helpers import _regex
+from llamon_agent.expr.helpers import check_regex, regex_size
 from llamon_agent.expr.hints import _options, _requirement
 from llamon_agent.expr.limits import _FILENAME, MAX_DATA_BYTES, MAX_DEPTH
 from llamon_agent.expr.namespace import build_namespace
@@ -313,9 +313,12 @@ def _regex_cost(tree: ast.AST) -> tuple[int, float] | None:
         if not isinstance(pattern, ast.Constant) or type(pattern.value) is not str:
             return None
         try:
-            program = _regex(pattern.value).programsize
+            check_regex(pattern.value)
         except ExprError:
             return None
+        # charged before compiling when not compiled yet, and per character searched: the
+        # estimate bounds the program (nothing is built when a rule is saved)
+        program = regex_size(pattern.value)
         a += 2 + len(pattern.value) + program * REGEX_COMPILE_UNITS
         b += program / REGEX_CHARS_PER_UNIT
     return a, b

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import types
-from collections.abc import Iterable
-from typing import Any, cast
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any, NoReturn, cast
 
 import re2
 
@@ -78,6 +80,214 @@ _RE_OPTIONS = re2.Options()
 _RE_OPTIONS.log_errors = False  # errors become ExprError; RE2's own stderr logging is just noise
 _RE_CACHE: dict[str, Any] = {}
 _RE_CACHE_SIZE = 2_048
+_RE_FAILED: dict[str, str] = {}  # pattern -> why it cannot be used: a failure is found once
+_RE_FAILED_SIZE = 4_096
+
+# What compiling a regex costs is priced from its text before RE2 builds anything: building
+# ``\pL{1000}`` spends 50-400 ms before RE2 says "pattern too large". regex_size() estimates
+# the program RE2 would make (instructions); over MAX_REGEX_SIZE the pattern is refused unbuilt.
+MAX_REGEX_SIZE = 200_000  # RE2 (8 MB) lets ~400,000 through, built in ~220 ms; \pL{100} is ~120,000
+_UNICODE_CLASS = 1_300  # \pL, the largest class, compiles to ~1,200 instructions
+_SCRIPT_CLASS = 160  # \p{Hangul}, \p{Latin}: a script is tens of ranges
+_ANY_CHAR = 8  # "." and negated classes: one range per UTF-8 length
+_PERL_CLASS = 8  # \d \w \s and their negations
+
+
+def _class_end(pattern: str, start: int) -> int:
+    """The index just after the character class opening at ``start`` (``[``), or len(pattern)."""
+    i = start + 1
+    if i < len(pattern) and pattern[i] == "^":
+        i += 1
+    if i < len(pattern) and pattern[i] == "]":
+        i += 1  # a leading ] is a literal
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "[" and pattern.startswith("[:", i):
+            close = pattern.find(":]", i + 2)
+            i = close + 2 if close >= 0 else i + 1
+            continue
+        if c == "]":
+            return i + 1
+        i += 1
+    return len(pattern)
+
+
+def _escape(pattern: str, i: int) -> tuple[int, int]:
+    """(weight, length) of the escape at ``i`` (a backslash)."""
+    nxt = pattern[i + 1 : i + 2]
+    if nxt in ("p", "P"):
+        if pattern[i + 2 : i + 3] != "{":
+            return _UNICODE_CLASS, 3  # \pL, \pN ...: a whole general category
+        close = pattern.find("}", i + 3)
+        name = pattern[i + 3 : close] if close >= 0 else ""
+        # a category (L, Lu) or a negation is large; a script (Hangul, Latin) is a few ranges
+        weight = _UNICODE_CLASS if nxt == "P" or len(name.lstrip("^")) <= 2 else _SCRIPT_CLASS
+        return weight, (close + 1 if close >= 0 else len(pattern)) - i
+    if nxt and nxt in "dDsSwW":
+        return _PERL_CLASS, 2
+    if nxt == "Q":
+        close = pattern.find("\\E", i + 2)
+        end = close if close >= 0 else len(pattern)
+        return 4 * (end - i - 2) + 1, (end + 2 if close >= 0 else end) - i
+    if nxt == "x" and pattern[i + 2 : i + 3] == "{":
+        close = pattern.find("}", i + 3)
+        return 4, (close + 1 if close >= 0 else len(pattern)) - i
+    return 4, 2
+
+
+def regex_size(pattern: str) -> int:
+    """An upper estimate of the RE2 program ``pattern`` compiles to, read from its text alone.
+
+    Each atom weighs what RE2 makes of it (a literal character its UTF-8 bytes, a Unicode class
+    ~1,300 instructions, ``.`` 8); a group weighs its alternatives together; ``{n,m}`` multiplies
+    what it repeats by its largest count, ``*``, ``+`` and ``?`` add one. Case folding doubles
+    everything. Linear in the text: it is what the budget is charged before RE2 builds anything.
+    """
+    frames: list[list[int]] = [[0, 0, 0]]  # per open group: finished alternatives, current, last atom
+    i, n = 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        frame = frames[-1]
+        if c == "\\":
+            weight, length = _escape(pattern, i)
+        elif c == "[":
+            end = _class_end(pattern, i)
+            body = pattern[i + 1 : end - 1]
+            weight = _ANY_CHAR + 4 * len(body)
+            j = body.find("\\")
+            while j >= 0:  # classes inside the class: each weighs what it weighs alone
+                weight += _escape(body, j)[0]
+                j = body.find("\\", j + 2)
+            length = end - i
+        elif c == ".":
+            weight, length = _ANY_CHAR, 1
+        elif c == "(":
+            close = pattern.find(")", i)
+            if (
+                pattern.startswith("(?", i)
+                and close > 0
+                and all(ch.isalpha() or ch == "-" for ch in pattern[i + 2 : close])
+            ):
+                i = close + 1  # (?i): flags only, not a group
+                continue
+            frames.append([0, 0, 0])
+            i += 1
+            if pattern.startswith("?", i):  # (?:, (?P<name>, (?i:
+                colon = pattern.find(":", i)
+                angle = pattern.find(">", i)
+                ends = [e for e in (colon, angle) if e >= 0]
+                i = min(ends) + 1 if ends else i + 1
+            continue
+        elif c == ")":
+            if len(frames) > 1:
+                done = frames.pop()
+                weight = done[0] + done[1] + 1
+                frame = frames[-1]
+                frame[1] += weight
+                frame[2] = weight
+            i += 1
+            continue
+        elif c == "|":
+            frame[0] += frame[1] + 1
+            frame[1] = frame[2] = 0
+            i += 1
+            continue
+        elif c in "*+?":
+            frame[1] += 1
+            i += 1
+            continue
+        elif c == "{":
+            close = pattern.find("}", i)
+            counts = pattern[i + 1 : close].split(",") if close > 0 else []
+            if 1 <= len(counts) <= 2 and all(part.isdigit() for part in counts if part) and counts[0]:
+                times = max(int(part) for part in counts if part) + (1 if counts[-1] == "" else 0)
+                extra = frame[2] * (times - 1)
+                frame[1] += extra + 1
+                frame[2] += extra
+                i = close + 1
+                continue
+            weight, length = 1, 1
+        else:
+            weight, length = len(c.encode("utf-8", "surrogatepass")), 1
+        frame[1] += weight
+        frame[2] = weight
+        i += length
+    while len(frames) > 1:
+        done = frames.pop()
+        frames[-1][1] += done[0] + done[1] + 1
+    size = frames[0][0] + frames[0][1] + 4
+    return 2 * size if "(?" in pattern and "i" in pattern else size
+
+
+_ALLOWANCE: ContextVar[list[int] | None] = ContextVar("llamon_regex_allowance", default=None)
+
+
+@contextmanager
+def regex_compile_allowance(size: int) -> Iterator[None]:
+    """Within the block, regexes not compiled yet may together be built up to ``size`` (in
+    :func:`regex_size` instructions); past it, re_search and re_find on a new pattern fail.
+
+    A request that runs many pre-steps (the rule-health page dry-runs every case) bounds its
+    compiles across all of them with this, as one pre-step's own budget bounds its own.
+    """
+    token = _ALLOWANCE.set([size])
+    try:
+        yield
+    finally:
+        _ALLOWANCE.reset(token)
+
+
+def regex_cached(pattern: str) -> bool:
+    """Whether ``pattern`` is known already (compiled, or found unusable): no compile to pay."""
+    return pattern in _RE_CACHE or pattern in _RE_FAILED
+
+
+_CHECK_OPTIONS = re2.Options()
+_CHECK_OPTIONS.log_errors = False
+_CHECK_OPTIONS.max_mem = 64 << 10  # enough to parse any pattern; a large program stops early
+_RE_CHECKED: dict[str, None] = {}
+
+
+def check_regex(pattern: Any) -> None:
+    """ExprError unless ``pattern`` is a valid RE2 pattern within MAX_REGEX_SIZE, found without
+    building its program (a rule is checked when saved: saving 2,000 rules with large patterns
+    must not build 2,000 large programs; the first request that uses one pays for it)."""
+    if pattern in _RE_CACHE or pattern in _RE_CHECKED:
+        return
+    if not isinstance(pattern, str):
+        raise ExprError(f"a regular expression must be a text, not {_type_name(pattern)}")
+    failed = _RE_FAILED.get(pattern)
+    if failed is not None:
+        raise ExprError(failed)
+    if len(pattern) > MAX_PATTERN_CHARS:
+        raise ExprError(f"the regular expression is longer than {MAX_PATTERN_CHARS:,} characters")
+    size = regex_size(pattern)
+    if size > MAX_REGEX_SIZE:
+        _refuse(pattern, _too_large(pattern, size))
+    try:
+        re2.compile(pattern, _CHECK_OPTIONS)
+    except re2.error as exc:
+        detail = _detail(exc)
+        if "pattern too large" not in detail:  # too large for the check's memory only: valid
+            _refuse(pattern, _invalid(pattern, detail))
+    if len(_RE_CHECKED) >= _RE_FAILED_SIZE:
+        del _RE_CHECKED[next(iter(_RE_CHECKED))]
+    _RE_CHECKED[pattern] = None
+
+
+def _detail(exc: Exception) -> str:
+    return exc.args[0].decode("utf-8", "replace") if exc.args and isinstance(exc.args[0], bytes) else str(exc)
+
+
+def _invalid(pattern: str, detail: str) -> str:
+    return f"invalid regular expression {pattern!r}: {detail} (RE2 syntax: no look-around or backreferences)"
+
+
+def _too_large(pattern: str, size: int) -> str:
+    return f"invalid regular expression {pattern!r}: pattern too large (about {size:,} instructions)"
 
 
 def _regex(pattern: Any) -> Any:
@@ -86,23 +296,37 @@ def _regex(pattern: Any) -> Any:
     compiled = _RE_CACHE.get(pattern)
     if compiled is not None:
         return compiled
+    failed = _RE_FAILED.get(pattern)
+    if failed is not None:
+        raise ExprError(failed)
     if len(pattern) > MAX_PATTERN_CHARS:
         raise ExprError(f"the regular expression is longer than {MAX_PATTERN_CHARS:,} characters")
+    size = regex_size(pattern)
+    if size > MAX_REGEX_SIZE:
+        _refuse(pattern, _too_large(pattern, size))
+    allowance = _ALLOWANCE.get()
+    if allowance is not None:
+        if allowance[0] < size:
+            raise ExprError("this request has compiled as many new regular expressions as it may")
+        allowance[0] -= size
     try:
         compiled = re2.compile(pattern, _RE_OPTIONS)
     except re2.error as exc:
-        detail = (
-            exc.args[0].decode("utf-8", "replace") if exc.args and isinstance(exc.args[0], bytes) else exc
-        )
-        raise ExprError(
-            f"invalid regular expression {pattern!r}: {detail} (RE2 syntax: no look-around or backreferences)"
-        ) from None
+        _refuse(pattern, _invalid(pattern, _detail(exc)))
     if len(_RE_CACHE) >= _RE_CACHE_SIZE:
         # Drop the oldest only: clearing it all made every request recompile every pattern
         # of a rule set with more patterns than the cache holds (19x slower at 10,000 rules).
         del _RE_CACHE[next(iter(_RE_CACHE))]
     _RE_CACHE[pattern] = compiled
     return compiled
+
+
+def _refuse(pattern: str, reason: str) -> NoReturn:
+    """Remember that ``pattern`` cannot be used (the next request pays nothing), and say why."""
+    if len(_RE_FAILED) >= _RE_FAILED_SIZE:
+        del _RE_FAILED[next(iter(_RE_FAILED))]
+    _RE_FAILED[pattern] = reason
+    raise ExprError(reason)
 
 
 def re_search(pattern: str, text: str | None) -> bool:

@@ -230,10 +230,10 @@ def _regex_atom(node: ast.Call) -> Atom | None:
     if _query_ref(text) is not False:  # the raw query only (query.lower() would build a copy)
         return None
     from llamon_agent.expr.errors import ExprError
-    from llamon_agent.expr.helpers import _regex
+    from llamon_agent.expr.helpers import check_regex
 
     try:
-        _regex(pattern.value)  # an invalid pattern raises at run time: never skip the rule
+        check_regex(pattern.value)  # an invalid pattern raises at run time: never skip the rule
     except ExprError:
         return None
     return ("re", pattern.value)

@@ -131,11 +131,11 @@ def lookup(source: str, kind: str) -> tuple[Template, tuple[str, ...]] | None | 
         except UnicodeEncodeError:  # a lone surrogate: the parser's own error
             return None
     if template.patterns:
-        from llamon_agent.expr.helpers import _regex
+        from llamon_agent.expr.helpers import check_regex
 
         try:
             for index in template.patterns:
-                _regex(values[index])
+                check_regex(values[index])
         except ExprError:
             return None
     return template, values

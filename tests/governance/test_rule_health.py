@@ -273,3 +273,42 @@ def test_bad_days_in_the_api_are_a_422(viewer_client, seed_v1, days, words) -> N
     response = viewer_client.get(f"/api/rule-sets/{seed_v1.pk}/health?days={days}")
     assert response.status_code == 422
     assert words in response.json()["detail"]
+
+
+def test_the_page_over_many_cases_compiles_one_request_budget_of_regexes_at_most(seed_v1, editor) -> None:
+    # 2,000 rules whose patterns are built at run time, large or failing, and 10 stale cases:
+    # counted in what RE2 builds in full, not timed.
+    from llamon_agent.expr import DEFAULT_REQUEST_BUDGET, REGEX_COMPILE_UNITS, helpers, regex_size
+    from rules.models import Rule
+
+    Rule.objects.bulk_create(
+        Rule(
+            rule_set=seed_v1,
+            name=f"re_{i}",
+            mcp_id="order-service",
+            tool_name="get_order",
+            when=f're_search("h{i}\\\\pL{{2" + "0}}", query)'
+            if i % 2
+            else f're_search("h{i}\\\\pL{{10" + "00}}", query)',
+            position=10 + i,
+        )
+        for i in range(2_000)
+    )
+    for n in range(10):
+        case_create(actor=editor, rule_set=seed_v1, name=f"c{n}", input={"query": f"질문 {n}"}, expected={})
+    built: list[str] = []
+    real = helpers.re2.compile
+
+    def counting(pattern, options=None):  # type: ignore[no-untyped-def]
+        if options is not helpers._CHECK_OPTIONS:
+            built.append(pattern)
+        return real(pattern, options)
+
+    helpers.re2.compile = counting
+    try:
+        report = health.rule_set_health(rule_set=seed_v1, days=14)
+    finally:
+        helpers.re2.compile = real
+    assert report.cases_evaluated == 10
+    assert built and sum(regex_size(p) for p in built) <= DEFAULT_REQUEST_BUDGET // REGEX_COMPILE_UNITS
+    assert not any("pL{1000}" in p for p in built)

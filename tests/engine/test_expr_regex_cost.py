@@ -1,0 +1,137 @@
+"""Regex compiles are priced before RE2 builds anything, failures are remembered, and what a
+request (or a page over many requests) compiles is bounded: counted in compiles, not timed."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+
+import pytest
+
+from llamon_agent.expr import (
+    DEFAULT_REQUEST_BUDGET,
+    MAX_REGEX_SIZE,
+    REGEX_COMPILE_UNITS,
+    ExprError,
+    compile_when,
+    expression_rule,
+    helpers,
+    regex_compile_allowance,
+    regex_size,
+)
+from llamon_agent.prestep import RuleStatus, StaticToolBackend, compile_rules, run_prestep
+from llamon_agent.tools import AgentRequest, DeterministicContext
+
+_tags = itertools.count()
+
+
+@pytest.fixture
+def built() -> Iterator[list[str]]:
+    """The patterns RE2 builds in full (the cheap syntax check of a saved rule is not one)."""
+    patterns: list[str] = []
+    real = helpers.re2.compile
+
+    def counting(pattern, options=None):  # type: ignore[no-untyped-def]
+        if options is not helpers._CHECK_OPTIONS:
+            patterns.append(pattern)
+        return real(pattern, options)
+
+    helpers.re2.compile = counting
+    try:
+        yield patterns
+    finally:
+        helpers.re2.compile = real
+
+
+def _tag() -> str:
+    return f"t{next(_tags)}x"  # patterns differ per test: the caches are per process
+
+
+def _rules(whens: list[str]) -> list:
+    return [
+        expression_rule(name=f"r{i}", mcp_id="svc", tool_name="t", when=when, params="{}")
+        for i, when in enumerate(whens)
+    ]
+
+
+BACKEND = StaticToolBackend({"svc": ["t"]})
+
+
+@pytest.mark.parametrize(
+    ("pattern", "low", "high"),
+    [
+        (r"\pL{1000}", 1_000_000, 1_400_000),  # RE2: "pattern too large" after ~50-70 ms
+        (r"\pL{100}", 119_604, 140_000),  # RE2 builds 119,604 instructions
+        (r".{1000}", 8_004, 9_000),
+        (r"카드\s*(분실|도난)", 20, 60),
+        (r"(?i)\b(refund|chargeback)\b", 20, 120),
+    ],
+)
+def test_the_size_estimate_is_read_from_the_text_and_bounds_the_program(
+    pattern: str, low: int, high: int
+) -> None:
+    assert low <= regex_size(pattern) <= high
+
+
+def test_a_huge_pattern_built_at_run_time_is_refused_unbuilt_and_remembered(built: list[str]) -> None:
+    tag = _tag()
+    when = compile_when(f're_search("{tag}\\\\pL{{10" + "00}}", query)')  # saved: nothing to check
+    ctx = DeterministicContext(query="가나다")
+    for _ in range(3):
+        with pytest.raises(ExprError):
+            when(ctx)
+    assert built == []
+
+
+def test_an_invalid_pattern_is_built_once_then_remembered(built: list[str]) -> None:
+    tag = _tag()
+    when = compile_when(f're_search("{tag}(" + "a", query)')
+    for _ in range(3):
+        with pytest.raises(ExprError, match="invalid regular expression"):
+            when(DeterministicContext(query="x"))
+    assert len(built) == 1
+
+
+def test_saving_rules_with_large_literal_patterns_builds_none(built: list[str]) -> None:
+    tag = _tag()
+    rules = _rules([f're_search(r"{tag}{i}\\pL{{100}}", query)' for i in range(200)])
+    compile_rules(rules)
+    assert built == []  # checked without building; the index's RE2 set leaves them out
+    with pytest.raises(ExprError, match="pattern too large"):
+        compile_when(f're_search(r"{tag}\\pL{{1000}}", query)')
+    assert built == []
+
+
+def test_2000_failing_or_slow_regex_rules_cost_one_request_budget_of_compiling(built: list[str]) -> None:
+    tag = _tag()
+    failing = [f're_search("{tag}f{i}\\\\pL{{10" + "00}}", query)' for i in range(1_000)]
+    slow = [f're_search("{tag}s{i}\\\\pL{{2" + "0}}", query)' for i in range(1_000)]
+    rules = _rules([w for pair in zip(failing, slow, strict=True) for w in pair])
+    outcome = run_prestep(rules, AgentRequest(query="가" * 1_000), backend=BACKEND, dry_run=True)
+    # Every rule ends in an error (the failing ones, and the slow ones once the budget is spent);
+    # what RE2 built in full fits the request's budget, priced before building.
+    assert all(rec.status is RuleStatus.ERROR for rec in outcome.records)
+    bound = DEFAULT_REQUEST_BUDGET // REGEX_COMPILE_UNITS + MAX_REGEX_SIZE
+    assert sum(regex_size(p) for p in built) <= bound
+    assert len(built) <= bound // regex_size(r"s999\pL{20}")
+    assert built and not any("\\pL{1000}" in p for p in built)
+
+
+def test_an_allowance_bounds_what_many_requests_compile_together(built: list[str]) -> None:
+    tag = _tag()
+    rules = compile_rules(_rules([f're_search("{tag}{i}\\\\pL{{2" + "0}}", query)' for i in range(2_000)]))
+    allowance = 100_000
+    with regex_compile_allowance(allowance):
+        for case in range(20):  # the rule-health page dry-runs up to 500 cases
+            run_prestep(rules, AgentRequest(query=f"case {case}"), backend=BACKEND, dry_run=True)
+    assert sum(regex_size(p) for p in built) <= allowance
+    run_prestep(rules, AgentRequest(query="after"), backend=BACKEND, dry_run=True)
+    assert sum(regex_size(p) for p in built) > allowance  # outside the block, the request's own budget
+
+
+def test_small_patterns_still_match_as_before() -> None:
+    when = compile_when(
+        're_search(r"카드\\s*(분실|도난)", query) and re_find("(?i)(refund|chargeback)", query) == "Refund"'
+    )
+    assert when(DeterministicContext(query="카드 분실 Refund please"))
+    assert not when(DeterministicContext(query="카드 발급"))
