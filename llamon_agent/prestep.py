@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import gc
 import json
 import logging
 import time
@@ -408,11 +409,23 @@ def _regex_set(patterns: Sequence[str]) -> tuple[Any, list[int]]:
     return regex_set, refused
 
 
+# Compiling this many rules at once is followed by gc.freeze(): a large rule set is hundreds of
+# thousands of long-lived objects (code, literals, index entries) that every full collection
+# would walk again (with 50,000 compiled rules alive, one took 0.7-2.0 s). Frozen objects are
+# out of the collector's sight, and still freed by reference counting when the set is dropped.
+FREEZE_AFTER_RULES = 1_000
+
+
 def compile_rules(rules: Sequence[Any] | CompiledRules, *, use_index: bool = True) -> CompiledRules:
-    """Validate ``rules`` (each needs ``__llamon_rule__``) and build their keyword index."""
+    """Validate ``rules`` (each needs ``__llamon_rule__``) and build their index; a set of
+    FREEZE_AFTER_RULES rules or more is then frozen out of the garbage collector."""
     if isinstance(rules, CompiledRules):
         return rules
-    return CompiledRules(rules, use_index=use_index)
+    compiled = CompiledRules(rules, use_index=use_index)
+    if len(compiled) >= FREEZE_AFTER_RULES:
+        gc.collect()
+        gc.freeze()
+    return compiled
 
 
 def _checked_info(rule: Any) -> RuleInfo:

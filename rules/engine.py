@@ -5,7 +5,6 @@ Nothing here writes to the database; services and selectors call these functions
 
 from __future__ import annotations
 
-import gc
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -72,20 +71,10 @@ def compile_snapshot(snapshot: Sequence[Mapping[str, Any]], *, use_index: bool =
 
 # Compiled rules are immutable, so they are shared: the tester re-runs the same draft on every
 # keystroke, and compiling 200 rules (400 expressions) costs ~40 ms against ~1 ms to evaluate them.
-FREEZE_AFTER_RULES = 1_000  # compiling this many rules at once is followed by gc.freeze()
-
-
+# compile_rules freezes a large set out of the garbage collector (FREEZE_AFTER_RULES).
 @lru_cache(maxsize=64)
 def _compiled_rules(key: tuple[tuple[str, str, str, str, str, bool], ...], use_index: bool):
-    compiled = compile_rules([_expression_rule(*fields) for fields in key], use_index=use_index)
-    if len(key) >= FREEZE_AFTER_RULES:
-        # A large rule set is hundreds of thousands of long-lived objects (syntax-tree leftovers,
-        # code, index entries) that every full collection would walk again (50,000 rules made
-        # each one 4x slower). Freezing moves what exists now out of the collector's sight; the
-        # objects are still freed by reference counting when the rule set is dropped.
-        gc.collect()
-        gc.freeze()
-    return compiled
+    return compile_rules([_expression_rule(*fields) for fields in key], use_index=use_index)
 
 
 @lru_cache(maxsize=20_000)

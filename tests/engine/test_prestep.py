@@ -655,3 +655,29 @@ def test_a_raising_sink_never_breaks_the_prestep(caplog: pytest.LogCaptureFixtur
     assert outcome.ok and outcome.calls == 1
     assert done_lines(caplog) == ["Deterministic pre-step 완료: 1건"]
     assert any("trace sink" in r.getMessage() for r in caplog.records)
+
+
+def test_compiling_a_large_rule_set_through_the_sdk_freezes_it_out_of_the_collector() -> None:
+    import gc
+
+    from llamon_agent.expr import expression_rule
+    from llamon_agent.prestep import FREEZE_AFTER_RULES, compile_rules
+
+    gc.unfreeze()
+    try:
+        compile_rules(
+            [
+                expression_rule(name=f"r{i}", mcp_id="s", tool_name="t", when=f'"w{i}" in query', params="{}")
+                for i in range(10)
+            ]
+        )
+        assert gc.get_freeze_count() == 0
+        compile_rules(
+            [
+                expression_rule(name=f"r{i}", mcp_id="s", tool_name="t", when=f'"w{i}" in query', params="{}")
+                for i in range(FREEZE_AFTER_RULES)
+            ]
+        )
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 
+from llamon_agent.prestep import FREEZE_AFTER_RULES
 from rules import engine
 
 
@@ -25,7 +26,7 @@ def _snapshot(n: int, tag: str) -> list[dict[str, object]]:
 def test_a_large_rule_set_is_frozen_after_compiling() -> None:
     before = gc.get_freeze_count()
     try:
-        engine.compile_snapshot(_snapshot(engine.FREEZE_AFTER_RULES, "large"))
+        engine.compile_snapshot(_snapshot(FREEZE_AFTER_RULES, "large"))
         assert gc.get_freeze_count() > before
     finally:
         gc.unfreeze()
