@@ -2,7 +2,8 @@
 
 A start event inserts the step row at once (autocommit), before the call it describes begins,
 so a worker killed mid-call leaves the step behind as evidence; the end event completes it.
-Everything stored passes through the privacy redaction first, then through json_safe (a tool
+A tool or rule step's output over LLAMON_TOOL_RESULT_MAX_BYTES is cut (with its full size) first.
+Everything stored passes through the privacy redaction, then through json_safe (a tool
 result may hold NaN or Infinity, which JSON columns refuse: they are stored as the strings
 "NaN", "Infinity" and "-Infinity", so the step is kept and shown).
 """
@@ -16,7 +17,10 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from django.conf import settings
+
 from agents.models import Run, RunStep, RunTool
+from llamon_agent.mcp.results import cap_value
 from llamon_agent.trace import TraceEvent
 
 logger = logging.getLogger(__name__)
@@ -27,6 +31,9 @@ class DbStepSink:
 
     def __init__(self, run: Run, *, redact: Callable[[Any], Any] | None = None, resume: bool = False) -> None:
         self.run_id = run.pk
+        # Tool results are cut by the pool as they arrive; a served agent's own (non-MCP) tools and
+        # whatever a trace batch brings are cut here, the same way, before they are stored.
+        self._max_result_bytes = settings.LLAMON_TOOL_RESULT_MAX_BYTES
         redact = redact or (lambda value: value)
         self._redact = lambda value: json_safe(redact(value))
         self._lock = threading.Lock()
@@ -86,7 +93,11 @@ class DbStepSink:
         fields = {
             "status": event.status,
             "duration_ms": event.duration_ms,
-            "output": self._redact(event.output),
+            "output": self._redact(
+                cap_value(event.output, self._max_result_bytes)
+                if event.kind in ("tool", "rule")
+                else event.output
+            ),
             "error": self._redact(event.error or ""),
             "tokens": (event.meta or {}).get("usage") or (event.meta or {}).get("tokens"),
         }

@@ -247,3 +247,18 @@ def truncation(value: Any) -> dict[str, int] | None:
     if match is None:
         return None
     return {"size": int(match.group(1).replace(",", "")), "kept": int(match.group(2).replace(",", ""))}
+
+
+def cap_value(value: Any, max_bytes: int | None) -> Any:
+    """A plain value (a tool step's output) cut like :func:`cap_result` when its text is over ``max_bytes``:
+    a string by its UTF-8 size, anything else by its JSON; a value already cut is left as it is."""
+    if max_bytes is None or value is None or truncation(value) is not None:
+        return value
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    if len(text) <= max_bytes // 4:
+        return value
+    size = len(text.encode())
+    if size <= max_bytes:
+        return value
+    kept = _head(text, max_bytes)
+    return kept + TRUNCATED_MARKER.format(size=size, kept=len(kept.encode()))

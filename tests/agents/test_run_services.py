@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from datetime import timedelta
 
@@ -363,3 +364,32 @@ def test_a_served_runs_steps_hide_what_its_input_hid_even_in_pieces() -> None:
     assert step.input == {"q": "메일 [이메일] 검색"}
     assert step.output == {"terms": ["메일", "[이메일]", "[이메일]", "[이메일]", "검색"]}
     assert Run.objects.get(pk=run.pk).answer == "[이메일] 으로 찾았습니다"
+
+
+def test_a_served_runs_oversized_tool_output_is_stored_cut(settings) -> None:
+    from llamon_agent.mcp.results import truncation
+    from llamon_agent.trace import ListSink
+
+    settings.LLAMON_TOOL_RESULT_MAX_BYTES = 4096
+    recorded = ListSink()
+    for name, output in (("local_text", "y" * 1_000_000), ("local_rows", {"rows": list(range(100_000))})):
+        span = start_span(recorded, "tool", name, input={})
+        span.output = output
+        span.finish()
+    small = start_span(recorded, "tool", "small", input={})
+    small.output = {"ok": True}
+    small.finish()
+    run, _ = services.run_ingest(
+        actor=None,
+        run=None,
+        events=recorded.events,
+        source="served",
+        agent=None,
+        agent_name="bot",
+        request=AgentRequest(query="q"),
+        finish=None,
+    )
+    text, rows, kept = (s.output for s in RunStep.objects.filter(run=run).order_by("seq"))
+    assert truncation(text) == {"size": 1_000_000, "kept": 4096} and text.startswith("y" * 4096)
+    assert truncation(rows)["size"] == len(json.dumps({"rows": list(range(100_000))}))
+    assert rows.startswith('{"rows": [0, 1, 2') and kept == {"ok": True}

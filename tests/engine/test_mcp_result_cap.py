@@ -96,3 +96,13 @@ def test_the_cut_never_splits_a_character_and_errors_and_small_results_pass() ->
     assert cap_result(error, 1024) is error  # an error's text is cut where it is read
     small = types.CallToolResult(content=[types.TextContent(type="text", text="ok")])
     assert cap_result(small, 1024) is small and cap_result(small, None) is small
+
+
+def test_a_plain_value_is_cut_the_same_way_once() -> None:
+    from llamon_agent.mcp.results import cap_value, truncation
+
+    cut = cap_value("z" * 10_000, 1024)
+    assert truncation(cut) == {"size": 10_000, "kept": 1024} and cap_value(cut, 1024) == cut
+    rows = {"rows": list(range(1000))}
+    assert truncation(cap_value(rows, 1024))["size"] == len(json.dumps(rows))  # type: ignore[index]
+    assert cap_value(rows, None) is rows and cap_value({"ok": 1}, 1024) == {"ok": 1}
