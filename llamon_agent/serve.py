@@ -108,6 +108,20 @@ class ReactRunner:
         return Outcome(status, result.answer or "", result.error or "", kind, result.duration_ms)
 
 
+def served_redactor(runner: Any, request: AgentRequest) -> Any:
+    """The redaction of a served request's exported spans: the agent's output masks, seeded with the
+    request (what they hide in it stays hidden where a tool echoes it in pieces); None without masks."""
+    from llamon_agent.guardrails import Redactor
+
+    guardrail = getattr(getattr(runner, "spec", None), "output_guardrail", None)
+    masks = list(getattr(guardrail, "masks", None) or [])
+    if not masks:
+        return None
+    redactor = Redactor(masks)
+    redactor.learn([request.query, request.context, request.a2a_data, request.a2a_files])
+    return redactor
+
+
 class FlowRunner:
     """A flow project's compiled graph."""
 
@@ -276,7 +290,10 @@ def _executor(runner: Runner, exporter: HttpTraceExporter | None) -> Any:
                 if exporter is not None
                 else None
             )
-            exported = otel_sink(agent_name=runner.name, source=runner.source)  # None unless configured
+            # None unless configured; message content (when captured) masked like the answer.
+            exported = otel_sink(
+                agent_name=runner.name, source=runner.source, redact=served_redactor(runner, request)
+            )
             sinks = [s for s in (sink, exported) if s is not None]
             try:
                 outcome = await runner.answer(

@@ -254,3 +254,22 @@ def test_the_agent_card(ingest: FakeIngest) -> None:
     ]
     assert card["url"] == "http://127.0.0.1:8001/"  # the 0.3 field a 0.3 client requires
     assert card["skills"][0]["id"] == "react"
+
+
+def test_a_served_agents_exported_spans_are_masked_like_its_answer() -> None:
+    from llamon_agent.guardrails import EMAIL, OutputGuardrail
+    from llamon_agent.models import ModelConfig
+    from llamon_agent.react import AgentSpec
+    from llamon_agent.serve import ReactRunner, served_redactor
+
+    spec = AgentSpec(
+        name="demo",
+        system_prompt="p",
+        rules=[],
+        model=ModelConfig(provider="offline"),
+        output_guardrail=OutputGuardrail(masks=[EMAIL]),
+    )
+    runner = ReactRunner(spec, None, [])
+    redact = served_redactor(runner, AgentRequest(query="메일 Kim@Example.com 검색"))
+    assert redact({"terms": ["메일", "kim", "example", "com"]}) == {"terms": ["메일", *["[이메일]"] * 3]}
+    assert served_redactor(react_runner([]), AgentRequest(query="kim@example.com")) is None  # no masks
