@@ -6,4 +6,6 @@ class AgentsConfig(AppConfig):
     verbose_name = "Agents and runs"
 
     def ready(self) -> None:
-        from agents import pricing, signals  # noqa: F401 - Celery worker signals; the price table's check
+        from agents import evidence, pricing, signals  # noqa: F401 - Celery worker signals; the price table's check
+
+        evidence.register()  # the evidence chain's verifier reads runs back through agents.evidence

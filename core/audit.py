@@ -1,11 +1,16 @@
-"""The audit log: one function appends to it; every app's services call it after a change."""
+"""The audit log: one function appends to it; every app's services call it after a change.
+
+Each event is also a link of the evidence chain (core.chain), in the same transaction.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+from django.db import transaction
 from django.db.models import Model
 
+from core.chain import audit_content, chain_append
 from core.models import AuditEvent
 
 
@@ -14,6 +19,7 @@ def snapshot(instance: Model, fields: tuple[str, ...]) -> dict[str, Any]:
     return {name: getattr(instance, name) for name in fields}
 
 
+@transaction.atomic
 def audit_record(
     *,
     actor: Any,
@@ -31,7 +37,7 @@ def audit_record(
         object_id = object_id or str(obj.pk)
         object_repr = object_repr or str(obj)[:200]
     user = actor if getattr(actor, "is_authenticated", False) else None
-    return AuditEvent.objects.create(
+    event = AuditEvent.objects.create(
         actor=user,
         actor_name=user.get_username() if user else "system",
         action=action,
@@ -41,3 +47,7 @@ def audit_record(
         before=before,
         after=after,
     )
+    # The link is made from the row as stored (JSON read back as the verifier will read it).
+    stored = AuditEvent.objects.get(pk=event.pk)
+    chain_append(kind="audit", ref=str(event.pk), content=audit_content(stored))
+    return event

@@ -16,6 +16,7 @@ from agents.errors import (
     AgentConflictError,
     AgentError,
 )
+from agents.evidence import run_seal
 from agents.models import Agent, Run, RunStep
 from agents.privacy import run_redactor
 from agents.services.runs import request_check_size, request_lookup_ids
@@ -120,6 +121,7 @@ def run_ingest(
             **counts,
         )
         RunStep.objects.filter(run_id=run.pk, status="running").update(status="interrupted")
+        run_seal(run.pk)
     else:
         Run.objects.filter(pk=run.pk).update(**counts)
     run.refresh_from_db()

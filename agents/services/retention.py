@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.utils import timezone
 
+from agents.evidence import runs_deletion
 from agents.models import Run
 from agents.privacy import privacy_get
 
@@ -32,6 +33,7 @@ def runs_delete_expired(*, now: datetime | None = None, batch: int = RETENTION_B
     total = 0
     while ids := list(expired.values_list("id", flat=True)[:batch]):
         with transaction.atomic():
+            runs_deletion(ids, reason=f"retention: finished before {cutoff.isoformat()}")
             deleted = Run.objects.filter(id__in=ids).delete()[1].get(Run._meta.label, 0)
         total += deleted
         logger.info("retention: deleted %d runs finished before %s", deleted, cutoff.isoformat())

@@ -24,6 +24,7 @@ from agents.errors import (
     AgentError,
     BrokerUnavailableError,
 )
+from agents.evidence import run_seal
 from agents.models import Agent, Run, RunStep, WorkerHeartbeat
 from agents.privacy import redactor
 from core.audit import audit_record
@@ -190,14 +191,16 @@ def run_replay(*, actor: Any, run: Run, agent: Agent | None = None) -> Run:
 def run_cancel(*, actor: Any, run: Run) -> Run:
     """Cancel a queued run at once; ask a running one to stop at its next step."""
     now = timezone.now()
-    if Run.objects.filter(pk=run.pk, status=Run.Status.QUEUED).update(
-        status=Run.Status.CANCELLED,
-        finished_at=now,
-        error="cancelled before it started",
-        error_kind="cancelled",
-    ):
-        pass
-    else:
+    with transaction.atomic():
+        cancelled = Run.objects.filter(pk=run.pk, status=Run.Status.QUEUED).update(
+            status=Run.Status.CANCELLED,
+            finished_at=now,
+            error="cancelled before it started",
+            error_kind="cancelled",
+        )
+        if cancelled:
+            run_seal(run.pk)
+    if not cancelled:
         Run.objects.filter(pk=run.pk, status=Run.Status.RUNNING).update(cancel_requested=True)
     run.refresh_from_db()
     return run
@@ -248,15 +251,18 @@ def run_finish(
     *, run_id: int, status: str, answer: str = "", error: str = "", error_kind: str = "", **counts: int
 ) -> None:
     """Record how a running run ended (only a running run: a reaped one stays reaped)."""
-    Run.objects.filter(pk=run_id, status=Run.Status.RUNNING).update(
-        status=status,
-        answer=answer,
-        error=error[:10_000],
-        error_kind=error_kind,
-        finished_at=timezone.now(),
-        **counts,
-    )
-    RunStep.objects.filter(run_id=run_id, status="running").update(status="interrupted")
+    with transaction.atomic():  # the run's end and its link in the evidence chain, together
+        ended = Run.objects.filter(pk=run_id, status=Run.Status.RUNNING).update(
+            status=status,
+            answer=answer,
+            error=error[:10_000],
+            error_kind=error_kind,
+            finished_at=timezone.now(),
+            **counts,
+        )
+        RunStep.objects.filter(run_id=run_id, status="running").update(status="interrupted")
+        if ended:
+            run_seal(run_id)
 
 
 def run_execute(*, run_id: int) -> None:
