@@ -358,53 +358,71 @@ MASK_MEMO_CHARS = 2_000  # longer strings are masked every time
 
 
 def memo_mask(mask: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    """``mask`` (``agents.privacy.redactor()``) with each distinct string masked once per replay.
+    """``mask`` (``agents.privacy.redactor()``) with each distinct value masked once per replay.
 
-    The same walk as ``guardrails.redact`` (every string masked, dict keys kept, lists and tuples
-    become lists, nothing past depth 64), so the result is the same; a query and the params
-    that repeat it, or a user id on thousands of runs, cost one masking each.
+    A string, and a dict or list as a whole (the redaction reads JSON-like data as one text, so a
+    card number split across a list's strings is found: ``guardrails.Redactor``), are remembered
+    by their text; a query and the params that repeat it, or a user id on thousands of runs, cost
+    one masking each.
     """
     known: dict[str, Any] = {}
 
-    def masked(value: Any, depth: int = 0) -> Any:
-        if isinstance(value, str):
-            found = known.get(value)
-            if found is None:
-                found = mask(value)
-                if len(value) <= MASK_MEMO_CHARS and len(known) < MASK_MEMO:
-                    known[value] = found
-            return found
-        if depth > 64:
-            return value
-        if isinstance(value, Mapping):
-            return {k: masked(v, depth + 1) for k, v in value.items()}
-        if isinstance(value, list | tuple):
-            return [masked(v, depth + 1) for v in value]
-        return value
+    def masked(value: Any) -> Any:
+        key = _memo_key(value)
+        if key is None:
+            return mask(value)
+        found = known.get(key, _MISSING)
+        if found is _MISSING:
+            found = mask(value)
+            if len(key) <= MASK_MEMO_CHARS and len(known) < MASK_MEMO:
+                known[key] = found
+        return found  # shared between runs with the same value: read, never changed
 
     return masked
 
 
+_MISSING = object()
+
+
+def _memo_key(value: Any) -> str | None:
+    """The text a value is remembered by: a string as itself, a dict or list by its JSON."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict | list):
+        try:
+            return "\x00" + json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        except (TypeError, ValueError):  # not JSON (a tuple inside is fine; a set is not): not remembered
+            return None
+    return None
+
+
 def stable_params(mask: Callable[[Any], Any]) -> Callable[[Any], bool]:
     """``params -> mask(params) == params``: whether stored params are what masking them again gives
-    (the full replay compares them masked). The redaction is structural (``guardrails.redact``:
-    every string masked, dict keys and other values kept, nothing past depth 64), so the check is
-    made per string, and each distinct string is masked once per replay.
+    (the full replay compares them masked). The redaction reads the params as one text
+    (``guardrails.Redactor``), so the check is made on the whole value, once per distinct value.
     """
     known: dict[str, bool] = {}
 
-    def stable(value: Any, depth: int = 0) -> bool:
-        if isinstance(value, str):
-            ok = known.get(value)
-            if ok is None:
-                ok = known[value] = mask(value) == value
-            return ok
-        if depth > 64:
-            return True
-        if isinstance(value, Mapping):
-            return type(value) is dict and all(stable(v, depth + 1) for v in value.values())
-        if isinstance(value, list | tuple):
-            return type(value) is list and all(stable(v, depth + 1) for v in value)
-        return True
+    def stable(value: Any) -> bool:
+        key = _memo_key(value)
+        if key is None:
+            return bool(mask(value) == value)
+        ok = known.get(key)
+        if ok is None:
+            ok = bool(mask(value) == value) and _plain(value)
+            if len(key) <= MASK_MEMO_CHARS and len(known) < MASK_MEMO:
+                known[key] = ok
+        return ok
 
     return stable
+
+
+def _plain(value: Any, depth: int = 0) -> bool:
+    """Only dicts and lists inside (a tuple would come back from masking as a list)."""
+    if depth > 64:
+        return True
+    if isinstance(value, Mapping):
+        return type(value) is dict and all(_plain(v, depth + 1) for v in value.values())
+    if isinstance(value, list | tuple):
+        return type(value) is list and all(_plain(v, depth + 1) for v in value)
+    return True

@@ -4,6 +4,7 @@ pages, API and the CI command. The worker itself is in test_impact_on_worker.py.
 from __future__ import annotations
 
 import json
+import re
 from datetime import timedelta
 
 import pytest
@@ -113,6 +114,19 @@ def test_masked_input_stays_masked_and_masked_params_compare_equal(seed_v1) -> N
     )
     assert secret not in json.dumps(result, ensure_ascii=False)
     assert "kim@" not in group["samples"][0]["query"]
+
+
+def test_a_card_number_a_candidate_splits_into_params_stays_masked(seed_v1) -> None:
+    PrivacySettings.objects.update_or_create(pk=1, defaults={"mask_presets": ["card_number"]})
+    record_run(seed_v1, "주문 조회 4111 1111 1111 1111", context=PREMIUM)
+    rule = seed_v1.rules.get(name="route_order_lookup")
+    rule_services.rule_update(
+        actor=None, rule=rule, revision=None, params='{"query": ctx.query, "parts": ctx.query.split()}'
+    )
+    result = analyse(seed_v1).result
+    shown = json.dumps(result, ensure_ascii=False)
+    assert result["rules"][0]["changed"] == 1 and "[카드번호]" in shown
+    assert "4111111111111111" not in re.sub(r"[\s\"',\[\]{}:-]", "", shown)  # not even piece by piece
 
 
 def test_a_run_without_a_completed_prestep_is_not_replayed(seed_v1) -> None:
