@@ -76,7 +76,7 @@ def seed(n_runs: int, distinct_queries: bool = False) -> tuple[object, list[dict
     from rules import engine
     from rules import services as rule_services
     from servers.models import McpServer
-    from tests.rules.conftest import TOOLS
+    from tests.support.rule_sets import TOOLS
 
     for mcp_id, tools in TOOLS.items():
         McpServer.objects.create(mcp_id=mcp_id, transport="http", url="http://127.0.0.1:9/mcp", tools=tools)
