@@ -13,7 +13,8 @@ from typing import Any, Literal
 from django.contrib.auth.models import AnonymousUser, Group
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest
+from django.http.response import HttpResponseBase
 from django.utils.translation import gettext as _
 
 Role = Literal["viewer", "editor", "admin"]
@@ -54,16 +55,16 @@ def role_set(*, user: Any, role: Role | None) -> None:
 
 def require_role(
     role: Role | Literal["public"],
-) -> Callable[[Callable[..., HttpResponse]], Callable[..., HttpResponse]]:
+) -> Callable[[Callable[..., HttpResponseBase]], Callable[..., HttpResponseBase]]:
     """View decorator: anonymous -> login page, authenticated without the role -> 403."""
 
-    def decorate(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    def decorate(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseBase]:
         if role == PUBLIC:
             view.required_role = PUBLIC  # type: ignore[attr-defined]
             return view
 
         @wraps(view)
-        def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
             if not request.user.is_authenticated:
                 return redirect_to_login(request.get_full_path())
             if not has_role(request.user, role):

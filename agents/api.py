@@ -16,6 +16,7 @@ from ninja import Query, Router, Status
 from accounts.api_auth import roles
 from agents import selectors, services
 from agents.errors import AgentError
+from agents.export import evidence_response
 from agents.forms import RunStartForm
 from agents.models import Agent, Run
 from agents.schemas import (
@@ -28,6 +29,7 @@ from agents.schemas import (
     RolloutOut,
     RunAcceptedOut,
     RunCreateIn,
+    RunExportIn,
     RunFilterIn,
     RunOut,
     RunPageOut,
@@ -229,8 +231,28 @@ def list_runs(request: HttpRequest, filters: Query[RunFilterIn]) -> Any:
         except selectors.CursorError as exc:
             return Status(400, {"detail": str(exc), "field": "cursor"})
     count, capped = selectors.run_count(filters=chosen)
-    items = selectors.runs_for_display(page.runs)
+    items = selectors.runs_with_calls(selectors.runs_for_display(page.runs))
     return {"count": count, "count_capped": capped, "next_cursor": page.next_cursor, "items": items}
+
+
+@router.get("/runs/export", response={200: None, **error_responses()}, auth=VIEWER, tags=RUNS)
+def export_runs(request: HttpRequest, filters: Query[RunExportIn]) -> Any:
+    """Evidence export of the runs the filters pick: one row per deterministic call, streamed (audited).
+
+    ``format=csv`` for spreadsheets; ``format=jsonl`` adds each run's decision record and evidence
+    link, checkable offline with ``tools/verify_evidence.py``.
+    """
+    chosen = filters.dict(exclude={"limit", "offset", "cursor", "format"})
+    chosen = {k: v for k, v in chosen.items() if v not in (None, "")}
+    stream = services.runs_export(actor=request.auth, filters=chosen, fmt=filters.format)
+    return evidence_response(stream, filters.format)
+
+
+@router.get("/runs/{run_id}/export", response={200: dict, **error_responses(404)}, auth=VIEWER, tags=RUNS)
+def export_run(request: HttpRequest, run_id: DbId) -> Any:
+    """One run as a JSON document: input (masked), every step, its decision record and link (audited)."""
+    run = get_or_404(Run, "run", pk=run_id)
+    return services.run_export_document(actor=request.auth, run=run)
 
 
 @router.post("/runs", response={202: RunAcceptedOut, **error_responses(503)}, auth=EDITOR, tags=RUNS)

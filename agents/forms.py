@@ -144,6 +144,16 @@ class RunFilterForm(forms.Form):
     chatbot_id = forms.CharField(required=False, label="chatbotId")
     session_id = forms.CharField(required=False, label="sessionId")
     q = forms.CharField(required=False, label=_("Query text"))
+    period = forms.ChoiceField(
+        choices=[
+            ("", _("any time")),
+            ("24h", _("last 24 hours")),
+            ("7d", _("last 7 days")),
+            ("30d", _("last 30 days")),
+        ],
+        required=False,
+        label=_("Period"),
+    )
     since = FilterDateTimeField(
         required=False, label=_("Since"), widget=forms.DateTimeInput(attrs={"type": "datetime-local"})
     )

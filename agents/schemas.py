@@ -136,8 +136,16 @@ class RunAcceptedOut(Schema):
     url: str
 
 
+class CallOut(Schema):
+    rule: str
+    mcp_id: str
+    tool: str
+    status: str
+
+
 class RunOut(ModelSchema):
     agent: int | None
+    calls: list[CallOut] | None = Field(None, description="The run list only: which rule called which tool.")
     rerun_of: int | None
     replay_of: int | None
     context: dict[str, Any]
@@ -196,6 +204,9 @@ class RunFilterIn(Schema):
     chatbot_id: str = Field("", max_length=200)
     session_id: str = Field("", max_length=200)
     q: str = Field("", max_length=200, description="Text in the query")
+    period: Literal["24h", "7d", "30d"] | None = Field(
+        None, description="Only runs of the last 24 hours, 7 or 30 days"
+    )
     since: FilterDateTime | None = None
     until: FilterDateTime | None = None
     limit: int = Field(50, ge=1, le=500)
@@ -209,6 +220,12 @@ class RunFilterIn(Schema):
         description=f"Deprecated: skips runs, at most {MAX_OFFSET:,} (OFFSET reads every run it skips); "
         "use cursor, which costs the same on any page.",
     )
+
+
+class RunExportIn(RunFilterIn):
+    """The run list's filters, and the file's format."""
+
+    format: Literal["csv", "jsonl"] = Field("csv", description="csv (spreadsheets) or jsonl (with proofs)")
 
 
 class RunPageOut(Schema):

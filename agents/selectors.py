@@ -15,6 +15,7 @@ from django.utils.translation import gettext as _
 
 from agents.models import Agent, Run, RunStep, WorkerHeartbeat
 from agents.privacy import RUN_INPUT_FIELDS, redactor, redactor_active
+from core.models import ChainRecord
 from rules.models import RuleSetVersion
 
 
@@ -28,6 +29,10 @@ def worker_live_list(*, within_s: int) -> QuerySet[WorkerHeartbeat]:
 
 def agent_list() -> QuerySet[Agent]:
     return Agent.objects.select_related("rule_set", "pinned_version").order_by("name")
+
+
+# The run list's period presets ("last 7 days" and so on), measured back from the request.
+PERIODS = {"24h": timedelta(hours=24), "7d": timedelta(days=7), "30d": timedelta(days=30)}
 
 
 def run_list(*, filters: dict[str, Any]) -> QuerySet[Run]:
@@ -64,6 +69,8 @@ def run_list(*, filters: dict[str, Any]) -> QuerySet[Run]:
             runs = runs.filter(**{field: filters[field]})
     if filters.get("q"):
         runs = _search_unmasked(runs.filter(query__icontains=filters["q"]), filters["q"])
+    if filters.get("period") in PERIODS:
+        runs = runs.filter(created_at__gte=timezone.now() - PERIODS[filters["period"]])
     if filters.get("since"):
         runs = runs.filter(created_at__gte=filters["since"])
     if filters.get("until"):
@@ -175,6 +182,25 @@ def runs_for_display(runs: Iterable[Run], *, redact: Callable[[Any], Any] | None
             setattr(run, field, redact(getattr(run, field)))
         run.input_masked = True
     return shown
+
+
+def run_link(*, run: Run) -> ChainRecord | None:
+    """A finished run's link in the evidence chain."""
+    return ChainRecord.objects.filter(kind="run", ref=str(run.pk)).first()
+
+
+def runs_with_calls(runs: list[Run]) -> list[Run]:
+    """Attach to each run the deterministic calls its rules made (``run.calls``: rule, mcp_id, tool,
+    status), read in one query: the run list and the API show which rule called which tool."""
+    calls: dict[int, list[dict[str, str]]] = {run.pk: [] for run in runs}
+    steps = RunStep.objects.filter(run_id__in=list(calls), kind=RunStep.Kind.RULE).exclude(tool_name="")
+    for run_id, rule, mcp_id, tool, status in steps.order_by("run_id", "seq").values_list(
+        "run_id", "name", "mcp_id", "tool_name", "status"
+    ):
+        calls[run_id].append({"rule": rule, "mcp_id": mcp_id, "tool": tool, "status": status})
+    for run in runs:
+        run.calls = calls[run.pk]
+    return runs
 
 
 def _search_unmasked(runs: QuerySet[Run], text: str) -> QuerySet[Run]:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from django.contrib import messages
-from django.http import HttpResponse
+from django.http import HttpResponse, JsonResponse
+from django.http.response import HttpResponseBase
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseStopPolling
@@ -15,10 +17,12 @@ from agents import selectors, services
 from agents import trace as traces
 from agents.compare import COMPARE_STEPS, compare_runs
 from agents.errors import AgentError, BrokerUnavailableError
+from agents.export import FORMATS, evidence_report, evidence_response
 from agents.forms import AgentForm, PrivacyForm, RolloutForm, RunFilterForm, RunStartForm, ShadowForm
 from agents.graph_svg import flow_graph
 from agents.models import Agent, Run
 from agents.privacy import privacy_get
+from core.chain import chain_last_check
 from core.http import HtmxHttpRequest
 from core.userinput import db_id
 from rules.tester import tester_inputs_put
@@ -76,7 +80,7 @@ def run_list(request: HtmxHttpRequest) -> HttpResponse:
         page = selectors.run_page(filters=filters, cursor=request.GET.get("cursor"), limit=RUN_PAGE_SIZE)
     except selectors.CursorError as exc:
         return render(request, "agents/run_list.html", {"form": form, "cursor_error": str(exc)}, status=400)
-    selectors.runs_for_display(page.runs)
+    selectors.runs_with_calls(selectors.runs_for_display(page.runs))
     newest = request.GET.copy()
     newest.pop("cursor", None)
     template = "agents/run_list.html#run-table" if request.htmx else "agents/run_list.html"
@@ -85,9 +89,59 @@ def run_list(request: HtmxHttpRequest) -> HttpResponse:
         "page": page.runs,
         "run_page": page,
         "newest_query": newest.urlencode(),
+        "export_query": newest.urlencode(),
         "poll_query": _poll_query(request, page.runs[0] if page.runs else None, page.runs),
     }
     return render(request, template, context)
+
+
+@require_GET
+@require_role("viewer")
+def run_export(request: HtmxHttpRequest) -> HttpResponseBase:
+    """The run list's evidence export, with its filters: CSV or JSON Lines, streamed; audited."""
+    form = RunFilterForm(request.GET)
+    fmt = request.GET.get("format", "csv")
+    if not form.is_valid() or fmt not in FORMATS:
+        problems = [str(m) for messages_ in form.errors.values() for m in messages_]
+        if fmt not in FORMATS:
+            problems.append(_("The export format is csv or jsonl."))
+        return HttpResponse("\n".join(problems), status=400, content_type="text/plain; charset=utf-8")
+    stream = services.runs_export(actor=request.user, filters=form.cleaned_data, fmt=fmt)
+    return evidence_response(stream, fmt)
+
+
+@require_GET
+@require_role("viewer")
+def run_evidence(request: HtmxHttpRequest) -> HttpResponse:
+    """The printable evidence report of the run list's filters (what a reviewer attaches to a finding)."""
+    form = RunFilterForm(request.GET)
+    filters = form.cleaned_data if form.is_valid() else {}
+    query = request.GET.copy()
+    query.pop("format", None)
+    context = {
+        "form": form,
+        "report": evidence_report(filters),
+        "chain_check": chain_last_check(),
+        "export_query": query.urlencode(),
+        "shown_filters": [
+            (form[name].label, value) for name, value in filters.items() if value not in (None, "")
+        ],
+        "now": timezone.now(),
+    }
+    return render(request, "agents/run_evidence.html", context, status=200 if form.is_valid() else 400)
+
+
+@require_GET
+@require_role("viewer")
+def run_json(request: HtmxHttpRequest, pk: int) -> JsonResponse:
+    """A run as one JSON document (Download JSON on the run page); audited."""
+    run = get_object_or_404(Run, pk=pk)
+    response = JsonResponse(
+        services.run_export_document(actor=request.user, run=run), json_dumps_params={"ensure_ascii": False}
+    )
+    response["Content-Disposition"] = f'attachment; filename="llamon-run-{run.pk}.json"'
+    response["Cache-Control"] = "no-store"
+    return response
 
 
 def _poll_query(request: HtmxHttpRequest, newest: Run | None, shown: list[Run]) -> str:
@@ -109,7 +163,7 @@ def _run_list_poll(request: HtmxHttpRequest, filters: dict) -> HttpResponse:
         return HttpResponse(str(exc), status=400, content_type="text/plain; charset=utf-8")
     live_ids = [pk for x in request.GET.getlist("live")[:RUN_PAGE_SIZE] if (pk := db_id(x)) is not None]
     updated = list(Run.objects.select_related("agent").filter(pk__in=live_ids)) if live_ids else []
-    selectors.runs_for_display([*new, *updated])
+    selectors.runs_with_calls(selectors.runs_for_display([*new, *updated]))
     query = request.GET.copy()
     if new:  # nothing new: the next poll asks from the same place
         query["newer"] = selectors.cursor_encode(new[0])
@@ -160,6 +214,8 @@ def run_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
             "more": more,
             "poll": not run.finished and not more,
             "diagnostics": selectors.run_diagnostics(run=run) if run.finished else [],
+            "link": selectors.run_link(run=run) if run.finished else None,
+            "chain_check": chain_last_check() if run.finished else None,
             "can_edit": has_role(request.user, "editor"),
             "replay_agents": selectors.agent_list() if has_role(request.user, "editor") else [],
             "trace": traces.run_trace(run=run),

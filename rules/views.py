@@ -16,6 +16,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django_htmx.http import HttpResponseClientRedirect, trigger_client_event
 
 from accounts.roles import has_role, require_role
+from core.chain import chain_last_check
 from core.http import HtmxHttpRequest
 from core.userinput import db_id
 from llamon_agent import strictjson
@@ -542,7 +543,7 @@ def audit_list(request: HtmxHttpRequest) -> HttpResponse:
     events = selectors.audit_list(**{k: v for k, v in filters.items() if v})
     page = Paginator(events, 50).get_page(request.GET.get("page"))
     template = "rules/audit_list.html#audit-table" if request.htmx else "rules/audit_list.html"
-    return render(request, template, {"form": form, "page": page})
+    return render(request, template, {"form": form, "page": page, "chain_check": chain_last_check()})
 
 
 # --- Test cases ---------------------------------------------------------------------------------

@@ -24,6 +24,10 @@ from agents.services.delivery import (
     runs_reap,
     runs_redeliver,
 )
+from agents.services.export import (
+    run_export_document,
+    runs_export,
+)
 from agents.services.ingest import (
     run_ingest,
 )
@@ -68,6 +72,8 @@ __all__ = [
     "request_check_size",
     "request_lookup_ids",
     "run_create",
+    "runs_export",
+    "run_export_document",
     "run_publish",
     "run_rerun",
     "run_replay",

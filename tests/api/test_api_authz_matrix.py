@@ -85,6 +85,8 @@ EXPECTED: dict[str, tuple[str, int, bool]] = {
     "POST /api/runs": ("editor", 202, False),
     "POST /api/runs/ingest": ("editor", 201, False),
     "GET /api/runs/{run_id}": ("viewer", 200, False),
+    "GET /api/runs/export": ("viewer", 200, False),
+    "GET /api/runs/{run_id}/export": ("viewer", 200, False),
     "GET /api/runs/{run_id}/steps": ("viewer", 200, False),
     "POST /api/runs/{run_id}/cancel": ("editor", 200, False),
     "POST /api/runs/{run_id}/rerun": ("editor", 202, False),

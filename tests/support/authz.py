@@ -65,6 +65,10 @@ EXPECTED: dict[str, tuple[str, dict[str, int | str]]] = {
     # Without ?a=&b= the compare page sends the user back to the run list.
     "agents:run_compare": ("viewer", {"anonymous": LOGIN, "viewer": 302, "editor": 302, "admin": 302}),
     "agents:run_detail": ("viewer", {"anonymous": LOGIN, "viewer": 200, "editor": 200, "admin": 200}),
+    # Evidence: viewers export (every export is audited) and read the printable report.
+    "agents:run_export": ("viewer", {"anonymous": LOGIN, "viewer": 200, "editor": 200, "admin": 200}),
+    "agents:run_evidence": ("viewer", {"anonymous": LOGIN, "viewer": 200, "editor": 200, "admin": 200}),
+    "agents:run_json": ("viewer", {"anonymous": LOGIN, "viewer": 200, "editor": 200, "admin": 200}),
     "agents:run_steps": ("viewer", {"anonymous": LOGIN, "viewer": 200, "editor": 200, "admin": 200}),
     "agents:run_cancel": ("editor", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
     "agents:run_rerun": ("editor", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
@@ -189,6 +193,7 @@ def sample_kwargs(make_user) -> dict[str, dict[str, object]]:
         dict.fromkeys(
             (
                 "agents:run_detail",
+                "agents:run_json",
                 "agents:run_steps",
                 "agents:run_cancel",
                 "agents:run_rerun",

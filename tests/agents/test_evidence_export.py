@@ -1,0 +1,201 @@
+"""Evidence export: which rule called which tool for a customer, as CSV and JSON Lines with proofs."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+import sys
+from datetime import timedelta
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+from django.utils import timezone
+
+from accounts.token_services import token_create
+from agents import services
+from agents.models import Agent, Run, RunStep
+from core.models import AuditEvent
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.django_db
+
+VERIFIER = ROOT / "tools" / "verify_evidence.py"
+CARD = "4111 1111 1111 1111"
+
+
+def _run(agent: Agent, user: str, order: str, *, days_ago: int = 0, calls: int = 1) -> Run:
+    run = Run.objects.create(
+        agent=agent,
+        agent_name=agent.name,
+        query=f"주문 {order} 카드 {CARD}",
+        status=Run.Status.RUNNING,
+        user_id=user,
+        session_id=f"s-{order}",
+        rule_set_name="seed-rules",
+        rule_set_ref="v3",
+        rule_set_hash="a" * 64,
+    )
+    for seq in range(1, calls + 1):
+        RunStep.objects.create(
+            run=run,
+            seq=seq,
+            kind=RunStep.Kind.RULE,
+            name=f"order_lookup_{seq}",
+            status="ok",
+            mcp_id="order-service",
+            tool_name="get_order",
+            started_at=timezone.now(),
+            input={"params": {"order_id": order}},
+            output={"order_id": order, "status": "배송 중", "note": "line\u2028break"},
+        )
+    if days_ago:  # before it ends: the end seals the run's record, its time included
+        Run.objects.filter(pk=run.pk).update(created_at=timezone.now() - timedelta(days=days_ago))
+    services.run_finish(run_id=run.pk, status=Run.Status.SUCCEEDED, answer=f"{order} 배송 중")
+    return run
+
+
+@pytest.fixture
+def runs(agent) -> dict[str, Run]:
+    services.privacy_update(
+        actor=None, redaction_patterns=[], mask_presets=["card_number"], retention_days=30
+    )
+    return {
+        "recent": _run(agent, "C-1001", "A-1001", calls=2),
+        "old": _run(agent, "C-1001", "A-1000", days_ago=10),
+        "other": _run(agent, "C-2002", "A-2002"),
+        "none": _run(agent, "C-1001", "A-1003", calls=0),
+    }
+
+
+def _lines(response) -> list[str]:
+    return b"".join(response.streaming_content).decode().split("\n")[:-1]
+
+
+def _verify(path) -> subprocess.CompletedProcess:
+    # -S: no site-packages, so the verifier runs on the standard library alone, as documented.
+    return subprocess.run([sys.executable, "-S", str(VERIFIER), str(path)], capture_output=True, text=True)
+
+
+def test_a_viewer_exports_one_customers_last_seven_days_as_csv(viewer_client, runs) -> None:
+    url = reverse("agents:run_export") + "?user_id=C-1001&period=7d&format=csv"
+    response = viewer_client.get(url)
+    assert response.status_code == 200 and response["Content-Type"].startswith("text/csv")
+    assert response["Content-Disposition"].startswith('attachment; filename="llamon-evidence-')
+    rows = list(csv.DictReader(io.StringIO(b"".join(response.streaming_content).decode("utf-8-sig"))))
+    # Two calls of the recent run, one row for the run that called nothing; not the old run, not C-2002.
+    assert [(int(r["run"]), r["rule"], r["tool"]) for r in rows] == [
+        (runs["none"].pk, "", ""),
+        (runs["recent"].pk, "order_lookup_1", "get_order"),
+        (runs["recent"].pk, "order_lookup_2", "get_order"),
+    ]
+    first = rows[1]
+    assert (first["user_id"], first["mcp_id"], first["version"], first["rule_set_hash"]) == (
+        "C-1001",
+        "order-service",
+        "v3",
+        "a" * 64,
+    )
+    assert json.loads(first["params"]) == {"order_id": "A-1001"}
+    assert json.loads(first["result"])["status"] == "배송 중"
+    assert first["chain_seq"] and len(first["record_hash"]) == 64
+    text = json.dumps(rows, ensure_ascii=False)
+    assert "4111" not in text and "[카드번호]" in first["query"]  # the input is masked as every page shows it
+    event = AuditEvent.objects.get(action="runs.export")
+    assert event.actor_name.startswith("viewer") and event.after == {
+        "filters": {"user_id": "C-1001", "period": "7d"},
+        "format": "csv",
+    }
+
+
+def test_the_json_lines_export_verifies_offline_and_an_edited_row_does_not(
+    viewer_client, runs, tmp_path
+) -> None:
+    lines = _lines(viewer_client.get(reverse("agents:run_export") + "?user_id=C-1001&format=jsonl"))
+    kinds = [json.loads(line)["type"] for line in lines]
+    assert (
+        kinds[0] == "export" and kinds[-1] == "end" and kinds.count("run") == 3 and kinds.count("call") == 3
+    )
+    good = tmp_path / "good.jsonl"
+    good.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    checked = _verify(good)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "3 runs, 3 calls" in checked.stdout
+
+    for edit, expected in [
+        (lambda row: row.update(output={**row["output"], "status": "환불"}), "its output was changed"),
+        (lambda row: row.update(params={"order_id": "A-9999"}), "params or result differ"),
+        (lambda row: row.update(tool="cancel_order"), "rule or tool was changed"),
+    ]:
+        edited = [json.loads(line) for line in lines]
+        call = next(row for row in edited if row["type"] == "call")
+        edit(call)
+        bad = tmp_path / "bad.jsonl"
+        bad.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in edited), encoding="utf-8")
+        checked = _verify(bad)
+        assert checked.returncode == 1 and expected in checked.stdout, checked.stdout
+
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text("\n".join(lines[:-2]) + "\n", encoding="utf-8")
+    assert "cut short" in _verify(cut).stdout
+
+
+def test_a_run_changed_in_the_database_fails_the_exported_files_check(viewer_client, runs, tmp_path) -> None:
+    RunStep.objects.filter(run=runs["recent"], seq=1).update(output={"status": "refunded"})
+    lines = _lines(viewer_client.get(reverse("agents:run_export") + "?user_id=C-1001&format=jsonl"))
+    path = tmp_path / "export.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    checked = _verify(path)
+    assert checked.returncode == 1 and "does not match its link's hash" in checked.stdout
+
+
+def test_bad_export_requests_are_refused_with_the_reason_and_nothing_is_audited(viewer_client, runs) -> None:
+    response = viewer_client.get(reverse("agents:run_export") + "?format=pdf")
+    assert response.status_code == 400 and "csv or jsonl" in response.content.decode()
+    response = viewer_client.get(reverse("agents:run_export") + "?since=yesterday&format=csv")
+    assert response.status_code == 400
+    response = viewer_client.get(reverse("agents:run_export") + "?period=1y&format=csv")
+    assert response.status_code == 400
+    assert not AuditEvent.objects.filter(action="runs.export").exists()
+
+
+def test_the_api_exports_with_the_same_filters_and_the_run_document(make_user, runs) -> None:
+    client = Client()
+    headers = {"Authorization": f"Bearer {token_create(actor=make_user('viewer'), name='t').secret}"}
+    response = client.get("/api/runs/export?user_id=C-1001&period=7d&format=jsonl", headers=headers)
+    assert response.status_code == 200
+    rows = [json.loads(line) for line in _lines(response)]
+    assert [r["run"] for r in rows if r["type"] == "call"] == [runs["recent"].pk] * 2
+    assert client.get("/api/runs/export?format=xml", headers=headers).status_code == 422
+    document = client.get(f"/api/runs/{runs['recent'].pk}/export", headers=headers).json()
+    assert document["format"] == "llamon-run/1" and [s["seq"] for s in document["steps"]] == [1, 2]
+    assert "4111" not in json.dumps(document, ensure_ascii=False)
+    assert document["link"]["kind"] == "run" and document["decision"]["run"] == runs["recent"].pk
+    listed = client.get("/api/runs?user_id=C-1001&period=7d", headers=headers).json()["items"]
+    recent = next(item for item in listed if item["id"] == runs["recent"].pk)
+    assert [c["rule"] for c in recent["calls"]] == ["order_lookup_1", "order_lookup_2"]
+    assert AuditEvent.objects.filter(action__in=["runs.export", "run.export"]).count() == 2
+
+
+def test_the_run_page_offers_its_json_and_the_list_names_rule_and_tool(viewer_client, runs) -> None:
+    page = viewer_client.get(reverse("agents:run_list") + "?user_id=C-1001&period=7d").content.decode()
+    assert "order_lookup_1 → order-service.get_order" in page
+    assert "export-csv" in page and "period=7d" in page
+    assert f'id="run-row-{runs["recent"].pk}"' in page and f'id="run-row-{runs["old"].pk}"' not in page
+    response = viewer_client.get(reverse("agents:run_json", args=[runs["recent"].pk]))
+    assert response.status_code == 200 and response["Content-Disposition"].endswith(
+        f'llamon-run-{runs["recent"].pk}.json"'
+    )
+    assert "4111" not in response.content.decode()
+    detail = viewer_client.get(reverse("agents:run_detail", args=[runs["recent"].pk])).content.decode()
+    assert "run-json" in detail and "Evidence chain link #" in detail
+
+
+def test_the_evidence_report_lists_the_calls_with_their_links(viewer_client, runs) -> None:
+    response = viewer_client.get(reverse("agents:run_evidence") + "?user_id=C-1001&period=7d")
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert page.count("order-service.get_order") == 2 and "Evidence chain head" in page
+    assert "4111" not in page
