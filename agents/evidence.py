@@ -11,7 +11,7 @@ of the run or of one of its steps since then changes it.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from django.utils.translation import gettext_lazy
@@ -22,55 +22,83 @@ from core.content_hash import sha256
 from core.models import ChainRecord
 
 STEP_FIELDS = ("run_id", "seq", "kind", "name", "status", "mcp_id", "tool_name", "input", "output", "error")
+RUN_FIELDS = (
+    "id",
+    "source",
+    "status",
+    "agent_name",
+    "user_id",
+    "session_id",
+    "chatbot_id",
+    "rule_set_name",
+    "rule_set_ref",
+    "rule_set_hash",
+    "rollout_candidate",
+    "query",
+    "context",
+    "a2a_data",
+    "a2a_files",
+    "answer",
+    "error",
+    "error_kind",
+    "created_at",
+    "finished_at",
+)
 
 
-def request_digest(run: Run) -> str:
-    """The digest of what the run was asked (as stored, masked)."""
-    return sha256({"query": run.query, "context": run.context, "data": run.a2a_data, "files": run.a2a_files})
+def request_digest(run: Mapping[str, Any]) -> str:
+    """The digest of what the run was asked (as stored)."""
+    return sha256(
+        {"query": run["query"], "context": run["context"], "data": run["a2a_data"], "files": run["a2a_files"]}
+    )
 
 
-def step_digest(step: Any) -> list[Any]:
+def step_digest(step: Mapping[str, Any]) -> list[Any]:
     """One step as its decision-record entry: what it was, and the digests of what it saw and said."""
     return [
-        step.seq,
-        step.kind,
-        step.name,
-        step.status,
-        step.mcp_id,
-        step.tool_name,
-        sha256(step.input),
-        sha256(step.output),
-        sha256(step.error),
+        step["seq"],
+        step["kind"],
+        step["name"],
+        step["status"],
+        step["mcp_id"],
+        step["tool_name"],
+        sha256(step["input"]),
+        sha256(step["output"]),
+        sha256(step["error"]),
     ]
 
 
-def decision_record(run: Run, steps: Iterable[Any]) -> dict[str, Any]:
+def decision_record(run: Mapping[str, Any], steps: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """A finished run's record (without the ids of rows that may be deleted and set to null)."""
     return {
-        "run": run.pk,
-        "source": run.source,
-        "status": run.status,
-        "agent": run.agent_name,
-        "user_id": run.user_id,
-        "session_id": run.session_id,
-        "chatbot_id": run.chatbot_id,
-        "rule_set": {"name": run.rule_set_name, "ref": run.rule_set_ref, "hash": run.rule_set_hash},
-        "candidate": run.rollout_candidate,
+        "run": run["id"],
+        "source": run["source"],
+        "status": run["status"],
+        "agent": run["agent_name"],
+        "user_id": run["user_id"],
+        "session_id": run["session_id"],
+        "chatbot_id": run["chatbot_id"],
+        "rule_set": {"name": run["rule_set_name"], "ref": run["rule_set_ref"], "hash": run["rule_set_hash"]},
+        "candidate": run["rollout_candidate"],
         "request": request_digest(run),
-        "answer": sha256(run.answer),
-        "error": [run.error_kind, sha256(run.error)],
-        "created_at": run.created_at.isoformat(),
-        "finished_at": run.finished_at.isoformat() if run.finished_at else None,
+        "answer": sha256(run["answer"]),
+        "error": [run["error_kind"], sha256(run["error"])],
+        "created_at": run["created_at"].isoformat(),
+        "finished_at": run["finished_at"].isoformat() if run["finished_at"] else None,
         "steps": [step_digest(s) for s in steps],
     }
 
 
 def decision_records(run_ids: list[int]) -> dict[str, dict[str, Any]]:
-    """The records of these runs as they are stored now ({str(run id): record}; finished runs only)."""
-    runs = {r.pk: r for r in Run.objects.filter(pk__in=run_ids, status__in=Run.FINISHED)}
+    """The records of these runs as they are stored now ({str(run id): record}; finished runs only).
+
+    Read as values, not model instances (instances were most of an export's time)."""
+    runs = {
+        r["id"]: r for r in Run.objects.filter(pk__in=run_ids, status__in=Run.FINISHED).values(*RUN_FIELDS)
+    }
     steps: dict[int, list[Any]] = defaultdict(list)
-    for step in RunStep.objects.filter(run_id__in=list(runs)).only(*STEP_FIELDS).order_by("run_id", "seq"):
-        steps[step.run_id].append(step)
+    for step in RunStep.objects.filter(run_id__in=list(runs)).order_by("run_id", "seq").values(*STEP_FIELDS):
+        steps[step["run_id"]].append(step)
     return {str(pk): decision_record(run, steps[pk]) for pk, run in runs.items()}
 
 

@@ -1,0 +1,97 @@
+"""A compliance reviewer's path in a real browser: one customer's last 7 days, exported as evidence."""
+
+from __future__ import annotations
+
+import csv
+import io
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.utils import timezone
+
+from agents import services
+from agents.models import Agent, Run, RunStep
+from tests.e2e.conftest import screenshot
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
+
+
+def _run(agent: Agent, user: str, order: str, *, days_ago: int = 0) -> Run:
+    run = Run.objects.create(
+        agent=agent,
+        agent_name=agent.name,
+        query=f"주문 {order} 조회",
+        status=Run.Status.RUNNING,
+        user_id=user,
+        rule_set_name="seed-rules",
+        rule_set_ref="v2",
+        rule_set_hash="b" * 64,
+    )
+    RunStep.objects.create(
+        run=run,
+        seq=1,
+        kind=RunStep.Kind.RULE,
+        name="order_lookup",
+        status="ok",
+        mcp_id="order-service",
+        tool_name="get_order",
+        started_at=timezone.now(),
+        input={"params": {"order_id": order}},
+        output={"order_id": order, "status": "배송 중"},
+    )
+    if days_ago:
+        Run.objects.filter(pk=run.pk).update(created_at=timezone.now() - timedelta(days=days_ago))
+    services.run_finish(run_id=run.pk, status=Run.Status.SUCCEEDED, answer=f"{order} 배송 중")
+    return run
+
+
+@pytest.fixture
+def history() -> dict[str, Run]:
+    agent = Agent.objects.create(name="bank-agent", system_prompt="p")
+    return {
+        "mine": _run(agent, "C-1001", "A-1001"),
+        "old": _run(agent, "C-1001", "A-0900", days_ago=12),
+        "other": _run(agent, "C-2002", "A-2002"),
+    }
+
+
+def _export(page) -> list[dict[str, str]]:
+    with page.expect_download() as info:
+        page.click("#export-csv")  # click 2
+    text = Path(info.value.path()).read_text(encoding="utf-8-sig")
+    return list(csv.DictReader(io.StringIO(text)))
+
+
+@pytest.mark.parametrize("language", ["en", "ko"])
+def test_a_viewer_exports_one_customers_last_seven_days_in_two_clicks(
+    page, logged_in, history, language
+) -> None:
+    if language == "ko":
+        page.context.set_extra_http_headers({"Accept-Language": "ko-KR,ko;q=0.9"})
+    logged_in("viewer")
+    page.goto("/agents/runs/")
+    page.fill("#id_user_id", "C-1001")
+    page.select_option("#id_period", "7d")
+    page.click("#run-filters button[type=submit]")  # click 1
+    page.locator(f"#run-row-{history['mine'].pk}").wait_for()
+    assert page.locator(f"#run-row-{history['old'].pk}").count() == 0
+    label = page.locator("#export-csv").inner_text()
+    assert label == ("CSV 내보내기" if language == "ko" else "Export CSV")
+    assert "order_lookup → order-service.get_order" in page.locator("#run-table").inner_text()
+    if language == "en":
+        screenshot(page, "run-list-evidence-export")
+
+    rows = _export(page)
+    assert [(r["run"], r["user_id"], r["rule"], r["mcp_id"], r["tool"]) for r in rows] == [
+        (str(history["mine"].pk), "C-1001", "order_lookup", "order-service", "get_order")
+    ]
+    row = rows[0]
+    assert (row["version"], row["rule_set_hash"], row["params"]) == ("v2", "b" * 64, '{"order_id":"A-1001"}')
+    assert row["chain_seq"] and len(row["record_hash"]) == 64
+
+    page.click("#evidence-report")
+    page.locator("#evidence-table").wait_for()
+    assert page.locator("#evidence-table tbody tr").count() == 1
+    if language == "en":
+        screenshot(page, "evidence-report")
