@@ -77,8 +77,13 @@ SOFT, HARD = "\x1f", "\x1e"
 _INVISIBLE = re.compile(f"[{INVISIBLE_CHARS}]")
 _DIGITS = re.compile(r"\d+")  # any script's decimal digits (fullwidth ones too)
 # What may separate the digit groups of one card number: whitespace (any), invisible characters,
-# dashes and JSON punctuation (quotes, commas, brackets, colons, escapes, leaf boundaries).
-_CARD_JOINERS = re.compile("[\\s" + re.escape(INVISIBLE_CHARS + DASH_CHARS + JSON_PUNCTUATION) + "]*")
+# dashes and JSON punctuation (quotes, commas, brackets, escapes, leaf boundaries). Not a colon: in
+# JSON it ends a key, in text it joins hours and minutes ("2026-12-02 01:28:13" is no card).
+_CARD_JOINERS = re.compile(
+    "[\\s" + re.escape(INVISIBLE_CHARS + DASH_CHARS + JSON_PUNCTUATION.replace(":", "")) + "]*"
+)
+# A calendar date is one token, not three digit groups: a list of dates is no card number.
+CALENDAR_DATE = re.compile(r"(?<![\d-])(?:19|20)\d\d-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12]\d|3[01])(?![\d-])")
 # Where two pieces of text join into one when matching across joins: a leaf boundary between array
 # items, or (inside a text that holds JSON) the end of one string item and the start of the next.
 _JOIN = re.compile(SOFT + r'|\\*"[\s,\[\]{}]*\\*"')
@@ -200,6 +205,8 @@ def card_number_spans(text: str) -> list[Span]:
     """
     if "\\" in text:  # escaped separators become spaces of the same length: positions stay
         text = _ESCAPED_SEPARATOR.sub(lambda m: " " * len(m.group()), text)
+    if "-" in text:  # dates become letters of the same length: they break a chain of groups
+        text = CALENDAR_DATE.sub(lambda m: "d" * len(m.group()), text)
     found: list[Span] = []
     chain: list[Span] = []
     for match in _DIGITS.finditer(text):

@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from llamon_agent.guardrails import (
+    CALENDAR_DATE,
     DASH_CHARS,
     INVISIBLE_CHARS,
     JSON_PUNCTUATION,
@@ -122,6 +123,7 @@ def laid_out(draw: Any, pieces: list[str], *, numbers: bool = False) -> Any:
 def test_a_card_number_split_any_way_is_masked(data: Any, pan: str) -> None:
     pieces = data.draw(split(pan))
     output = data.draw(laid_out(pieces, numbers=True))
+    assume(CALENDAR_DATE.search(json.dumps(output)) is None)  # "...2019-05-12..." reads as a date: one token
     masked = redact(output, PRESETS)
     for text in readable_digits(masked):
         assert pan not in text, (output, masked)
@@ -227,6 +229,28 @@ def test_ordinary_numbers_and_words_are_left_alone() -> None:
         "note": "example.com is our site",
     }
     assert redactor(data) == data
+
+
+def test_dates_and_times_are_not_card_numbers() -> None:
+    # Two dates whose 16 digits pass Luhn, in a list and in text; a timestamp with 14 that pass.
+    days = [f"2026-{m:02d}-{d:02d}" for m in range(1, 13) for d in range(1, 29)]
+    first, second = next((a, b) for a in days for b in days if luhn_valid((a + b).replace("-", "")))
+    stamp = next(
+        f"2026-12-02 {h:02d}:{m:02d}:13"
+        for h in range(24)
+        for m in range(60)
+        if luhn_valid(f"2026120{h:02d}{m:02d}13")
+    )
+    clock = next(
+        f"{h:02d}:{m:02d}:{sec:02d}"
+        for h in range(24)
+        for m in range(60)
+        for sec in range(60)
+        if luhn_valid(f"12345678{h:02d}{m:02d}{sec:02d}")
+    )
+    data = {"orders": [first, second], "text": f"{first}, {second}", "at": stamp, "log": f"12345678 {clock}"}
+    assert redact(data, PRESETS) == data
+    assert redact(["4111-1111", "1111-1111"], PRESETS) == ["[카드번호]", "[카드번호]"]
 
 
 def test_keys_and_non_text_values_are_kept_and_integers_become_text() -> None:
