@@ -20,6 +20,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model, password_validation
+from django.contrib.auth.hashers import UNUSABLE_PASSWORD_PREFIX
 from django.contrib.auth.validators import UnicodeUsernameValidator
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.validators import EmailValidator
@@ -79,9 +80,15 @@ def _snapshot(user: Any) -> dict[str, Any]:
 
 
 def _active_admins() -> QuerySet:
+    """Admins who can log in: active, with a usable password (not llamon-system, which load_demo
+    acts as and which has none): the last-admin guard counts only people who can manage users."""
     User = get_user_model()
     return (
-        User.objects.filter(is_active=True).filter(Q(is_superuser=True) | Q(groups__name="admin")).distinct()
+        User.objects.filter(is_active=True)
+        .exclude(password__startswith=UNUSABLE_PASSWORD_PREFIX)
+        .exclude(password="")
+        .filter(Q(is_superuser=True) | Q(groups__name="admin"))
+        .distinct()
     )
 
 

@@ -7,7 +7,7 @@ from typing import Any, Literal
 from ninja import Field, ModelSchema, Schema
 
 from agents.models import Agent, Run, RunStep
-from core.api import DbId, Revision
+from core.api import DbId, PatchIn, Revision
 from core.userinput import FilterDateTime
 from llamon_agent.expr import MAX_QUERY_CHARS
 
@@ -47,7 +47,9 @@ class AgentIn(Schema):
     answer_from_prestep: bool = False
 
 
-class AgentPatchIn(Schema):
+class AgentPatchIn(PatchIn):
+    NULLABLE = frozenset({"rule_set", "pinned_version", "system_prompt"})
+
     """The fields to change, and the agent ``revision`` you saw (a stale one is refused with 409)."""
 
     revision: Revision

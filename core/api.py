@@ -6,17 +6,41 @@ operation is ``accounts.api_auth``'s.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 from django import forms
 from django.db.models import Model
 from django.http import Http404
 from ninja import Field, Schema
+from pydantic import BeforeValidator, ValidationInfo, field_validator
+
+
+def _not_a_boolean(value: Any) -> Any:
+    """JSON's true and false are not numbers (pydantic would take true as the id 1)."""
+    if isinstance(value, bool):
+        raise ValueError("a number is needed here, not true or false")
+    return value
+
 
 # Ids and revisions as the database can hold them (SQLite integers are 64-bit signed): a larger
-# number is a 422 here rather than an OverflowError (500) in the query.
-DbId = Annotated[int, Field(ge=1, le=2**63 - 1)]
-Revision = Annotated[int, Field(ge=0, le=2**63 - 1)]
+# number is a 422 here rather than an OverflowError (500) in the query; a boolean is no id.
+DbId = Annotated[int, BeforeValidator(_not_a_boolean), Field(ge=1, le=2**63 - 1)]
+Revision = Annotated[int, BeforeValidator(_not_a_boolean), Field(ge=0, le=2**63 - 1)]
+
+
+class PatchIn(Schema):
+    """A partial change: an absent field keeps its value, and ``null`` is refused (a 422 naming the
+    field) unless the field can be empty (``NULLABLE``): sent to a NOT NULL column it was a 500.
+    Every PATCH schema of the REST API, and so every MCP tool that takes one, builds on this."""
+
+    NULLABLE: ClassVar[frozenset[str]] = frozenset()
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _null_is_no_value(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is None and info.field_name not in cls.NULLABLE:
+            raise ValueError("null is not a value for this field; leave the field out to keep its value")
+        return value
 
 
 class ErrorOut(Schema):

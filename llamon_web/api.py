@@ -12,6 +12,7 @@ from typing import Any
 
 from django.core.exceptions import PermissionDenied, SuspiciousOperation
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import InterfaceError, OperationalError
 from django.db.models import ProtectedError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.views.defaults import page_not_found
@@ -23,7 +24,7 @@ from accounts.api import router as accounts_router
 from agents.api import router as agents_router
 from agents.errors import AgentConflictError, AgentError, BrokerUnavailableError
 from core.api import FormInvalid
-from core.errors import DomainError
+from core.errors import DATABASE_UNAVAILABLE, DomainError
 from core.userinput import StrictParser, UserInputError
 from governance.api import router as governance_router
 from rules.api import router as rules_router
@@ -140,6 +141,14 @@ def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
     if isinstance(exc.__cause__, UserInputError):
         return _error(request, exc.status_code, str(exc.__cause__))
     return _error(request, exc.status_code, str(exc))
+
+
+@api.exception_handler(OperationalError)
+@api.exception_handler(InterfaceError)
+def _database_unavailable(request: HttpRequest, exc: Exception) -> HttpResponse:
+    response = _error(request, 503, str(DATABASE_UNAVAILABLE))
+    response["Retry-After"] = "5"
+    return response
 
 
 @api.exception_handler(SuspiciousOperation)

@@ -24,6 +24,7 @@ import anyio
 from asgiref.sync import async_to_sync, sync_to_async
 from django.core.exceptions import PermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import InterfaceError, OperationalError
 from django.db.models import ProtectedError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
@@ -39,7 +40,9 @@ from accounts.token_services import token_authenticate
 from agents import api as agents_api
 from agents.errors import AgentError
 from agents.schemas import AgentOut, RunCreateIn, RunOut, RunStepOut
-from core.api import FormInvalid
+from core.api import DbId, FormInvalid
+from core.errors import DATABASE_UNAVAILABLE
+from llamon_agent import strictjson
 from rules import api as rules_api
 from rules import engine
 from rules.checks import rule_set_problems
@@ -57,7 +60,7 @@ from rules.schemas import (
 from servers import selectors as server_selectors
 
 PATH = "/api/mcp"
-Id = Annotated[int, Field(ge=1, le=2**63 - 1, description="A database id.")]
+Id = Annotated[DbId, Field(description="A database id.")]
 
 mcp = FastMCP(
     "llamon-web",
@@ -94,6 +97,8 @@ def _message(exc: Exception) -> str | None:
         return "; ".join(exc.messages) or "The input is not valid."
     if isinstance(exc, Http404 | PermissionDenied | HttpError):
         return str(exc) or "Not allowed or not found."
+    if isinstance(exc, OperationalError | InterfaceError):
+        return str(DATABASE_UNAVAILABLE)
     return None
 
 
@@ -231,6 +236,12 @@ async def get_run(run_id: Id, ctx: Context) -> dict[str, Any]:
 # --- The HTTP endpoint -----------------------------------------------------------------------------
 
 
+def _parse_error(reason: str) -> HttpResponse:
+    """A JSON-RPC parse error (-32700, id null): the message could not be read, so nothing ran."""
+    body = {"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": f"Parse error: {reason}"}}
+    return JsonResponse(body, status=400)
+
+
 def _refuse(status: int, detail: str) -> HttpResponse:
     response = JsonResponse({"detail": detail}, status=status)
     if status == 401:
@@ -260,6 +271,10 @@ def mcp_view(request: HttpRequest) -> HttpResponse:
     if found is None:
         return _refuse(401, "The API token is unknown, revoked, or its user is inactive.")
     request.mcp_principal = found  # type: ignore[attr-defined]
+    try:  # the REST API's parser: no NaN, no huge numbers, no deep nesting, no NUL; the SDK's would take them
+        strictjson.loads(body)
+    except strictjson.JSONInputError as exc:
+        return _parse_error(str(exc))
     status, headers, body = async_to_sync(_serve)(_scope(request), body)
     response = HttpResponse(body, status=status)
     for name, value in headers:

@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import logging
+import sys
 from collections.abc import Callable
+from typing import Any
 
 from django.contrib import messages
-from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.core.signals import got_request_exception
+from django.db import InterfaceError, OperationalError
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
 from django.template.loader import render_to_string
+from django.utils.html import escape
 
 from accounts.services import language_of
+from core.errors import DATABASE_UNAVAILABLE
 from core.userinput import NUL_MESSAGE
+
+logger = logging.getLogger(__name__)
 
 
 class HtmxMessagesMiddleware:
@@ -55,6 +64,10 @@ class RefuseNulMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
+        if "\x00" in request.path:  # a %00 in the URL: every route, the API's included
+            if request.path.startswith("/api/"):
+                return JsonResponse({"detail": f"The URL: {NUL_MESSAGE}", "field": None}, status=400)
+            return HttpResponseBadRequest(f"URL: {NUL_MESSAGE}", content_type="text/plain; charset=utf-8")
         if not request.path.startswith("/api/"):
             sources = [request.GET] + ([request.POST] if request.method == "POST" else [])
             for data in sources:
@@ -65,6 +78,41 @@ class RefuseNulMiddleware:
                             content_type="text/plain; charset=utf-8",
                         )
         return self.get_response(request)
+
+
+def _note_database_error(sender: Any, request: HttpRequest | None = None, **kwargs: Any) -> None:
+    """Django turns an exception into a 500 inside whichever middleware it passes through; note on
+    the request that the database was the cause, for the outermost middleware to answer 503."""
+    if request is not None and isinstance(sys.exc_info()[1], OperationalError | InterfaceError):
+        request.database_unavailable = True  # type: ignore[attr-defined]
+
+
+class DatabaseUnavailableMiddleware:
+    """A request that needed the database while it was down answers 503 saying so: never a 500 or
+    a traceback (not even with DEBUG on), wherever the database was first touched (the session,
+    the user's language, the view). The API and the MCP endpoint answer the same sentence in their
+    own shapes (llamon_web.api, llamon_web.mcp_endpoint). First in MIDDLEWARE."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+        got_request_exception.connect(_note_database_error, dispatch_uid="llamon-database-unavailable")
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        if response.status_code != 500 or not getattr(request, "database_unavailable", False):
+            return response
+        logger.error("database unavailable: %s %s answered 503", request.method, request.path)
+        if request.path.startswith("/api/"):
+            response = JsonResponse({"detail": str(DATABASE_UNAVAILABLE)}, status=503)
+        else:
+            # No template: rendering base.html reads the session and the user, from the database.
+            response = HttpResponse(
+                f"<!doctype html><title>503</title><h1>503</h1><p>{escape(str(DATABASE_UNAVAILABLE))}</p>",
+                status=503,
+                content_type="text/html; charset=utf-8",
+            )
+        response["Retry-After"] = "5"
+        return response
 
 
 class UserLanguageMiddleware:

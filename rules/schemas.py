@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from ninja import Field, ModelSchema, Schema
 
-from core.api import DbId, Revision
+from core.api import DbId, PatchIn, Revision
 from core.models import AuditEvent
 from core.userinput import FilterDateTime
 from llamon_agent.expr import MAX_QUERY_CHARS
@@ -20,7 +20,7 @@ class RuleSetIn(Schema):
     description: str = Field("", max_length=10_000)
 
 
-class RuleSetPatchIn(Schema):
+class RuleSetPatchIn(PatchIn):
     name: str | None = Field(None, max_length=100)
     description: str | None = Field(None, max_length=10_000)
     revision: Revision = Field(description="The rule set revision you saw; a stale one is refused with 409.")
@@ -60,7 +60,7 @@ class RuleIn(Schema):
     enabled: bool = True
 
 
-class RulePatchIn(Schema):
+class RulePatchIn(PatchIn):
     """The fields to change, and the rule ``revision`` you saw (a stale one is refused with 409)."""
 
     revision: Revision
@@ -265,7 +265,7 @@ class CaseIn(Schema):
     )
 
 
-class CasePatchIn(Schema):
+class CasePatchIn(PatchIn):
     name: str | None = Field(None, max_length=200)
     input: dict[str, Any] | None = None
     expected: dict[str, Any] | None = None

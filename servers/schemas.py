@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from ninja import Field, ModelSchema, Schema
 
+from core.api import PatchIn
 from servers.models import McpServer
 from servers.selectors import command_line
 
@@ -33,7 +34,7 @@ class McpServerIn(Schema):
     enabled: bool = True
 
 
-class McpServerPatchIn(Schema):
+class McpServerPatchIn(PatchIn):
     """The fields to change; absent fields keep their value."""
 
     mcp_id: str | None = Field(None, max_length=64)

@@ -96,6 +96,9 @@ def test_the_documented_production_server_serves_pages_static_files_and_the_api(
             assert runs.json()["items"] == [] and runs.json()["next_cursor"] is None
             plain = httpx.get(f"http://127.0.0.1:{port}/accounts/login/", follow_redirects=False)
             assert plain.status_code == 301 and plain.headers["location"].startswith("https://")
+            # ... but not the load balancer's health check, which speaks plain http and wants 200.
+            health = httpx.get(f"http://127.0.0.1:{port}/healthz", follow_redirects=False)
+            assert health.status_code == 200 and health.json()["status"] == "ok", health.text
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         try:

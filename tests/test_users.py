@@ -15,7 +15,7 @@ from django.utils import timezone
 from accounts import services as user_services
 from accounts.models import UserInvite
 from accounts.roles import has_role
-from accounts.services import UserError
+from accounts.services import UserError, system_user_ensure
 from accounts.token_services import token_authenticate, token_create
 from core.models import AuditEvent
 
@@ -53,6 +53,23 @@ def test_a_deactivated_users_tokens_stop_working(make_user) -> None:
     assert token_authenticate(created.secret) is not None
     user_services.user_set_active(actor=admin, user=user, active=False)
     assert token_authenticate(created.secret) is None
+
+
+@pytest.mark.parametrize("no_login", ["system", "invited"])
+def test_an_admin_who_cannot_log_in_does_not_count_as_another_admin(make_user, no_login: str) -> None:
+    """llamon-system (load_demo's account, no password) and an invited admin who has not set one
+    cannot manage users: with them as the only other admins, the last human admin stays."""
+    admin = make_user("admin")
+    User.objects.filter(is_superuser=True).update(is_active=False)
+    if no_login == "system":
+        system_user_ensure()
+    else:
+        invited = make_user("admin", "invited-admin")
+        invited.set_unusable_password()
+        invited.save()
+    with pytest.raises(UserError, match="last active admin"):
+        user_services.user_set_role(actor=admin, user=admin, role="editor")
+    assert has_role(User.objects.get(pk=admin.pk), "admin")
 
 
 @pytest.mark.parametrize("change", ["demote", "deactivate"])

@@ -215,6 +215,13 @@ def test_an_editor_edits_runs_the_cases_and_publishes(live_server, secrets_by_ro
         # Ids must be database ids.
         ("get_rule_set", {"rule_set_id": 0}, "rule_set_id"),
         ("delete_rule", {"rule_id": 2**70}, "rule_id"),
+        # A boolean is no id (pydantic alone takes true as 1).
+        ("get_rule_set", {"rule_set_id": True}, "not true or false"),
+        ("delete_rule", {"rule_id": True}, "not true or false"),
+        # null for a field that cannot be empty: refused by the REST API's PATCH schema, naming it.
+        ("update_rule", {"changes": {"revision": 1, "stop": None}}, "stop"),
+        ("update_rule", {"changes": {"revision": 1, "enabled": None}}, "null is not a value"),
+        ("update_rule", {"changes": {"revision": 1, "description": None}}, "description"),
         # An unknown rule set or rule.
         ("delete_rule", {"rule_set_id": 999_999, "rule_id": 999_999}, "There is no rule"),
         # A sample the tester's form refuses.
@@ -260,3 +267,47 @@ def test_an_editor_starts_a_run_and_reads_its_trace(live_server, secrets_by_role
     assert "llm" in kinds and "guardrail" in kinds
     llm = next(s for s in body["steps"] if s["kind"] == "llm")
     assert llm["tokens"]["input_tokens"] == 7
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        # NaN in a run's context: the SDK's parser turned it into null and queued the run.
+        (
+            b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "start_run", '
+            b'"arguments": {"run": {"agent": 1, "query": "q", "context": {"a": NaN}}}}}',
+            "NaN",
+        ),
+        # A NUL in a version message: stored on SQLite, raw driver text on PostgreSQL.
+        (
+            b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "publish_rule_set", '
+            b'"arguments": {"rule_set_id": 1, "publish": {"message": "a\\u0000b"}}}}',
+            "NUL",
+        ),
+        # A 5,000-digit JSON-RPC id and a 100,000-deep body: a -32603 (500) before.
+        (b'{"jsonrpc": "2.0", "method": "tools/list", "id": ' + b"9" * 5000 + b"}", "digits"),
+        (b"[" * 100_000 + b"]" * 100_000, "deep"),
+        (
+            b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "test_rule_set", '
+            b'"arguments": {"rule_set_id": 1, "sample": {"query": "q", "context": '
+            + b'{"a": ' * 5000
+            + b"1"
+            + b"}" * 5000
+            + b"}}}}",
+            "deep",
+        ),
+    ],
+)
+def test_the_endpoint_reads_messages_with_the_apis_parser_and_runs_nothing_it_refuses(
+    live_server, secrets_by_role, body, reason
+) -> None:
+    headers = {
+        "Authorization": f"Bearer {secrets_by_role['editor']}",
+        "Accept": "application/json, text/event-stream",
+        "Content-Type": "application/json",
+    }
+    response = httpx.post(_url(live_server), content=body, headers=headers, timeout=30)
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["code"] == -32700 and reason in error["message"], error
+    assert Run.objects.count() == 0
