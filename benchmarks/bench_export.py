@@ -24,6 +24,9 @@ sys.path.insert(0, str(ROOT))
 if "LLAMON_VAR_DIR" not in os.environ:
     os.environ["LLAMON_VAR_DIR"] = tempfile.mkdtemp(prefix="llamon-bench-export-")
 os.environ["DJANGO_SETTINGS_MODULE"] = "llamon_web.settings_test"
+# As in production: with DEBUG on, Django keeps the last 9,000 queries' SQL (each export batch's
+# id lists), 270 MB of the peak at 100,000 runs instead of 95 MB.
+os.environ["DEBUG"] = "0"
 for name in ("DATABASE_URL", "REDIS_URL", "LLAMON_TEST_DB"):
     os.environ.pop(name, None)
 
