@@ -194,6 +194,26 @@ def _replaced(text: str, spans: Sequence[Labelled]) -> str:
     return "".join(out)
 
 
+_CHAIN_END = re.compile(
+    "[\\d\\s" + re.escape(INVISIBLE_CHARS + DASH_CHARS + JSON_PUNCTUATION) + "]{1,256}\\Z"
+)
+_CHAIN_START = re.compile("[\\s" + re.escape(INVISIBLE_CHARS + DASH_CHARS + JSON_PUNCTUATION) + "]{0,256}\\d")
+
+
+def safe_cut(text: str, limit: int) -> int:
+    """Where to cut ``text`` to keep at most ``limit`` characters without cutting a run of digit
+    groups in two: cut before the run instead. A card number cut in half is no longer a card for
+    the masks, and its first half (more than the first six digits) would be shown."""
+    if limit >= len(text):
+        return len(text)
+    if limit <= 0 or _CHAIN_START.match(text, limit) is None:
+        return max(limit, 0)
+    tail = _CHAIN_END.search(text[max(0, limit - 256) : limit])
+    if tail is None or not any(char.isdecimal() for char in tail.group()):
+        return limit
+    return limit - len(tail.group())
+
+
 def card_number_spans(text: str) -> list[Span]:
     """The Luhn-valid 13-19 digit card numbers of ``text``.
 

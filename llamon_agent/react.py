@@ -40,7 +40,7 @@ from langchain.agents.middleware import AgentMiddleware, AgentState, ModelReques
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langgraph.errors import GraphRecursionError
 
-from llamon_agent.guardrails import InputGuardrail, OutputGuardrail, Verdict
+from llamon_agent.guardrails import InputGuardrail, OutputGuardrail, Verdict, safe_cut
 from llamon_agent.models import ModelConfig, ModelConfigError, make_chat_model, model_error_message
 from llamon_agent.prestep import (
     CompiledRules,
@@ -766,4 +766,5 @@ def _content_text(content: Any) -> str:
 def _truncate(text: str, limit: int) -> str:
     if len(text) <= limit:
         return text
-    return f"{text[:limit]}… [truncated: {len(text) - limit} more characters]"
+    at = safe_cut(text, limit)  # never half a card number: the masks could no longer see it
+    return f"{text[:at]}… [truncated: {len(text) - at} more characters]"

@@ -35,6 +35,7 @@ from typing import Any
 
 from mcp import types
 
+from llamon_agent.guardrails import safe_cut
 from llamon_agent.mcp.errors import McpProtocolError, McpToolError
 
 Normalized = dict[str, Any] | list[Any] | str
@@ -233,10 +234,12 @@ def cap_result(result: types.CallToolResult, max_bytes: int | None) -> types.Cal
 
 
 def _head(text: str, max_bytes: int) -> str:
-    """The longest start of ``text`` whose UTF-8 form fits in ``max_bytes`` (no character cut)."""
+    """The longest start of ``text`` whose UTF-8 form fits in ``max_bytes``: no character cut, and no
+    number cut in two (guardrails.safe_cut: a card number's first half would escape the masks)."""
     if len(text) <= max_bytes // 4:
         return text
-    return text[:max_bytes].encode()[:max_bytes].decode("utf-8", "ignore")
+    head = text[:max_bytes].encode()[:max_bytes].decode("utf-8", "ignore")
+    return head[: safe_cut(text, len(head))]
 
 
 def truncation(value: Any) -> dict[str, int] | None:

@@ -288,3 +288,15 @@ def test_redaction_keeps_deep_and_cyclic_data_bounded() -> None:
     cyclic: list[Any] = ["4111 1111 1111 1111"]
     cyclic.append(cyclic)
     assert "4111 1111" not in str(redact(cyclic, PRESETS))
+
+
+def test_a_cut_never_halves_a_number() -> None:
+    from llamon_agent.guardrails import safe_cut
+    from llamon_agent.react import _truncate
+
+    text = "결제 카드 4111 1111 1111 1111, 감사합니다"
+    for limit in range(len(text) + 1):
+        kept = text[: safe_cut(text, limit)]
+        assert len(kept) <= limit
+        assert "4111" not in kept or "4111 1111 1111 1111" in kept, kept
+    assert _truncate(text, 12) == "결제 카드… [truncated: 27 more characters]"

@@ -106,3 +106,12 @@ def test_a_plain_value_is_cut_the_same_way_once() -> None:
     rows = {"rows": list(range(1000))}
     assert truncation(cap_value(rows, 1024))["size"] == len(json.dumps(rows))  # type: ignore[index]
     assert cap_value(rows, None) is rows and cap_value({"ok": 1}, 1024) == {"ok": 1}
+
+
+def test_a_card_number_across_the_cut_is_dropped_whole_not_halved() -> None:
+    from llamon_agent.guardrails import redact
+
+    text = "a" * 1010 + " 4111 1111 1111 1111 " + "b" * 5000  # the cap falls inside the card number
+    capped = cap_result(types.CallToolResult(content=[types.TextContent(type="text", text=text)]), 1024)
+    kept, _, _ = _cut(capped.content[0].text)  # type: ignore[union-attr]
+    assert kept == "a" * 1010 and "4111" not in redact(capped.content[0].text, ["card_number"])  # type: ignore[union-attr]
