@@ -64,9 +64,15 @@ def run_list(*, filters: dict[str, Any]) -> QuerySet[Run]:
             .filter(tool_use__isnull=False)
             .order_by("-tool_use__created_at", "-tool_use__run_id")
         )
-    for field in ("user_id", "chatbot_id", "session_id"):
-        if filters.get(field):
-            runs = runs.filter(**{field: filters[field]})
+    ids = {field: filters[field] for field in ("user_id", "chatbot_id", "session_id") if filters.get(field)}
+    if ids and redactor_active():
+        redact = redactor()
+        if any(redact(value) != value for value in ids.values()):
+            # A value the masks hide (an e-mail as userId) is shown as [이메일] on every run: finding
+            # runs by its real text would tell who is there. Like the text search, match nothing.
+            return runs.none()
+    for field, value in ids.items():
+        runs = runs.filter(**{field: value})
     if filters.get("q"):
         runs = _search_unmasked(runs.filter(query__icontains=filters["q"]), filters["q"])
     if filters.get("period") in PERIODS:

@@ -12,6 +12,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
+from accounts.token_services import token_create
 from agents import services
 from agents.models import Agent, Run
 from agents.privacy import privacy_get
@@ -23,6 +24,13 @@ pytestmark = pytest.mark.django_db
 CARD = "4111 1111 1111 1111"
 EMAIL = "kim@example.com"
 SECRET_ID = "C-7777"  # caught by the admin's own pattern
+
+
+@pytest.fixture
+def viewer_api_token(make_user) -> dict[str, str]:
+    return {
+        "Authorization": f"Bearer {token_create(actor=make_user('viewer', 'viewer-api'), name='t').secret}"
+    }
 
 
 @pytest.fixture
@@ -83,6 +91,21 @@ def test_search_does_not_find_runs_by_what_is_masked(masked_run, viewer_client) 
 
     assert found("please")  # unmasked words still find it
     assert not found("4111 1111")  # the card number would be an oracle for what is hidden
+
+
+@pytest.mark.parametrize("field", ["user_id", "session_id"])
+def test_an_exact_id_filter_is_no_oracle_for_a_masked_id(
+    masked_run, viewer_client, viewer_api_token, field
+) -> None:
+    """userId shown as [이메일]: ?user_id=<the real e-mail> must not find the run (and a wrong e-mail
+    must not differ from it), on the page and in the API."""
+    real = EMAIL if field == "user_id" else SECRET_ID
+    other = "lee@example.com" if field == "user_id" else "C-9999"
+    for value in (real, other):
+        html = viewer_client.get(reverse("agents:run_list"), {field: value}).content.decode()
+        assert reverse("agents:run_detail", args=[masked_run.pk]) not in html
+        items = viewer_client.get("/api/runs", {field: value}, headers=viewer_api_token).json()["items"]
+        assert items == []
 
 
 def test_a_case_saved_from_a_run_keeps_the_masked_input(masked_run, make_user) -> None:
