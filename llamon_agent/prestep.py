@@ -78,6 +78,7 @@ RESULT_CHAR_LIMIT = 4000  # per rendered result / params in the system block
 REASON_CHAR_LIMIT = 500  # an exception message can be a whole traceback; the UI wants one line
 SKIPPED_NAMES_LIMIT = 100  # skipped rule names listed in the prestep trace span
 _CALL_KEYS = frozenset({"tool_name", "params"})
+_LONG_QUERY_CHARS = 2_048  # = expr.namespace.LONG_QUERY_CHARS (not imported: plain rule sets skip expr)
 
 
 class RuleStatus(StrEnum):
@@ -168,16 +169,18 @@ class CompiledRules:
         query: str,
         data: Callable[[], tuple[Mapping[str, Any], Any]] | None = None,
         expr_budget: int | None = None,
+        found: list[Any] | None = None,
     ) -> list[int]:
         """Indexes of the rules that may fire on ``query``, in registration order.
 
         ``data`` gives the request's plain (context, a2a_data) for the equality index (None:
         every equality-indexed rule is a candidate); ``expr_budget`` is the per-evaluation cost
         budget in force (regex-indexed rules whose evaluation could exceed it stay candidates).
+        For a long query, ``found`` gets the literals the query holds (build_namespace's found).
         """
         if self._index is None:
             return list(self._all)
-        return self._index.candidates(query, data, expr_budget)
+        return self._index.candidates(query, data, expr_budget, found)
 
 
 _Atom = tuple[Any, ...]
@@ -267,6 +270,8 @@ class _RequestIndex:
         self.keyword_ids = array("l")
         self.keyword_bounds = array("l", [0])
         self.automaton: Any = None
+        self.literals: tuple[str, ...] = tuple(keywords)  # by automaton value
+        self.known: frozenset[str] = frozenset(keywords)
         if keywords:
             self.automaton = ahocorasick.Automaton(ahocorasick.STORE_INTS)
             for k, (literal, (raw_ids, low_ids)) in enumerate(keywords.items()):
@@ -302,6 +307,7 @@ class _RequestIndex:
         query: str,
         data: Callable[[], tuple[Mapping[str, Any], Any]] | None,
         expr_budget: int | None,
+        found_out: list[Any] | None = None,
     ) -> list[int]:
         hits: set[int] = set(self.always)
         if self.automaton is not None:
@@ -314,16 +320,27 @@ class _RequestIndex:
                     found.add(k)
                 for k in found:
                     hits.update(ids[bounds[2 * k] : bounds[2 * k + 2]])
+                found_low = found
             else:
                 for _, k in automaton.iter(query):
                     found.add(k)
                 for k in found:
                     hits.update(ids[bounds[2 * k] : bounds[2 * k + 1]])
-                found.clear()
+                found_low = set()
                 for _, k in automaton.iter(lowered):
-                    found.add(k)
-                for k in found:
+                    found_low.add(k)
+                for k in found_low:
                     hits.update(ids[bounds[2 * k + 1] : bounds[2 * k + 2]])
+            if found_out is not None:
+                # the literal tests of the candidates read these instead of the query
+                literals = self.literals
+                found_out.append(
+                    (
+                        {literals[k] for k in found},
+                        {literals[k] for k in found_low},
+                        self.known,
+                    )
+                )
         if self.regex_set is not None:
             self._regex_hits(query, hits, expr_budget)
         if self.equalities:
@@ -636,6 +653,7 @@ class _PrestepRun:
         self.budgets: tuple[int | None, int | None] = (None, None)
         self.meter: Any = None  # the request's expression CostMeter, made with the first namespace
         self.plain: Any = None  # plain_request() of the request (or the ExprError it raised)
+        self.found: Any = None  # the literals a long query holds, from the index (build_namespace)
         # Listing each server's tools may (re)connect its session: when and how long, for the
         # trace's waterfall, so a slow connect is not mistaken for slow rules.
         self.listings: list[dict[str, Any]] = []
@@ -709,7 +727,12 @@ class _PrestepRun:
         position keeps both runs identical (one build per request, reused when the server's
         rules are candidates).
         """
-        order = self.compiled.candidates(self.request.query, self._index_data, self.budgets[0])
+        query = self.request.query
+        found: list[Any] | None = None
+        if type(query) is str and len(query) >= _LONG_QUERY_CHARS:
+            found = []  # the literals it holds, for build_namespace's tables
+        order = self.compiled.candidates(query, self._index_data, self.budgets[0], found)
+        self.found = found[0] if found else None
         probe = self.compiled.first_fast
         if probe is not None:
             at = bisect.bisect_left(order, probe)
@@ -911,7 +934,7 @@ class _PrestepRun:
                 if self.meter is None:
                     self.meter = CostMeter(*self.budgets)
                 ns = self.namespaces[mcp_id] = build_namespace(
-                    self._context(mcp_id), meter=self.meter, plain=self._plain()
+                    self._context(mcp_id), meter=self.meter, plain=self._plain(), found=self.found
                 )
             except Exception:
                 self.namespace_failed = True

@@ -67,7 +67,19 @@ class CostMeter:
     spent, plus their static cost, from ``pool``, and refuses to start once ``pool`` is spent.
     """
 
-    __slots__ = ("expr_budget", "request_budget", "left", "pool", "qcost", "weights")
+    __slots__ = (
+        "expr_budget",
+        "request_budget",
+        "left",
+        "pool",
+        "qcost",
+        "rcost",
+        "weights",
+        "query",
+        "lowered",
+        "tables",
+        "searched",
+    )
 
     def __init__(self, expr_budget: int | None = None, request_budget: int | None = None) -> None:
         if expr_budget is None or request_budget is None:
@@ -84,7 +96,14 @@ class CostMeter:
         self.left = expr_budget  # what the current evaluation may still spend
         self.pool = request_budget  # what the request's rules may still spend
         self.qcost = 1  # reading the query once (set by build_namespace)
+        self.rcost = 1  # a `"w" in query` test: qcost, or 1 when it reads a table (build_namespace)
         self.weights: dict[int, tuple[Any, int]] = {}  # identity -> (value, _weight), see _weight
+        # The request's query, its lowered copy and its literal tables (build_namespace), and
+        # re_search results on it by pattern: made once per request, shared by its servers.
+        self.query: str | None = None
+        self.lowered: str | None = None
+        self.tables: Any = None
+        self.searched: dict[str, bool] = {}
 
     @property
     def spent(self) -> int:
@@ -369,6 +388,7 @@ def _m_replace(meter: CostMeter, text: Any, *args: Any, **kwargs: Any) -> str:
 _FREE_METHODS = frozenset({"get", "keys", "values", "items"})
 
 
+_AFFIX_METHODS = frozenset({"startswith", "endswith"})
 _CASE_METHODS = frozenset({"lower", "upper", "casefold"})  # a Unicode table lookup per character
 _SPLIT_METHODS = frozenset({"split", "rsplit", "splitlines", "partition", "rpartition"})
 PIECE_UNITS = 8  # a new text object made by split(): allocation dominates
@@ -377,6 +397,10 @@ PIECE_UNITS = 8  # a new text object made by split(): allocation dominates
 def _m_method(meter: CostMeter, value: Any, name: str, *args: Any, **kwargs: Any) -> Any:
     """value.name(*args): charged by what it reads before, and by what it built after."""
     method = getattr(value, name)
+    if name in _AFFIX_METHODS and type(value) is str:
+        # compares the prefix (suffix) only: what it reads is the size of its arguments
+        _charge(meter, 1 + _weight(args, meter))
+        return method(*args, **kwargs)
     cost = _weight(value, meter)
     for arg in (*args, *kwargs.values()):
         # a set method iterates its argument, hashing every item (a text: every character)
@@ -484,7 +508,7 @@ def _m_contains_all(meter: CostMeter, text: Any, words: Any) -> bool:
     return contains_all(text, words)
 
 
-def _m_regex(helper: Any) -> Any:
+def _m_regex(helper: Any, memo: bool = False) -> Any:
     """re_search / re_find: RE2 is linear in the text, times the size of the pattern's program.
 
     A pattern not compiled yet (built at run time, or evicted) is charged its estimated program
@@ -492,9 +516,9 @@ def _m_regex(helper: Any) -> Any:
     unbuilt, and the request budget bounds what all of its rules compile together.
     """
 
-    def metered(meter: CostMeter, pattern: Any, *args: Any, **kwargs: Any) -> Any:
-        text = args[0] if args else kwargs.get("text")
+    def run(meter: CostMeter, pattern: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if type(pattern) is str:
+            text = args[0] if args else kwargs.get("text")
             _charge(meter, 1 + len(pattern))
             if not regex_cached(pattern) and len(pattern) <= MAX_PATTERN_CHARS:
                 size = regex_size(pattern)
@@ -504,6 +528,17 @@ def _m_regex(helper: Any) -> Any:
             size = len(text) if type(text) is str else 0
             _charge(meter, size * program // REGEX_CHARS_PER_UNIT)
         return helper(pattern, *args, **kwargs)
+
+    def metered(meter: CostMeter, pattern: Any, *args: Any, **kwargs: Any) -> Any:
+        if memo and len(args) == 1 and not kwargs and args[0] is meter.query and type(pattern) is str:
+            # re_search(p, query) again in one request (rules share patterns): its answer
+            hit = meter.searched.get(pattern)
+            if hit is not None:
+                _charge(meter, 1)
+                return hit
+            hit = meter.searched[pattern] = run(meter, pattern, args, kwargs)
+            return hit
+        return run(meter, pattern, args, kwargs)
 
     return metered
 
@@ -527,7 +562,7 @@ _METERED_CALLS: dict[str, Any] = {
     "sum": _m_reduce(_sum, per_item=4),  # a Python loop checking each item
     "contains_any": _m_contains_any,
     "contains_all": _m_contains_all,
-    "re_search": _m_regex(re_search),
+    "re_search": _m_regex(re_search, memo=True),
     "re_find": _m_regex(re_find),
 }
 _METERED_NAMESPACE: dict[str, Any] = {

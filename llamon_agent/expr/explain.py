@@ -137,7 +137,7 @@ def explain_when(source: str, namespace: dict[str, Any]) -> Explanation:
     root_node, static_cost, query_reads = _prepared(source)
     meter = namespace[_METER]
     # The whole expression's static cost first, as ExpressionRule.evaluate_ns charges it.
-    meter.left = meter.expr_budget - static_cost - query_reads * meter.qcost
+    meter.left = meter.expr_budget - static_cost - query_reads * meter.rcost
     root = Part(text=root_node.text, op=root_node.op)
     try:
         _fill(root_node, root, namespace)

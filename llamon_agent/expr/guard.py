@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import copy
 import types
 import warnings
 
@@ -11,8 +12,6 @@ from llamon_agent.expr.budget import (
     _FREE_METHODS,
     _METER,
     _METERED_CALLS,
-    BUILT_CHARS_PER_UNIT,
-    READ_CHARS_PER_UNIT,
 )
 from llamon_agent.expr.errors import ExprError
 from llamon_agent.expr.hints import _is_tool_names, _query_ref
@@ -58,28 +57,45 @@ def _static_pair(left: ast.AST, op: ast.cmpop, right: ast.AST) -> int | None:
     if isinstance(op, (ast.In, ast.NotIn)):
         if not _scalar(left):
             return None
-        if _is_query(right):
+        if _query_ref(right) is not None:  # query.lower() is made once per request (LOWERED)
             return 1
-        if _query_ref(right) is True:  # query.lower(): read, then build a copy
-            return 1 + READ_CHARS_PER_UNIT // BUILT_CHARS_PER_UNIT
         return 0 if _is_dict_or_set(right) else None
     return 0 if _scalar(left) or _scalar(right) else None
 
 
-def _static_contains(node: ast.Call) -> int | None:
-    """Query reads of ``contains_any/contains_all(query or query.lower(), [literal texts])``, else None."""
+# The request's text, as literal tests read it (namespace.build_namespace): the query itself
+# when it is short, else a table of which literals it holds, made once per request.
+IN_QUERY = "__llamon_in_query"
+IN_LOWERED = "__llamon_in_lowered"
+LOWERED = "__llamon_lowered"  # query.lower(), made once per request
+
+
+def _literal_tests(node: ast.Call) -> ast.expr | None:
+    """``contains_any/contains_all(query or query.lower(), [literal texts])`` as the ``or``/``and``
+    of ``"w" in query`` tests it means (the same bool, never raising), else None."""
     func = node.func
     if not (isinstance(func, ast.Name) and func.id in ("contains_any", "contains_all")):
         return None
     if node.keywords or len(node.args) != 2:
         return None
     text, words = node.args
-    lowered = _query_ref(text)
-    if lowered is None or not isinstance(words, (ast.List, ast.Tuple, ast.Set)):
+    if _query_ref(text) is None or not isinstance(words, (ast.List, ast.Tuple, ast.Set)):
         return None
     if not all(isinstance(w, ast.Constant) and type(w.value) is str for w in words.elts):
         return None
-    return len(words.elts) + (READ_CHARS_PER_UNIT // BUILT_CHARS_PER_UNIT if lowered else 0)
+    any_of = func.id == "contains_any"
+    if not words.elts:
+        return ast.copy_location(ast.Constant(value=not any_of), node)
+    tests: list[ast.expr] = [
+        ast.copy_location(
+            ast.Compare(left=word, ops=[ast.In()], comparators=[copy.copy(text)]),
+            word,
+        )
+        for word in words.elts
+    ]
+    if len(tests) == 1:
+        return tests[0]
+    return ast.copy_location(ast.BoolOp(op=ast.Or() if any_of else ast.And(), values=tests), node)
 
 
 class _Guard(ast.NodeTransformer):
@@ -133,9 +149,19 @@ class _Guard(ast.NodeTransformer):
         costs = [_static_pair(operands[i], op, operands[i + 1]) for i, op in enumerate(node.ops)]
         if all(cost is not None for cost in costs):
             self._count_reads(sum(costs))  # type: ignore[arg-type]
-            # query.lower() as the right of `in` is already counted: leave it a plain call.
+            right = node.comparators[-1]
+            if (
+                len(node.ops) == 1
+                and isinstance(node.ops[0], (ast.In, ast.NotIn))
+                and isinstance(node.left, ast.Constant)
+                and type(node.left.value) is str
+                and _query_ref(right) is not None
+            ):  # "w" in query: the request's table of literals (or the query when it is short)
+                name = IN_LOWERED if _query_ref(right) else IN_QUERY
+                node.comparators = [ast.copy_location(ast.Name(id=name, ctx=ast.Load()), right)]
+                return node
             node.left = self.visit(node.left)
-            node.comparators = [c if _query_ref(c) is True else self.visit(c) for c in node.comparators]
+            node.comparators = [self.visit(c) for c in node.comparators]
             return node
         self.generic_visit(node)
         if len(node.ops) == 1:
@@ -156,10 +182,12 @@ class _Guard(ast.NodeTransformer):
             self.scans += reads
 
     def visit_Call(self, node: ast.Call) -> ast.AST:
-        reads = _static_contains(node)
-        if reads is not None:  # contains_any(query, ["a", "b"]): the keyword hot path stays plain
-            self._count_reads(reads)
-            return node
+        tests = _literal_tests(node)
+        if tests is not None:  # contains_any(query, ["a", "b"]): the keyword hot path stays plain
+            visited: ast.AST = self.visit(tests)
+            return visited
+        if _query_ref(node) is True:  # query.lower(): made once per request
+            return ast.copy_location(ast.Name(id=LOWERED, ctx=ast.Load()), node)
         self.generic_visit(node)
         func = node.func
         if isinstance(func, ast.Name):

@@ -5,8 +5,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from llamon_agent.expr.budget import _BASE_NAMESPACE, _METER, READ_CHARS_PER_UNIT, CostMeter
+from llamon_agent.expr.budget import (
+    _BASE_NAMESPACE,
+    _METER,
+    BUILT_CHARS_PER_UNIT,
+    READ_CHARS_PER_UNIT,
+    CostMeter,
+)
 from llamon_agent.expr.errors import ExprError, _type_name
+from llamon_agent.expr.guard import IN_LOWERED, IN_QUERY, LOWERED
 from llamon_agent.expr.limits import MAX_DATA_BYTES, MAX_QUERY_CHARS
 from llamon_agent.expr.view import _Budget, _CtxView, _plain
 from llamon_agent.tools import DeterministicContext
@@ -34,14 +41,60 @@ def plain_request(ctx: DeterministicContext) -> PlainRequest:
     return query, context, a2a_data, a2a_files
 
 
+# From this length on, `"w" in query` tests read a table of the literals the query holds, made
+# once per request (the pre-step's index fills it from its automaton's one pass), instead of
+# each scanning the query: 10,000 rules on a 32,000-character query no longer read it 10,000
+# times, and their static cost no longer adds up to the request budget (issue 26).
+LONG_QUERY_CHARS = 2_048
+
+
+class LiteralTable(dict[str, bool]):
+    """Which literals one text holds, for ``"w" in <text>``: ``found`` and ``known`` (a set the
+    text was searched for in one pass: known but not found means absent) answer at once; any
+    other literal is searched for once, charged to the request, and remembered."""
+
+    __slots__ = ("text", "found", "known", "meter")
+
+    def __init__(self, text: str, found: Any, known: Any, meter: CostMeter) -> None:
+        super().__init__()
+        self.text = text
+        self.found = found
+        self.known = known
+        self.meter = meter
+
+    def __contains__(self, word: object) -> bool:
+        hit: bool | None = self.get(word)  # type: ignore[call-overload]
+        if hit is None:
+            if word in self.found:
+                hit = True
+            elif word in self.known:
+                hit = False
+            else:
+                self.meter.pool -= 1 + len(self.text) // READ_CHARS_PER_UNIT
+                hit = word in self.text  # type: ignore[operator]
+            self[word] = hit  # type: ignore[index]
+        return hit
+
+
+# What the pre-step's index found in a long query: (found in the query, found in query.lower(),
+# every literal it searched for).
+Found = tuple[Any, Any, Any]
+_NOTHING: frozenset[str] = frozenset()
+
+
 def build_namespace(
-    ctx: DeterministicContext, *, meter: CostMeter | None = None, plain: PlainRequest | None = None
+    ctx: DeterministicContext,
+    *,
+    meter: CostMeter | None = None,
+    plain: PlainRequest | None = None,
+    found: Found | None = None,
 ) -> dict[str, Any]:
     """The evaluation globals for one request on one server; build once, reuse for every rule.
 
     ``meter`` is the request's cost budget (share one between the namespaces of a request);
     by default a new one with the budgets of :func:`llamon_agent.settings.cost_budgets`.
     ``plain`` is :func:`plain_request` of ``ctx``, when already made for another server.
+    ``found``: the literals a long query holds, when the pre-step's index searched for them.
     """
     query, context, a2a_data, a2a_files = plain_request(ctx) if plain is None else plain
     view = _CtxView(query, context, a2a_data, a2a_files, list(ctx.mcp_tools or ()))
@@ -55,6 +108,21 @@ def build_namespace(
     if meter is None:
         meter = CostMeter()
     meter.qcost = 1 + len(query) // READ_CHARS_PER_UNIT
+    lowered = meter.lowered if meter.query is query else None
+    if lowered is None:  # once per request: the namespaces of its servers share the meter
+        lowered = query.lower()
+        meter.pool -= len(query) // BUILT_CHARS_PER_UNIT
+        meter.query, meter.lowered, meter.tables = query, lowered, None
+    namespace[LOWERED] = lowered
+    if len(query) < LONG_QUERY_CHARS:
+        namespace[IN_QUERY], namespace[IN_LOWERED] = query, lowered
+        meter.rcost = meter.qcost
+    else:
+        if meter.tables is None:
+            raw, low, known = found if found is not None else (_NOTHING, _NOTHING, _NOTHING)
+            meter.tables = (LiteralTable(query, raw, known, meter), LiteralTable(lowered, low, known, meter))
+        namespace[IN_QUERY], namespace[IN_LOWERED] = meter.tables
+        meter.rcost = 1  # a literal test is a lookup; a search is charged when it happens
     namespace[_METER] = meter
     return namespace
 

@@ -167,7 +167,7 @@ class ExpressionRule:
         if meter.pool < 0:
             meter.request_exceeded()
         budget = meter.expr_budget
-        meter.left = budget - self._static - self._reads * meter.qcost
+        meter.left = budget - self._static - self._reads * meter.rcost
         try:
             if not self.compiled_when.run(namespace):
                 return None

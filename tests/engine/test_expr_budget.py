@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from llamon_agent import settings as llamon_settings
 from llamon_agent.expr import (
+    BUILT_CHARS_PER_UNIT,
     DEFAULT_EXPR_BUDGET,
     DEFAULT_REQUEST_BUDGET,
     MAX_QUERY_CHARS,
@@ -29,6 +30,7 @@ from llamon_agent.expr import (
     compile_when,
     expression_rule,
 )
+from llamon_agent.expr.namespace import LONG_QUERY_CHARS
 from llamon_agent.prestep import PRESTEP_FAILED, RuleStatus, StaticToolBackend, run_prestep
 from llamon_agent.settings import CostBudgets, SettingsError
 from llamon_agent.tools import AgentRequest, DeterministicContext, ToolInfo
@@ -161,10 +163,27 @@ def test_static_cost_is_charged_to_the_request_even_without_helpers() -> None:
 def test_a_long_query_makes_plain_keyword_reads_cost_more() -> None:
     # "w" in query is left as plain Python (the hot path) but charged by the query's length.
     short, long = CostMeter(10**6, 10**7), CostMeter(10**6, 10**7)
+    query = QUERY[: LONG_QUERY_CHARS - 1]
     rule = _rule('"없는말" in query')
     rule.evaluate_ns(build_namespace(DeterministicContext(query="a"), meter=short))
-    rule.evaluate_ns(build_namespace(DeterministicContext(query=QUERY), meter=long))
-    assert long.spent - short.spent == len(QUERY) // READ_CHARS_PER_UNIT
+    rule.evaluate_ns(build_namespace(DeterministicContext(query=query), meter=long))
+    lowered = len(query) // BUILT_CHARS_PER_UNIT  # query.lower(), made once per request
+    assert long.spent - short.spent == len(query) // READ_CHARS_PER_UNIT + lowered
+
+
+def test_a_very_long_query_is_searched_once_per_literal_and_request() -> None:
+    # From LONG_QUERY_CHARS on, a literal test reads a table of the request: each literal is
+    # searched for once (charged then), every later test of it is a lookup.
+    meter = CostMeter(10**6, 10**7)
+    namespace = build_namespace(DeterministicContext(query=QUERY), meter=meter)
+    built = meter.spent
+    rule = _rule('"없는말" in query')
+    rule.evaluate_ns(namespace)
+    first = meter.spent - built
+    assert first >= len(QUERY) // READ_CHARS_PER_UNIT
+    for _ in range(100):
+        rule.evaluate_ns(namespace)
+    assert (meter.spent - built - first) // 100 == rule.compiled_when.static_cost + 1 + 1  # + params {}
 
 
 def test_params_copy_is_charged() -> None:

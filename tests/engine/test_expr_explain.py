@@ -22,7 +22,7 @@ def _real(source: str, namespace: dict) -> tuple[bool | None, str | None]:
     """The pre-step's evaluation of a ``when`` (ExpressionRule.evaluate_ns charges its static cost first)."""
     compiled = compile_when(source)
     meter = namespace[_METER]
-    meter.left = meter.expr_budget - compiled.static_cost - compiled.query_reads * meter.qcost
+    meter.left = meter.expr_budget - compiled.static_cost - compiled.query_reads * meter.rcost
     try:
         return compiled.run(namespace), None
     except ExprError as exc:

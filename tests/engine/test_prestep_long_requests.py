@@ -1,0 +1,99 @@
+"""A legitimate request never fails on the cost budget: 10,000 routing rules as authors write them
+(benchmarks/routing_sets.py), queries up to the 32,000-character cap, DataParts near their cap.
+Counted in budget units and errors, never timed."""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from llamon_agent.expr import DEFAULT_REQUEST_BUDGET, CostMeter, contains_any, expression_rule, re_search
+from llamon_agent.expr.limits import MAX_QUERY_CHARS
+from llamon_agent.prestep import RuleStatus, StaticToolBackend, compile_rules, run_prestep
+from llamon_agent.tools import AgentRequest
+
+
+def _routing_sets() -> ModuleType:
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "routing_sets.py"
+    spec = importlib.util.spec_from_file_location("routing_sets", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("routing_sets", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def routing() -> tuple[ModuleType, object, object]:
+    sets = _routing_sets()
+    drawn = sets.draw_rules(10_000, 0.3, seed=26)
+    rules = compile_rules(
+        [
+            expression_rule(name=r.name, mcp_id=r.mcp_id, tool_name=r.tool_name, when=r.when, params=r.params)
+            for r in drawn.rules
+        ]
+    )
+    return sets, drawn, rules
+
+
+@pytest.mark.parametrize("chars", [1_000, 10_000, MAX_QUERY_CHARS])
+def test_long_queries_and_big_dataparts_do_not_fail_on_the_budget(routing, chars: int) -> None:  # type: ignore[no-untyped-def]
+    sets, drawn, rules = routing
+    rng = random.Random(chars)
+    backend = StaticToolBackend(drawn.tools)
+    for _ in range(2):
+        request = sets.draw_request(rng, drawn, query_chars=chars)
+        request["a2a_data"] = [*request["a2a_data"], {"blob": "가" * 60_000, "items": list(range(2_000))}]
+        outcome = run_prestep(rules, AgentRequest(**request), backend=backend, dry_run=True)
+        errors = [rec for rec in outcome.records if rec.status is RuleStatus.ERROR]
+        assert errors == [], errors[:3]
+        assert [(rec.rule, rec.params) for rec in outcome.fired] == _plain_python(drawn, request)
+
+
+def _plain_python(drawn, request) -> list:  # type: ignore[no-untyped-def]
+    """The same rules as plain Python, every one evaluated: what the pre-step must fire."""
+    parts = request["a2a_data"]
+
+    def data_get(key, default=None):  # type: ignore[no-untyped-def]
+        for part in parts:
+            if key in part:
+                return part[key]
+        return default
+
+    scope = {"contains_any": contains_any, "re_search": re_search, "len": len, "data_get": data_get}
+    scope.update(query=request["query"], context=request["context"], a2a_files=request["a2a_files"])
+    fired = []
+    for rule in drawn.rules:
+        scope["tool_names"] = frozenset(drawn.tools[rule.mcp_id])
+        if eval(rule.when, scope):  # noqa: S307  # the generator's own text
+            fired.append((rule.name, eval(rule.params, scope)))  # noqa: S307
+    return fired
+
+
+def test_what_a_long_request_spends_stays_far_from_the_request_budget(routing, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # What the meter is charged for 10,000 rules on a query at the cap and ~190 KB of data: the
+    # work done (each literal searched once, each evaluated rule its own nodes), not a sum of
+    # every rule's worst case.
+    import llamon_agent.expr as expr
+
+    sets, drawn, rules = routing
+    meters: list[CostMeter] = []
+
+    class Recorded(CostMeter):
+        def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+            super().__init__(*args, **kwargs)
+            meters.append(self)
+
+    monkeypatch.setattr(expr, "CostMeter", Recorded)
+    request = sets.draw_request(random.Random(7), drawn, query_chars=MAX_QUERY_CHARS)
+    request["a2a_data"] = [*request["a2a_data"], {"blob": "가" * 60_000, "items": list(range(2_000))}]
+    outcome = run_prestep(
+        rules, AgentRequest(**request), backend=StaticToolBackend(drawn.tools), dry_run=True
+    )
+    assert outcome.ok
+    assert len(meters) == 1 and meters[0].spent < DEFAULT_REQUEST_BUDGET // 4
