@@ -206,11 +206,13 @@ def _rule_options(rule: Any, info: RuleInfo) -> tuple[frozenset[_Atom], ...] | N
 
 
 class _RequestIndex:
-    """What a request must show for a rule to be worth evaluating: query literals (one
-    Aho-Corasick automaton), regexes (one RE2 set) and context/DataPart equalities (hashes).
+    """What a request must show for a rule to be worth evaluating, one structure per kind of
+    atom (expr.hints): query literals (one Aho-Corasick automaton), regexes (one RE2 set),
+    context/DataPart equalities and memberships (hashes), query prefixes (a hash per prefix
+    length), numeric intervals on context/DataPart fields and len(query) (bisect, _Intervals).
 
-    Each rule is indexed on one of its alternative requirements, the one whose atoms are the
-    rarest across the rule set. A rule without any is always evaluated.
+    Each rule is indexed on one of its alternative requirements, the one whose atoms let the
+    fewest rules through. A rule without any is always evaluated.
     """
 
     def __init__(self, rules: Sequence[Any], infos: Sequence[RuleInfo]) -> None:
@@ -224,18 +226,32 @@ class _RequestIndex:
             if options:
                 for atom in options[0] if len(options) == 1 else frozenset().union(*options):
                     frequency[atom] = frequency.get(atom, 0) + 1
+        # How many rules an atom lets through, roughly: its own rules for a text, a regex, an
+        # equality or a prefix (each value is its own atom); for a numeric interval, a share of
+        # the rules testing the same value (its numbers differ per rule, so counting is no guide).
+        tested: dict[tuple[Any, ...], int] = {}
+        for atom in frequency:
+            if atom[0] == "num":
+                tested[atom[1:4]] = tested.get(atom[1:4], 0) + frequency[atom]
+
+        def weight(atom: _Atom) -> float:
+            if atom[0] != "num":
+                return frequency[atom]
+            bounded = atom[4] != -_INF and atom[6] != _INF
+            return 1 + tested[atom[1:4]] * (0.1 if bounded else 0.5)
+
         for i, options in enumerate(per_rule):
             if options is None:
                 always.append(i)
                 continue
-            best = (
-                options[0] if len(options) == 1 else min(options, key=lambda o: sum(frequency[a] for a in o))
-            )
+            best = options[0] if len(options) == 1 else min(options, key=lambda o: sum(weight(a) for a in o))
             chosen.append((i, best))
         self.always: tuple[int, ...] = tuple(always)
         keywords: dict[str, tuple[list[int], list[int]]] = {}
         patterns: dict[str, list[int]] = {}
         equalities: dict[tuple[str, str, Any], dict[Any, list[int]]] = {}
+        prefixes: dict[tuple[bool, int], dict[str, list[int]]] = {}
+        numbers: dict[tuple[str, str, Any], list[tuple[Any, ...]]] = {}
         costs: list[tuple[int, int, float]] = []
         for i, option in chosen:
             has_regex = False
@@ -254,11 +270,16 @@ class _RequestIndex:
                     if not ids or ids[-1] != i:
                         ids.append(i)
                     has_regex = True
-                else:  # "eq"
+                elif kind == "eq":
                     _, source, key, default, value = atom
                     ids = equalities.setdefault((source, key, default), {}).setdefault(value, [])
                     if not ids or ids[-1] != i:
                         ids.append(i)
+                elif kind == "pre":
+                    _, lowered, text = atom
+                    prefixes.setdefault((lowered, len(text)), {}).setdefault(text, []).append(i)
+                else:  # "num"
+                    numbers.setdefault(atom[1:4], []).append((*atom[4:], i))
             if has_regex:
                 a, b = rules[i].index_cost
                 costs.append((i, a, b))
@@ -296,6 +317,10 @@ class _RequestIndex:
         self.equality_rules: tuple[int, ...] = tuple(
             sorted({i for values in self.equalities.values() for ids in values.values() for i in ids})
         )
+        self.prefixes = {
+            where: {text: tuple(ids) for text, ids in texts.items()} for where, texts in prefixes.items()
+        }
+        self.numbers = {where: _Intervals(items) for where, items in numbers.items()}
         # Regex-indexed rules cost at most a + b * len(query) when their pattern does not match.
         self.regex_costs = tuple(costs)
         self.max_a = max((a for _, a, _ in costs), default=0)
@@ -343,8 +368,14 @@ class _RequestIndex:
                 )
         if self.regex_set is not None:
             self._regex_hits(query, hits, expr_budget)
-        if self.equalities:
-            self._equality_hits(data, hits)
+        if self.equalities or self.numbers:
+            self._data_hits(query, data, hits)
+        if self.prefixes:
+            lowered = query.lower()
+            for (low, size), texts in self.prefixes.items():
+                starting = texts.get((lowered if low else query)[:size])
+                if starting is not None:
+                    hits.update(starting)
         return sorted(hits)
 
     def _regex_hits(self, query: str, hits: set[int], expr_budget: int | None) -> None:
@@ -369,31 +400,89 @@ class _RequestIndex:
             if j:
                 hits.update(rules[j - 1])
 
-    def _equality_hits(
-        self, data: Callable[[], tuple[Mapping[str, Any], Any]] | None, hits: set[int]
+    def _data_hits(
+        self, query: str, data: Callable[[], tuple[Mapping[str, Any], Any]] | None, hits: set[int]
     ) -> None:
-        if data is None:
+        context: Any = None
+        parts: Any = None
+        known = data is not None
+        if data is not None:
+            try:
+                context, parts = data()
+            except Exception:  # the request is over the caps: the namespace probe reports it
+                known = False
+        if not known:
             hits.update(self.equality_rules)
-            return
-        try:
-            context, parts = data()
-        except Exception:  # the request is over the caps: the namespace probe reports it
-            hits.update(self.equality_rules)
+            for intervals in self.numbers.values():
+                hits.update(intervals.everyone)
             return
         from llamon_agent.expr.helpers import _data_get
 
+        def read(source: str, key: str, default: Any) -> Any:
+            if source == "len":
+                return len(query)
+            return context.get(key, default) if source == "context" else _data_get(parts, key, default)
+
         for (source, key, default), values in self.equalities.items():
-            value = context.get(key, default) if source == "context" else _data_get(parts, key, default)
             try:
-                ids = values.get(value)
+                ids = values.get(read(source, key, default))
             except TypeError:  # a list or dict never equals a literal
                 continue
             if ids is not None:
                 hits.update(ids)
+        for where, intervals in self.numbers.items():
+            intervals.hits(read(*where), hits)
 
 
 SET_PATTERN_SIZE = 5_000  # regex_size of a pattern the index's RE2 set takes (others: evaluated)
 SET_TOTAL_SIZE = 2_000_000  # and of all of them together
+
+
+_INF = float("inf")
+
+
+class _Intervals:
+    """The numeric intervals (lo, lo_incl, hi, hi_incl, rule) rules need one value to be in:
+    which contain a value. Bisect on sorted bounds: intervals open above by their lower bound,
+    open below by their upper bound, bounded ones by their lower bound within width classes."""
+
+    __slots__ = ("above", "above_ids", "below", "below_ids", "bounded", "everyone")
+
+    def __init__(self, items: Sequence[tuple[Any, ...]]) -> None:
+        above = sorted((lo, not lo_incl, i) for lo, lo_incl, hi, _, i in items if hi == _INF)
+        below = sorted((hi, hi_incl, i) for lo, _, hi, hi_incl, i in items if hi != _INF and lo == -_INF)
+        self.above = [(lo, strict) for lo, strict, _ in above]
+        self.above_ids = [i for *_, i in above]
+        self.below = [(hi, incl) for hi, incl, _ in below]
+        self.below_ids = [i for *_, i in below]
+        classes: dict[int, list[tuple[Any, ...]]] = {}
+        for lo, lo_incl, hi, hi_incl, i in items:
+            if lo != -_INF and hi != _INF:
+                width = max(hi - lo, 0)
+                classes.setdefault(int(width).bit_length(), []).append((lo, lo_incl, hi, hi_incl, i))
+        self.bounded = [
+            (float(2**size), [item[0] for item in group], group)
+            for size, group in ((size, sorted(group)) for size, group in classes.items())
+        ]
+        self.everyone = tuple(i for *_, i in items)
+
+    def hits(self, value: Any, out: set[int]) -> None:
+        if type(value) not in (int, float, bool) or value != value:
+            out.update(self.everyone)  # the comparison raises (or NaN): let the rules say so
+            return
+        # lo < value, or lo == value when inclusive: (lo, strict) < (value, True)
+        out.update(self.above_ids[: bisect.bisect_left(self.above, (value, True))])
+        # hi > value, or hi == value when inclusive: (hi, incl) > (value, False)
+        out.update(self.below_ids[bisect.bisect_right(self.below, (value, False)) :])
+        for width, los, group in self.bounded:
+            try:
+                start = bisect.bisect_left(los, value - width)
+            except OverflowError:  # an int past the floats: compare the whole class
+                start = 0
+            end = bisect.bisect_right(los, value)
+            for lo, lo_incl, hi, hi_incl, i in group[start:end]:
+                if (lo < value or (lo_incl and lo == value)) and (value < hi or (hi_incl and value == hi)):
+                    out.add(i)
 
 
 def _regex_set(patterns: Sequence[str]) -> tuple[Any, list[int]]:

@@ -83,6 +83,8 @@ def _is_safe(node: ast.AST) -> bool:
     if isinstance(node, ast.Compare) and len(node.ops) == 1:
         left, right, op = node.left, node.comparators[0], node.ops[0]
         if isinstance(op, (ast.In, ast.NotIn)):
+            if _is_safe_get(left) and _literal_values(right) is not None:
+                return True  # `in` a list compares with ==, which never raises on JSON values
             return (
                 isinstance(left, ast.Constant)
                 and type(left.value) is str
@@ -98,6 +100,8 @@ def _is_safe(node: ast.AST) -> bool:
             ]
             return len(plain) == 2 and any(isinstance(s, ast.Constant) for s in sides)
         return False
+    if _prefix_atoms(node) is not None:
+        return True
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.keywords:
         return (
             node.func.id in ("contains_any", "contains_all")
@@ -181,7 +185,13 @@ def required_keywords(source_or_tree: str | ast.AST) -> frozenset[tuple[str, boo
 #   ("kw", literal, lowered)              literal in query (lowered: in query.lower())
 #   ("re", pattern)                       RE2 pattern matches somewhere in the raw query
 #   ("eq", source, key, default, value)   source.get(key, default) == value, source is
-#                                         "context" (ctx.context) or "data" (data_get)
+#                                         "context" (ctx.context) or "data" (data_get); a
+#                                         membership `... in [a, b]` is one atom per value
+#   ("pre", lowered, text)                query (query.lower()) starts with text
+#   ("num", source, key, default, lo, lo_incl, hi, hi_incl)
+#                                         the number read is in the interval; source "len"
+#                                         is len(query); a non-number makes the rule a
+#                                         candidate (its comparison raises)
 Atom = tuple[Any, ...]
 Option = frozenset[Atom]
 
@@ -260,12 +270,141 @@ def _is_len_test(node: ast.AST) -> bool:
     return len(lens) == 1 and len(ints) == 1
 
 
+def _literal_values(node: ast.AST) -> list[Any] | None:
+    """The values of a list, tuple or set display of JSON scalars (NaN excluded), else None."""
+    if not isinstance(node, (ast.List, ast.Tuple, ast.Set)) or not node.elts:
+        return None
+    values = []
+    for elt in node.elts:
+        if not isinstance(elt, ast.Constant) or type(elt.value) not in _EQ_TYPES:
+            return None
+        if type(elt.value) is float and elt.value != elt.value:
+            return None
+        values.append(elt.value)
+    return values
+
+
+def _member_atoms(node: ast.Compare) -> Option | None:
+    """``data_get("k") in ["a", "b"]``: one equality atom per value (any one may hold)."""
+    if len(node.ops) != 1 or not isinstance(node.ops[0], ast.In):
+        return None
+    got = _get_source(node.left)
+    values = _literal_values(node.comparators[0])
+    if got is None or values is None:
+        return None
+    return frozenset(("eq", *got, value) for value in values)
+
+
+def _prefix_atoms(node: ast.AST) -> Option | None:
+    """``query.startswith("a")``, ``query.lower().startswith(("a", "b"))``: ("pre", lowered, text)."""
+    if not (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "startswith"
+        and len(node.args) == 1
+        and not node.keywords
+    ):
+        return None
+    lowered = _query_ref(node.func.value)
+    arg = node.args[0]
+    texts = [arg] if isinstance(arg, ast.Constant) else arg.elts if isinstance(arg, ast.Tuple) else []
+    if lowered is None or not texts:
+        return None
+    if not all(isinstance(t, ast.Constant) and type(t.value) is str and t.value for t in texts):
+        return None  # "" is a prefix of every text: no requirement
+    return frozenset(("pre", lowered, t.value) for t in texts)  # type: ignore[attr-defined]
+
+
+_INF = float("inf")
+_LOWER = {ast.Gt: False, ast.GtE: True}  # getter > c: c is a lower bound (inclusive for >=)
+_UPPER = {ast.Lt: False, ast.LtE: True}
+
+
+def _number(node: ast.AST) -> float | int | None:
+    if isinstance(node, ast.Constant):
+        value = node.value
+        if (type(value) is int or type(value) is float) and abs(value) < _INF:
+            return value
+    return None
+
+
+def _num_source(node: ast.AST) -> tuple[str, str, object] | None:
+    """(source, key, default) of a number a comparison reads: a never-raising getter, or
+    ``len(query)`` (source "len")."""
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "len"
+        and len(node.args) == 1
+        and not node.keywords
+        and _query_ref(node.args[0]) is False
+    ):
+        return ("len", "", None)
+    return _get_source(node)
+
+
+def _num_atom(node: ast.AST) -> Atom | None:
+    """``data_get("a", 0) > 10``, ``len(query) <= 5``, ``1 < context.get("n", 0) <= 9``: the
+    interval the value must be in, ("num", source, key, default, lo, lo_incl, hi, hi_incl).
+    The comparison raises when the value is not a number: the index then evaluates the rule."""
+    if not isinstance(node, ast.Compare) or not 1 <= len(node.ops) <= 2:
+        return None
+    operands = [node.left, *node.comparators]
+    sources = [(k, s) for k, s in enumerate(operands) if _number(s) is None]
+    if len(sources) != 1:
+        return None
+    at, getter = sources[0]
+    got = _num_source(getter)
+    if got is None:
+        return None
+    lo: float | int = -_INF
+    hi: float | int = _INF
+    lo_incl = hi_incl = False
+    for k, op in enumerate(node.ops):
+        left, right = operands[k], operands[k + 1]
+        kind = type(op)
+        if kind not in _LOWER and kind not in _UPPER:
+            return None
+        if left is getter:  # getter op c
+            c, lower = _number(right), kind in _LOWER
+        else:  # c op getter: c < g means g > c
+            c, lower = _number(left), kind in _UPPER
+        incl = kind in (ast.GtE, ast.LtE)
+        if c is None or (left is not getter and right is not getter):
+            return None
+        if lower and (c > lo or (c == lo and not incl)):
+            lo, lo_incl = c, incl
+        elif not lower and (c < hi or (c == hi and not incl)):
+            hi, hi_incl = c, incl
+    return ("num", *got, lo, lo_incl, hi, hi_incl)
+
+
+def _merge(first: Atom, second: Atom) -> Atom:
+    """Two intervals on the same value as one (their intersection)."""
+    lo, lo_incl, hi, hi_incl = first[4:]
+    lo2, lo2_incl, hi2, hi2_incl = second[4:]
+    if lo2 > lo or (lo2 == lo and not lo2_incl):
+        lo, lo_incl = lo2, lo2_incl
+    if hi2 < hi or (hi2 == hi and not hi2_incl):
+        hi, hi_incl = hi2, hi2_incl
+    return (*first[:4], lo, lo_incl, hi, hi_incl)
+
+
 def _options(node: ast.AST) -> list[Option] | None:
     """The alternative requirements of ``node`` (any one may be used), None if unknown."""
     if isinstance(node, ast.Compare):
         eq = _eq_atom(node)
         if eq is not None:
             return [frozenset({eq})]
+        member = _member_atoms(node)
+        if member is not None:
+            return [member]
+        num = _num_atom(node)
+        if num is not None:
+            return [frozenset({num})]
+    prefix = _prefix_atoms(node)
+    if prefix is not None:
+        return [prefix]
     if isinstance(node, ast.Call):
         atom = _regex_atom(node)
         if atom is not None:
@@ -284,12 +423,30 @@ def _options(node: ast.AST) -> list[Option] | None:
     if isinstance(node, ast.BoolOp):
         if isinstance(node.op, ast.And):
             known: list[Option] = []
-            for value in node.values:
+            values = node.values
+            i = 0
+            while i < len(values):
+                value = values[i]
+                num = _num_atom(value)
+                if num is not None:
+                    # a range written as two tests of one value is one interval (they raise alike)
+                    while i + 1 < len(values):
+                        after = _num_atom(values[i + 1])
+                        if after is None or after[1:4] != num[1:4]:
+                            break
+                        num = _merge(num, after)
+                        i += 1
+                    known.append(frozenset({num}))
+                    if num[1] != "len":  # a non-number raises: what follows may not be reached
+                        break
+                    i += 1
+                    continue
                 part = _options(value)
                 if part is not None:
                     known.extend(part)
                 if not (_is_safe(value) or _is_len_test(value)):
                     break
+                i += 1
             return known or None
         parts = [_options(v) for v in node.values]
         if any(p is None for p in parts):

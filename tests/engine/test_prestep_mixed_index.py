@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from llamon_agent.expr import MAX_QUERY_CHARS, expression_rule
+from llamon_agent.expr.namespace import LONG_QUERY_CHARS
 from llamon_agent.prestep import StaticToolBackend, compile_rules, run_prestep
 from llamon_agent.tools import AgentRequest
 
@@ -39,6 +40,18 @@ WHENS = [
     're_find(r"({w})", query, 3) == "x"',  # no group 3: raises when the pattern matches
     'query[0] == "{w}"',  # raises on an empty query
     "len(query) > 4",
+    'data_get("n", 0) > 1',
+    'data_get("n", 0) >= 1 and data_get("n", 0) < 2',
+    '1 < data_get("n", 0) <= 2.5',
+    'context.get("n", 0) <= 1.5 and "{w}" in query',
+    '"{w}" in query and data_get("n", 0) >= 2',
+    'data_get("n") > 0 or "{v}" in query',  # raises when n is missing (None > 0)
+    "len(query) >= 4 and len(query) < 7",
+    'data_get("orderId") in ["{w}", "{v}", 7]',
+    'context.get("tier") in ["{w}", 1] and data_get("n", 0) < 2',
+    'query.startswith("{w}")',
+    'query.lower().startswith(("{w}", "{v}"))',
+    'query.lower().startswith("{w}") and data_get("n", 0) > 1',
 ]
 
 
@@ -71,7 +84,7 @@ contexts = st.one_of(
         {},
         optional={
             "tier": st.sampled_from([*WORDS, "none", 1, True, None, ["주문"], {"a": 1}]),
-            "n": st.sampled_from([1, 1.0, True, 0, "1"]),
+            "n": st.sampled_from([1, 1.0, True, 0, "1", 1.5, float("nan"), None, 10**400]),
         },
     ),
 )
@@ -79,7 +92,11 @@ data_parts = st.one_of(
     st.none(),
     st.lists(
         st.fixed_dictionaries(
-            {}, optional={"orderId": st.sampled_from([*WORDS, 7]), "n": st.sampled_from([1, True, 2])}
+            {},
+            optional={
+                "orderId": st.sampled_from([*WORDS, 7]),
+                "n": st.sampled_from([1, True, 2, 2.5, 0.5, "2", None, float("nan"), [1]]),
+            },
         ),
         max_size=3,
     ),
@@ -103,6 +120,8 @@ def test_indexed_evaluation_equals_evaluating_every_rule(
 ) -> None:
     if huge == 0:
         query = query + "." * (MAX_QUERY_CHARS + 1)  # over the caps: the namespace cannot be built
+    elif huge == 1:
+        query = query + " ." * LONG_QUERY_CHARS + query  # long: literal tests read a table
     request = AgentRequest(query=query, context=context or {}, a2a_data=parts)
     compiled = compile_rules(rules)
     for dry_run in (True, False):
@@ -136,6 +155,35 @@ def test_regex_and_equality_rules_are_not_evaluated_on_requests_that_cannot_fire
     assert compiled.candidates("x", data({"tier": "gold"})) == [1]
     assert compiled.candidates("x", data({}, [{"orderId": "A-1"}])) == [2]
     assert compiled.candidates("환불 해주세요", data({})) == [3]
+
+
+def test_numbers_memberships_and_prefixes_are_indexed_by_their_values() -> None:
+    rules = [
+        rule("range", 'data_get("amount", 0) > 100 and data_get("amount", 0) <= 200'),
+        rule("above", 'data_get("amount", 0) >= 1000'),
+        rule("below", 'context.get("age", 99) < 20'),
+        rule("member", 'data_get("region") in ["seoul", "busan"]'),
+        rule("prefix", 'query.lower().startswith(("urgent", "긴급"))'),
+        rule("short", "len(query) < 3"),
+        rule("mixed", '"대출" in query and data_get("amount", 0) > 5000'),
+    ]
+    compiled = compile_rules(rules)
+
+    def data(amount: Any = None, region: Any = None, age: Any = None) -> Any:
+        part = {k: v for k, v in (("amount", amount), ("region", region)) if v is not None}
+        return lambda: ({"age": age} if age is not None else {}, [part])
+
+    assert compiled.candidates("hello there", data()) == []
+    assert compiled.candidates("hello there", data(amount=150)) == [0]
+    assert compiled.candidates("hello there", data(amount=200)) == [0]
+    assert compiled.candidates("hello there", data(amount=100)) == []
+    assert compiled.candidates("hello there", data(amount=1000.0, age=19)) == [1, 2]
+    assert compiled.candidates("hello there", data(region="busan")) == [3]
+    assert compiled.candidates("URGENT: hello", data()) == [4]
+    assert compiled.candidates("hi", data()) == [5]
+    assert compiled.candidates("대출 문의", data(amount=6000)) == [1, 6]
+    # a value the comparison cannot take: the rules are evaluated (and raise), never skipped
+    assert compiled.candidates("hello there", data(amount="150")) == [0, 1]
 
 
 def test_an_and_is_indexed_on_its_rarest_literal_across_the_rule_set() -> None:
