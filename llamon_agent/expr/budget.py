@@ -186,6 +186,11 @@ def _result_cost(value: Any) -> int:
 
 def _m_add(meter: CostMeter, left: Any, right: Any) -> Any:
     kind = type(left)
+    if kind in _PLAIN_NUMBERS and type(right) in _PLAIN_NUMBERS:  # constant cost, the node's 1
+        value = left + right
+        if type(value) is int and not -MAX_INT <= value <= MAX_INT:
+            raise ExprError("the integer result is too large (the limit is 64 bits)")
+        return value
     if kind is type(right):
         if kind is str:
             _charge(meter, 1 + (len(left) + len(right)) // BUILT_CHARS_PER_UNIT)
@@ -227,8 +232,18 @@ _COMPARE_INDEX = {
 }
 
 
+_PLAIN_NUMBERS = frozenset({int, float, bool})
+_SMALL = frozenset({int, float, bool, type(None)})  # compared in constant time
+
+
 def _m_compare(meter: CostMeter, left: Any, right: Any, op: int) -> Any:
     """One comparison whose operands' sizes are not known when the rule is saved."""
+    if type(left) in _SMALL and type(right) in _SMALL:  # two numbers (the hot path): 1 unit
+        remaining = meter.left - 1
+        if remaining < 0:
+            meter.exceeded()
+        meter.left = remaining
+        return _COMPARE_OPS[op](left, right)
     if op >= 6:  # in / not in
         kind = type(right)
         if kind is str:
@@ -544,7 +559,10 @@ def _m_regex(helper: Any, memo: bool = False) -> Any:
 
 
 def _m_data_get(meter: CostMeter, parts: Any, *args: Any, **kwargs: Any) -> Any:
-    _charge(meter, 1 + (len(parts) if type(parts) is list else 0))
+    remaining = meter.left - 1 - (len(parts) if type(parts) is list else 0)  # _charge, inline
+    if remaining < 0:
+        meter.exceeded()
+    meter.left = remaining
     return _data_get(parts, *args, **kwargs)
 
 
