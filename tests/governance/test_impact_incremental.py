@@ -250,7 +250,7 @@ def test_a_spent_request_budget_couples_rules_so_those_runs_are_replayed_in_full
                 "description": "",
                 "mcp_id": "order-service",
                 "tool_name": "get_order",
-                "when": f"contains_any(query, [{words}]) or len(query) < 0",
+                "when": f"contains_any(query, [{words}]) or len(query) != len(query)",  # never indexed
                 "params": "{}",
                 "stop": False,
                 "enabled": True,
