@@ -11,9 +11,12 @@ import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from llamon_agent.envnames import parse_patterns
 
 ENV_PREFIX = "LLAMON_"
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -84,6 +87,13 @@ class Settings(CostBudgets):
     llm_timeout_s: float = Field(default=60, gt=0, le=3600)
     trace_url: str | None = None
     trace_token: SecretStr | None = None
+    # A served agent distrusts what a registry answers over the network (docs/cli.md, "Serving"):
+    # stdio commands it may start from such a registry (none by default), the variables an MCP
+    # server's env and headers may read, and whether a plain-http registry off this machine is allowed.
+    mcp_stdio_allow: str = ""
+    mcp_env_names: str = "LLAMON_MCP_*"
+    mcp_allow_private: bool = True
+    registry_allow_http: bool = False
 
     def __init__(self, **values: Any) -> None:
         try:
@@ -96,6 +106,25 @@ class Settings(CostBudgets):
     @classmethod
     def _http_url(cls, value: str | None) -> str | None:
         return _check_http_url(value)
+
+    @model_validator(mode="after")
+    def _registry_over_tls(self) -> Settings:
+        """A plain-http registry off this machine: whoever is on the path chooses what runs here."""
+        url = self.registry_url or ""
+        off_this_machine = (urlsplit(url).hostname or "") not in ("127.0.0.1", "::1", "localhost")
+        if url.startswith("http://") and off_this_machine and not self.registry_allow_http:
+            raise ValueError(
+                "LLAMON_REGISTRY_URL: a registry off this machine must be https:// (what it answers "
+                "decides which MCP servers start here); set LLAMON_REGISTRY_ALLOW_HTTP=1 to accept "
+                "plain http anyway"
+            )
+        return self
+
+    @field_validator("mcp_env_names")
+    @classmethod
+    def _env_name_patterns(cls, value: str) -> str:
+        parse_patterns(value.split(","), setting="LLAMON_MCP_ENV_NAMES")
+        return value
 
     @field_validator("registry_file", mode="before")
     @classmethod
