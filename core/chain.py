@@ -13,12 +13,18 @@ core registers the audit log itself.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat, PublicFormat
+from django.conf import settings
 from django.db import transaction
+from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
@@ -255,6 +261,81 @@ def chain_last_check() -> ChainCheck | None:
 
 
 def chain_head() -> dict[str, Any]:
-    """The chain's head as printed or sent elsewhere to anchor it."""
+    """The chain's head as printed or sent elsewhere to anchor it; signed (Ed25519) when the
+    operator set ``LLAMON_CHAIN_SIGNING_KEY``."""
     head = ChainHead.objects.filter(pk=1).first()
-    return {"seq": head.seq if head else 0, "record_hash": head.record_hash if head else GENESIS}
+    out: dict[str, Any] = {
+        "format": HEAD_FORMAT,
+        "seq": head.seq if head else 0,
+        "record_hash": head.record_hash if head else GENESIS,
+        "at": timezone.now().isoformat(),
+    }
+    key = _signing_key()
+    if key is not None:
+        out["public_key"] = public_key_text(key.public_key())
+        out["signature"] = base64.b64encode(key.sign(_head_message(out))).decode()
+    return out
+
+
+HEAD_FORMAT = "llamon-chain-head/1"
+
+
+def _head_message(head: Mapping[str, Any]) -> bytes:
+    return f"{HEAD_FORMAT}|{head['seq']}|{head['record_hash']}|{head['at']}".encode()
+
+
+def _signing_key() -> Ed25519PrivateKey | None:
+    seed = settings.LLAMON_CHAIN_SIGNING_KEY
+    return Ed25519PrivateKey.from_private_bytes(seed) if seed else None
+
+
+def public_key_text(key: Ed25519PublicKey) -> str:
+    """A public key as base64 of its 32 raw bytes (what the about line and exported heads show)."""
+    return base64.b64encode(key.public_bytes(Encoding.Raw, PublicFormat.Raw)).decode()
+
+
+def chain_public_key() -> str | None:
+    """This workbench's head-signing public key, or None when heads are not signed."""
+    key = _signing_key()
+    return public_key_text(key.public_key()) if key else None
+
+
+def new_signing_key() -> str:
+    """A fresh key for ``LLAMON_CHAIN_SIGNING_KEY`` (base64 of its 32-byte seed)."""
+    raw = Ed25519PrivateKey.generate().private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
+    return base64.urlsafe_b64encode(raw).decode()
+
+
+def chain_anchor_check(anchor: Mapping[str, Any], *, public_key: str | None = None) -> str | None:
+    """Why the chain as it is now does not extend ``anchor`` (a head printed earlier), or None.
+
+    A signed anchor is checked against ``public_key`` (default: this workbench's own); a chain
+    rewritten after the anchor was taken has another hash at the anchor's position.
+    """
+    try:
+        seq, record_hash = int(anchor["seq"]), str(anchor["record_hash"])
+    except (KeyError, TypeError, ValueError):
+        return _("The anchor is not a chain head (it needs seq and record_hash).")
+    if "signature" in anchor:
+        text = public_key or anchor.get("public_key") or ""
+        try:
+            key = Ed25519PublicKey.from_public_bytes(base64.b64decode(text))
+            key.verify(base64.b64decode(str(anchor["signature"])), _head_message(anchor))
+        except (ValueError, InvalidSignature, KeyError, TypeError):
+            return _(
+                "The anchor's signature does not verify: it was not signed by this key, or it was edited."
+            )
+        if public_key is None and text != chain_public_key():
+            return _("The anchor was signed by another key than this workbench's.")
+    if seq == 0:
+        return None if record_hash == GENESIS else _("The anchor's first link is not the chain's start.")
+    link = ChainRecord.objects.filter(seq=seq).values_list("record_hash", flat=True).first()
+    if link is None:
+        return _("The chain has no link #%(seq)s any more: links anchored before were removed.") % {
+            "seq": seq
+        }
+    if link != record_hash:
+        return _(
+            "Link #%(seq)s is not the one anchored: the chain was rewritten after the head was taken."
+        ) % {"seq": seq}
+    return None

@@ -7,6 +7,8 @@ alone, never a traceback.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import os
 import secrets
 from collections.abc import Mapping
@@ -32,6 +34,22 @@ def env_str(name: str, default: str | None = None, *, required: bool = False) ->
             raise ConfigError(f"{name} is required but not set")
         return default
     return value.strip()
+
+
+def env_ed25519_seed(name: str) -> bytes | None:
+    """An Ed25519 private key as the 32 bytes of its seed, from base64 (None when unset)."""
+    value = env_str(name)
+    if value is None:
+        return None
+    try:
+        seed = base64.urlsafe_b64decode(value + "=" * (-len(value) % 4))
+    except (ValueError, binascii.Error):
+        seed = b""
+    if len(seed) != 32:
+        raise ConfigError(
+            f"{name} must be the base64 of a 32-byte Ed25519 key (make one with: manage.py chain_head --new-key)"
+        )
+    return seed
 
 
 def env_bool(name: str, default: bool) -> bool:

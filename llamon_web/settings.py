@@ -18,6 +18,7 @@ from llamon_web.config import (
     dev_secret_key,
     env_bool,
     env_choice,
+    env_ed25519_seed,
     env_int,
     env_list,
     env_names,
@@ -277,6 +278,9 @@ LLAMON_MCP_MAX_TOOLS_BYTES = env_int("LLAMON_MCP_MAX_TOOLS_BYTES", 2 * 1024 * 10
 # stored, handed to the model and shown cut (llamon_agent.mcp.results.cap_result; the same variable
 # sets the SDK's own pool in a served agent).
 LLAMON_TOOL_RESULT_MAX_BYTES = env_int("LLAMON_TOOL_RESULT_MAX_BYTES", 256 * 1024, minimum=1024)
+# Signs the evidence chain's head (docs/evidence.md): keep the key where the database's owners cannot
+# read it, and give the public key (manage.py chain_head) to whoever checks anchored heads.
+LLAMON_CHAIN_SIGNING_KEY = env_ed25519_seed("LLAMON_CHAIN_SIGNING_KEY")
 # --- Traces: what a model's tokens cost, USD per million tokens, as JSON (docs/observability.md):
 # {"gpt-4o-mini": {"input": 0.15, "output": 0.6}}. A model not listed has an unknown cost.
 # Checked at start-up by the system check agents.E001 (agents.pricing).

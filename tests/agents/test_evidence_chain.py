@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from datetime import timedelta
@@ -15,8 +16,17 @@ from django.utils import timezone
 from agents import services
 from agents.models import Agent, PrivacySettings, Run, RunStep
 from core.audit import audit_record
-from core.chain import chain_verify
-from core.models import AuditEvent, ChainCheck, ChainRecord
+from core.chain import (
+    _KINDS,
+    GENESIS,
+    chain_anchor_check,
+    chain_head,
+    chain_public_key,
+    chain_verify,
+    link_hash,
+)
+from core.content_hash import sha256
+from core.models import AuditEvent, ChainCheck, ChainHead, ChainRecord
 from tests.conftest import ROOT, worker_env
 
 pytestmark = pytest.mark.django_db
@@ -164,3 +174,57 @@ def test_concurrent_appends_from_four_processes_leave_one_valid_chain() -> None:
     seqs = list(ChainRecord.objects.values_list("seq", flat=True))
     assert seqs == list(range(1, 1001))
     assert verdict.head_hash == ChainRecord.objects.get(seq=1000).record_hash
+
+
+def _rewrite_chain() -> None:
+    """What a database owner can do: recompute every link from the rows as they are now."""
+    prev = GENESIS
+    for record in ChainRecord.objects.order_by("seq"):
+        if record.payload is not None:
+            content = record.payload
+        else:
+            content = _KINDS[record.kind].current([record.ref])[record.ref]
+        content_hash = sha256(content)
+        record_hash = link_hash(record.seq, record.kind, record.ref, content_hash, prev)
+        ChainRecord.objects.filter(pk=record.pk).update(
+            content_hash=content_hash, prev_hash=prev, record_hash=record_hash
+        )
+        prev = record_hash
+    ChainHead.objects.filter(pk=1).update(record_hash=prev)
+
+
+def test_a_signed_head_printed_elsewhere_catches_a_rewritten_chain(history, settings, tmp_path) -> None:
+    settings.LLAMON_CHAIN_SIGNING_KEY = bytes(range(32))
+    head = chain_head()
+    assert head["public_key"] == chain_public_key() and head["signature"]
+    anchor = tmp_path / "head.json"
+    anchor.write_text(json.dumps(head))
+    call_command("verify_records", "--anchor", str(anchor))
+    assert chain_anchor_check(head) is None
+
+    event = AuditEvent.objects.get(action="test.one")
+    _sql("UPDATE rules_auditevent SET after = %s WHERE id = %s", '{"a": 2}', event.pk)
+    _rewrite_chain()
+    assert chain_verify().ok  # an unanchored chain cannot tell (docs/evidence.md says so)
+    with pytest.raises(CommandError, match="rewritten after the head was taken"):
+        call_command("verify_records", "--anchor", str(anchor))
+    assert not ChainCheck.objects.first().ok
+
+    assert "does not verify" in chain_anchor_check({**head, "record_hash": "f" * 64})
+    other = {**head, "public_key": "A" * 43 + "="}
+    assert "does not verify" in chain_anchor_check(other, public_key=other["public_key"])
+    settings.LLAMON_CHAIN_SIGNING_KEY = bytes(32)
+    assert "another key" in chain_anchor_check(head)
+
+
+def test_an_unsigned_head_still_anchors_and_a_bad_anchor_file_is_a_clear_error(history, tmp_path) -> None:
+    head = chain_head()
+    assert "signature" not in head
+    removed = ChainRecord.objects.order_by("-seq").first()
+    assert chain_anchor_check({**head, "seq": removed.seq + 5}) is not None
+    bad = tmp_path / "bad.json"
+    bad.write_text("[1, 2]")
+    with pytest.raises(CommandError, match="one chain head"):
+        call_command("verify_records", "--anchor", str(bad))
+    with pytest.raises(CommandError, match="cannot read"):
+        call_command("verify_records", "--anchor", str(tmp_path / "missing.json"))

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from core.chain import chain_check_record, chain_verify
+from core.chain import chain_anchor_check, chain_check_record, chain_verify
 
 
 class Command(BaseCommand):
@@ -18,6 +19,14 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--json", action="store_true", help="Print the outcome as one JSON object.")
+        parser.add_argument(
+            "--anchor",
+            metavar="FILE",
+            help="A head printed earlier by `manage.py chain_head`: also prove the chain still extends it.",
+        )
+        parser.add_argument(
+            "--public-key", help="The key a signed anchor must verify with (default: this workbench's own)."
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         def progress(links: int) -> None:
@@ -25,6 +34,15 @@ class Command(BaseCommand):
                 self.stderr.write(f"verified {links} links")
 
         verdict = chain_verify(progress=progress)
+        if verdict.ok and options["anchor"]:
+            try:
+                anchor = json.loads(Path(options["anchor"]).read_text(encoding="utf-8"))
+            except (OSError, ValueError) as exc:
+                raise CommandError(f"--anchor: cannot read {options['anchor']}: {exc}") from None
+            if not isinstance(anchor, dict):
+                raise CommandError("--anchor: the file must hold one chain head (a JSON object)")
+            if reason := chain_anchor_check(anchor, public_key=options["public_key"]):
+                verdict.fail(int(anchor.get("seq") or 0) or None, reason)
         chain_check_record(verdict)
         outcome = {
             "ok": verdict.ok,
