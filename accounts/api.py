@@ -22,6 +22,9 @@ class TokenIn(Schema):
         pattern=r"^(|viewer|editor|admin)$",
         description="Cap the token below your own role (empty: none).",
     )
+    expires_days: int | None = Field(
+        None, ge=0, le=100_000, description="Lifetime in days (default: the site's; 0: never, if allowed)."
+    )
 
 
 class TokenOut(ModelSchema):
@@ -30,7 +33,16 @@ class TokenOut(ModelSchema):
 
     class Meta:
         model = ApiToken
-        fields = ["id", "name", "prefix", "max_role", "created_at", "last_used_at", "revoked_at"]
+        fields = [
+            "id",
+            "name",
+            "prefix",
+            "max_role",
+            "created_at",
+            "last_used_at",
+            "revoked_at",
+            "expires_at",
+        ]
 
     @staticmethod
     def resolve_user(obj: ApiToken) -> str:
@@ -44,7 +56,16 @@ class TokenCreatedOut(ModelSchema):
 
     class Meta:
         model = ApiToken
-        fields = ["id", "name", "prefix", "max_role", "created_at", "last_used_at", "revoked_at"]
+        fields = [
+            "id",
+            "name",
+            "prefix",
+            "max_role",
+            "created_at",
+            "last_used_at",
+            "revoked_at",
+            "expires_at",
+        ]
 
     @staticmethod
     def resolve_user(obj: ApiToken) -> str:
@@ -70,7 +91,10 @@ def list_tokens(request: HttpRequest, filters: Query[TokenFilterIn]) -> Any:
 )
 def create_token(request: HttpRequest, payload: TokenIn) -> Any:
     """Create a personal API token (from a browser session only); the secret is in ``token``, once."""
-    created = token_services.token_create(actor=request.auth, name=payload.name, max_role=payload.max_role)  # type: ignore[attr-defined]  # set by django-ninja's auth
+    actor = request.auth  # type: ignore[attr-defined]  # set by django-ninja's auth
+    created = token_services.token_create(
+        actor=actor, name=payload.name, max_role=payload.max_role, expires_days=payload.expires_days
+    )
     created.token.secret = created.secret  # type: ignore[attr-defined]  # on this response only
     return Status(201, created.token)
 

@@ -73,7 +73,9 @@ class TokenAuth(_RoleCheck, HttpBearer):
     def authenticate(self, request: HttpRequest, token: str) -> Any:
         found = token_authenticate(token.strip())
         if found is None:
-            raise AuthenticationError(message="The API token is unknown, revoked, or its user is inactive.")
+            raise AuthenticationError(
+                message="The API token is unknown, revoked or expired, or its user is inactive."
+            )
         if self.session_only:
             raise AuthorizationError(
                 message="This operation is only available from a logged-in browser session."

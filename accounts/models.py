@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
+from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 
@@ -29,6 +30,8 @@ class ApiToken(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    # None: never (tokens made before expiry existed, or an operator who sets no lifetime).
+    expires_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         db_table = "llamon_web_apitoken"  # created before people had their own app
@@ -38,9 +41,13 @@ class ApiToken(models.Model):
         return f"{self.name} (llamon_{self.prefix}_…)"
 
     @property
+    def expired(self) -> bool:
+        return self.expires_at is not None and self.expires_at <= timezone.now()
+
+    @property
     def active(self) -> bool:
-        """Whether the token still authenticates (not revoked)."""
-        return self.revoked_at is None
+        """Whether the token still authenticates (not revoked, not expired)."""
+        return self.revoked_at is None and not self.expired
 
 
 class UserProfile(models.Model):

@@ -13,9 +13,10 @@ import hmac
 import re
 import secrets
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.db.models import QuerySet
@@ -63,8 +64,13 @@ def token_list(*, user: Any, all_users: bool = False) -> QuerySet[ApiToken]:
 
 
 @transaction.atomic
-def token_create(*, actor: Any, name: str, max_role: str = "") -> CreatedToken:
-    """Create a token for ``actor`` and return it with its secret (shown once); audited."""
+def token_create(
+    *, actor: Any, name: str, max_role: str = "", expires_days: int | None = None
+) -> CreatedToken:
+    """Create a token for ``actor`` and return it with its secret (shown once); audited.
+
+    It expires after ``expires_days`` (default ``LLAMON_API_TOKEN_DAYS``; at most
+    ``LLAMON_API_TOKEN_MAX_DAYS``; 0 for never, where the operator allows it)."""
     if not user_roles(actor):
         raise PermissionDenied(_("Only users with a role (viewer, editor or admin) can create API tokens."))
     name = (name or "").strip()
@@ -87,18 +93,46 @@ def token_create(*, actor: Any, name: str, max_role: str = "") -> CreatedToken:
         raise TokenError(
             _("You already have %(count)d active tokens; revoke some first.") % {"count": MAX_ACTIVE_TOKENS}
         )
+    expires_at = _expiry(expires_days)
     prefix = secrets.token_hex(4)
     secret = f"llamon_{prefix}_{secrets.token_urlsafe(32)}"
     token = ApiToken.objects.create(
-        user=actor, name=name, prefix=prefix, token_hash=token_hash(secret), max_role=max_role
+        user=actor,
+        name=name,
+        prefix=prefix,
+        token_hash=token_hash(secret),
+        max_role=max_role,
+        expires_at=expires_at,
     )
     audit_record(
         actor=actor,
         action="api_token.create",
         obj=token,
-        after={"name": name, "prefix": prefix, "user": actor.get_username(), "max_role": max_role},
+        after={
+            "name": name,
+            "prefix": prefix,
+            "user": actor.get_username(),
+            "max_role": max_role,
+            "expires_at": expires_at.isoformat() if expires_at else None,
+        },
     )
     return CreatedToken(token=token, secret=secret)
+
+
+def _expiry(days: int | None) -> datetime | None:
+    """When a token made now expires (None: never), within the operator's limit."""
+    longest = settings.LLAMON_API_TOKEN_MAX_DAYS
+    if days is None:
+        days = settings.LLAMON_API_TOKEN_DAYS
+    if isinstance(days, bool) or not isinstance(days, int) or days < 0:
+        raise TokenError(_("The lifetime is a whole number of days (0: never)."), field="expires_days")
+    if longest and (days == 0 or days > longest):
+        raise TokenError(
+            _("A token lives at most %(days)d days here (the operator's LLAMON_API_TOKEN_MAX_DAYS).")
+            % {"days": longest},
+            field="expires_days",
+        )
+    return timezone.now() + timedelta(days=days) if days else None
 
 
 @transaction.atomic
@@ -133,7 +167,7 @@ def token_authenticate(secret: str) -> tuple[Any, ApiToken] | None:
         # Every candidate is compared (no early exit) so timing says nothing about which matched.
         if hmac.compare_digest(candidate.token_hash, wanted):
             found = candidate
-    if found is None or found.revoked_at is not None or not found.user.is_active:
+    if found is None or not found.active or not found.user.is_active:
         return None
     now = timezone.now()
     if found.last_used_at is None or now - found.last_used_at >= LAST_USED_GRANULARITY:

@@ -23,6 +23,13 @@ class TokenForm(forms.Form):
         max_length=100,
         help_text=_("Where it is used, like ci-pipeline or served-agent."),
     )
+    expires_days = forms.IntegerField(
+        required=False,
+        min_value=0,
+        max_value=100_000,
+        label=_("Expires after (days)"),
+        help_text=_("Empty: this site's default. 0: never, where the operator allows it."),
+    )
     max_role = forms.ChoiceField(
         required=False,
         label=_("At most"),
@@ -58,7 +65,7 @@ def token_create(request: HttpRequest) -> HttpResponse:
         try:
             created = token_services.token_create(actor=request.user, **form.cleaned_data)
         except DomainError as exc:
-            form.add_error("name" if exc.field == "name" else None, exc.message)
+            form.add_error(exc.field if exc.field in ("name", "expires_days") else None, exc.message)
     tokens = token_services.token_list(user=request.user)
     context = {
         "tokens": tokens,

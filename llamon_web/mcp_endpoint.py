@@ -269,7 +269,7 @@ def mcp_view(request: HttpRequest) -> HttpResponse:
         )
     found = token_authenticate(secret.strip())
     if found is None:
-        return _refuse(401, "The API token is unknown, revoked, or its user is inactive.")
+        return _refuse(401, "The API token is unknown, revoked or expired, or its user is inactive.")
     request.mcp_principal = found  # type: ignore[attr-defined]
     try:  # the REST API's parser: no NaN, no huge numbers, no deep nesting, no NUL; the SDK's would take them
         strictjson.loads(body)

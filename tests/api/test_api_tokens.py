@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.test import Client
+from django.urls import reverse
+from django.utils import timezone
 
 from accounts.models import ApiToken
 from accounts.roles import role_set
-from accounts.token_services import token_authenticate, token_create, token_revoke
+from accounts.token_services import TokenError, token_authenticate, token_create, token_revoke
 from core.models import AuditEvent
 
 pytestmark = pytest.mark.django_db
@@ -185,3 +189,48 @@ def test_the_openapi_schema_is_built_once_per_process(client, monkeypatch) -> No
     assert first.status_code == second.status_code == 200
     assert first.json() == second.json() and "/api/rule-sets" in str(first.json()["paths"])
     assert len(builds) == 1
+
+
+def test_a_token_expires_after_the_sites_default_and_then_stops_working(make_user, settings) -> None:
+    settings.LLAMON_API_TOKEN_DAYS, settings.LLAMON_API_TOKEN_MAX_DAYS = 30, 365
+    user = make_user("editor")
+    created = token_create(actor=user, name="ci")
+    days = (created.token.expires_at - timezone.now()).total_seconds() / 86400
+    assert 29.9 < days <= 30
+    assert token_authenticate(created.secret) is not None
+    ApiToken.objects.filter(pk=created.token.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+    assert token_authenticate(created.secret) is None
+    response = Client().get("/api/rule-sets", headers={"Authorization": f"Bearer {created.secret}"})
+    assert response.status_code == 401 and "expired" in response.json()["detail"]
+
+
+@pytest.mark.parametrize(
+    ("days", "maximum", "error"),
+    [
+        (400, 365, "at most 365 days"),
+        (0, 365, "at most 365 days"),
+        (-1, 0, "whole number"),
+        (True, 0, "whole number"),
+    ],
+)
+def test_a_lifetime_beyond_the_operators_limit_is_refused(make_user, settings, days, maximum, error) -> None:
+    settings.LLAMON_API_TOKEN_MAX_DAYS = maximum
+    with pytest.raises(TokenError, match=error) as info:
+        token_create(actor=make_user("viewer"), name="long", expires_days=days)
+    assert info.value.field == "expires_days"
+    assert not ApiToken.objects.filter(name="long").exists()
+
+
+def test_the_operator_may_let_tokens_live_forever(make_user, settings) -> None:
+    settings.LLAMON_API_TOKEN_DAYS = settings.LLAMON_API_TOKEN_MAX_DAYS = 0
+    assert token_create(actor=make_user("viewer"), name="forever").token.expires_at is None
+
+
+def test_the_tokens_page_sets_and_shows_the_expiry(viewer_client, settings) -> None:
+    settings.LLAMON_API_TOKEN_MAX_DAYS = 365
+    response = viewer_client.post(reverse("token_create"), {"name": "weekly", "expires_days": "7"})
+    assert response.status_code == 201
+    token = ApiToken.objects.get(name="weekly")
+    assert token.expires_at.strftime("%Y-%m-%d %H:%M") in response.content.decode()
+    refused = viewer_client.post(reverse("token_create"), {"name": "long", "expires_days": "9999"})
+    assert refused.status_code == 400 and "at most 365 days" in refused.content.decode()
