@@ -115,8 +115,9 @@ def evidence_rows(
     redact = redactor()  # once: the privacy settings as they are when the export starts
     for ids in _ids(filters):
         runs = {r["id"]: r for r in Run.objects.filter(pk__in=ids).values("id", *RUN_COLUMNS)}
-        for run in runs.values():  # masked as the pages show it (the only input field exported)
-            run["query"] = redact(run["query"])
+        for run in runs.values():  # the input masked as the pages show it: the query and the ids
+            for field in ("query", "user_id", "session_id", "chatbot_id"):
+                run[field] = redact(run[field])
         calls: dict[int, list[dict[str, Any]]] = defaultdict(list)
         steps = RunStep.objects.filter(run_id__in=ids, kind=RunStep.Kind.RULE).order_by("run_id", "seq")
         for step in steps.values(*STEP_COLUMNS):

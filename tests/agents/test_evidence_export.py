@@ -199,3 +199,17 @@ def test_the_evidence_report_lists_the_calls_with_their_links(viewer_client, run
     page = response.content.decode()
     assert page.count("order-service.get_order") == 2 and "Evidence chain head" in page
     assert "4111" not in page
+
+
+def test_the_export_masks_the_ids_as_the_pages_do(viewer_client, agent) -> None:
+    services.privacy_update(actor=None, redaction_patterns=[], mask_presets=["email"], retention_days=30)
+    run = _run(agent, "kim@example.com", "A-1004")
+    response = viewer_client.get(reverse("agents:run_export") + "?format=csv")
+    text = b"".join(response.streaming_content).decode("utf-8-sig")
+    assert response.status_code == 200 and str(run.pk) in text
+    assert "kim@example.com" not in text and "[이메일]" in text
+    lines = [
+        json.loads(line) for line in _lines(viewer_client.get(reverse("agents:run_export") + "?format=jsonl"))
+    ]
+    rows = [line for line in lines if line["type"] in ("run", "call")]
+    assert rows and all(row["user_id"] == "[이메일]" for row in rows)
