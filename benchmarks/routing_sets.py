@@ -279,7 +279,7 @@ def _free_atom(rng: random.Random, kind: int, mcp_id: str, domain: str) -> tuple
     if kind == 3:
         limit = rng.choice([5, 8, 120, 160, 200])
         op = "<" if limit <= 10 else ">"
-        return f"len(query) {op} {limit}", f"len(query) {op} {limit}", None
+        return f"len(query) {op} {limit}", f"qlen {op} {limit}", None  # zen counts bytes: qlen is given
     if kind == 4:
         opener = rng.choice(OPENERS)
         return f'query.lower().startswith("{opener}")', f'startsWith(lower(query), "{opener}")', None
