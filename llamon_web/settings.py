@@ -131,6 +131,12 @@ AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 AXES_VERBOSE = False
+# The login throttle keys on the client's address as the trusted proxies report it (accounts.client_ip):
+# FORWARDED_ALLOW_IPS is the setting gunicorn reads for the same proxies (docs/deploy.md).
+LLAMON_TRUSTED_PROXIES = [
+    a.strip() for a in (env_str("FORWARDED_ALLOW_IPS", "127.0.0.1") or "").split(",") if a.strip()
+]
+AXES_CLIENT_IP_CALLABLE = "accounts.client_ip.client_ip"
 
 # --- Content-Security-Policy (django-csp): scripts, styles, images and requests from this site only.
 # Templates use no inline scripts, handlers or style attributes; htmx runs without eval and without
