@@ -158,6 +158,8 @@ CONTENT_SECURITY_POLICY = {
 LOGIN_URL = "login"
 # How long a one-time "set your password" invitation link works (users page, manage.py users invite).
 LLAMON_INVITE_HOURS = env_int("LLAMON_INVITE_HOURS", 72, minimum=1)
+# /healthz fails when the data folder (VAR_DIR) has less free space than this.
+LLAMON_MIN_FREE_MB = env_int("LLAMON_MIN_FREE_MB", 200, minimum=0)
 # API tokens: the lifetime a new one gets unless its maker picks a shorter one, and the longest
 # they may pick (days; 0 = tokens never expire and no limit).
 LLAMON_API_TOKEN_DAYS = env_int("LLAMON_API_TOKEN_DAYS", 90, minimum=0)

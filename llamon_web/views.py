@@ -10,7 +10,7 @@ from django.views.decorators.http import require_GET
 
 from accounts.roles import require_role
 from agents.selectors import agent_list, run_list, runs_for_display, worker_live_list
-from llamon_web.health import check_broker, check_database
+from llamon_web.health import service_checks
 from rules.selectors import rule_set_list
 from servers.selectors import mcp_server_list
 
@@ -19,7 +19,7 @@ from servers.selectors import mcp_server_list
 @require_role("viewer")
 def home(request: HttpRequest) -> HttpResponse:
     """Dashboard: the servers, the services and where to go next."""
-    checks = [check_database(), check_broker()]
+    checks = service_checks()
     workers = worker_live_list(within_s=settings.CELERY_WORKER_HEARTBEAT_S * 3)
     return render(
         request,
@@ -40,7 +40,7 @@ def home(request: HttpRequest) -> HttpResponse:
 @require_role("public")
 def healthz(request: HttpRequest) -> JsonResponse:
     """Machine-readable health: 200 when the database and the broker work, else 503."""
-    checks = [check_database(), check_broker()]
+    checks = service_checks()
     ok = all(c.ok for c in checks)
     body = {"status": "ok" if ok else "error", **{c.name: {"ok": c.ok, "detail": c.detail} for c in checks}}
     return JsonResponse(body, status=200 if ok else 503)

@@ -37,6 +37,14 @@ def test_healthz_is_503_when_the_broker_is_unreachable(client, settings) -> None
     assert response.json()["broker"]["detail"].startswith("REDIS_URL: cannot reach Redis at 127.0.0.1:1")
 
 
+def test_healthz_is_503_when_the_data_folder_is_nearly_full(client, settings) -> None:
+    assert client.get(reverse("healthz")).json()["disk"]["ok"]
+    settings.LLAMON_MIN_FREE_MB = 10**9  # more than any disk: the data folder counts as full
+    response = client.get(reverse("healthz"))
+    assert response.status_code == 503
+    assert "under LLAMON_MIN_FREE_MB" in response.json()["disk"]["detail"]
+
+
 def test_login_with_a_wrong_password_says_so_and_stays_on_the_page(client, make_user) -> None:
     user = make_user("viewer")
     response = client.post(reverse("login"), {"username": user.username, "password": "wrong"})

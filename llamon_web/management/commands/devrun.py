@@ -26,7 +26,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from accounts.services import admin_ensure
 from llamon_web.demo import DEMO_HTTP_PORT, demo_load
-from llamon_web.health import check_broker, check_database
+from llamon_web.health import service_checks
 
 STOP_GRACE_S = 10.0
 RESTARTABLE = frozenset({"worker", "beat", "demo-mcp"})
@@ -72,7 +72,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         self._stop = False
-        for check in (check_database(), check_broker()):
+        for check in service_checks():
             if not check.ok:
                 raise CommandError(check.detail)
         call_command("migrate", interactive=False, verbosity=0)
