@@ -112,7 +112,7 @@ def build_namespace(
     if lowered is None:  # once per request: the namespaces of its servers share the meter
         lowered = query.lower()
         meter.pool -= len(query) // BUILT_CHARS_PER_UNIT
-        meter.query, meter.lowered, meter.tables = query, lowered, None
+        meter.query, meter.lowered, meter.tables, meter.searched = query, lowered, None, {}
     namespace[LOWERED] = lowered
     if len(query) < LONG_QUERY_CHARS:
         namespace[IN_QUERY], namespace[IN_LOWERED] = query, lowered

@@ -414,3 +414,15 @@ def test_a_split_that_fits_the_budget_runs_and_is_charged_only_for_the_pieces_it
     # the text read (by the method, and by splitlines counting its 10 kinds of line break), its
     # characters and pieces built, and the small costs of the rest of the expression
     assert 250_000 - meter.left < 1 + len(text) // 8 + 8 * pieces + 11 * (1 + len(text) // 16) + 100
+
+
+def test_a_meter_shared_by_two_requests_keeps_nothing_of_the_first_query() -> None:
+    # What is made once per request (the lowered query, literal tables, re_search answers)
+    # belongs to its query: a meter reused for another query starts them again.
+    meter = CostMeter(10**6, 10**8)
+    for when in ('re_search("주문", query)', '"order" in query.lower()'):
+        rule = _rule(when)
+        first = build_namespace(DeterministicContext(query="주문 ORDER " + "x" * 3_000), meter=meter)
+        assert rule.evaluate_ns(first) is not None
+        second = build_namespace(DeterministicContext(query="환불 refund " + "x" * 3_000), meter=meter)
+        assert rule.evaluate_ns(second) is None
