@@ -75,9 +75,8 @@ def decision_record(run: Mapping[str, Any], steps: Iterable[Mapping[str, Any]]) 
         "source": run["source"],
         "status": run["status"],
         "agent": run["agent_name"],
-        "user_id": run["user_id"],
-        "session_id": run["session_id"],
-        "chatbot_id": run["chatbot_id"],
+        # The ids as a digest: the record travels in exports, where the ids are shown masked.
+        "ids": sha256([run["user_id"], run["session_id"], run["chatbot_id"]]),
         "rule_set": {"name": run["rule_set_name"], "ref": run["rule_set_ref"], "hash": run["rule_set_hash"]},
         "candidate": run["rollout_candidate"],
         "request": request_digest(run),

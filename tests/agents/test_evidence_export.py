@@ -213,3 +213,6 @@ def test_the_export_masks_the_ids_as_the_pages_do(viewer_client, agent) -> None:
     ]
     rows = [line for line in lines if line["type"] in ("run", "call")]
     assert rows and all(row["user_id"] == "[이메일]" for row in rows)
+    # Nowhere in the file either: the decision record carries the ids as a digest, and still verifies.
+    text = "\n".join(_lines(viewer_client.get(reverse("agents:run_export") + "?format=jsonl")))
+    assert "kim@example.com" not in text and "kim" not in text.replace("[이메일]", "")
