@@ -49,27 +49,8 @@ class TokenOut(ModelSchema):
         return obj.user.get_username()
 
 
-class TokenCreatedOut(ModelSchema):
-    user: str
-    active: bool
+class TokenCreatedOut(TokenOut):
     token: str = Field(description="The secret: shown this once, never again.")
-
-    class Meta:
-        model = ApiToken
-        fields = [
-            "id",
-            "name",
-            "prefix",
-            "max_role",
-            "created_at",
-            "last_used_at",
-            "revoked_at",
-            "expires_at",
-        ]
-
-    @staticmethod
-    def resolve_user(obj: ApiToken) -> str:
-        return obj.user.get_username()
 
     @staticmethod
     def resolve_token(obj: ApiToken) -> str:
