@@ -18,13 +18,16 @@ from agents import selectors, services
 from agents.errors import AgentError
 from agents.export import evidence_response
 from agents.forms import RunStartForm
-from agents.models import Agent, Run
+from agents.models import Agent, ModelConnection, Run
 from agents.schemas import (
     AgentIn,
     AgentOut,
     AgentPatchIn,
     IngestIn,
     IngestOut,
+    ModelConnectionIn,
+    ModelConnectionOut,
+    ModelConnectionPatchIn,
     RolloutIn,
     RolloutOut,
     RunAcceptedOut,
@@ -43,7 +46,7 @@ from llamon_agent.trace import TraceEvent
 from rules.models import RuleSetVersion
 
 router = Router()
-VIEWER, EDITOR = roles("viewer"), roles("editor")
+VIEWER, EDITOR, ADMIN = roles("viewer"), roles("editor"), roles("admin")
 AGENTS, RUNS = ["agents"], ["runs"]
 
 # --- Agents --------------------------------------------------------------------------------------
@@ -82,6 +85,68 @@ def update_agent(request: HttpRequest, agent_id: DbId, payload: AgentPatchIn) ->
 def delete_agent(request: HttpRequest, agent_id: DbId) -> Any:
     """Delete an agent (editor); its runs stay, with its name."""
     services.agent_delete(actor=request.auth, agent=get_or_404(Agent, "agent", pk=agent_id))
+    return Status(204, None)
+
+
+# --- Model connections (admins define them; editors pick one for an agent) ----------------------
+
+CONNECTIONS = ["model connections"]
+
+
+@router.get(
+    "/model-connections",
+    response={200: list[ModelConnectionOut], **error_responses()},
+    auth=VIEWER,
+    tags=CONNECTIONS,
+)
+def list_model_connections(request: HttpRequest) -> Any:
+    """Every model connection (the endpoints and models an agent may use)."""
+    return selectors.connection_list()
+
+
+@router.post(
+    "/model-connections",
+    response={201: ModelConnectionOut, **error_responses()},
+    auth=ADMIN,
+    tags=CONNECTIONS,
+)
+def create_model_connection(request: HttpRequest, payload: ModelConnectionIn) -> Any:
+    """Define a connection (admin): the key variable's value is sent to this base URL only."""
+    connection = services.connection_save(
+        actor=request.auth, connection=ModelConnection(), values=payload.dict(), revision=None
+    )
+    return Status(201, connection)
+
+
+@router.patch(
+    "/model-connections/{connection_id}",
+    response={200: ModelConnectionOut, **error_responses(404, 409)},
+    auth=ADMIN,
+    tags=CONNECTIONS,
+)
+def update_model_connection(
+    request: HttpRequest, connection_id: DbId, payload: ModelConnectionPatchIn
+) -> Any:
+    """Change a connection (admin); absent fields keep their value; a stale ``revision`` is a 409."""
+    connection = get_or_404(ModelConnection, "model connection", pk=connection_id)
+    changes = payload.dict(exclude_unset=True)
+    revision = changes.pop("revision")
+    values = {**services.connection_values(connection), **changes}
+    return services.connection_save(
+        actor=request.auth, connection=connection, values=values, revision=revision
+    )
+
+
+@router.delete(
+    "/model-connections/{connection_id}",
+    response={204: None, **error_responses(404, 409)},
+    auth=ADMIN,
+    tags=CONNECTIONS,
+)
+def delete_model_connection(request: HttpRequest, connection_id: DbId) -> Any:
+    """Delete a connection no agent uses (admin); one in use is a 409 naming its agents."""
+    connection = get_or_404(ModelConnection, "model connection", pk=connection_id)
+    services.connection_delete(actor=request.auth, connection=connection)
     return Status(204, None)
 
 

@@ -9,7 +9,7 @@ from django import forms
 from django.conf import settings
 from django.utils.translation import gettext_lazy as _
 
-from agents.models import Agent, PrivacySettings
+from agents.models import Agent, ModelConnection, PrivacySettings
 from agents.services import DEFAULT_SYSTEM_PROMPT
 from core import userinput
 from core.userinput import FilterDateTimeField
@@ -69,9 +69,8 @@ class AgentForm(forms.ModelForm):
             "rule_set_mode",
             "pinned_version",
             "model_provider",
+            "model_connection",
             "model_name",
-            "model_base_url",
-            "model_api_key_env",
             "model_script",
             "temperature",
             "react_servers",
@@ -82,7 +81,11 @@ class AgentForm(forms.ModelForm):
             "max_iterations",
             "answer_from_prestep",
         ]
-        field_classes = {"rule_set": userinput.ModelChoiceField, "pinned_version": userinput.ModelChoiceField}
+        field_classes = {
+            "rule_set": userinput.ModelChoiceField,
+            "pinned_version": userinput.ModelChoiceField,
+            "model_connection": userinput.ModelChoiceField,
+        }
         widgets = {
             "system_prompt": forms.Textarea(attrs={"rows": 5}),
             "description": forms.Textarea(attrs={"rows": 2}),
@@ -94,9 +97,14 @@ class AgentForm(forms.ModelForm):
             "rule_set__name", "-number"
         )
         self.fields["pinned_version"].label_from_instance = lambda v: f"{v.rule_set.name} v{v.number}"
-        allowed = ", ".join(settings.LLAMON_LLM_KEY_ENVS) or "(none)"
-        key_env = self.fields["model_api_key_env"]
-        key_env.help_text = f"The NAME of the variable holding the key, one the operator allows: {allowed}."
+        connection = self.fields["model_connection"]
+        connection.queryset = ModelConnection.objects.order_by("name")
+        connection.label = _("Model connection")
+        connection.label_from_instance = lambda c: f"{c.name} ({c.base_url}: {', '.join(c.model_names)})"
+        connection.help_text = _(
+            "OpenAI-compatible models only: the endpoint and key an admin defined (Agents → Model connections)."
+        )
+        self.fields["model_name"].help_text = _("One of the connection's models.")
         if not self.instance.pk and not self.initial.get("system_prompt"):
             self.initial["system_prompt"] = DEFAULT_SYSTEM_PROMPT
         if self.instance.pk:
@@ -237,3 +245,34 @@ class ShadowForm(forms.Form):
     def __init__(self, *args: Any, versions: list[Any], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.fields["version"].choices = [("", "off"), *((v.number, f"v{v.number}") for v in versions)]
+
+
+class ModelConnectionForm(forms.ModelForm):
+    """A model connection (admin); agents.services.connection_save checks the values again."""
+
+    model_names = LinesField(
+        label=_("Models"),
+        help_text=_("One model name per line: the models agents may use on this connection."),
+    )
+    revision = forms.IntegerField(required=False, widget=forms.HiddenInput)
+
+    class Meta:
+        model = ModelConnection
+        fields = ["name", "provider", "base_url", "api_key_env", "model_names", "max_tokens"]
+        labels = {
+            "name": _("Name"),
+            "provider": _("Provider"),
+            "base_url": _("Base URL"),
+            "api_key_env": _("API key variable"),
+            "max_tokens": _("Max tokens"),
+        }
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        allowed = ", ".join(settings.LLAMON_LLM_KEY_ENVS) or "-"
+        self.fields["api_key_env"].help_text = _(
+            "The NAME of the variable holding the key, one the operator allows: %(allowed)s. Its value is sent to this base URL only."
+        ) % {"allowed": allowed}
+        self.fields["max_tokens"].help_text = _("Optional: the most tokens one answer may use.")
+        if self.instance.pk:
+            self.initial["revision"] = self.instance.revision

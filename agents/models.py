@@ -28,6 +28,37 @@ class WorkerHeartbeat(models.Model):
         return f"{self.hostname} (pid {self.pid})"
 
 
+class ModelConnection(models.Model):
+    """An LLM endpoint an admin defined: the base URL and the only key variable sent to it.
+
+    The key variable's value goes to this base URL and nowhere else: agents name a connection and
+    one of its models, never a URL or a key variable of their own (docs/security.md).
+    """
+
+    class Provider(models.TextChoices):
+        OPENAI = "openai-compatible", _("OpenAI-compatible endpoint (vLLM, Ollama, llama.cpp ...)")
+
+    name = models.CharField(max_length=100, unique=True)
+    provider = models.CharField(max_length=20, choices=Provider.choices, default=Provider.OPENAI)
+    base_url = models.CharField(max_length=500)
+    api_key_env = models.CharField(
+        max_length=100, blank=True, help_text="The NAME of the variable holding the key (blank: no key)."
+    )
+    model_names = OrderedJSONField(
+        default=list, help_text="The model names agents may use on this connection."
+    )
+    max_tokens = models.PositiveIntegerField(null=True, blank=True)
+    revision = models.PositiveIntegerField(default=1)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
 class Agent(models.Model):
     """A ReAct agent: prompt, pre-step rule set, chat model, guardrails and limits."""
 
@@ -54,10 +85,14 @@ class Agent(models.Model):
 
     model_provider = models.CharField(max_length=20, choices=Provider.choices, default=Provider.OFFLINE)
     model_name = models.CharField(max_length=200, blank=True)
-    model_base_url = models.CharField(max_length=500, blank=True)
-    model_api_key_env = models.CharField(
-        max_length=100, blank=True, help_text="The NAME of the variable holding the key."
+    # An openai-compatible model is reached only through a connection an admin defined.
+    model_connection = models.ForeignKey(
+        ModelConnection, null=True, blank=True, on_delete=models.PROTECT, related_name="agents"
     )
+    # What an agent saved before connections named as its endpoint: kept to show and to match a
+    # connection an admin creates later; never used to connect (agents.runtime reads the connection).
+    legacy_base_url = models.CharField(max_length=500, blank=True)
+    legacy_api_key_env = models.CharField(max_length=100, blank=True)
     model_script = OrderedJSONField(default=list, blank=True, help_text="Replies for the scripted model.")
     temperature = models.FloatField(default=0.0)
 

@@ -17,7 +17,7 @@ from django.conf import settings
 from django.utils.translation import gettext as _
 
 from agents import rollout
-from agents.checks import llm_key_env_check, llm_url_check
+from agents.checks import agent_model_problem, connection_check
 from agents.errors import AgentError
 from agents.models import Agent, Run
 from agents.privacy import run_redactor
@@ -105,19 +105,11 @@ def agent_spec(agent: Agent, rules: RulesRef):
     from llamon_agent.models import ModelConfig
     from llamon_agent.react import AgentSpec
 
-    model = {"model": agent.model_name} if agent.model_name else {}
     return AgentSpec(
         name=agent.name,
         system_prompt=agent.system_prompt,
         rules=engine.compile_snapshot(rules.snapshot),
-        model=ModelConfig(
-            provider=agent.model_provider,
-            **model,
-            base_url=agent.model_base_url or None,
-            api_key_env=agent.model_api_key_env or None,  # no key: local servers (vLLM, Ollama)
-            temperature=agent.temperature,
-            script=agent.model_script or None,
-        ),
+        model=ModelConfig(**model_settings(agent)),
         input_guardrail=InputGuardrail(
             max_chars=agent.input_max_chars, blocked_patterns=list(agent.input_blocked_patterns)
         ),
@@ -130,6 +122,28 @@ def agent_spec(agent: Agent, rules: RulesRef):
         answer_from_prestep=agent.answer_from_prestep,
         url_policy=configured_policy(),  # the model's client connects only where this policy allows
     )
+
+
+def model_settings(agent: Agent) -> dict[str, Any]:
+    """The agent's ModelConfig fields. An openai-compatible model's URL and key variable come from
+    its connection only, checked here on the worker, where the key is read: whatever route saved
+    the agent, the key goes nowhere an admin did not pair it with (docs/security.md)."""
+    if (problem := agent_model_problem(agent)) is not None:
+        raise AgentError(problem)
+    settings_: dict[str, Any] = {"provider": agent.model_provider, "temperature": agent.temperature}
+    if agent.model_provider == Agent.Provider.SCRIPTED:
+        settings_["script"] = agent.model_script or None
+    if agent.model_provider != Agent.Provider.OPENAI:
+        return {**settings_, "api_key_env": None}
+    connection = agent.model_connection
+    assert connection is not None  # agent_model_problem said so
+    return {
+        **settings_,
+        "model": agent.model_name,
+        "base_url": connection.base_url,
+        "api_key_env": connection.api_key_env or None,  # no key: local servers (vLLM, Ollama)
+        "max_tokens": connection.max_tokens,
+    }
 
 
 class soft_limit_watch:  # noqa: N801 (a context manager used like a function)
@@ -190,17 +204,20 @@ def execute_claimed_run(*, run_id: int) -> RunEnd:
     from llamon_agent.react import run_agent
 
     run = Run.objects.select_related(
-        "agent", "agent__rule_set", "agent__pinned_version", "agent__rollout_version", "agent__shadow_version"
+        "agent",
+        "agent__model_connection",
+        "agent__rule_set",
+        "agent__pinned_version",
+        "agent__rollout_version",
+        "agent__shadow_version",
     ).get(pk=run_id)
     agent = run.agent
     if agent is None:
         return RunEnd(Run.Status.FAILED, error="The agent of this run was deleted.", error_kind="config")
     try:
-        if agent.model_provider == Agent.Provider.OPENAI:
-            llm_url_check(agent.model_base_url)  # again at run time: what a name resolves to can change
-        if agent.model_provider == Agent.Provider.OPENAI and agent.model_api_key_env:
-            # Again at run time: an agent saved before the allow-list (or before it was narrowed).
-            llm_key_env_check(agent.model_api_key_env)
+        if agent.model_provider == Agent.Provider.OPENAI and agent.model_connection is not None:
+            # Again at run time: what a name resolves to, and the allow-list, can change.
+            connection_check(agent.model_connection)
         rules, served = run_rules(agent, run)  # the stable version, or a rollout's candidate
         spec = agent_spec(agent, rules)
     except (AgentError, ValueError) as exc:

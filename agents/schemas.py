@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from ninja import Field, ModelSchema, Schema
+from pydantic import ConfigDict
 
-from agents.models import Agent, Run, RunStep
+from agents.checks import agent_model_problem
+from agents.models import Agent, ModelConnection, Run, RunStep
 from core.api import DbId, PatchIn, Revision
 from core.userinput import FilterDateTime
 from llamon_agent.expr import MAX_QUERY_CHARS
@@ -20,7 +22,12 @@ MAX_OFFSET = 10_000
 
 
 class AgentIn(Schema):
-    """An agent. ``rule_set`` is a rule set id; ``pinned_version`` a version *number* of that set."""
+    """An agent. ``rule_set`` is a rule set id; ``pinned_version`` a version *number* of that set;
+    an openai-compatible model names ``model_connection`` (an id) and one of its models."""
+
+    # An unknown field is refused, not dropped: a client still sending model_base_url or
+    # model_api_key_env learns that an agent holds neither any more (model connections do).
+    model_config = ConfigDict(extra="forbid")
 
     name: str = Field(max_length=100)
     description: str = Field("", max_length=10_000)
@@ -31,9 +38,8 @@ class AgentIn(Schema):
     rule_set_mode: Literal["pinned", "latest", "draft"] = "latest"
     pinned_version: DbId | None = None
     model_provider: Literal["offline", "scripted", "openai-compatible"] = "offline"
+    model_connection: DbId | None = None
     model_name: str = Field("", max_length=200)
-    model_base_url: str = Field("", max_length=500)
-    model_api_key_env: str = Field("", max_length=100)
     model_script: list[dict[str, Any]] = Field(default_factory=list, max_length=1000)
     temperature: float = Field(0.0, ge=0, le=2)
     react_servers: list[str] = Field(
@@ -48,9 +54,11 @@ class AgentIn(Schema):
 
 
 class AgentPatchIn(PatchIn):
-    NULLABLE = frozenset({"rule_set", "pinned_version", "system_prompt"})
+    NULLABLE = frozenset({"rule_set", "pinned_version", "system_prompt", "model_connection"})
 
     """The fields to change, and the agent ``revision`` you saw (a stale one is refused with 409)."""
+
+    model_config = ConfigDict(extra="forbid")
 
     revision: Revision
     name: str | None = Field(None, max_length=100)
@@ -60,9 +68,8 @@ class AgentPatchIn(PatchIn):
     rule_set_mode: Literal["pinned", "latest", "draft"] | None = None
     pinned_version: DbId | None = None
     model_provider: Literal["offline", "scripted", "openai-compatible"] | None = None
+    model_connection: DbId | None = None
     model_name: str | None = Field(None, max_length=200)
-    model_base_url: str | None = Field(None, max_length=500)
-    model_api_key_env: str | None = Field(None, max_length=100)
     model_script: list[dict[str, Any]] | None = Field(None, max_length=1000)
     temperature: float | None = Field(None, ge=0, le=2)
     react_servers: list[str] | None = Field(None, max_length=100)
@@ -76,6 +83,8 @@ class AgentPatchIn(PatchIn):
 
 class AgentOut(ModelSchema):
     rule_set: int | None
+    model_connection: int | None
+    model_problem: str | None = Field(description="Why the agent's model cannot run now (null: it can).")
     pinned_version: int | None
     model_script: list[dict[str, Any]]
     react_servers: list[str]
@@ -93,8 +102,6 @@ class AgentOut(ModelSchema):
             "rule_set_mode",
             "model_provider",
             "model_name",
-            "model_base_url",
-            "model_api_key_env",
             "temperature",
             "input_max_chars",
             "max_iterations",
@@ -109,12 +116,70 @@ class AgentOut(ModelSchema):
         return obj.rule_set_id
 
     @staticmethod
+    def resolve_model_connection(obj: Agent) -> int | None:
+        return obj.model_connection_id
+
+    @staticmethod
+    def resolve_model_problem(obj: Agent) -> str | None:
+        return agent_model_problem(obj)
+
+    @staticmethod
     def resolve_pinned_version(obj: Agent) -> int | None:
         return obj.pinned_version.number if obj.pinned_version_id else None
 
     @staticmethod
     def resolve_react_servers(obj: Agent) -> list[str]:
         return sorted(obj.react_servers.values_list("mcp_id", flat=True))
+
+
+# --- Model connections ---------------------------------------------------------------------------
+
+ModelName = Field(min_length=1, max_length=200)
+
+
+class ModelConnectionIn(Schema):
+    """A model connection (admin): ``api_key_env`` is the NAME of an allowed variable; its value is
+    sent to ``base_url`` only; agents use one of ``model_names``."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(max_length=100)
+    provider: Literal["openai-compatible"] = "openai-compatible"
+    base_url: str = Field(max_length=500)
+    api_key_env: str = Field("", max_length=100)
+    model_names: list[str] = Field(min_length=1, max_length=100)
+    max_tokens: int | None = Field(None, ge=1, le=1_000_000)
+
+
+class ModelConnectionPatchIn(PatchIn):
+    """The fields to change and the ``revision`` you saw (a stale one is refused with 409)."""
+
+    NULLABLE = frozenset({"max_tokens"})
+
+    model_config = ConfigDict(extra="forbid")
+    revision: Revision
+    name: str | None = Field(None, max_length=100)
+    base_url: str | None = Field(None, max_length=500)
+    api_key_env: str | None = Field(None, max_length=100)
+    model_names: list[str] | None = Field(None, min_length=1, max_length=100)
+    max_tokens: int | None = Field(None, ge=1, le=1_000_000)
+
+
+class ModelConnectionOut(ModelSchema):
+    model_names: list[str]
+
+    class Meta:
+        model = ModelConnection
+        fields = [
+            "id",
+            "name",
+            "provider",
+            "base_url",
+            "api_key_env",
+            "max_tokens",
+            "revision",
+            "created_at",
+            "updated_at",
+        ]
 
 
 # --- Runs ------------------------------------------------------------------------------------------

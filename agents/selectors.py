@@ -9,11 +9,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import FilteredRelation, Q, QuerySet
+from django.db.models import Count, FilteredRelation, Q, QuerySet
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from agents.models import Agent, Run, RunStep, WorkerHeartbeat
+from agents.models import Agent, ModelConnection, Run, RunStep, WorkerHeartbeat
 from agents.privacy import RUN_INPUT_FIELDS, redactor, redactor_active
 from core.models import ChainRecord
 from rules.models import RuleSetVersion
@@ -28,7 +28,11 @@ def worker_live_list(*, within_s: int) -> QuerySet[WorkerHeartbeat]:
 
 
 def agent_list() -> QuerySet[Agent]:
-    return Agent.objects.select_related("rule_set", "pinned_version").order_by("name")
+    return Agent.objects.select_related("rule_set", "pinned_version", "model_connection").order_by("name")
+
+
+def connection_list() -> QuerySet[ModelConnection]:
+    return ModelConnection.objects.annotate(agent_count=Count("agents")).order_by("name")
 
 
 # The run list's period presets ("last 7 days" and so on), measured back from the request.

@@ -15,12 +15,21 @@ from django_htmx.http import HttpResponseStopPolling
 from accounts.roles import has_role, require_role
 from agents import selectors, services
 from agents import trace as traces
+from agents.checks import agent_model_problem
 from agents.compare import COMPARE_STEPS, compare_runs
 from agents.errors import AgentError, BrokerUnavailableError
 from agents.export import FORMATS, evidence_report, evidence_response
-from agents.forms import AgentForm, PrivacyForm, RolloutForm, RunFilterForm, RunStartForm, ShadowForm
+from agents.forms import (
+    AgentForm,
+    ModelConnectionForm,
+    PrivacyForm,
+    RolloutForm,
+    RunFilterForm,
+    RunStartForm,
+    ShadowForm,
+)
 from agents.graph_svg import flow_graph
-from agents.models import Agent, Run
+from agents.models import Agent, ModelConnection, Run
 from agents.privacy import privacy_get
 from core.chain import chain_last_check
 from core.http import HtmxHttpRequest
@@ -33,7 +42,10 @@ from rules.tester import tester_inputs_put
 @require_GET
 @require_role("viewer")
 def agent_list(request: HtmxHttpRequest) -> HttpResponse:
-    return render(request, "agents/agent_list.html", {"agents": selectors.agent_list()})
+    agents = list(selectors.agent_list())
+    for agent in agents:
+        agent.model_problem = agent_model_problem(agent)  # type: ignore[attr-defined]
+    return render(request, "agents/agent_list.html", {"agents": agents})
 
 
 @require_http_methods(["GET", "POST"])
@@ -56,9 +68,46 @@ def agent_edit(request: HtmxHttpRequest, pk: int | None = None) -> HttpResponse:
             messages.success(request, _("Saved agent %(name)s.") % {"name": saved.name})
             return redirect("agents:list")
     status = 400 if request.method == "POST" else 200
-    return render(
-        request, "agents/agent_form.html", {"form": form, "agent": agent if pk else None}, status=status
-    )
+    context = {
+        "form": form,
+        "agent": agent if pk else None,
+        "model_problem": agent_model_problem(Agent.objects.get(pk=pk)) if pk else None,
+    }
+    return render(request, "agents/agent_form.html", context, status=status)
+
+
+# --- Model connections (admin) -------------------------------------------------------------------
+
+
+@require_GET
+@require_role("admin")
+def connection_list(request: HtmxHttpRequest) -> HttpResponse:
+    return render(request, "agents/connection_list.html", {"connections": selectors.connection_list()})
+
+
+@require_http_methods(["GET", "POST"])
+@require_role("admin")
+def connection_edit(request: HtmxHttpRequest, pk: int | None = None) -> HttpResponse:
+    """Create (no pk) or edit a model connection; refusals keep the input and say why."""
+    connection = get_object_or_404(ModelConnection, pk=pk) if pk else ModelConnection()
+    form = ModelConnectionForm(request.POST or None, instance=connection)
+    if request.method == "POST" and form.is_valid():
+        values = {f: form.cleaned_data.get(f) for f in services.CONNECTION_FIELDS}
+        try:
+            saved = services.connection_save(
+                actor=request.user,
+                connection=connection,
+                values=values,
+                revision=form.cleaned_data.get("revision"),
+            )
+        except AgentError as exc:
+            form.add_error(exc.field if exc.field in form.fields else None, exc.message)
+        else:
+            messages.success(request, _("Saved model connection %(name)s.") % {"name": saved.name})
+            return redirect("agents:connection_list")
+    status = 400 if request.method == "POST" else 200
+    context = {"form": form, "connection": connection if pk else None}
+    return render(request, "agents/connection_form.html", context, status=status)
 
 
 # --- Runs ---------------------------------------------------------------------------------------

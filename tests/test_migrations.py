@@ -65,3 +65,37 @@ def test_people_and_the_audit_log_survive_the_move_out_of_the_project_package() 
         ("user.create", "auth.user"),
     ]
     assert events[0].actor == person
+
+
+@pytest.mark.django_db(transaction=True)
+def test_agents_keep_their_endpoint_as_legacy_values_until_a_connection_pairs_it() -> None:
+    """Issue 28: the free base URL + key variable of an agent stop being used to connect."""
+    old = _migrate([("agents", "0011_runstep_order_by_column")])
+    OldAgent = old.get_model("agents", "Agent")
+    common = {"system_prompt": "p", "model_name": "m"}
+    OldAgent.objects.create(
+        name="remote",
+        model_provider="openai-compatible",
+        model_base_url="http://127.0.0.1:9/v1",
+        model_api_key_env="OPENAI_API_KEY",
+        **common,
+    )
+    OldAgent.objects.create(
+        name="offline",
+        model_provider="offline",
+        model_base_url="http://127.0.0.1:9/v1",
+        model_api_key_env="OPENAI_API_KEY",
+        **common,
+    )
+
+    _migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
+
+    from agents.checks import agent_model_problem
+    from agents.models import Agent
+
+    remote, offline = Agent.objects.get(name="remote"), Agent.objects.get(name="offline")
+    assert (remote.legacy_base_url, remote.legacy_api_key_env) == ("http://127.0.0.1:9/v1", "OPENAI_API_KEY")
+    assert remote.model_connection is None
+    assert "an admin must assign a connection" in agent_model_problem(remote)
+    assert (offline.legacy_base_url, offline.legacy_api_key_env) == ("", "")  # it never used them
+    assert agent_model_problem(offline) is None

@@ -5,6 +5,7 @@
 - ``delivery``: runs that lost their worker or their message (reap, redeliver);
 - ``retention``: deleting runs past the retention period;
 - ``agents``: saving and deleting agents;
+- ``connections``: the model connections admins define;
 - ``privacy``: the redaction and retention settings;
 - ``ingest``: runs of served agents and flows, posted as they happen;
 - ``rollout``: staged rollout and shadow mode.
@@ -19,6 +20,12 @@ from agents.services.agents import (
     agent_save,
     agent_save_values,
     agent_values,
+)
+from agents.services.connections import (
+    CONNECTION_FIELDS,
+    connection_delete,
+    connection_save,
+    connection_values,
 )
 from agents.services.delivery import (
     runs_reap,
@@ -94,6 +101,10 @@ __all__ = [
     "agent_save_values",
     "agent_values",
     "agent_delete",
+    "CONNECTION_FIELDS",
+    "connection_save",
+    "connection_values",
+    "connection_delete",
     "privacy_preview",
     "privacy_preview_run",
     "privacy_update",

@@ -10,12 +10,11 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils.translation import gettext as _
 
-from agents.checks import llm_key_env_check, llm_url_check
 from agents.errors import (
     AgentConflictError,
     AgentError,
 )
-from agents.models import Agent
+from agents.models import Agent, ModelConnection
 from agents.services.rollout import rollout_keep
 from core.audit import audit_record
 from llamon_agent.prestep import DEFAULT_PRESTEP_INSTRUCTION
@@ -34,8 +33,7 @@ AGENT_FIELDS = (
     "pinned_version_id",
     "model_provider",
     "model_name",
-    "model_base_url",
-    "model_api_key_env",
+    "model_connection_id",
     "model_script",
     "temperature",
     "input_max_chars",
@@ -65,8 +63,7 @@ VALUE_FIELDS = (
     "pinned_version",
     "model_provider",
     "model_name",
-    "model_base_url",
-    "model_api_key_env",
+    "model_connection",
     "model_script",
     "temperature",
     "react_servers",
@@ -82,9 +79,12 @@ VALUE_FIELDS = (
 def agent_values(agent: Agent) -> dict[str, Any]:
     """An agent as the values :func:`agent_save_values` takes (the base a partial change applies to)."""
     values = {
-        f: getattr(agent, f) for f in VALUE_FIELDS if f not in {"rule_set", "pinned_version", "react_servers"}
+        f: getattr(agent, f)
+        for f in VALUE_FIELDS
+        if f not in {"rule_set", "pinned_version", "react_servers", "model_connection"}
     }
     values["rule_set"] = agent.rule_set_id
+    values["model_connection"] = agent.model_connection_id
     values["pinned_version"] = agent.pinned_version.number if agent.pinned_version is not None else None
     values["react_servers"] = list(agent.react_servers.values_list("mcp_id", flat=True)) if agent.pk else []
     return values
@@ -108,6 +108,14 @@ def _agent_apply(agent: Agent, values: Mapping[str, Any]) -> list[McpServer]:
                 % {"pinned": values["pinned_version"]},
                 field="pinned_version",
             )
+    connection = None
+    if values.get("model_connection") is not None:
+        connection = ModelConnection.objects.filter(pk=values["model_connection"]).first()
+        if connection is None:
+            raise AgentError(
+                _("There is no model connection with id %(id)s.") % {"id": values["model_connection"]},
+                field="model_connection",
+            )
     wanted = list(dict.fromkeys(values.get("react_servers") or []))
     servers = {s.mcp_id: s for s in McpServer.objects.filter(enabled=True, mcp_id__in=wanted)}
     if missing := [m for m in wanted if m not in servers]:
@@ -125,8 +133,8 @@ def _agent_apply(agent: Agent, values: Mapping[str, Any]) -> list[McpServer]:
     agent.rule_set_mode = values.get("rule_set_mode") or Agent.RuleSetMode.LATEST
     agent.pinned_version = pinned
     agent.model_provider = values.get("model_provider") or Agent.Provider.OFFLINE
-    for field in ("model_name", "model_base_url", "model_api_key_env"):
-        setattr(agent, field, values.get(field) or "")
+    agent.model_name = values.get("model_name") or ""
+    agent.model_connection = connection
     agent.model_script = list(values.get("model_script") or [])
     agent.temperature = values.get("temperature", 0.0)
     agent.input_max_chars = values.get("input_max_chars", 4000)
@@ -171,15 +179,22 @@ def _agent_validate(agent: Agent) -> None:
         raise AgentError(
             _("Choose a published version of the agent's rule set to pin."), field="pinned_version"
         )
-    if agent.model_provider == Agent.Provider.OPENAI and not agent.model_base_url:
-        raise AgentError(
-            _("An OpenAI-compatible model needs its base URL (e.g. http://127.0.0.1:11434/v1)."),
-            field="model_base_url",
-        )
     if agent.model_provider == Agent.Provider.OPENAI:
-        llm_url_check(agent.model_base_url)
-    if agent.model_api_key_env:
-        llm_key_env_check(agent.model_api_key_env)
+        connection = agent.model_connection
+        if connection is None:
+            raise AgentError(
+                _("An OpenAI-compatible model runs through a model connection: choose one an admin defined."),
+                field="model_connection",
+            )
+        if agent.model_name not in connection.model_names:
+            raise AgentError(
+                _("Choose one of the models of connection %(name)r: %(models)s.")
+                % {"name": connection.name, "models": ", ".join(connection.model_names) or "-"},
+                field="model_name",
+            )
+    if agent.model_connection is not None:
+        # The connection is the endpoint now: what the agent held before connections is history.
+        agent.legacy_base_url = agent.legacy_api_key_env = ""
     if agent.model_provider == Agent.Provider.SCRIPTED and not agent.model_script:
         raise AgentError(_("A scripted model needs at least one reply."), field="model_script")
     if not 1 <= agent.max_iterations <= 50:

@@ -7,7 +7,7 @@ import json
 import pytest
 from django.urls import reverse
 
-from agents.models import Agent, PrivacySettings, Run
+from agents.models import Agent, ModelConnection, PrivacySettings, Run
 from core.models import AuditEvent
 from llamon_agent.expr import MAX_QUERY_CHARS
 
@@ -23,9 +23,8 @@ def _agent_post(**overrides) -> dict:
         "rule_set_mode": "latest",
         "pinned_version": "",
         "model_provider": "offline",
+        "model_connection": "",
         "model_name": "",
-        "model_base_url": "",
-        "model_api_key_env": "",
         "model_script": "",
         "temperature": "0",
         "input_max_chars": "4000",
@@ -51,7 +50,7 @@ def test_create_an_agent_with_the_seed_prompt_line_offered(editor_client) -> Non
     ("overrides", "message"),
     [
         ({"input_blocked_patterns": "(unclosed"}, "not a valid regular expression"),
-        ({"model_provider": "openai-compatible"}, "needs its base URL"),
+        ({"model_provider": "openai-compatible"}, "runs through a model connection"),
         ({"model_provider": "scripted"}, "needs at least one reply"),
         ({"model_provider": "scripted", "model_script": "[{"}, "Not valid JSON"),
         ({"model_script": '{"content": "x"}'}, "JSON list of replies"),
@@ -164,23 +163,38 @@ def test_a_bad_redaction_pattern_is_refused(admin_client) -> None:
         ("file:///etc/passwd", True),
     ],
 )
-def test_an_llm_endpoint_gets_the_mcp_url_policy(editor_client, settings, url, allow_private) -> None:
+def test_an_llm_endpoint_gets_the_mcp_url_policy(admin_client, settings, url, allow_private) -> None:
     settings.LLAMON_ALLOW_PRIVATE_MCP = allow_private
-    response = editor_client.post(
-        reverse("agents:create"),
-        _agent_post(model_provider="openai-compatible", model_name="m", model_base_url=url),
-    )
+    response = admin_client.post(reverse("agents:connection_create"), _connection_post(base_url=url))
     assert response.status_code == 400
     assert "The model&#x27;s base URL is refused" in response.content.decode()
-    assert not Agent.objects.exists()
+    assert "kept-name" in response.content.decode()  # the input stays
+    assert not ModelConnection.objects.exists()
 
 
-def test_a_loopback_llm_endpoint_is_fine_when_private_addresses_are_allowed(editor_client, settings) -> None:
+def _connection_post(**overrides) -> dict:
+    return {
+        "name": "kept-name",
+        "provider": "openai-compatible",
+        "base_url": "http://127.0.0.1:11434/v1",
+        "api_key_env": "",
+        "model_names": "m\nm2",
+        "max_tokens": "",
+        **overrides,
+    }
+
+
+def test_a_loopback_llm_endpoint_is_fine_when_private_addresses_are_allowed(admin_client, settings) -> None:
     settings.LLAMON_ALLOW_PRIVATE_MCP = True
-    response = editor_client.post(
+    response = admin_client.post(reverse("agents:connection_create"), _connection_post())
+    assert response.status_code == 302
+    connection = ModelConnection.objects.get()
+    assert connection.model_names == ["m", "m2"]
+    listed = admin_client.get(reverse("agents:connection_list")).content.decode()
+    assert "kept-name" in listed and "http://127.0.0.1:11434/v1" in listed
+    response = admin_client.post(
         reverse("agents:create"),
-        _agent_post(
-            model_provider="openai-compatible", model_name="m", model_base_url="http://127.0.0.1:11434/v1"
-        ),
+        _agent_post(model_provider="openai-compatible", model_connection=str(connection.pk), model_name="m2"),
     )
     assert response.status_code == 302
+    assert Agent.objects.get().model_connection == connection

@@ -11,7 +11,7 @@ import pytest
 from django.core.management import call_command
 
 from agents import services
-from agents.models import Agent, Run, RunStep
+from agents.models import Agent, ModelConnection, Run, RunStep
 from agents.tasks import run_execute_task
 from llamon_agent.tools import AgentRequest
 from llamon_web.celery import app
@@ -134,7 +134,9 @@ def test_an_unreachable_llm_endpoint_fails_the_run_with_a_readable_error(redis_p
         system_prompt="p",
         model_provider="openai-compatible",
         model_name="m",
-        model_base_url=f"http://127.0.0.1:{port}/v1",
+        model_connection=ModelConnection.objects.create(
+            name="remote", base_url=f"http://127.0.0.1:{port}/v1", model_names=["m"]
+        ),
     )
     with celery_worker(redis_publisher):
         run = services.run_create(actor=None, agent=agent, request=AgentRequest(query="hello"))

@@ -123,7 +123,7 @@ def api_servers(db) -> dict[str, Any]:
 @pytest.fixture
 def sample(api_servers, make_user) -> dict[str, Any]:
     """One of everything, for the path parameters of every operation."""
-    from agents.models import Agent, Run
+    from agents.models import Agent, ModelConnection, Run
     from llamon_web.demo import SEED_RULES
     from rules import cases, services
 
@@ -145,8 +145,12 @@ def sample(api_servers, make_user) -> dict[str, Any]:
     served = Run.objects.create(
         agent_name="served", source=Run.Source.SERVED, status=Run.Status.RUNNING, query="q"
     )
+    connection = ModelConnection.objects.create(
+        name="sample-connection", base_url="http://127.0.0.1:9/v1", model_names=["m"]
+    )
     return {
         "author": author,
+        "connection": connection,
         "server": api_servers["order-service"],
         "servers": api_servers,
         "rule_set": rule_set,

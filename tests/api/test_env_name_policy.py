@@ -1,6 +1,6 @@
 """No secret leaves the server through a variable name a user typed (issue 10, part 1).
 
-An agent's API key variable is sent to its model endpoint as a bearer token, and an MCP
+A model connection's API key variable is sent to its endpoint as a bearer token, and an MCP
 server's env names reach a child process: only names the operator allowed may be used, the
 app's own settings never, at save time (page and API) and again at use time.
 """
@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from django.urls import reverse
 
-from agents.models import Agent, Run
+from agents.models import Agent, ModelConnection, Run
 from agents.services import run_execute
 from servers.models import McpServer
 from tests.support.mcp_servers import confirmed, server_form
@@ -43,35 +43,18 @@ FORBIDDEN_KEY_NAMES = [
 BAD_SHAPES = [" SECRET_KEY", "SECRET_KEY\n", "SECRET KEY", "sk-live-abc123", "A" * 101, "OPENAI_API_KEY;x"]
 
 
-def _agent_body(**overrides: Any) -> dict[str, Any]:
-    return {
-        "name": "leaky",
-        "system_prompt": "Be helpful.",
-        "model_provider": "openai-compatible",
-        "model_name": "m",
-        "model_base_url": "http://127.0.0.1:9/v1",
-        **overrides,
-    }
+def _connection_body(**overrides: Any) -> dict[str, Any]:
+    return {"name": "leaky", "base_url": "http://127.0.0.1:9/v1", "model_names": ["m"], **overrides}
 
 
-def _agent_form(**overrides: Any) -> dict[str, Any]:
+def _connection_form(**overrides: Any) -> dict[str, Any]:
     return {
         "name": "leaky",
-        "description": "",
-        "system_prompt": "Be helpful.",
-        "rule_set": "",
-        "rule_set_mode": "latest",
-        "pinned_version": "",
-        "model_provider": "openai-compatible",
-        "model_name": "m",
-        "model_base_url": "http://127.0.0.1:9/v1",
-        "model_api_key_env": "",
-        "model_script": "",
-        "temperature": "0",
-        "input_max_chars": "4000",
-        "input_blocked_patterns": "",
-        "output_blocked_patterns": "",
-        "max_iterations": "6",
+        "provider": "openai-compatible",
+        "base_url": "http://127.0.0.1:9/v1",
+        "api_key_env": "",
+        "model_names": "m",
+        "max_tokens": "",
         **overrides,
     }
 
@@ -84,68 +67,69 @@ def test_a_bad_allow_list_setting_stops_the_app_with_its_name(monkeypatch) -> No
         env_names("LLAMON_LLM_KEY_ENVS", [])
 
 
-# --- agents: refused at save (API and page) ------------------------------------------------------
+# --- model connections: refused at save (API and page) ----------------------------------------------
 
 
 @pytest.mark.parametrize("name", FORBIDDEN_KEY_NAMES)
 def test_the_api_refuses_a_key_variable_the_operator_did_not_allow(caller, name) -> None:
-    response = caller("token:editor").post("/api/agents", _agent_body(model_api_key_env=name))
+    response = caller("token:admin").post("/api/model-connections", _connection_body(api_key_env=name))
     assert response.status_code == 422, response.content
     body = response.json()
-    assert body["field"] == "model_api_key_env"
+    assert body["field"] == "api_key_env"
     assert (
         "allowed: OPENAI_API_KEY, LLAMON_LLM_KEY_* (the operator sets LLAMON_LLM_KEY_ENVS)" in body["detail"]
     )
-    assert not Agent.objects.exists()
+    assert not ModelConnection.objects.exists()
 
 
 @pytest.mark.parametrize("name", BAD_SHAPES)
 def test_the_api_refuses_whitespace_tricks_and_overlong_names(caller, name) -> None:
-    response = caller("token:editor").post("/api/agents", _agent_body(model_api_key_env=name))
+    response = caller("token:admin").post("/api/model-connections", _connection_body(api_key_env=name))
     assert response.status_code == 422, response.content
-    assert response.json()["field"].endswith("model_api_key_env"), response.json()
-    assert not Agent.objects.exists()
+    assert response.json()["field"].endswith("api_key_env"), response.json()
+    assert not ModelConnection.objects.exists()
 
 
-def test_a_patch_cannot_switch_a_saved_agent_to_a_forbidden_variable(caller) -> None:
-    editor = caller("token:editor")
-    created = editor.post("/api/agents", _agent_body(model_api_key_env="LLAMON_LLM_KEY_OLLAMA"))
+def test_a_patch_cannot_switch_a_connection_to_a_forbidden_variable(caller) -> None:
+    admin = caller("token:admin")
+    created = admin.post("/api/model-connections", _connection_body(api_key_env="LLAMON_LLM_KEY_OLLAMA"))
     assert created.status_code == 201, created.content
-    agent = created.json()
-    patched = editor.patch(
-        f"/api/agents/{agent['id']}", {"revision": agent["revision"], "model_api_key_env": "SECRET_KEY"}
+    connection = created.json()
+    patched = admin.patch(
+        f"/api/model-connections/{connection['id']}",
+        {"revision": connection["revision"], "api_key_env": "SECRET_KEY"},
     )
-    assert patched.status_code == 422 and patched.json()["field"] == "model_api_key_env"
-    assert Agent.objects.get(pk=agent["id"]).model_api_key_env == "LLAMON_LLM_KEY_OLLAMA"
+    assert patched.status_code == 422 and patched.json()["field"] == "api_key_env"
+    assert ModelConnection.objects.get(pk=connection["id"]).api_key_env == "LLAMON_LLM_KEY_OLLAMA"
 
 
 @pytest.mark.parametrize("name", ["OPENAI_API_KEY", "LLAMON_LLM_KEY_VLLM"])
 def test_allowed_key_variables_are_saved(caller, name) -> None:
-    response = caller("token:editor").post("/api/agents", _agent_body(model_api_key_env=name))
+    response = caller("token:admin").post("/api/model-connections", _connection_body(api_key_env=name))
     assert response.status_code == 201, response.content
-    assert Agent.objects.get().model_api_key_env == name
+    assert ModelConnection.objects.get().api_key_env == name
 
 
 @pytest.mark.parametrize(
     "name", ["SECRET_KEY", "LLAMON_ADMIN_PASSWORD", "MY_TOKEN", "database_url", "A" * 101]
 )
-def test_the_agent_page_refuses_a_forbidden_key_variable_and_keeps_the_input(editor_client, name) -> None:
-    response = editor_client.post(
-        reverse("agents:create"), _agent_form(model_api_key_env=name, description="kept 설명")
+def test_the_connection_page_refuses_a_forbidden_key_variable_and_keeps_the_input(admin_client, name) -> None:
+    response = admin_client.post(
+        reverse("agents:connection_create"), _connection_form(api_key_env=name, name="kept-설명")
     )
     html = response.content.decode()
     assert response.status_code == 400
-    assert "errorlist" in html and "kept 설명" in html
+    assert "errorlist" in html and "kept-설명" in html
     assert "API key variable is refused" in html or "at most 100 characters" in html
-    assert not Agent.objects.exists()
+    assert not ModelConnection.objects.exists()
 
 
 def test_the_refusal_is_the_same_whether_the_variable_is_set_or_not(caller, monkeypatch) -> None:
-    editor = caller("token:editor")
+    admin = caller("token:admin")
     monkeypatch.delenv("SOME_OTHER_KEY", raising=False)
-    unset = editor.post("/api/agents", _agent_body(model_api_key_env="SOME_OTHER_KEY")).json()
+    unset = admin.post("/api/model-connections", _connection_body(api_key_env="SOME_OTHER_KEY")).json()
     monkeypatch.setenv("SOME_OTHER_KEY", "sk-live-value-1")
-    is_set = editor.post("/api/agents", _agent_body(model_api_key_env="SOME_OTHER_KEY")).json()
+    is_set = admin.post("/api/model-connections", _connection_body(api_key_env="SOME_OTHER_KEY")).json()
     assert unset == is_set and "sk-live-value-1" not in str(is_set)
 
 
@@ -156,19 +140,24 @@ def _queued_run(agent: Agent) -> Run:
     return Run.objects.create(agent=agent, agent_name=agent.name, query="hello", status=Run.Status.QUEUED)
 
 
+def _agent_on(base_url: str, api_key_env: str) -> Agent:
+    # Written straight to the database: a connection saved before the allow-list existed (or narrowed).
+    connection = ModelConnection.objects.create(
+        name="old", base_url=base_url, api_key_env=api_key_env, model_names=["m"]
+    )
+    return Agent.objects.create(
+        name="old",
+        system_prompt="Be helpful.",
+        model_provider="openai-compatible",
+        model_name="m",
+        model_connection=connection,
+    )
+
+
 def test_a_run_of_an_agent_saved_with_a_forbidden_variable_fails_and_sends_nothing(monkeypatch) -> None:
     monkeypatch.setenv("SECRET_KEY", "the-django-secret-1234567890")
     with FakeOpenAI() as listener:
-        # Written straight to the database: an agent saved before the allow-list existed.
-        agent = Agent.objects.create(
-            name="old",
-            system_prompt="Be helpful.",
-            model_provider="openai-compatible",
-            model_name="m",
-            model_base_url=listener.base_url,
-            model_api_key_env="SECRET_KEY",
-        )
-        run = _queued_run(agent)
+        run = _queued_run(_agent_on(listener.base_url, "SECRET_KEY"))
         run_execute(run_id=run.pk)
         run.refresh_from_db()
         assert run.status == Run.Status.FAILED and run.error_kind == "config"
@@ -181,15 +170,7 @@ def test_a_run_with_an_allowed_variable_sends_its_value_to_the_endpoint(monkeypa
     # The control for the test above: the same listener does see the key when the name is allowed.
     monkeypatch.setenv("LLAMON_LLM_KEY_TEST", "sk-allowed-42")
     with FakeOpenAI() as listener:
-        agent = Agent.objects.create(
-            name="ok",
-            system_prompt="Be helpful.",
-            model_provider="openai-compatible",
-            model_name="m",
-            model_base_url=listener.base_url,
-            model_api_key_env="LLAMON_LLM_KEY_TEST",
-        )
-        run = _queued_run(agent)
+        run = _queued_run(_agent_on(listener.base_url, "LLAMON_LLM_KEY_TEST"))
         run_execute(run_id=run.pk)
         run.refresh_from_db()
         assert run.status == Run.Status.SUCCEEDED, run.error

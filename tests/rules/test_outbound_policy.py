@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from agents.models import Agent
+from agents.models import Agent, ModelConnection
 from agents.runtime import RulesRef, agent_spec
 from llamon_agent.mcp import McpConnectionError, McpServerSpec
 from llamon_agent.models import make_chat_model, model_error_message
@@ -28,8 +28,13 @@ def _fake_dns(settings) -> None:
 
 
 def _llm_agent(base_url: str) -> Agent:
+    connection = ModelConnection.objects.create(name="llm", base_url=base_url, model_names=["m"])
     return Agent.objects.create(
-        name="llm", system_prompt="p", model_provider=Agent.Provider.OPENAI, model_base_url=base_url
+        name="llm",
+        system_prompt="p",
+        model_provider=Agent.Provider.OPENAI,
+        model_connection=connection,
+        model_name="m",
     )
 
 

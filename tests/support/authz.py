@@ -82,6 +82,9 @@ EXPECTED: dict[str, tuple[str, dict[str, int | str]]] = {
     "agents:rollout_promote": ("editor", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
     "agents:rollout_rollback": ("editor", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
     "agents:shadow_set": ("editor", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
+    "agents:connection_list": ("admin", {"anonymous": LOGIN, "viewer": 403, "editor": 403, "admin": 200}),
+    "agents:connection_create": ("admin", {"anonymous": LOGIN, "viewer": 403, "editor": 403, "admin": 200}),
+    "agents:connection_edit": ("admin", {"anonymous": LOGIN, "viewer": 403, "editor": 403, "admin": 200}),
     "agents:privacy": ("admin", {"anonymous": LOGIN, "viewer": 403, "editor": 403, "admin": 200}),
     # Impact analyses: viewers read the form page and every analysis, editors start one.
     "governance:impact_new": ("viewer", {"anonymous": LOGIN, "viewer": 200, "editor": 200, "admin": 200}),
@@ -163,7 +166,7 @@ def sample_kwargs(make_user) -> dict[str, dict[str, object]]:
         )
     )
     kwargs["rules:restore"] = {"pk": rule_set.pk, "number": version.number}
-    from agents.models import Agent, Run
+    from agents.models import Agent, ModelConnection, Run
     from rules.models import TestCase
 
     kwargs.update(
@@ -177,6 +180,10 @@ def sample_kwargs(make_user) -> dict[str, dict[str, object]]:
     agent = Agent.objects.create(name="matrix", system_prompt="p", rule_set=rule_set)
     run = Run.objects.create(agent=agent, agent_name="matrix", query="q")  # stays queued: nothing is enqueued
     kwargs["agents:edit"] = {"pk": agent.pk}
+    connection = ModelConnection.objects.create(
+        name="matrix", base_url="http://127.0.0.1:9/v1", model_names=["m"]
+    )
+    kwargs["agents:connection_edit"] = {"pk": connection.pk}
     kwargs.update(
         dict.fromkeys(
             (
