@@ -174,6 +174,8 @@ def set_rollout(request: HttpRequest, agent_id: DbId, payload: RolloutIn) -> Any
         version=version,
         percent=payload.percent,
         chatbot_ids=payload.chatbot_ids,
+        guard_error_percent=payload.guard_error_percent,
+        guard_min_runs=payload.guard_min_runs,
     )
     return selectors.rollout_view(agent)
 

@@ -231,6 +231,24 @@ class RolloutForm(forms.Form):
         label="chatbotIds",
         help_text="One per line (at most 200): these chatbots always get the candidate.",
     )
+    guard_error_percent = forms.IntegerField(
+        min_value=0,
+        max_value=100,
+        required=False,
+        initial=20,
+        label=_("Guard: error rate (%)"),
+        help_text=_(
+            "Roll back on its own when more than this share of the candidate's runs fail (empty: no guard)."
+        ),
+    )
+    guard_min_runs = forms.IntegerField(
+        min_value=1,
+        max_value=100_000,
+        initial=20,
+        required=False,
+        label=_("Guard: after this many runs"),
+        help_text=_("The guard judges the candidate once it has served this many runs."),
+    )
 
     def __init__(self, *args: Any, versions: list[Any], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -112,6 +112,10 @@ class Agent(models.Model):
     rollout_percent = models.PositiveSmallIntegerField(default=0)
     rollout_chatbot_ids = OrderedJSONField(default=list, blank=True)
     rollout_started_at = models.DateTimeField(null=True, blank=True)
+    # The guard: more than this share of the candidate's runs failing (None: no guard), once it has
+    # served rollout_guard_min_runs, rolls the rollout back on its own (agents.services.rollout).
+    rollout_guard_error_percent = models.PositiveSmallIntegerField(null=True, blank=True, default=20)
+    rollout_guard_min_runs = models.PositiveIntegerField(default=20)
     # Shadow mode: a version evaluated as a dry run beside the live pre-step of every run.
     shadow_version = models.ForeignKey(
         RuleSetVersion, null=True, blank=True, on_delete=models.PROTECT, related_name="+"

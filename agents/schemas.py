@@ -399,6 +399,24 @@ class RolloutIn(Schema):
     chatbot_ids: list[str] = Field(
         default_factory=list, description="chatbotIds always served the candidate (at most 200)"
     )
+    guard_error_percent: int | None = Field(
+        20,
+        ge=0,
+        le=100,
+        description="The guard: roll back on its own when more than this share of the candidate's runs fail (null: no guard)",
+    )
+    guard_min_runs: int = Field(
+        20, ge=1, le=100_000, description="...once the candidate has served this many runs"
+    )
+
+
+class RolloutServedOut(Schema):
+    version: str = Field(description="v3: the version that served these runs")
+    candidate: bool
+    sessions: int
+    runs: int
+    errors: int = Field(description="failed and timed-out runs")
+    error_percent: float
 
 
 class RolloutStateOut(Schema):
@@ -406,13 +424,18 @@ class RolloutStateOut(Schema):
     percent: int
     chatbot_ids: list[str]
     started_at: Any = None
+    guard_error_percent: int | None = None
+    guard_min_runs: int
+    served: list[RolloutServedOut] = Field(description="Per version since the rollout started, stable first")
 
 
 class RolloutOut(Schema):
     agent: int
     revision: int
     rule_set: str | None
-    stable: str = Field(description="What serves the other runs: v3 (pinned), latest or draft")
+    stable: str = Field(
+        description="What serves the other runs and what a roll back returns to: v3 (a running rollout always pins it), latest or draft"
+    )
     rollout: RolloutStateOut | None
     shadow_version: int | None
 

@@ -317,6 +317,54 @@ def stable_ref(agent: Agent) -> str:
     return agent.rule_set_mode
 
 
+def rollout_served(agent: Agent) -> list[dict[str, Any]]:
+    """Per version that served the agent's runs since the rollout started: sessions, runs, errors.
+
+    The stable and the candidate side are counted apart (by the run's candidate flag), stable first.
+    Without a running rollout: nothing.
+    """
+    if agent.rollout_version_id is None or agent.rollout_started_at is None:
+        return []
+    rows = (
+        Run.objects.filter(agent=agent, created_at__gte=agent.rollout_started_at)
+        .exclude(status__in=[Run.Status.QUEUED, Run.Status.RUNNING])
+        .values("rule_set_ref", "rollout_candidate")
+        .annotate(
+            runs=Count("id"),
+            sessions=Count("session_id", distinct=True, filter=~Q(session_id="")),
+            errors=Count("id", filter=Q(status__in=[Run.Status.FAILED, Run.Status.TIMED_OUT])),
+        )
+        .order_by("rollout_candidate", "rule_set_ref")
+    )
+    served = []
+    for row in rows:
+        runs, errors = row["runs"], row["errors"]
+        served.append(
+            {
+                "version": row["rule_set_ref"],
+                "candidate": row["rollout_candidate"],
+                "sessions": row["sessions"],
+                "runs": runs,
+                "errors": errors,
+                "error_percent": round(errors * 100 / runs, 1) if runs else 0.0,
+            }
+        )
+    return served
+
+
+def rollout_guard_event(agent: Agent) -> Any:
+    """The newest roll back the guard made for this agent (an audit event), or None."""
+    from core.models import AuditEvent
+
+    return (
+        AuditEvent.objects.filter(
+            action="agent.rollout.guard_rollback", object_type="agents.agent", object_id=str(agent.pk)
+        )
+        .order_by("-id")
+        .first()
+    )
+
+
 def rollout_view(agent: Agent) -> dict[str, Any]:
     """An agent's rollout and shadow as the page and the API show them."""
     candidate = agent.rollout_version
@@ -332,6 +380,9 @@ def rollout_view(agent: Agent) -> dict[str, Any]:
             "percent": agent.rollout_percent,
             "chatbot_ids": list(agent.rollout_chatbot_ids or []),
             "started_at": agent.rollout_started_at,
+            "guard_error_percent": agent.rollout_guard_error_percent,
+            "guard_min_runs": agent.rollout_guard_min_runs,
+            "served": rollout_served(agent),
         },
         "shadow_version": agent.shadow_version.number if agent.shadow_version is not None else None,
     }

@@ -470,7 +470,8 @@ def _rollout_page(request: HtmxHttpRequest, agent: Agent, *, rollout_form=None, 
     state = selectors.rollout_view(agent)
     initial = {"version": versions[0].number if versions else None, "percent": 10}
     if state["rollout"]:
-        initial = {k: state["rollout"][k] for k in ("version", "percent", "chatbot_ids")}
+        keys = ("version", "percent", "chatbot_ids", "guard_error_percent", "guard_min_runs")
+        initial = {k: state["rollout"][k] for k in keys}
     return render(
         request,
         "agents/rollout.html",
@@ -482,6 +483,7 @@ def _rollout_page(request: HtmxHttpRequest, agent: Agent, *, rollout_form=None, 
             "shadow_form": shadow_form
             or ShadowForm(initial={"version": state["shadow_version"]}, versions=versions),
             "tallies": selectors.shadow_tallies(agent=agent),
+            "guard_event": selectors.rollout_guard_event(agent),
             "can_edit": has_role(request.user, "editor"),
         },
         status=status,
@@ -509,20 +511,28 @@ def agent_rollout_set(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         number = form.cleaned_data["version"]
         version = selectors.agent_version(agent, number)
         try:
-            services.rollout_set(
+            agent_now = services.rollout_set(
                 actor=request.user,
                 agent=agent,
                 version=version,
                 percent=form.cleaned_data["percent"],
                 chatbot_ids=form.cleaned_data["chatbot_ids"],
+                guard_error_percent=form.cleaned_data["guard_error_percent"],
+                guard_min_runs=form.cleaned_data["guard_min_runs"] or services.GUARD_MIN_RUNS,
             )
         except AgentError as exc:
             form.add_error(exc.field if exc.field in form.fields else None, exc.message)
         else:
             messages.success(
                 request,
-                _("Rolling out v%(number)s to %(percent)s %% of sessions.")
-                % {"number": number, "percent": form.cleaned_data["percent"]},
+                _(
+                    "Rolling out v%(number)s to %(percent)s %% of sessions; v%(stable)s stays the stable version."
+                )
+                % {
+                    "number": number,
+                    "percent": form.cleaned_data["percent"],
+                    "stable": agent_now.pinned_version.number if agent_now.pinned_version else "?",
+                },
             )
             return redirect("agents:rollout", pk=pk)
     return _rollout_page(request, agent, rollout_form=form, status=400)

@@ -33,6 +33,16 @@ def version_list(*, rule_set: RuleSet) -> QuerySet[RuleSetVersion]:
     return rule_set.versions.select_related("author").order_by("-number")
 
 
+def agents_following_latest(*, rule_set: RuleSet) -> list[str]:
+    """The agents that serve the rule set's latest published version: a publish is live for them at once.
+
+    Read through the reverse relation of the agents' rule set (rules imports nothing of agents).
+    """
+    return list(
+        rule_set.agents.filter(rule_set_mode="latest").order_by("name").values_list("name", flat=True)
+    )
+
+
 def version_diff(*, old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Rule-by-rule differences between two snapshots: added, removed, changed fields, moved."""
     old_by_name = {r["name"]: (i, r) for i, r in enumerate(old)}

@@ -99,3 +99,43 @@ def test_agents_keep_their_endpoint_as_legacy_values_until_a_connection_pairs_it
     assert "an admin must assign a connection" in agent_model_problem(remote)
     assert (offline.legacy_base_url, offline.legacy_api_key_env) == ("", "")  # it never used them
     assert agent_model_problem(offline) is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_rollout_running_on_latest_gets_its_stable_version_pinned() -> None:
+    """Issue 28: a rollout started on "latest" before the stable version was explicit."""
+    old = _migrate([("agents", "0012_model_connections")])
+    RuleSet = old.get_model("rules", "RuleSet")
+    Version = old.get_model("rules", "RuleSetVersion")
+    OldAgent = old.get_model("agents", "Agent")
+    rule_set = RuleSet.objects.create(name="rs")
+    v1, v2 = (
+        Version.objects.create(rule_set=rule_set, number=n, content=[], content_hash=str(n) * 64)
+        for n in (1, 2)
+    )
+    rolling = OldAgent.objects.create(
+        name="rolling",
+        system_prompt="p",
+        rule_set=rule_set,
+        rule_set_mode="latest",
+        rollout_version=v2,
+        rollout_percent=10,
+    )
+    idle = OldAgent.objects.create(name="idle", system_prompt="p", rule_set=rule_set, rule_set_mode="latest")
+
+    _migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
+
+    from agents.models import Agent
+
+    rolling, idle = Agent.objects.get(pk=rolling.pk), Agent.objects.get(pk=idle.pk)
+    assert (rolling.rule_set_mode, rolling.pinned_version_id, rolling.rollout_version_id) == (
+        "pinned",
+        v1.pk,
+        v2.pk,
+    )
+    assert rolling.rollout_guard_error_percent is None  # nobody chose a guard for it
+    assert (idle.rule_set_mode, idle.pinned_version_id, idle.rollout_guard_error_percent) == (
+        "latest",
+        None,
+        20,
+    )

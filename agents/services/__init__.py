@@ -48,9 +48,12 @@ from agents.services.retention import (
     runs_delete_expired,
 )
 from agents.services.rollout import (
+    GUARD_ERROR_PERCENT,
+    GUARD_MIN_RUNS,
     MAX_CHATBOT_ID_CHARS,
     MAX_ROLLOUT_CHATBOTS,
     ROLLOUT_FIELDS,
+    rollout_guard_check,
     rollout_keep,
     rollout_promote,
     rollout_rollback,
@@ -112,6 +115,9 @@ __all__ = [
     "MAX_ROLLOUT_CHATBOTS",
     "MAX_CHATBOT_ID_CHARS",
     "ROLLOUT_FIELDS",
+    "GUARD_ERROR_PERCENT",
+    "GUARD_MIN_RUNS",
+    "rollout_guard_check",
     "rollout_keep",
     "rollout_set",
     "rollout_promote",

@@ -26,6 +26,7 @@ MAX_CHATBOT_ID_CHARS = 200  # as long as a run's chatbot_id column
 
 def _rollout_state(agent: Agent) -> dict[str, Any]:
     return {
+        "rollout_guard": [agent.rollout_guard_error_percent, agent.rollout_guard_min_runs],
         "rule_set_mode": agent.rule_set_mode,
         "pinned_version": agent.pinned_version.number if agent.pinned_version else None,
         "rollout_version": agent.rollout_version.number if agent.rollout_version else None,
@@ -86,8 +87,58 @@ ROLLOUT_FIELDS = (
     "rollout_percent",
     "rollout_chatbot_ids",
     "rollout_started_at",
+    "rollout_guard_error_percent",
+    "rollout_guard_min_runs",
     "shadow_version_id",
 )
+
+# The guard's defaults: a rollout whose candidate fails more than 20 % of its runs, once it has
+# served 20, is rolled back on its own.
+GUARD_ERROR_PERCENT = 20
+GUARD_MIN_RUNS = 20
+
+
+def rollout_stable(agent: Agent, candidate: Any) -> Any:
+    """The version a rollout of ``candidate`` keeps as stable (what a roll back returns to).
+
+    Pinned: the pinned version. Latest: the version served before the candidate, that is the latest
+    one, or when the candidate is the latest (it was just published) the newest one before it.
+    Refusals say what to do instead.
+    """
+    rule_set = agent.rule_set
+    if agent.rule_set_mode == Agent.RuleSetMode.DRAFT:
+        raise AgentError(
+            _(
+                "Agent %(name)r follows the draft, so it has no stable version to return to: pin a published version first."
+            )
+            % {"name": agent.name},
+            field="version",
+        )
+    if agent.rule_set_mode == Agent.RuleSetMode.PINNED:
+        stable = agent.pinned_version
+    else:
+        assert rule_set is not None  # _version_of_agent refused an agent without one
+        versions = rule_set.versions.order_by("-number")
+        stable = versions.first()
+        if stable is not None and stable.pk == candidate.pk:
+            stable = versions.filter(number__lt=candidate.number).first()
+        if stable is None:
+            raise AgentError(
+                _(
+                    "v%(number)s is the only version agent %(name)r has served: there is no earlier version to keep as stable. Publish another version, or pin one."
+                )
+                % {"number": candidate.number, "name": agent.name},
+                field="version",
+            )
+    if stable is not None and stable.pk == candidate.pk:
+        raise AgentError(
+            _(
+                "v%(number)s is already the stable version agent %(name)r serves to every session: a rollout of it would change nothing. Roll out a newer version."
+            )
+            % {"number": candidate.number, "name": agent.name},
+            field="version",
+        )
+    return stable
 
 
 def rollout_keep(agent: Agent, current: Agent) -> None:
@@ -98,6 +149,17 @@ def rollout_keep(agent: Agent, current: Agent) -> None:
         raise AgentError(
             _("Roll back the staged rollout and stop shadow mode before changing the agent's rule set."),
             field="rule_set",
+        )
+    if current.rollout_version_id and (
+        agent.rule_set_mode != current.rule_set_mode or agent.pinned_version_id != current.pinned_version_id
+    ):
+        # The stable version is what a roll back returns to: it does not move while a rollout runs.
+        raise AgentError(
+            _(
+                "A staged rollout is running with v%(stable)s as the stable version: promote it or roll it back before changing which version the agent serves."
+            )
+            % {"stable": current.pinned_version.number if current.pinned_version else "?"},
+            field="rule_set_mode",
         )
 
 
@@ -116,10 +178,47 @@ def _agent_bump(agent: Agent, fields: list[str]) -> None:
 
 
 @transaction.atomic
-def rollout_set(*, actor: Any, agent: Agent, version: Any, percent: int, chatbot_ids: list[Any]) -> Agent:
-    """Start a staged rollout of ``version`` (or change the running one): a share of sessions and/or chatbots."""
+def rollout_set(
+    *,
+    actor: Any,
+    agent: Agent,
+    version: Any,
+    percent: int,
+    chatbot_ids: list[Any],
+    guard_error_percent: int | None = GUARD_ERROR_PERCENT,
+    guard_min_runs: int = GUARD_MIN_RUNS,
+) -> Agent:
+    """Start a staged rollout of ``version`` (or change the running one): a share of sessions and/or chatbots.
+
+    The stable version is explicit: an agent following "latest" is pinned to the version served
+    before the candidate (audited), so publishing never changes what either side serves and a roll
+    back returns to it. ``guard_error_percent`` (None: no guard) and ``guard_min_runs``: the
+    candidate is rolled back on its own when more than that share of its runs fail, once it has
+    served that many (:func:`rollout_guard_check`).
+    """
     agent = _locked_agent(agent)
     version = _version_of_agent(agent, version, field="version")
+    stable = rollout_stable(agent, version)
+    if guard_error_percent is not None and (
+        isinstance(guard_error_percent, bool)
+        or not isinstance(guard_error_percent, int)
+        or not 0 <= guard_error_percent <= 100
+    ):
+        raise AgentError(
+            _("The guard's error rate is a whole percentage from 0 to 100, not %(value)r.")
+            % {"value": guard_error_percent},
+            field="guard_error_percent",
+        )
+    if (
+        isinstance(guard_min_runs, bool)
+        or not isinstance(guard_min_runs, int)
+        or not 1 <= guard_min_runs <= 100_000
+    ):
+        raise AgentError(
+            _("The guard's minimum number of runs is from 1 to 100,000, not %(value)r.")
+            % {"value": guard_min_runs},
+            field="guard_min_runs",
+        )
     if isinstance(percent, bool) or not isinstance(percent, int) or not 0 <= percent <= 100:
         raise AgentError(
             _("The share of traffic is a whole percentage from 0 to 100, not %(value)r.")
@@ -130,9 +229,23 @@ def rollout_set(*, actor: Any, agent: Agent, version: Any, percent: int, chatbot
     before = _rollout_state(agent)
     starting = agent.rollout_version_id is None or agent.rollout_version_id != version.pk
     agent.rollout_version, agent.rollout_percent, agent.rollout_chatbot_ids = version, percent, chatbots
+    agent.rollout_guard_error_percent, agent.rollout_guard_min_runs = guard_error_percent, guard_min_runs
+    agent.rule_set_mode, agent.pinned_version = Agent.RuleSetMode.PINNED, stable  # "latest" stops here
     if starting:
         agent.rollout_started_at = timezone.now()
-    _agent_bump(agent, ["rollout_version", "rollout_percent", "rollout_chatbot_ids", "rollout_started_at"])
+    _agent_bump(
+        agent,
+        [
+            "rule_set_mode",
+            "pinned_version",
+            "rollout_version",
+            "rollout_percent",
+            "rollout_chatbot_ids",
+            "rollout_started_at",
+            "rollout_guard_error_percent",
+            "rollout_guard_min_runs",
+        ],
+    )
     audit_record(
         actor=actor,
         action="agent.rollout.start" if starting else "agent.rollout.change",
@@ -176,8 +289,8 @@ def rollout_promote(*, actor: Any, agent: Agent) -> Agent:
 
 
 @transaction.atomic
-def rollout_rollback(*, actor: Any, agent: Agent) -> Agent:
-    """End the rollout: every run gets the stable version again."""
+def rollout_rollback(*, actor: Any, agent: Agent, reason: str = "") -> Agent:
+    """End the rollout: every run gets the stable (pinned) version again."""
     agent = _locked_agent(agent)
     if agent.rollout_version_id is None:
         raise AgentConflictError(_("Agent %(name)r has no rollout to roll back.") % {"name": agent.name})
@@ -185,9 +298,59 @@ def rollout_rollback(*, actor: Any, agent: Agent) -> Agent:
     _rollout_clear(agent)
     _agent_bump(agent, ["rollout_version", "rollout_percent", "rollout_chatbot_ids", "rollout_started_at"])
     audit_record(
-        actor=actor, action="agent.rollout.rollback", obj=agent, before=before, after=_rollout_state(agent)
+        actor=actor,
+        action="agent.rollout.guard_rollback" if reason else "agent.rollout.rollback",
+        obj=agent,
+        before=before,
+        after={**_rollout_state(agent), **({"reason": reason} if reason else {})},
     )
     return agent
+
+
+def rollout_guard_check(*, agent_id: int, version_id: int) -> bool:
+    """After a candidate's run finished: roll the rollout back when its error rate is over the guard.
+
+    Counts the candidate's runs since the rollout started (failed and timed-out ones are errors;
+    cancelled ones are neither). Returns whether it rolled back (audited, by no person).
+    """
+    from agents.models import Run
+
+    agent = (
+        Agent.objects.filter(pk=agent_id, rollout_version_id=version_id)
+        .exclude(rollout_guard_error_percent=None)
+        .first()
+    )
+    if agent is None or agent.rollout_started_at is None:
+        return False
+    runs = Run.objects.filter(
+        agent_id=agent_id,
+        rule_set_version_id=version_id,
+        rollout_candidate=True,
+        created_at__gte=agent.rollout_started_at,
+        status__in=[Run.Status.SUCCEEDED, Run.Status.FAILED, Run.Status.TIMED_OUT],
+    )
+    total = runs.count()
+    if total < agent.rollout_guard_min_runs:
+        return False
+    errors = runs.filter(status__in=[Run.Status.FAILED, Run.Status.TIMED_OUT]).count()
+    threshold = agent.rollout_guard_error_percent or 0
+    if errors * 100 <= threshold * total:
+        return False
+    reason = _(
+        "The guard rolled back v%(number)s: %(errors)s of its %(total)s runs failed (%(rate)s %%, over %(threshold)s %%)."
+    ) % {
+        "number": agent.rollout_version.number if agent.rollout_version else "?",
+        "errors": errors,
+        "total": total,
+        "rate": round(errors * 100 / total),
+        "threshold": threshold,
+    }
+    try:
+        rollout_rollback(actor=None, agent=agent, reason=reason)
+    except AgentConflictError:  # another worker's run rolled it back first
+        return False
+    logger.warning("agent %s: %s", agent.name, reason)
+    return True
 
 
 @transaction.atomic

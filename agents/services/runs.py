@@ -27,6 +27,7 @@ from agents.errors import (
 from agents.evidence import run_seal
 from agents.models import Agent, Run, RunStep, WorkerHeartbeat
 from agents.privacy import redactor
+from agents.services.rollout import rollout_guard_check
 from core.audit import audit_record
 from llamon_agent.expr import MAX_DATA_BYTES, MAX_QUERY_CHARS
 from llamon_agent.tools import AgentRequest
@@ -250,7 +251,10 @@ def run_heartbeat(*, run_id: int, period_s: float) -> Iterator[None]:
 def run_finish(
     *, run_id: int, status: str, answer: str = "", error: str = "", error_kind: str = "", **counts: int
 ) -> None:
-    """Record how a running run ended (only a running run: a reaped one stays reaped)."""
+    """Record how a running run ended (only a running run: a reaped one stays reaped).
+
+    A rollout candidate's run is then counted by the rollout's guard, which may roll it back.
+    """
     with transaction.atomic():  # the run's end and its link in the evidence chain, together
         ended = Run.objects.filter(pk=run_id, status=Run.Status.RUNNING).update(
             status=status,
@@ -263,6 +267,14 @@ def run_finish(
         RunStep.objects.filter(run_id=run_id, status="running").update(status="interrupted")
         if ended:
             run_seal(run_id)
+    if ended:
+        served = (
+            Run.objects.filter(pk=run_id, rollout_candidate=True)
+            .values_list("agent_id", "rule_set_version_id")
+            .first()
+        )
+        if served is not None and served[0] is not None and served[1] is not None:
+            rollout_guard_check(agent_id=served[0], version_id=served[1])
 
 
 def run_execute(*, run_id: int) -> None:

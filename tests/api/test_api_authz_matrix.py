@@ -76,7 +76,9 @@ EXPECTED: dict[str, tuple[str, int, bool]] = {
     # Staged rollout and shadow mode: viewers read, editors change. The sample agent has no rollout
     # to promote or roll back: a readable 409.
     "GET /api/agents/{agent_id}/rollout": ("viewer", 200, False),
-    "PUT /api/agents/{agent_id}/rollout": ("editor", 200, False),
+    # The sample agent follows "latest" with one published version: no earlier version to keep as
+    # stable, so a rollout of v1 is refused (422) once the role is checked.
+    "PUT /api/agents/{agent_id}/rollout": ("editor", 422, False),
     "POST /api/agents/{agent_id}/rollout/promote": ("editor", 409, False),
     "POST /api/agents/{agent_id}/rollout/rollback": ("editor", 409, False),
     "GET /api/agents/{agent_id}/shadow": ("viewer", 200, False),
