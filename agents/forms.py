@@ -146,6 +146,19 @@ class RunFilterForm(forms.Form):
         queryset=Agent.objects.order_by("name"), required=False, label=_("Agent")
     )
     status = forms.ChoiceField(choices=[("", _("any status"))], required=False, label=_("Status"))
+    version = forms.RegexField(
+        regex=r"^(v[1-9][0-9]{0,8}|draft@[0-9]{1,9})$",
+        required=False,
+        max_length=20,
+        label=_("Served by version"),
+        help_text=_("v4, or draft@12"),
+        error_messages={"invalid": _("A version is written v4 (or draft@12 for a draft).")},
+    )
+    candidate = forms.ChoiceField(
+        choices=[("", _("any")), ("yes", _("rollout candidate")), ("no", _("stable"))],
+        required=False,
+        label=_("Rollout side"),
+    )
     rule = forms.CharField(required=False, label=_("Rule fired"))
     tool = forms.CharField(required=False, label=_("Tool called"))
     user_id = forms.CharField(required=False, label="userId")

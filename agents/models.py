@@ -221,6 +221,7 @@ class Run(models.Model):
             models.Index(fields=["user_id", "created_at", "id"], name="run_user_created"),
             models.Index(fields=["chatbot_id", "created_at", "id"], name="run_chatbot_created"),
             models.Index(fields=["session_id", "created_at", "id"], name="run_session_created"),
+            models.Index(fields=["rule_set_ref", "created_at", "id"], name="run_version_created"),
             models.Index(fields=["finished_at"], name="run_finished"),  # retention
         ]
 

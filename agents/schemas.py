@@ -265,6 +265,15 @@ class RunFilterIn(Schema):
 
     agent: DbId | None = None
     status: Literal["queued", "running", "succeeded", "failed", "timed_out", "cancelled"] | None = None
+    version: str = Field(
+        "",
+        max_length=20,
+        pattern=r"^(|v[1-9][0-9]{0,8}|draft@[0-9]{1,9})$",
+        description="The version that served the run: v4 (or draft@12)",
+    )
+    candidate: Literal["", "yes", "no"] = Field(
+        "", description="yes: a staged rollout's candidate served it; no: the stable version"
+    )
     rule: str = Field("", max_length=200, description="A rule that fired")
     tool: str = Field("", max_length=200, description="A tool that was called")
     user_id: str = Field("", max_length=200)

@@ -46,6 +46,10 @@ def run_list(*, filters: dict[str, Any]) -> QuerySet[Run]:
         runs = runs.filter(agent=filters["agent"])
     if filters.get("status"):
         runs = runs.filter(status=filters["status"])
+    if filters.get("version"):  # the version that served the run: "v4" (the draft: "draft@12")
+        runs = runs.filter(rule_set_ref=filters["version"])
+    if filters.get("candidate") in ("yes", "no"):  # a staged rollout's candidate, or not
+        runs = runs.filter(rollout_candidate=filters["candidate"] == "yes")
     # Step filters are subqueries, not joins: no duplicate runs, so no DISTINCT, which PostgreSQL
     # cannot apply to the run's json columns (json, unlike jsonb, has no equality; see OrderedJSONField).
     if filters.get("rule"):

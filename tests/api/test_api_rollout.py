@@ -29,7 +29,9 @@ def test_start_change_promote_through_the_api(editor_api, viewer_api, sample, tw
     assert viewer_api.get(url).json()["rollout"] is None
     body = editor_api.call("put", url, json={"version": 2, "percent": 25, "chatbot_ids": ["bot-a"]}).json()
     assert body["rollout"]["version"] == 2 and body["rollout"]["percent"] == 25
-    assert body["rollout"]["chatbot_ids"] == ["bot-a"] and body["stable"] == "latest"
+    # The agent followed "latest" (v2): the version served before the candidate, v1, is pinned as stable.
+    assert body["rollout"]["chatbot_ids"] == ["bot-a"] and body["stable"] == "v1"
+    assert body["rollout"]["guard_error_percent"] == 20 and body["rollout"]["served"] == []
     body = editor_api.post(f"{url}/promote").json()
     assert body["rollout"] is None and body["stable"] == "v2"
     assert Agent.objects.get(pk=agent.pk).pinned_version == two_versions[1]
@@ -87,3 +89,23 @@ def test_shadow_through_the_api(editor_api, viewer_api, sample, two_versions) ->
     refused = editor_api.call("put", url, json={"version": 9})
     assert refused.status_code == 422 and "no published version 9" in refused.json()["detail"]
     assert editor_api.call("put", url, json={"version": None}).json()["shadow_version"] is None
+
+
+def test_the_runs_api_filters_by_served_version_and_rollout_side(viewer_api, sample, two_versions) -> None:
+    from agents.models import Run
+
+    v1, v2 = two_versions
+    common = {"agent": sample["agent"], "agent_name": "sample-agent", "status": Run.Status.SUCCEEDED}
+    stable = Run.objects.create(**common, query="s", rule_set_ref="v1", rule_set_version=v1)
+    candidate = Run.objects.create(
+        **common, query="c", rule_set_ref="v2", rule_set_version=v2, rollout_candidate=True
+    )
+    assert [r["id"] for r in viewer_api.get("/api/runs?version=v1").json()["items"]] == [stable.pk]
+    body = viewer_api.get("/api/runs?candidate=yes").json()
+    assert [(r["id"], r["rule_set_ref"], r["rollout_candidate"]) for r in body["items"]] == [
+        (candidate.pk, "v2", True)
+    ]
+    for hostile in ("v0", "v1' OR 1=1", "x" * 30, "latest", "v-1"):
+        response = viewer_api.get(f"/api/runs?version={hostile}")
+        assert response.status_code == 422 and response.json()["field"].endswith("version"), hostile
+    assert viewer_api.get("/api/runs?candidate=maybe").status_code == 422
