@@ -11,6 +11,7 @@ from django.utils.translation import gettext_lazy as _
 
 from agents.models import Agent, ModelConnection, PrivacySettings
 from agents.services import DEFAULT_SYSTEM_PROMPT
+from agents.services.agents import VALUE_FIELDS
 from core import userinput
 from core.userinput import FilterDateTimeField
 from llamon_agent import strictjson
@@ -61,26 +62,7 @@ class AgentForm(forms.ModelForm):
 
     class Meta:
         model = Agent
-        fields = [
-            "name",
-            "description",
-            "system_prompt",
-            "rule_set",
-            "rule_set_mode",
-            "pinned_version",
-            "model_provider",
-            "model_connection",
-            "model_name",
-            "model_script",
-            "temperature",
-            "react_servers",
-            "input_max_chars",
-            "input_blocked_patterns",
-            "output_blocked_patterns",
-            "output_masks",
-            "max_iterations",
-            "answer_from_prestep",
-        ]
+        fields = list(VALUE_FIELDS)  # what the API and the MCP endpoint set too, in the page's order
         field_classes = {
             "rule_set": userinput.ModelChoiceField,
             "pinned_version": userinput.ModelChoiceField,

@@ -54,9 +54,9 @@ class AgentIn(Schema):
 
 
 class AgentPatchIn(PatchIn):
-    NULLABLE = frozenset({"rule_set", "pinned_version", "system_prompt", "model_connection"})
-
     """The fields to change, and the agent ``revision`` you saw (a stale one is refused with 409)."""
+
+    NULLABLE = frozenset({"rule_set", "pinned_version", "system_prompt", "model_connection"})
 
     model_config = ConfigDict(extra="forbid")
 
