@@ -27,7 +27,7 @@ from tests.support.rule_sets import build_rule_set
 
 pytestmark = pytest.mark.django_db
 
-EXAMPLES = max(5, int(os.environ.get("LLAMON_FUZZ_EXAMPLES", "100")) // 10)
+EXAMPLES = max(5, int(os.environ.get("LLAMON_FUZZ_EXAMPLES", "50")) // 10)
 TOOLS = [
     "list_rule_sets",
     "get_rule_set",
