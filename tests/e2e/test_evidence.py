@@ -75,6 +75,9 @@ def test_a_viewer_exports_one_customers_last_seven_days_in_two_clicks(
     page.select_option("#id_period", "7d")
     page.click("#run-filters button[type=submit]")  # click 1
     page.locator(f"#run-row-{history['mine'].pk}").wait_for()
+    # The filter form swaps the table on each change too: let the last swap land before clicking a
+    # link inside it (a swap that replaced the link mid-click lost the download under load).
+    page.wait_for_load_state("networkidle")
     assert page.locator(f"#run-row-{history['old'].pk}").count() == 0
     label = page.locator("#export-csv").inner_text()
     assert label == ("CSV 내보내기" if language == "ko" else "Export CSV")
