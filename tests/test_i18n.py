@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gettext
 import html
+import json
 import re
 import shutil
 import subprocess
@@ -18,8 +19,10 @@ from django.utils import translation
 
 from llamon_agent import models as agent_models
 from llamon_agent import prestep, project
+from llamon_web.demo import DEMO_AGENT, SEED_RUNS
 from llamon_web.management.commands.messages import LANGUAGES, MAKEMESSAGES_OPTIONS
 from tests.conftest import ROOT, require_executable
+from tests.support.authz import EXPECTED, product_patterns
 
 PO = ROOT / "locale" / "ko" / "LC_MESSAGES" / "django.po"
 MO = PO.with_suffix(".mo")
@@ -128,77 +131,155 @@ def test_messages_from_python_are_korean_and_keep_their_values(client, make_user
     assert "사용자 이름에는 글자, 숫자와 @ . + - _ 만 쓸 수 있습니다" in response.content.decode()
 
 
-# Each main page with labels of its own (the menu is on all of them): in Korean none may stay English.
-NAV = ["MCP servers", "Rule sets", "Agents", "Runs", "Audit", "API tokens", "Users", "Log out"]
-KOREAN_PAGES = {
-    "home": ["Workbench", "Recent runs", "Services", "All rule sets →"],
-    "servers:list": ["Add a server", "Transport", "Target", "Health"],
-    "rules:editor": [
-        "Live tester",
-        "Impact analysis",
-        "Dry run",
-        "Execute",
-        "Export JSON",
-        "Versions",
-        "Drag to reorder",
-    ],
-    "agents:run_list": [
-        "Start a run",
-        "Compare ticked runs",
-        "Filter",
-        "Status",
-        "Since",
-        "Until",
-        "any status",
-    ],
-    "agents:run_detail": ["Timeline", "Re-run", "Save as test case", "Open in tester", "Expand all"],
-    "agents:list": ["New agent", "Privacy", "ReAct servers", "Answer from pre-step"],
-    "rules:audit": ["Audit log", "Actor", "Action", "Before / after"],
-    "tokens": ["Create token", "Last used", "No tokens yet."],
-    "users": ["Add a user", "Last login", "Active tokens", "Username"],
-}
+# Every page in Korean: no English interface string anywhere. Runs of ASCII words are data (names,
+# ids, field names, expressions) or a product's name, or else an interface string left English.
+PRODUCT_NAMES = {
+    "MCP", "A2A", "LLM", "JSON", "CSV", "URL", "URLs", "HTTP", "HTTPS", "HTML", "API", "SDK", "ID", "OK",
+    "OpenAI", "Anthropic", "Ollama", "Celery", "Redis", "PostgreSQL", "SQLite", "llamon", "llamon-web",
+    "ReAct", "Python", "Django", "CEL", "SSE", "stdio", "http", "https", "GoRules", "OTLP", "OpenTelemetry",
+    "SHA", "UTC", "PDF", "gRPC", "TLS", "TTL", "JSONPath", "ko", "en", "bearer",
+    # identifiers the interface shows as they are: roles, version refs and modes, JSON field names
+    "viewer", "editor", "admin", "v", "draft", "latest", "pinned", "content", "args", "query", "name",
+}  # fmt: skip
 
 
-def _visible_text(page: str) -> str:
-    """What a person reads: text and the labels assistive technology reads out; code and data excluded."""
-    page = re.sub(r"(?s)<(script|style|code|pre|textarea)\b.*?</\1>", " ", page)
-    said = " ".join(re.findall(r'(?:aria-label|title|placeholder|data-confirm)="([^"]*)"', page))
-    return html.unescape(re.sub(r"(?s)<[^>]+>", " ", page) + " " + said)
+PRODUCT_PHRASES = ["JSON Lines"]
 
 
-def _page_url(name: str) -> str:
+def _visible_strings(page: str) -> list[str]:
+    """What a person reads, piece by piece: text nodes and the attributes read out or shown (title,
+    placeholder, aria-label, alt, a confirmation, a button's value); code, data and scripts excluded."""
+    page = re.sub(r"(?s)<!--.*?-->", " ", page)
+    page = re.sub(r"(?s)<(script|style|code|pre|textarea|kbd|samp|template)\b.*?</\1>", " ", page)
+    said = re.findall(r'\s(?:aria-label|title|placeholder|alt|data-confirm)="([^"]*)"', page)
+    said += re.findall(r'<input\b[^>]*\btype="(?:submit|button|reset)"[^>]*\bvalue="([^"]*)"', page)
+    said += re.findall(r'<input\b[^>]*\bvalue="([^"]*)"[^>]*\btype="(?:submit|button|reset)"', page)
+    page = re.sub(r"(?s)<[^>]+>", "\n", page)
+    return [html.unescape(text).strip() for text in [*page.split("\n"), *said] if text.strip()]
+
+
+def _is_word(token: str) -> bool:
+    """An English word as an interface writes it; identifiers (snake_case, camelCase, CONSTANTS,
+    dotted or slashed names, numbers) are code or data."""
+    return bool(re.fullmatch(r"[A-Za-z][a-z]*(?:'[a-z]+)?", token))
+
+
+def _data_words() -> set[str]:
+    """The demo's data as people typed it: names, ids, descriptions, queries, tools, field names."""
+    from agents.models import Agent, ModelConnection, Run
+    from rules.models import Rule, RuleSet, TestCase
+    from servers.models import McpServer
+
+    texts: list[str] = []
+    for server in McpServer.objects.all():
+        texts += [server.mcp_id, server.description, server.command, *server.args, server.url]
+        for tool in server.tools:
+            texts += [tool["name"], tool.get("description", ""), json.dumps(tool.get("input_schema", {}))]
+    for rule_set in RuleSet.objects.all():
+        texts += [rule_set.name, rule_set.description]
+        for version in rule_set.versions.all():
+            texts += [version.message, json.dumps(version.content)]
+    for rule in Rule.objects.all():
+        texts += [
+            rule.name,
+            rule.description,
+            rule.mcp_id,
+            rule.tool_name,
+            rule.when,
+            json.dumps(rule.params),
+        ]
+    for case in TestCase.objects.all():
+        texts += [case.name, json.dumps(case.input), json.dumps(case.expected)]
+    for agent in Agent.objects.all():
+        texts += [agent.name, agent.description, agent.system_prompt, agent.model_name, *agent.output_masks]
+    for run in Run.objects.all():
+        texts += [run.query, run.agent_name, run.rule_set_name, json.dumps(run.context), run.error]
+        texts += [json.dumps(step.output) + json.dumps(step.input) + step.name for step in run.steps.all()]
+    for connection in ModelConnection.objects.all():
+        texts += [connection.name, connection.base_url, *connection.model_names]
+    from django.contrib.auth import get_user_model
+
+    texts += [user.username for user in get_user_model().objects.all()]
+    return {word for text in texts for word in re.findall(r"[A-Za-z]+", str(text or ""))}
+
+
+def _english(strings: list[str], allowed: set[str]) -> list[str]:
+    """The runs of English words that are neither data nor a product's name."""
+    found = []
+    for text in strings:
+        for phrase in PRODUCT_PHRASES:
+            text = text.replace(phrase, " ")
+        run: list[str] = []
+        for token in [*text.split(), ""]:
+            word = token.strip("()[]{},.:;!?\"'“”‘’…→←*%#")
+            if word and _is_word(word):
+                run.append(word)
+                if token[-1] not in ",'\"":
+                    continue
+            if any(w.split("'")[0].lower() not in allowed for w in run):
+                found.append(" ".join(run))
+            run = []
+    return found
+
+
+def _pages(kwargs: dict[str, dict[str, object]]) -> list[str]:
+    """Every page an admin can open by GET (tests/support/authz.py), with real objects."""
     from agents.models import Run
-    from rules.models import RuleSet
 
-    if name == "rules:editor":
-        return reverse(name, args=[RuleSet.objects.get(name="seed-rules").pk])
-    if name == "agents:run_detail":
-        return reverse(name, args=[Run.objects.order_by("pk").first().pk])
-    return reverse(name)
+    urls = []
+    for name, _ in product_patterns():
+        if EXPECTED[name][1]["admin"] == 200:
+            urls.append(reverse(name, kwargs=kwargs.get(name)))
+    a, b = Run.objects.order_by("-pk").values_list("pk", flat=True)[:2]
+    urls.append(reverse("agents:run_compare") + f"?a={a}&b={b}")
+    return urls
 
 
 @pytest.mark.django_db
-def test_the_main_pages_in_korean_leave_none_of_their_labels_english(make_user) -> None:
-    """A guard that new interface strings get marked: each label is on the English page and gone from the
-    Korean one (Accept-Language for most pages, the user's own setting for the rest)."""
-    call_command("load_demo", verbosity=0)
-    by_browser, by_setting = Client(), Client()
-    by_browser.force_login(make_user("admin"))
-    by_setting.force_login(make_user("admin"))
-    by_setting.post(reverse("language_set"), {"language": "ko"})
-    for i, (name, labels) in enumerate(KOREAN_PAGES.items()):
-        url = _page_url(name)
-        english = _visible_text(by_browser.get(url, HTTP_ACCEPT_LANGUAGE="en").content.decode())
-        if i % 2:  # half the pages by the user's setting, which wins over an English browser
-            response = by_setting.get(url, HTTP_ACCEPT_LANGUAGE="en")
-        else:
-            response = by_browser.get(url, HTTP_ACCEPT_LANGUAGE="ko")
-        assert response.status_code == 200, url
-        korean = _visible_text(response.content.decode())
-        with translation.override("ko"):
-            for label in NAV + labels:
-                assert re.search(rf"(?<![\w-]){re.escape(label)}(?![\w-])", english), (name, label)
-                assert not re.search(rf"(?<![\w-]){re.escape(label)}(?![\w-])", korean), (
-                    f"{name}: {label!r} is still English in Korean: mark it and run `manage.py messages`"
-                )
-                assert translation.gettext(label) in korean, (name, label)
+def test_every_page_in_korean_shows_no_english_interface_string(client, make_user, sample_kwargs) -> None:
+    """Each URL pattern an admin can open, with the demo's objects, rendered in Korean: every run of
+    ASCII words is data or a product's name. Rendered in English, the same check finds English on
+    every page (it can fail)."""
+    call_command("load_demo", verbosity=0, no_refresh=False)
+    from agents.models import Agent
+    from rules.models import RuleSet
+    from tests.support.recorded_runs import record_run
+
+    seed, agent = RuleSet.objects.get(name="seed-rules"), Agent.objects.get(name=DEMO_AGENT)
+    runs = [record_run(seed, e["query"], context=e["context"], agent=agent) for e in SEED_RUNS[:2]]
+    for name, kw in sample_kwargs.items():  # the demo's objects where a page has something to show
+        if (
+            name.startswith(("rules:", "governance:impact_new", "governance:rule_health"))
+            and "rule_pk" not in kw
+        ):
+            kw["pk"] = seed.pk
+        elif name in ("agents:edit", "agents:rollout"):
+            kw["pk"] = agent.pk
+        elif name in ("agents:run_detail", "agents:run_steps"):
+            kw["pk"] = runs[0].pk
+    client.force_login(make_user("admin"))
+    allowed = {word.lower() for word in PRODUCT_NAMES | _data_words()}
+    problems: dict[str, list[str]] = {}
+    pages, silent_in_english = 0, []
+    for url in _pages(sample_kwargs):
+        response = client.get(url, HTTP_ACCEPT_LANGUAGE="ko")
+        assert response.status_code in (200, 286), url  # 286: htmx, stop polling (a finished run)
+        if not response["Content-Type"].startswith("text/html"):
+            continue
+        pages += 1
+        found = _english(_visible_strings(response.content.decode()), allowed)
+        if found:
+            problems[url] = found
+        if "<nav" in response.content.decode():  # a whole page (not an htmx fragment): its menu is English
+            english = client.get(url, HTTP_ACCEPT_LANGUAGE="en").content.decode()
+            if not _english(_visible_strings(english), allowed):
+                silent_in_english.append(url)
+    count = sum(len(found) for found in problems.values())
+    assert not problems, f"{count} English strings on {len(problems)} of {pages} pages:\n" + "\n".join(
+        f"{url}: {found}" for url, found in problems.items()
+    )
+    login = Client().get(reverse("login"), HTTP_ACCEPT_LANGUAGE="ko").content.decode()  # the one public page
+    assert not _english(_visible_strings(login), allowed), _english(_visible_strings(login), allowed)
+    assert pages > 30 and not silent_in_english, (
+        f"the check finds no English in English on {silent_in_english}"
+    )
