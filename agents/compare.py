@@ -18,20 +18,38 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.utils.translation import gettext_lazy as _
+
 # Steps compared per side: a 5,000-step run is aligned on its first COMPARE_STEPS steps (the
 # matcher's worst case is quadratic); the page says when a run was cut.
 COMPARE_STEPS = 1_000
 COMPARED_FIELDS = ("status", "input", "output", "error")
 RUN_FIELDS = (
-    ("query", "Query"),
-    ("context", "Context"),
+    ("query", _("Query")),
+    ("context", _("Context")),
     ("a2a_data", "DataParts"),
-    ("rule_set_ref", "Rule set"),
-    ("rule_set_hash", "Rule set hash"),
-    ("status", "Status"),
-    ("answer", "Answer"),
-    ("error", "Error"),
+    ("rule_set_ref", _("Rule set")),
+    ("rule_set_hash", _("Rule set hash")),
+    ("status", _("Status")),
+    ("answer", _("Answer")),
+    ("error", _("Error")),
 )
+# How the page names a step's state in the comparison (the op itself stays the CSS class).
+OP_LABELS = {
+    "same": _("same"),
+    "changed": _("changed"),
+    "added": _("added"),
+    "removed": _("removed"),
+    "moved": _("moved"),
+}
+# The step fields that can differ, as the page names them.
+FIELD_LABELS = {
+    "params": _("params"),
+    "status": _("status"),
+    "input": _("input"),
+    "output": _("output"),
+    "error": _("error"),
+}
 
 
 def step_key(step: Any) -> tuple[str, str, str]:
@@ -140,6 +158,7 @@ def run_field_diffs(a: Any, b: Any) -> list[dict[str, Any]]:
     """The run-level fields (input, rule set, outcome) of both runs and whether they differ."""
     return [
         {
+            "name": name,
             "label": label,
             "a": getattr(a, name),
             "b": getattr(b, name),

@@ -13,6 +13,7 @@ from agents.models import Agent, ModelConnection, PrivacySettings
 from agents.services import DEFAULT_SYSTEM_PROMPT
 from agents.services.agents import VALUE_FIELDS
 from core import userinput
+from core.templatetags.llamon import status_label
 from core.userinput import FilterDateTimeField
 from llamon_agent import strictjson
 from rules.forms import TesterForm
@@ -40,15 +41,20 @@ class LinesField(forms.CharField):
 
 class AgentForm(forms.ModelForm):
     input_blocked_patterns = LinesField(
-        required=False, help_text=_("One RE2 pattern per line; a match refuses the request.")
+        label=_("Input blocked patterns"),
+        required=False,
+        help_text=_("One RE2 pattern per line; a match refuses the request."),
     )
     output_blocked_patterns = LinesField(
-        required=False, help_text=_("One RE2 pattern per line; a match refuses the answer.")
+        label=_("Output blocked patterns"),
+        required=False,
+        help_text=_("One RE2 pattern per line; a match refuses the answer."),
     )
     output_masks = forms.MultipleChoiceField(
-        choices=MASK_CHOICES, required=False, widget=forms.CheckboxSelectMultiple
+        label=_("Output masks"), choices=MASK_CHOICES, required=False, widget=forms.CheckboxSelectMultiple
     )
     model_script = forms.CharField(
+        label=_("Model script"),
         required=False,
         widget=forms.Textarea(attrs={"rows": 4, "class": "code"}),
         help_text=_(
@@ -56,7 +62,10 @@ class AgentForm(forms.ModelForm):
         ),
     )
     react_servers = userinput.ModelMultipleChoiceField(
-        queryset=McpServer.objects.filter(enabled=True), required=False, widget=forms.CheckboxSelectMultiple
+        label=_("ReAct servers"),
+        queryset=McpServer.objects.filter(enabled=True),
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
     )
     revision = forms.IntegerField(required=False, widget=forms.HiddenInput)
 
@@ -67,6 +76,20 @@ class AgentForm(forms.ModelForm):
             "rule_set": userinput.ModelChoiceField,
             "pinned_version": userinput.ModelChoiceField,
             "model_connection": userinput.ModelChoiceField,
+        }
+        labels = {
+            "name": _("Name"),
+            "description": _("Description"),
+            "system_prompt": _("System prompt"),
+            "rule_set": _("Rule set"),
+            "rule_set_mode": _("Rule set mode"),
+            "pinned_version": _("Pinned version"),
+            "model_provider": _("Model provider"),
+            "model_name": _("Model name"),
+            "temperature": _("Temperature"),
+            "input_max_chars": _("Input max chars"),
+            "max_iterations": _("Max iterations"),
+            "answer_from_prestep": _("Answer from pre-step"),
         }
         widgets = {
             "system_prompt": forms.Textarea(attrs={"rows": 5}),
@@ -168,7 +191,9 @@ class RunFilterForm(forms.Form):
         super().__init__(*args, **kwargs)
         from agents.models import Run
 
-        self.fields["status"].choices = [("", _("any status")), *Run.Status.choices]
+        self.fields["status"].choices = [("", _("any status"))] + [
+            (v, status_label(v)) for v in Run.Status.values
+        ]
 
 
 class PrivacyForm(forms.ModelForm):
@@ -212,19 +237,19 @@ class PrivacyForm(forms.ModelForm):
 class RolloutForm(forms.Form):
     """Start or change a staged rollout (the services check the values again)."""
 
-    version = forms.TypedChoiceField(coerce=int, label="Candidate version")
+    version = forms.TypedChoiceField(coerce=int, label=_("Candidate version"))
     percent = forms.IntegerField(
         min_value=0,
         max_value=100,
         initial=10,
-        label="Share of sessions (%)",
-        help_text="Sticky by sessionId; a run without sessionId draws its own bucket.",
+        label=_("Share of sessions (%)"),
+        help_text=_("Sticky by sessionId; a run without sessionId draws its own bucket."),
     )
     chatbot_ids = LinesField(
         required=False,
         max_length=50_000,
         label="chatbotIds",
-        help_text="One per line (at most 200): these chatbots always get the candidate.",
+        help_text=_("One per line (at most 200): these chatbots always get the candidate."),
     )
     guard_error_percent = forms.IntegerField(
         min_value=0,
@@ -253,11 +278,11 @@ class RolloutForm(forms.Form):
 class ShadowForm(forms.Form):
     """Name the shadow version (empty: shadow mode off)."""
 
-    version = forms.TypedChoiceField(coerce=int, required=False, empty_value=None, label="Shadow version")
+    version = forms.TypedChoiceField(coerce=int, required=False, empty_value=None, label=_("Shadow version"))
 
     def __init__(self, *args: Any, versions: list[Any], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["version"].choices = [("", "off"), *((v.number, f"v{v.number}") for v in versions)]
+        self.fields["version"].choices = [("", _("off")), *((v.number, f"v{v.number}") for v in versions)]
 
 
 class ModelConnectionForm(forms.ModelForm):

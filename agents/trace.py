@@ -11,6 +11,7 @@ from typing import Any
 
 from django.db.models import Q
 from django.utils import timezone
+from django.utils.translation import gettext, gettext_lazy, ngettext
 
 from agents.models import Run, RunStep
 
@@ -35,16 +36,16 @@ _SPAN_FIELDS = (
     "mcp_id",
     "tool_name",
 )
-_KIND_LABELS = {
-    "guardrail": "guardrail",
-    "prestep": "pre-step",
-    "rule": "rule",
+KIND_LABELS = {
+    "guardrail": gettext_lazy("guardrail"),
+    "prestep": gettext_lazy("pre-step"),
+    "rule": gettext_lazy("rule"),
     "llm": "LLM",
-    "tool": "tool",
+    "tool": gettext_lazy("tool"),
     "node": "",
-    "answer": "answer",
-    "error": "error",
-    "listing": "MCP tools",
+    "answer": gettext_lazy("answer"),
+    "error": gettext_lazy("error"),
+    "listing": gettext_lazy("MCP tools"),
 }
 
 
@@ -317,7 +318,7 @@ def _run_llm_usage(run: Run, rows: list[dict[str, Any]]) -> Usage:
 
 
 def _span_label(row: dict[str, Any]) -> str:
-    kind = _KIND_LABELS.get(row["kind"], row["kind"])
+    kind = KIND_LABELS.get(row["kind"], row["kind"])
     if row["kind"] == RunStep.Kind.RULE and row["tool_name"]:
         return f"{kind} {row['name']} → {row['mcp_id']}/{row['tool_name']}"
     if row["kind"] == RunStep.Kind.TOOL and row["mcp_id"]:
@@ -331,8 +332,11 @@ def _usage_detail(tokens: Any) -> str:
 
     counts = usage_counts(tokens)
     if counts is None:
-        return "tokens unknown"
-    return f"{counts['input_tokens']} in / {counts['output_tokens']} out tokens"
+        return gettext("tokens unknown")
+    return gettext("%(input)s in / %(output)s out tokens") % {
+        "input": counts["input_tokens"],
+        "output": counts["output_tokens"],
+    }
 
 
 def _listing_span(seq: int, prestep: Span, item: dict[str, Any]) -> Span:
@@ -340,17 +344,21 @@ def _listing_span(seq: int, prestep: Span, item: dict[str, Any]) -> Span:
     # Served runs' traces come from the ingest API: anything that is not a number is no time.
     offset, duration = (_number(item.get(key)) for key in ("offset_ms", "duration_ms"))
     ok = item.get("tools") is not None
+    listed = item.get("tools")
+    count = listed if isinstance(listed, int) else 0
     return Span(
         key=f"step-{seq}-tools-{item.get('mcp_id')}",
         seq=None,
         kind="listing",
-        label=f"MCP tools of {item.get('mcp_id')} (list / connect)",
+        label=gettext("MCP tools of %(mcp_id)s (list / connect)") % {"mcp_id": item.get("mcp_id")},
         status="ok" if ok else "error",
         offset_ms=round(prestep.offset_ms + (offset or 0.0), 3),
         duration_ms=duration,
         depth=min(prestep.depth + 1, 3),
         parent_seq=seq,
-        detail=f"{item.get('tools')} tools" if ok else "tools not loaded",
+        detail=ngettext("%(n)s tool", "%(n)s tools", count) % {"n": listed}
+        if ok
+        else gettext("tools not loaded"),
     )
 
 

@@ -11,6 +11,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
+
 from core.content_hash import sha256
 from llamon_agent.expr import (
     BUILTIN_NAMES,
@@ -245,11 +248,11 @@ def explain_rules(
 EXPRESSION_FIELDS = {"when": compile_when, "params": compile_params}
 # What the editor's completion shows beside each helper; the names themselves come from limits.py.
 _HELPER_SIGNATURES = {
-    "contains_any": ("contains_any(text, words)", "True when one of the words occurs in the text"),
-    "contains_all": ("contains_all(text, words)", "True when every one of the words occurs in the text"),
-    "re_search": ("re_search(pattern, text)", "True when the RE2 pattern matches somewhere in the text"),
-    "re_find": ("re_find(pattern, text, group=0)", "The first RE2 match (or its group), None when none"),
-    "data_get": ("data_get(key, default=None)", "The first value of key across the DataParts"),
+    "contains_any": ("contains_any(text, words)", _("True when one of the words occurs in the text")),
+    "contains_all": ("contains_all(text, words)", _("True when every one of the words occurs in the text")),
+    "re_search": ("re_search(pattern, text)", _("True when the RE2 pattern matches somewhere in the text")),
+    "re_find": ("re_find(pattern, text, group=0)", _("The first RE2 match (or its group), None when none")),
+    "data_get": ("data_get(key, default=None)", _("The first value of key across the DataParts")),
 }
 
 
@@ -262,12 +265,20 @@ def expression_vocabulary() -> dict[str, Any]:
             {
                 "name": name,
                 "signature": _HELPER_SIGNATURES.get(name, (name, ""))[0],
-                "info": _HELPER_SIGNATURES.get(name, (name, ""))[1],
+                "info": str(_HELPER_SIGNATURES.get(name, (name, ""))[1]),
             }
             for name in HELPER_NAMES
         ],
         "builtins": list(BUILTIN_NAMES),
         "methods": sorted(METHOD_NAMES),
+        "words": {
+            "required": gettext("required"),
+            "param": gettext("param"),
+            "tool": gettext("tool"),
+            "request": gettext("request"),
+            "builtin": gettext("builtin"),
+            "place": gettext("line %(line)s, column %(column)s: "),
+        },
     }
 
 

@@ -60,3 +60,19 @@ def result_cut(value: Any) -> dict[str, int] | None:
     from llamon_agent.mcp.results import truncation
 
     return truncation(value)
+
+
+@register.filter
+def compare_label(value: str) -> str:
+    """A comparison's op (same, changed, ...) or a step field that differs, in the user's language."""
+    from agents.compare import FIELD_LABELS, OP_LABELS
+
+    return str(OP_LABELS.get(value) or FIELD_LABELS.get(value) or value)
+
+
+@register.filter
+def kind_label(value: str) -> str:
+    """A step's kind (pre-step, rule, tool, ...) as the timeline's tag shows it, in the user's language."""
+    from agents.trace import KIND_LABELS
+
+    return gettext("node") if value == "node" else str(KIND_LABELS.get(value) or value)

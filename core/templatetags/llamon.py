@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from django import template
+from django.utils.translation import gettext_lazy as _
 
 register = template.Library()
 
@@ -21,3 +22,31 @@ def pretty_json(value: Any) -> str:
 @register.filter
 def compact_json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(", ", ": "), default=str)
+
+
+# The states shown in badges (runs, steps, analyses, the tester's rules), as people read them; the
+# stored values stay the same in every language (CSS classes and data-status use them).
+STATUS_LABELS = {
+    "queued": _("queued"),
+    "running": _("running"),
+    "succeeded": _("succeeded"),
+    "failed": _("failed"),
+    "timed_out": _("timed out"),
+    "cancelled": _("cancelled"),
+    "interrupted": _("interrupted"),
+    "ok": _("ok"),
+    "error": _("error"),
+    "skipped": _("skipped"),
+    "fired": _("fired"),
+    "not_reached": _("not reached"),
+    "not evaluated": _("not evaluated"),
+    "worker": _("worker"),
+    "served": _("served"),
+    "flow": _("flow"),
+}
+
+
+@register.filter
+def status_label(value: Any) -> str:
+    """A status or source value in the user's language (unknown values are shown as they are)."""
+    return str(STATUS_LABELS.get(str(value), value))

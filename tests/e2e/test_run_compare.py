@@ -109,7 +109,7 @@ def test_tick_two_runs_compare_them_and_see_a_new_run_arrive(page, logged_in, ag
     steps.locator("tr[data-op='changed'][data-key='rule:route_order'] [data-change='params']").wait_for()
     steps.locator("tr[data-op='added'][data-key='rule:route_faq']").wait_for()
     assert steps.locator("tr[data-op='same'][data-key='guardrail:input']").count() == 1
-    assert page.locator("#compare-fields tr.cmp-differs[data-field='Query']").count() == 1
+    assert page.locator("#compare-fields tr.cmp-differs[data-field='query']").count() == 1
     page.locator("tr.cmp-detail details summary").first.click()
     screenshot(page, "run-compare")
     page.check("#cmp-only-diff")

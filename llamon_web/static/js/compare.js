@@ -10,7 +10,9 @@
     var ticked = document.querySelectorAll("input.run-pick:checked").length;
     button.disabled = ticked !== 2;
     var note = document.getElementById("compare-note");
-    if (note) note.textContent = ticked === 2 ? "" : "tick two runs (" + ticked + " ticked)";
+    // The note's text comes from the page, in its language (data-note, with {ticked}).
+    var text = (note && note.getAttribute("data-note")) || "tick two runs ({ticked} ticked)";
+    if (note) note.textContent = ticked === 2 ? "" : text.replace("{ticked}", ticked);
   }
   document.addEventListener("change", function (event) {
     if (event.target.classList && event.target.classList.contains("run-pick")) updateCompareButton();

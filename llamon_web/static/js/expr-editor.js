@@ -19,6 +19,16 @@
 
   const KEYWORDS = ["and", "or", "not", "in", "is", "if", "else", "for", "True", "False", "None"];
   const SYNC = "llamon.sync"; // the user event of a copy from the textarea into the editor
+  // The words the completion and the checker's place show, in the page's language (the vocabulary's
+  // "words", rules.engine.expression_vocabulary); English until a form gives them.
+  const WORDS = {
+    required: "required",
+    param: "param",
+    tool: "tool",
+    request: "request",
+    builtin: "builtin",
+    place: "line %(line)s, column %(column)s: ",
+  };
 
   function readJSON(element, attribute) {
     try {
@@ -83,7 +93,7 @@
     return {
       label: param.name,
       type: "property",
-      detail: (param.type || "") + (param.required ? " · required" : "") + " · param",
+      detail: (param.type || "") + (param.required ? " · " + WORDS.required : "") + " · " + WORDS.param,
       info: param.description || undefined,
       apply: stringApply(param.name, quote, ": ", afterQuote),
       boost: param.required ? 2 : 1,
@@ -108,7 +118,7 @@
           options = known.tools.map((tool) => ({
             label: tool.name,
             type: "constant",
-            detail: "tool",
+            detail: WORDS.tool,
             info: tool.description || undefined,
             apply: stringApply(tool.name, string.quote, "", true),
           }));
@@ -136,7 +146,7 @@
       if (field === "params" && atKeyPosition(state, from)) {
         known.params.forEach((param) => options.push(paramOption(param, '"', false)));
       }
-      vocabulary.names.forEach((name) => options.push({ label: name, type: "variable", detail: "request" }));
+      vocabulary.names.forEach((name) => options.push({ label: name, type: "variable", detail: WORDS.request }));
       vocabulary.helpers.forEach((helper) =>
         options.push({
           label: helper.name,
@@ -148,7 +158,7 @@
         }),
       );
       vocabulary.builtins.forEach((name) =>
-        options.push({ label: name, type: "function", detail: "builtin", apply: callApply(name) }),
+        options.push({ label: name, type: "function", detail: WORDS.builtin, apply: callApply(name) }),
       );
       KEYWORDS.forEach((name) => options.push({ label: name, type: "keyword" }));
       return { from: from, options: options, validFor: /^[A-Za-z0-9_]*$/ };
@@ -203,7 +213,9 @@
             from: range.from,
             to: range.to,
             severity: "error",
-            message: item.line ? "line " + item.line + ", column " + item.column + ": " + item.message : item.message,
+            message: item.line
+              ? WORDS.place.replace("%(line)s", item.line).replace("%(column)s", item.column) + item.message
+              : item.message,
           };
         });
       },
@@ -285,6 +297,7 @@
       { names: [], ctx_attrs: [], helpers: [], builtins: [], methods: [] },
       readJSON(form, "data-expr-vocabulary") || {},
     );
+    Object.assign(WORDS, vocabulary.words || {});
     textarea.setAttribute("data-expr-enhanced", "");
 
     const host = document.createElement("div");
