@@ -13,6 +13,7 @@ handler404 = "llamon_web.api.not_found"
 urlpatterns = [
     path("", views.home, name="home"),
     path("healthz", views.healthz, name="healthz"),
+    path("favicon.ico", views.favicon, name="favicon"),
     path("", include("accounts.urls")),
     path("mcp/", include("servers.urls")),
     path("rules/", include("rules.urls")),

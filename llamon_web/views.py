@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
+from django.templatetags.static import static
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
@@ -44,3 +45,10 @@ def healthz(request: HttpRequest) -> JsonResponse:
     ok = all(c.ok for c in checks)
     body = {"status": "ok" if ok else "error", **{c.name: {"ok": c.ok, "detail": c.detail} for c in checks}}
     return JsonResponse(body, status=200 if ok else 503)
+
+
+@require_GET
+@require_role("public")
+def favicon(request: HttpRequest) -> HttpResponse:
+    """Browsers ask for /favicon.ico whatever the page links: send them to the static icon."""
+    return redirect(static("favicon.svg"), permanent=True)

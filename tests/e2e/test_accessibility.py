@@ -77,6 +77,7 @@ EXCLUDED: dict[str, str] = {
     "login": "visited logged out, before the others (see the test)",
     "logout": "POST only",
     "healthz": "JSON for load balancers, not a page",
+    "favicon": "a redirect to the static icon, not a page",
     "rules:create": "POST only",
     "rules:rule_create": "POST only",
     "rules:rule_update": "POST only",

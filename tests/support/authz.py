@@ -16,6 +16,8 @@ LOGIN = "login"
 EXPECTED: dict[str, tuple[str, dict[str, int | str]]] = {
     "home": ("viewer", {"anonymous": LOGIN, "viewer": 200, "editor": 200, "admin": 200}),
     "healthz": ("public", {"anonymous": 200, "viewer": 200, "editor": 200, "admin": 200}),
+    # /favicon.ico: a permanent redirect to the static icon.
+    "favicon": ("public", {"anonymous": 301, "viewer": 301, "editor": 301, "admin": 301}),
     # An authenticated user asking for the login page is sent on to the home page.
     "login": ("public", {"anonymous": 200, "viewer": 302, "editor": 302, "admin": 302}),
     "logout": ("public", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
