@@ -32,7 +32,7 @@ from llamon_agent.expr.helpers import (
     regex_cached,
     regex_size,
 )
-from llamon_agent.expr.limits import MAX_INT, MAX_PATTERN_CHARS
+from llamon_agent.expr.limits import MAX_INT, MAX_PATTERN_CHARS, SORT_KEYS
 
 # Caps bound what one operation may build; they cannot bound how often an expression repeats
 # work (a comprehension runs its body up to MAX_ITER_ITEMS times, a 4,000-character expression
@@ -50,7 +50,6 @@ READ_CHARS_PER_UNIT = 16  # scanning text (in, find, count, ==, startswith ...)
 BUILT_CHARS_PER_UNIT = 8  # building text (+, join, slices, lower, str(), f-strings ...)
 REGEX_CHARS_PER_UNIT = 16  # a regex search: len(text) x program size / 16
 REGEX_COMPILE_UNITS = 8  # per instruction (regex_size) of a pattern not compiled yet, before it is
-SORT_KEYS = ("len", "str", "int", "float", "abs", "bool")  # the key= a sort or min/max may use
 
 
 class CostBudgetExceeded(ExprError):

@@ -28,6 +28,7 @@ from llamon_agent.expr.limits import (
     MAX_SOURCE_CHARS,
     MAX_STR_LITERAL_CHARS,
     METHOD_NAMES,
+    SORT_KEYS,
 )
 
 
@@ -248,6 +249,8 @@ class _Checker:
             return
         if name == "data_get":
             raise self.fail(node, "data_get can only be called, as data_get(key) or data_get(key, default)")
+        if name in _CALLABLE:  # a function as a value would print as "<function ... at 0x...>"
+            raise self.fail(node, f"{name} can only be called, as {name}(...)")
         if name in _RESERVED:
             return
         raise self.fail(node, f"name {name!r} is not allowed; {_NAMES_HINT}")
@@ -321,6 +324,11 @@ class _Checker:
                 raise self.fail(kw.value, "** unpacking is not allowed")
             if kw.arg.startswith("_"):
                 raise self.fail(kw.value, f"keyword argument {kw.arg!r} is not allowed")
+            key = kw.value
+            if kw.arg == "key" and isinstance(key, ast.Name) and key.id in _CALLABLE and key.id not in bound:
+                if key.id not in SORT_KEYS:
+                    raise self.fail(key, f"key= can be one of {', '.join(SORT_KEYS)}")
+                continue  # sorted(words, key=len): the one place a function is named, not called
             self.check(kw.value, bound, in_comp)
 
     # comprehensions

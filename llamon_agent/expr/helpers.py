@@ -465,8 +465,10 @@ def _check_text_size(value: Any) -> int:
                 stack.extend(item)
         elif kind is _CtxView:  # its text quotes the whole query (escapes can quadruple it)
             left -= 4 * len(item.query) + 12
-        else:
+        elif item is None or kind is int or kind is float or kind is bool:
             left -= 4
+        else:  # a function or any other live object would print its name and a heap address
+            raise ExprError("only data (text, numbers, true/false, None, lists, dicts) can become text")
         if left < 0:
             raise ExprError(f"the text would be longer than {MAX_RESULT_CHARS:,} characters")
     return 1 + 8 * visited + (MAX_RESULT_CHARS - left) // 4  # a Python walk, then formatting

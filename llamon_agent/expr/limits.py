@@ -44,6 +44,7 @@ BUILTIN_NAMES = (
     "round",
     "sum",
 )
+SORT_KEYS = ("len", "str", "int", "float", "abs", "bool")  # the key= a sort or min/max may use
 # Methods that cannot mutate and whose result is no bigger than (a small multiple of) their input.
 _STR_METHODS = (
     "lower upper casefold strip lstrip rstrip startswith endswith split rsplit splitlines partition "

@@ -26,6 +26,7 @@ from llamon_agent.expr import (
     request_size_error,
     required_keywords,
 )
+from llamon_agent.expr.helpers import _repr, _str
 from llamon_agent.tools import DeterministicContext, ToolInfo, is_rule, rule_info
 
 
@@ -483,7 +484,7 @@ def test_params_must_be_a_dict_of_json_values() -> None:
         ("context.get('tags')", "params must give a dict"),
         ("{1: 'a'}", "keys must be texts"),
         ("{'s': tool_names}", "params['s'] is a set"),
-        ("{'f': len}", "params['f'] is a builtin_function_or_method"),
+        ("{'f': len}", "len can only be called"),
         ("{'g': (x for x in query)}", "params['g'] is a generator"),
         ("{'nan': float('nan')}", "which JSON cannot carry"),
         ("{'deep': [{'a': {1: 2}}]}", "the key 1 in params['deep'][0]['a'] is not a text"),
@@ -491,6 +492,31 @@ def test_params_must_be_a_dict_of_json_values() -> None:
         with pytest.raises(ExprError) as info:
             compile_params(source)(CTX)
         assert message in info.value.reason, source
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "{'a': str(re_search)}",
+        "{'a': f'{len}'}",
+        "{'a': f'{contains_any!r}'}",
+        "{'a': [sorted][0]}",
+        "{'a': str(max)}",
+    ],
+)
+def test_functions_never_become_values(source: str) -> None:
+    # str(re_search) gave "<function re_search at 0x7f...>": an internal name and a heap address.
+    with pytest.raises(ExprError, match="can only be called"):
+        compile_params(source)
+
+
+def test_text_of_a_live_object_is_refused_when_evaluated() -> None:
+    # The checker refuses functions as values; the text helpers refuse anything but data as well.
+    for convert in (_str, _repr):
+        with pytest.raises(ExprError, match="only data"):
+            convert([1, {"a": len}])
+    assert _str([1, "a", None, 2.5, True, {"k": (1,)}]) == "[1, 'a', None, 2.5, True, {'k': (1,)}]"
+    assert compile_params("{'a': sorted(query.split(), key=len)}")(CTX) == {"a": ["주문", "조회", "부탁해"]}
 
 
 @pytest.mark.parametrize("source", ["'q'", "[query]", "query == 'x'", "f'{query}'", "not query", "{query}"])
