@@ -20,6 +20,9 @@ SERVED_LOST = (
     "served agent stopped reporting: no trace event for {seconds} s (it stopped or lost its connection)"
 )
 WORKER_LOST = "worker lost: no heartbeat for {seconds} s (the worker process died or was killed)"
+DATABASE_LOST = (
+    "the database stopped answering during the run ({error}); the worker recorded this end once it was back"
+)
 
 
 class BrokerUnavailableError(AgentError):

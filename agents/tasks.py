@@ -51,8 +51,9 @@ def run_execute_task(run_id: int) -> None:
 def runs_reap_task(self) -> None:
     """Fail runs whose worker died, re-send lost run messages (beat, every LLAMON_REAPER_PERIOD_S)."""
     from agents.services import runs_reap, runs_redeliver
+    from agents.signals import PROCESS_STARTED_AT
 
-    runs_reap()
+    runs_reap(reaper=f"{socket.gethostname()}:{os.getpid()}", reaper_started_at=PROCESS_STARTED_AT)
     sent_at = (self.request.headers or {}).get(SENT_AT_HEADER)
     sent_before = datetime.fromtimestamp(sent_at, tz=UTC) if isinstance(sent_at, int | float) else None
     runs_redeliver(sent_before=sent_before)

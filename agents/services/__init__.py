@@ -2,7 +2,8 @@
 
 - ``runs``: the run lifecycle (create, publish, rerun, replay, cancel; a worker's claim, heartbeat,
   finish and execute) and a run kept as a case or opened in the tester;
-- ``delivery``: runs that lost their worker or their message (reap, redeliver);
+- ``delivery``: signs of life: worker heartbeats, runs that lost their worker or their message
+  (reap, redeliver);
 - ``retention``: deleting runs past the retention period;
 - ``agents``: saving and deleting agents;
 - ``connections``: the model connections admins define;
@@ -30,6 +31,7 @@ from agents.services.connections import (
 from agents.services.delivery import (
     runs_reap,
     runs_redeliver,
+    worker_heartbeat_record,
 )
 from agents.services.export import (
     run_export_document,
@@ -74,7 +76,6 @@ from agents.services.runs import (
     run_rerun,
     run_save_as_case,
     run_tester_inputs,
-    worker_heartbeat_record,
 )
 
 __all__ = [

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import logging
+import os
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Max, Q
 from django.utils import timezone
 
 from agents import dispatch
@@ -18,18 +19,31 @@ from agents.errors import (
     WORKER_LOST,
 )
 from agents.evidence import run_seal
-from agents.models import Run, RunStep
+from agents.models import Run, RunStep, WorkerHeartbeat
 
 logger = logging.getLogger(__name__)
 
 
-def runs_reap(*, stale_after_s: int | None = None, served_stale_after_s: int | None = None) -> int:
+def runs_reap(
+    *,
+    stale_after_s: int | None = None,
+    served_stale_after_s: int | None = None,
+    reaper: str = "",
+    reaper_started_at: datetime | None = None,
+) -> int:
     """Fail running runs that stopped showing signs of life; returns how many.
 
     Worker runs beat every LLAMON_RUN_HEARTBEAT_S, so a stale heartbeat means the worker died.
     Served and flow runs beat with every batch of trace events they send (one LLM turn can
     take minutes without any), so they get the longer LLAMON_SERVED_STALE_AFTER_S.
+
+    ``reaper`` names the worker process running this pass (the periodic task). It is alive, and it
+    records so; when no worker could record a sign of life for two reaper periods before it, the
+    database was not answering (or no worker ran): no heartbeat could be written either, so this
+    pass blames nobody and the runs get a full stale period to beat again.
     """
+    if reaper and _after_a_silence(reaper, reaper_started_at):
+        return 0
     stale_after_s = stale_after_s or settings.LLAMON_RUN_STALE_AFTER_S
     served_stale_after_s = served_stale_after_s or settings.LLAMON_SERVED_STALE_AFTER_S
     worker_runs = Run.objects.filter(source=Run.Source.WORKER)
@@ -40,6 +54,32 @@ def runs_reap(*, stale_after_s: int | None = None, served_stale_after_s: int | N
         + _reap(worker_runs, stale_after_s, WORKER_LOST, "worker_lost")
         + _reap(served_runs, served_stale_after_s, SERVED_LOST, "served_lost")
     )
+
+
+def worker_heartbeat_record(
+    *, hostname: str, pid: int, started_at: datetime | None = None
+) -> WorkerHeartbeat:
+    """Record that a worker process is alive now (one row per hostname)."""
+    now = timezone.now()
+    heartbeat, _created = WorkerHeartbeat.objects.update_or_create(
+        hostname=hostname,
+        defaults={"pid": pid, "seen_at": now, "started_at": started_at or now},
+    )
+    return heartbeat
+
+
+def _after_a_silence(reaper: str, started_at: datetime | None) -> bool:
+    now = timezone.now()
+    last = WorkerHeartbeat.objects.aggregate(last=Max("seen_at"))["last"]
+    worker_heartbeat_record(hostname=reaper, pid=os.getpid(), started_at=started_at)
+    silent = last is not None and last < now - timedelta(seconds=2 * settings.LLAMON_REAPER_PERIOD_S)
+    if silent:
+        logger.warning(
+            "no worker could record a sign of life since %s (the database was not answering?): "
+            "no run is failed for a missed heartbeat on this pass",
+            last.isoformat(),
+        )
+    return silent
 
 
 def _reap_hard_limited(runs: Any, stale_after_s: int) -> int:

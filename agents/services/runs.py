@@ -8,24 +8,25 @@ import logging
 import os
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import InterfaceError, OperationalError, transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from agents import dispatch
 from agents.errors import (
+    DATABASE_LOST,
     AgentConflictError,
     AgentError,
     BrokerUnavailableError,
 )
 from agents.evidence import run_seal
-from agents.models import Agent, Run, RunStep, WorkerHeartbeat
+from agents.models import Agent, Run, RunStep
 from agents.privacy import redactor
 from agents.services.rollout import rollout_guard_check
 from core.audit import audit_record
@@ -33,18 +34,6 @@ from llamon_agent.expr import MAX_DATA_BYTES, MAX_QUERY_CHARS
 from llamon_agent.tools import AgentRequest
 
 logger = logging.getLogger(__name__)
-
-
-def worker_heartbeat_record(
-    *, hostname: str, pid: int, started_at: datetime | None = None
-) -> WorkerHeartbeat:
-    """Record that a worker process is alive now (one row per hostname)."""
-    now = timezone.now()
-    heartbeat, _created = WorkerHeartbeat.objects.update_or_create(
-        hostname=hostname,
-        defaults={"pid": pid, "seen_at": now, "started_at": started_at or now},
-    )
-    return heartbeat
 
 
 # --- Runs ---------------------------------------------------------------------------------------
@@ -229,11 +218,17 @@ def run_heartbeat(*, run_id: int, period_s: float) -> Iterator[None]:
     def beat() -> None:
         from django.db import connection
 
-        while not stop.wait(period_s):
+        wait_s = period_s
+        while not stop.wait(wait_s):
             try:
                 Run.objects.filter(pk=run_id, status=Run.Status.RUNNING).update(heartbeat_at=timezone.now())
+                wait_s = period_s
             except Exception:  # a missed beat is retried; the reaper tolerates several
                 logger.exception("run %s heartbeat failed", run_id)
+                # A connection the database dropped stays broken until closed: the next beat
+                # connects again, soon, so the run beats as soon as the database is back.
+                connection.close()
+                wait_s = min(period_s, 1.0)
         # This thread's own connection, closed as the thread ends. (close_old_connections() asks the
         # connection for its autocommit first, which may connect again: a beat that outlived its
         # run's join did that after the run, and in the tests while another test ran.)
@@ -282,13 +277,44 @@ def run_execute(*, run_id: int) -> None:
     if not run_claim(run_id=run_id):
         logger.info("run %s is not queued any more (redelivered or cancelled): nothing to do", run_id)
         return
-    from agents.runtime import (
-        execute_claimed_run,  # lazily: it loads the engine, which the web process rarely needs
+    from agents.runtime import (  # lazily: it loads the engine, which the web process rarely needs
+        RunEnd,
+        execute_claimed_run,
     )
 
     with run_heartbeat(run_id=run_id, period_s=settings.LLAMON_RUN_HEARTBEAT_S):
-        end = execute_claimed_run(run_id=run_id)
-    run_finish(run_id=run_id, **end.fields())
+        try:
+            end = execute_claimed_run(run_id=run_id)
+        except (OperationalError, InterfaceError) as exc:  # the database, not the worker
+            logger.warning("run %s: the database stopped answering: %s", run_id, exc)
+            end = RunEnd(
+                Run.Status.FAILED, error=DATABASE_LOST.format(error=_first_line(exc)), error_kind="database"
+            )
+        _finish_once_the_database_answers(run_id, end.fields())
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+
+
+def _finish_once_the_database_answers(run_id: int, fields: dict[str, Any]) -> None:
+    """run_finish, retried while the database cannot be reached (the heartbeat keeps beating, so
+    the reaper leaves the run alone): a run the database lost ends saying so, never `worker_lost`."""
+    from django.db import connection
+
+    deadline = time.monotonic() + settings.LLAMON_RUN_HARD_LIMIT_S
+    while True:
+        try:
+            run_finish(run_id=run_id, **fields)
+            return
+        except (OperationalError, InterfaceError) as exc:
+            if time.monotonic() > deadline:
+                raise
+            logger.warning(
+                "run %s: cannot record its end yet, the database is not answering: %s", run_id, exc
+            )
+            connection.close()
+            time.sleep(1.0)
 
 
 def run_save_as_case(*, actor: Any, run: Run, name: str) -> Any:

@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from agents import services
 from agents.errors import AgentError
-from agents.models import Agent, Run, RunStep, RunTool
+from agents.models import Agent, Run, RunStep, RunTool, WorkerHeartbeat
 from agents.sink import DbStepSink
 from llamon_agent.expr import MAX_DATA_BYTES, MAX_QUERY_CHARS
 from llamon_agent.tools import AgentRequest
@@ -99,6 +99,41 @@ def test_the_reaper_fails_runs_whose_heartbeat_stopped(agent) -> None:
     assert fresh.status == Run.Status.RUNNING
 
 
+def test_the_reaper_blames_nobody_on_its_first_pass_after_a_silence(agent) -> None:
+    # While the database was down no heartbeat could be written, and no worker could record a
+    # sign of life: the first pass after it gives the runs a stale period to beat again.
+    old = timezone.now() - timedelta(seconds=60)
+    WorkerHeartbeat.objects.create(hostname="h:1", pid=1, started_at=old, seen_at=old)
+    run = Run.objects.create(
+        agent=agent, query="q", status=Run.Status.RUNNING, started_at=old, heartbeat_at=old
+    )
+    assert services.runs_reap(stale_after_s=30, reaper="h:2") == 0
+    assert Run.objects.get(pk=run.pk).status == Run.Status.RUNNING
+    assert WorkerHeartbeat.objects.get(hostname="h:2").seen_at > old  # the reaper is alive
+    # The next pass follows a recent sign of life: a run still silent lost its worker.
+    assert services.runs_reap(stale_after_s=30, reaper="h:2") == 1
+    assert Run.objects.get(pk=run.pk).error_kind == "worker_lost"
+
+
+def test_a_run_the_database_lost_ends_saying_so_not_worker_lost(agent, monkeypatch) -> None:
+    from django.db import OperationalError
+
+    from agents import runtime
+
+    def lost(*, run_id: int) -> None:
+        raise OperationalError("server closed the connection unexpectedly\n\tThis probably means ...")
+
+    monkeypatch.setattr(runtime, "execute_claimed_run", lost)
+    run = Run.objects.create(agent=agent, query="q")
+    services.run_execute(run_id=run.pk)
+    run.refresh_from_db()
+    assert (run.status, run.error_kind) == (Run.Status.FAILED, "database")
+    assert run.error == (
+        "the database stopped answering during the run (server closed the connection unexpectedly); "
+        "the worker recorded this end once it was back"
+    )
+
+
 def test_a_reaped_run_is_not_overwritten_by_a_late_finish(agent) -> None:
     run = Run.objects.create(agent=agent, query="q", status=Run.Status.FAILED, error="worker lost")
     services.run_finish(run_id=run.pk, status=Run.Status.SUCCEEDED, answer="late")
@@ -115,6 +150,34 @@ def test_the_heartbeat_thread_touches_a_running_run(agent) -> None:
         while Run.objects.get(pk=run.pk).heartbeat_at == old and time.monotonic() < deadline:
             time.sleep(0.02)
     assert Run.objects.get(pk=run.pk).heartbeat_at > old
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_heartbeat_connects_again_after_the_database_dropped_it(agent) -> None:
+    from django.db import connection
+
+    if connection.vendor != "postgresql":  # SQLite has no server to drop a connection
+        pytest.skip("a dropped connection is PostgreSQL's (SQLite has no server)")
+    old = timezone.now() - timedelta(seconds=60)
+    run = Run.objects.create(agent=agent, query="q", status=Run.Status.RUNNING, heartbeat_at=old)
+
+    def beaten_since(moment) -> bool:
+        deadline = time.monotonic() + 10
+        while Run.objects.get(pk=run.pk).heartbeat_at <= moment and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return Run.objects.get(pk=run.pk).heartbeat_at > moment
+
+    with services.run_heartbeat(run_id=run.pk, period_s=0.2):
+        assert beaten_since(old)
+        with connection.cursor() as cursor:  # what a database restart does to the beat's connection
+            cursor.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE pid <> pg_backend_pid() AND datname = current_database() AND query LIKE %s",
+                ["%heartbeat_at%"],
+            )
+            assert cursor.fetchone() is not None
+        dropped = timezone.now()
+        assert beaten_since(dropped)  # before the fix: "connection already closed" every beat
 
 
 def test_retention_deletes_only_old_finished_runs(agent) -> None:
