@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from tests.conftest import free_port, wait_for_port
+from tests.support.reverse_proxy import reverse_proxy
 
 # Its gunicorn and release commands connect to DATABASE_URL: the PostgreSQL leg runs it too.
 pytestmark = [pytest.mark.slow, pytest.mark.database]
@@ -27,6 +28,7 @@ from django.contrib.auth.models import Group, User
 from accounts.token_services import token_create
 user = User.objects.create_user("deploy-viewer", password=None)
 user.groups.add(Group.objects.get(name="viewer"))
+User.objects.create_user("kim", password="kim-s3cret-pw").groups.add(Group.objects.get(name="viewer"))
 print(token_create(actor=user, name="deploy test").secret)
 """
 
@@ -44,6 +46,26 @@ def _local(argv: list[str]) -> list[str]:
     if argv[0] == "python":
         return [sys.executable, *argv[1:]]
     return [str(bin_dir / argv[0]), *argv[1:]]
+
+
+def _login(proxy_port: int, client_address: str, password: str, forged: str = "") -> int:
+    """Kim's login through the proxy from ``client_address`` (any 127.x.y.z is this machine): its
+    status (302 in, 200 wrong password, 429 locked). Cookies by hand: prod marks them Secure, and
+    the proxy stands for the TLS end."""
+    transport = httpx.HTTPTransport(local_address=client_address)
+    base = f"http://127.0.0.1:{proxy_port}"
+    forwarded = {"X-Forwarded-For": forged} if forged else {}
+    with httpx.Client(base_url=base, transport=transport, headers=forwarded, timeout=30) as client:
+        form = client.get("/accounts/login/")
+        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form.text)
+        assert form.status_code == 200 and token, form.text[:300]
+        cookie = form.headers["set-cookie"].split(";", 1)[0]
+        answer = client.post(
+            "/accounts/login/",
+            data={"username": "kim", "password": password, "csrfmiddlewaretoken": token.group(1)},
+            headers={"Cookie": cookie, "Referer": f"https://127.0.0.1:{proxy_port}/accounts/login/"},
+        )
+        return answer.status_code
 
 
 def test_the_documented_production_server_serves_pages_static_files_and_the_api(tmp_path) -> None:
@@ -99,6 +121,14 @@ def test_the_documented_production_server_serves_pages_static_files_and_the_api(
             # ... but not the load balancer's health check, which speaks plain http and wants 200.
             health = httpx.get(f"http://127.0.0.1:{port}/healthz", follow_redirects=False)
             assert health.status_code == 200 and health.json()["status"] == "ok", health.text
+        # Behind a reverse proxy (FORWARDED_ALLOW_IPS is 127.0.0.1, the proxy's address): one
+        # client's failed logins lock that client, not everyone, and a forged header dodges nothing.
+        with reverse_proxy(port) as proxy_port:
+            failures = [_login(proxy_port, "127.0.0.2", "wrong") for _ in range(5)]
+            assert failures == [200, 200, 200, 200, 429]  # the fifth failure locks
+            assert _login(proxy_port, "127.0.0.2", "kim-s3cret-pw") == 429
+            assert _login(proxy_port, "127.0.0.2", "kim-s3cret-pw", forged="127.0.0.3") == 429
+            assert _login(proxy_port, "127.0.0.3", "kim-s3cret-pw") == 302
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         try:
