@@ -5,9 +5,12 @@ Idempotent: running it again changes nothing that is already there.
 
 from __future__ import annotations
 
+import socket
 import sys
+import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.conf import settings
 
@@ -231,6 +234,31 @@ def _refresh_tools(actor: Any) -> list[str]:
         except McpServerError as exc:
             lines.append(f"could not list the tools of {server.mcp_id}: {exc.message}")
     return lines
+
+
+def demo_http_tools(*, timeout_s: float = 30.0) -> str:
+    """List the tools of the demo's HTTP server once it answers (`make run` starts it beside the web
+    server, after the demo is loaded), unless they are listed already. Returns the line to log."""
+    from servers.services import McpServerError, mcp_server_refresh_tools
+
+    server = McpServer.objects.filter(mcp_id="order-service-http").first()
+    if server is None or (server.tools and server.tools_refreshed_at is not None):
+        return ""
+    address = urlsplit(server.url)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            socket.create_connection((address.hostname, address.port or 80), timeout=1).close()
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                return f"could not list the tools of {server.mcp_id}: nothing answers at {server.url} yet"
+            time.sleep(0.2)
+    try:
+        mcp_server_refresh_tools(actor=None, server=server)
+    except McpServerError as exc:
+        return f"could not list the tools of {server.mcp_id}: {exc.message}"
+    return f"listed the tools of {server.mcp_id}: {', '.join(t['name'] for t in server.tools)}"
 
 
 def _seed_rule_set(actor: Any) -> tuple[RuleSet, bool]:

@@ -105,6 +105,11 @@ def test_make_run_serves_the_home_page_restarts_a_killed_worker_and_ctrl_c_stops
             assert "Workbench" in home.text and "admin" in home.text
             assert "order-service" in home.text
             assert web.get("/healthz").json()["status"] == "ok"
+            # The HTTP demo server's tools are listed once it answers, as README says: not "0 tools".
+            assert "listed the tools of order-service-http: get_order" in output.text()
+            servers = web.get("/mcp/").text
+            row = re.search(r"<code>order-service-http</code>.*?</tr>", servers, re.S)
+            assert row and re.search(r"<td>[1-9]\d*</td>", row.group(0)), servers[:2000]
             # The demo's runs, queued by load_demo, are finished by the worker `make run` started.
             deadline = time.monotonic() + 60
             while web.get("/agents/runs/", params={"status": "succeeded"}).text.count("data-run=") < 3:

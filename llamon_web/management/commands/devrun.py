@@ -25,7 +25,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from accounts.services import admin_ensure
-from llamon_web.demo import DEMO_HTTP_PORT, demo_load
+from llamon_web.demo import DEMO_HTTP_PORT, demo_http_tools, demo_load
 from llamon_web.health import service_checks
 
 STOP_GRACE_S = 10.0
@@ -82,6 +82,9 @@ class Command(BaseCommand):
 
         procs = self._start_services(options)
         pgid = procs[0].pid
+        listed = demo_http_tools()  # the HTTP demo server answers only now that it is started
+        if listed:
+            self.stdout.write(listed)
         url = f"http://{options['host']}:{options['port']}/"
         self.stdout.write("")
         self.stdout.write(self.style.SUCCESS(f"llamon-web is running at {url}"))
