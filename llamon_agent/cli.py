@@ -1,8 +1,10 @@
-"""The ``llamon`` command: ``new`` (scaffold a project), ``check`` (report its problems), ``run`` (serve it over A2A).
+"""The ``llamon`` command: ``new`` (scaffold a project), ``check`` (report its problems), ``run`` (serve it over A2A),
+``import-tools`` (read an ``app/tools.py`` as a rule set).
 
     llamon new --template graph-sequential my-flow
     llamon check my-flow            # exit 0 clean, 1 problems, 2 cannot load
     llamon run my-flow --port 8001  # A2A on http://127.0.0.1:8001/
+    llamon import-tools app/tools.py --out ruleset.json   # exit 0 all translated, 1 some left out, 2 unreadable
 
 See docs/cli.md.
 """
@@ -49,7 +51,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.add_argument("--port", type=int, default=8001)
     run.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
 
+    imp = commands.add_parser(
+        "import-tools",
+        help="read an app/tools.py as rules (parsed, never run); print them or write a llamon-ruleset/1 file",
+    )
+    imp.add_argument("file", help="the module, e.g. app/tools.py")
+    imp.add_argument("--out", metavar="FILE", help="write the rules as a llamon-ruleset/1 JSON file")
+    imp.add_argument("--name", help="the rule set's name in that file (default: the module's name)")
+    imp.add_argument("--json", action="store_true", help="print the preview as JSON")
+
     args = parser.parse_args(argv)
+    if args.command == "import-tools":
+        return _import_tools(args)
     if args.command == "new":
         return _new(args)
     if args.command == "check":
@@ -93,6 +106,46 @@ def _check(args: argparse.Namespace) -> int:
         kind = report.project.kind if report.project is not None else "project"
         print(f"ok: {args.path} ({kind}) has no problems")
     return report.exit_code
+
+
+def _import_tools(args: argparse.Namespace) -> int:
+    import json
+    from pathlib import Path
+
+    from llamon_agent.tools_import import MAX_SOURCE_BYTES, ToolsImportError, translate_tools_module
+
+    path = Path(args.file)
+    try:
+        with path.open("rb") as handle:
+            source = handle.read(MAX_SOURCE_BYTES + 1)  # the translator refuses more; never read a huge file
+        result = translate_tools_module(source, filename=args.file)
+    except OSError as exc:
+        print(f"llamon import-tools: {args.file}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_CANNOT_LOAD
+    except ToolsImportError as exc:
+        print(f"llamon import-tools: {args.file}: {exc}", file=sys.stderr)
+        return EXIT_CANNOT_LOAD
+    if args.json:
+        print(json.dumps(result.to_json(), ensure_ascii=False, indent=2))
+    else:
+        for i, rule in enumerate(result.rules, 1):
+            flags = "".join([" stop" if rule.stop else "", "" if rule.enabled else " disabled"])
+            print(f"{i}. {rule.name} ({args.file}:{rule.line}) -> {rule.mcp_id}/{rule.tool_name}{flags}")
+            print(f"     when:   {rule.when}")
+            print(f"     params: {rule.params}")
+        for note in result.notes:
+            print(f"note: {note}", file=sys.stderr)
+    for item in result.untranslatable:
+        print(f"left out: {item}", file=sys.stderr)
+    if args.out:
+        name = args.name or path.stem
+        document = result.ruleset(name, f"Imported from {args.file}.")
+        Path(args.out).write_text(json.dumps(document, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+        print(
+            f"wrote {len(result.rules)} rules to {args.out} (import it on the workbench's import page or POST /api/rule-sets/import)",
+            file=sys.stderr,
+        )
+    return EXIT_PROBLEMS if result.untranslatable else EXIT_OK
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -59,7 +59,14 @@ _CTX_FIELDS = frozenset({"query", "context", "a2a_data", "a2a_files", "mcp_tools
 _BUILTINS = frozenset(BUILTIN_NAMES)
 _STR_CHAIN = frozenset({"lower", "upper", "casefold", "strip", "lstrip", "rstrip"})
 
-_INVERSE: dict[type, str] = {ast.In: "not in", ast.NotIn: "in", ast.Is: "is not", ast.IsNot: "is", ast.Eq: "!=", ast.NotEq: "=="}
+_INVERSE: dict[type, str] = {
+    ast.In: "not in",
+    ast.NotIn: "in",
+    ast.Is: "is not",
+    ast.IsNot: "is",
+    ast.Eq: "!=",
+    ast.NotEq: "==",
+}
 
 # Precedence of an expression's top node, for parentheses when pieces are put together.
 _P_IFEXP, _P_OR, _P_AND, _P_NOT, _P_CMP, _P_ARITH, _P_ATOM = 0, 1, 2, 3, 4, 5, 10
@@ -216,7 +223,11 @@ def _prec(node: ast.AST) -> int:
         return _P_ARITH
     if isinstance(node, (ast.IfExp, ast.Lambda, ast.NamedExpr)):
         return _P_IFEXP
-    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+    if (
+        isinstance(node, ast.Constant)
+        and isinstance(node.value, (int, float))
+        and not isinstance(node.value, bool)
+    ):
         return _P_ARITH if node.value < 0 else _P_ATOM
     return _P_ATOM
 
@@ -365,7 +376,9 @@ def translate_tools_module(source: str | bytes, *, filename: str = "app/tools.py
                 )
             fn = defs[-1]
             if len(defs) > 1 or module.names.get(name, fn.lineno) != fn.lineno:
-                raise _Refused(fn, "redefined", name, f"the name {name} is bound more than once in the module")
+                raise _Refused(
+                    fn, "redefined", name, f"the name {name} is bound more than once in the module"
+                )
             rules = _function_rules(fn, module, enabled, taken)
         except _Refused as exc:
             result.untranslatable.append(
@@ -402,7 +415,8 @@ def _parse(source: str | bytes, filename: str) -> tuple[_Module, ast.Module]:
             "the file is nested too deeply to be read", code="too-deep", detail=str(MAX_TREE_DEPTH)
         ) from None
     # Depth and size without recursion: the translation below recurses on the tree.
-    count, stack = 0, [(tree, 1)]
+    count = 0
+    stack: list[tuple[ast.AST, int]] = [(tree, 1)]
     while stack:
         node, depth = stack.pop()
         count += 1
@@ -415,7 +429,9 @@ def _parse(source: str | bytes, filename: str) -> tuple[_Module, ast.Module]:
             )
         if count > MAX_TREE_NODES:
             raise ToolsImportError(
-                f"the syntax tree has more than {MAX_TREE_NODES:,} nodes", code="too-big", detail=str(MAX_TREE_NODES)
+                f"the syntax tree has more than {MAX_TREE_NODES:,} nodes",
+                code="too-big",
+                detail=str(MAX_TREE_NODES),
             )
         stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
     lines = raw.split(b"\n")
@@ -493,11 +509,7 @@ def _bound_names(stmt: ast.stmt) -> Iterator[str]:
 
 def _tools_list(tree: ast.Module, result: ToolsImport) -> tuple[list[tuple[str, int]] | None, int]:
     """The names in ``DETERMINISTIC_TOOLS = [...]`` and the assignment's line; None without one."""
-    found: list[ast.stmt] = [
-        stmt
-        for stmt in tree.body
-        if "DETERMINISTIC_TOOLS" in set(_bound_names(stmt))
-    ]
+    found: list[ast.stmt] = [stmt for stmt in tree.body if "DETERMINISTIC_TOOLS" in set(_bound_names(stmt))]
     if not found:
         return None, 0
     stmt = found[0]
@@ -544,16 +556,23 @@ def _function_rules(
     deco = _decorator(fn, module)
     if deco is None:
         raise _Refused(
-            fn, "not-decorated", fn.name, "not decorated with @deterministic_tool(mcp_id=...): it has no MCP server"
+            fn,
+            "not-decorated",
+            fn.name,
+            "not decorated with @deterministic_tool(mcp_id=...): it has no MCP server",
         )
     if len(fn.decorator_list) != 1:
         raise _Refused(fn, "decorators", fn.name, "has decorators besides @deterministic_tool")
     kwargs = {k.arg: k.value for k in deco.keywords}
     if deco.args or set(kwargs) - {"mcp_id", "stop"} or "mcp_id" not in kwargs:
-        raise _Refused(deco, "decorator", fn.name, "@deterministic_tool takes mcp_id=\"...\" and stop=True|False only")
+        raise _Refused(
+            deco, "decorator", fn.name, '@deterministic_tool takes mcp_id="..." and stop=True|False only'
+        )
     mcp_id = kwargs["mcp_id"]
     if not (isinstance(mcp_id, ast.Constant) and type(mcp_id.value) is str and MCP_ID_RE.match(mcp_id.value)):
-        raise _Refused(deco, "mcp-id", fn.name, "mcp_id must be a literal MCP server id such as \"order-service\"")
+        raise _Refused(
+            deco, "mcp-id", fn.name, 'mcp_id must be a literal MCP server id such as "order-service"'
+        )
     stop_node = kwargs.get("stop")
     if stop_node is not None and not (isinstance(stop_node, ast.Constant) and type(stop_node.value) is bool):
         raise _Refused(deco, "decorator", fn.name, "stop must be the literal True or False")
@@ -573,7 +592,7 @@ def _function_rules(
     try:
         check_rule_name(fn.name)
     except ExprError as exc:
-        raise _Refused(fn, "name", fn.name, exc.reason) from None
+        raise _Refused(fn, "rule-name", fn.name, exc.reason) from None
 
     body = list(fn.body)
     docstring = ast.get_docstring(fn, clean=False) if body else None
@@ -599,7 +618,10 @@ def _function_rules(
             )
         except ExprError as exc:
             raise _Refused(
-                fn, "expression", str(exc), f"the expression checker refuses the result (locals put in place): {exc}"
+                fn,
+                "expression",
+                str(exc),
+                f"the expression checker refuses the result (locals put in place): {exc}",
             ) from None
         rules.append(
             ImportedRule(
@@ -697,22 +719,33 @@ class _Function:
         for i, stmt in enumerate(stmts):
             rest = stmts[i + 1 :]
             if isinstance(stmt, ast.Pass) or (
-                isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)
+                isinstance(stmt, ast.Expr)
+                and isinstance(stmt.value, ast.Constant)
+                and isinstance(stmt.value.value, str)
             ):
                 continue
             if isinstance(stmt, ast.Return):
                 return self.leaf(stmt, env)
             if isinstance(stmt, ast.If):
                 cond = self.expr(stmt.test, env)
-                return _Branch(cond, self.block(stmt.body + rest, env, depth + 1), self.block(stmt.orelse + rest, env, depth + 1))
+                return _Branch(
+                    cond,
+                    self.block(stmt.body + rest, env, depth + 1),
+                    self.block(stmt.orelse + rest, env, depth + 1),
+                )
             if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
                 targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
                 if len(targets) != 1 or not isinstance(targets[0], ast.Name) or stmt.value is None:
-                    raise self.refuse(stmt, "assign", "", "only assignments of one local name (x = ...) are translated")
+                    raise self.refuse(
+                        stmt, "assign", "", "only assignments of one local name (x = ...) are translated"
+                    )
                 name = targets[0].id
                 if name in env or name == self.param:
                     raise self.refuse(
-                        stmt, "reassigned", name, f"the local {name} is assigned more than once (a rule has no variables)"
+                        stmt,
+                        "reassigned",
+                        name,
+                        f"the local {name} is assigned more than once (a rule has no variables)",
                     )
                 value = self.expr(stmt.value, env)
                 env = {**env, name: _Binding(value, stmt.value, stmt.lineno)}
@@ -733,7 +766,9 @@ class _Function:
         """Is ``name`` the first thing the next statement evaluates (so a guard would add nothing)?"""
         for stmt in rest:
             if isinstance(stmt, ast.Pass) or (
-                isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)
+                isinstance(stmt, ast.Expr)
+                and isinstance(stmt.value, ast.Constant)
+                and isinstance(stmt.value.value, str)
             ):
                 continue
             if not isinstance(stmt, ast.If):
@@ -760,7 +795,10 @@ class _Function:
         self.leaves += 1
         if self.leaves > MAX_LEAVES:
             raise self.refuse(
-                self.fn, "too-complex", str(MAX_LEAVES), f"more than {MAX_LEAVES} paths through the function once its ifs are unfolded"
+                self.fn,
+                "too-complex",
+                str(MAX_LEAVES),
+                f"more than {MAX_LEAVES} paths through the function once its ifs are unfolded",
             )
         return leaf
 
@@ -789,7 +827,10 @@ class _Function:
         assert isinstance(ret, ast.Return)
         if any(isinstance(n, ast.Name) and n.id == var for n in ast.walk(ret)):
             raise self.refuse(
-                ret, "loop-value", var, f"the returned call uses the loop variable {var}, which a rule cannot keep"
+                ret,
+                "loop-value",
+                var,
+                f"the returned call uses the loop variable {var}, which a rule cannot keep",
             )
         if var in env or var == self.param:
             raise self.refuse(stmt, "reassigned", var, f"the loop reuses the name {var}")
@@ -813,9 +854,14 @@ class _Function:
             return self.count(_Leaf(None, None, stmt.lineno))
         if not isinstance(value, ast.Dict) or any(k is None for k in value.keys):
             raise self.refuse(
-                stmt, "return", "", 'returns something other than None or {"tool_name": "...", "params": {...}}'
+                stmt,
+                "return",
+                "",
+                'returns something other than None or {"tool_name": "...", "params": {...}}',
             )
-        items = {k.value: v for k, v in zip(value.keys, value.values, strict=True) if isinstance(k, ast.Constant)}
+        items = {
+            k.value: v for k, v in zip(value.keys, value.values, strict=True) if isinstance(k, ast.Constant)
+        }
         if len(items) != len(value.keys) or set(items) != {"tool_name", "params"}:
             raise self.refuse(
                 stmt, "return", "", 'a returned call has exactly the keys "tool_name" and "params"'
@@ -891,7 +937,9 @@ class _Function:
             if name in scope:
                 if scope[name] == "tool":
                     raise self.refuse(
-                        node, "tools", name,
+                        node,
+                        "tools",
+                        name,
                         f"the tool {name} is an object in Python and a dict in a rule; only {name}.name is translated",
                     )
                 return None
@@ -911,8 +959,11 @@ class _Function:
             if name in self.m.names:
                 line = self.m.names[name]
                 raise self.refuse(
-                    node, "global", name,
-                    f"uses the module-level name {name}" + (f" (line {line})" if line > 0 else "")
+                    node,
+                    "global",
+                    name,
+                    f"uses the module-level name {name}"
+                    + (f" (line {line})" if line > 0 else "")
                     + ": globals and imports are not translated",
                 )
             if name in _BUILTINS:
@@ -922,10 +973,14 @@ class _Function:
             base = node.value
             if isinstance(base, ast.Name) and base.id == self.param and base.id not in scope:
                 if node.attr not in _CTX_FIELDS:
-                    raise self.refuse(node, "ctx-attr", node.attr, f"ctx has no attribute {node.attr} in Python")
+                    raise self.refuse(
+                        node, "ctx-attr", node.attr, f"ctx has no attribute {node.attr} in Python"
+                    )
                 if node.attr == "mcp_tools" and not allow_tools:
                     raise self.refuse(
-                        node, "tools", "ctx.mcp_tools",
+                        node,
+                        "tools",
+                        "ctx.mcp_tools",
                         "ctx.mcp_tools holds objects in Python and dicts in a rule: it is translated in "
                         "comprehensions (t.name) and in len() only",
                     )
@@ -936,12 +991,15 @@ class _Function:
             if isinstance(base, ast.Name) and scope.get(base.id) == "tool":
                 if node.attr != "name":
                     raise self.refuse(
-                        node, "tools", f"{base.id}.{node.attr}",
+                        node,
+                        "tools",
+                        f"{base.id}.{node.attr}",
                         f"{base.id}.{node.attr}: only a tool's name is translated",
                     )
                 edits.append((node, f'{base.id}["name"]'))
                 return None
-            return self._children(node, env, scope, edits)
+            self._children(node, env, scope, edits)
+            return None
         if isinstance(node, ast.Call):
             return self.call(node, env, scope, edits)
         if isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
@@ -954,7 +1012,8 @@ class _Function:
         if isinstance(node, (ast.Lambda, ast.NamedExpr, ast.Await, ast.Yield, ast.YieldFrom)):
             what = {ast.Lambda: "lambda", ast.NamedExpr: ":="}.get(type(node), "await/yield")
             raise self.refuse(node, "syntax", what, f"{what} cannot be translated")
-        return self._children(node, env, scope, edits)
+        self._children(node, env, scope, edits)
+        return None
 
     def _children(
         self, node: ast.AST, env: dict[str, _Binding], scope: dict[str, str], edits: list[tuple[ast.AST, str]]
@@ -972,7 +1031,11 @@ class _Function:
         return None
 
     def call(
-        self, node: ast.Call, env: dict[str, _Binding], scope: dict[str, str], edits: list[tuple[ast.AST, str]]
+        self,
+        node: ast.Call,
+        env: dict[str, _Binding],
+        scope: dict[str, str],
+        edits: list[tuple[ast.AST, str]],
     ) -> _Piece | None:
         func = node.func
         # A module exported by llamon-web: _x_when(ctx) / _x_params(ctx) read back to their source.
@@ -991,18 +1054,21 @@ class _Function:
             edits.append((node, piece.at(_P_ATOM)))
             return piece
         if isinstance(func, ast.Name) and func.id in ("any", "all") and func.id not in self.m.names:
-            piece = self.keyword_test(node, func.id, env, scope)
-            if piece is not None:
-                edits.append((node, piece.text))
-                return piece
+            keywords = self.keyword_test(node, func.id, env, scope)
+            if keywords is not None:
+                edits.append((node, keywords.text))
+                return keywords
         if isinstance(func, ast.Name):
             if func.id in scope or func.id in env or func.id == self.param:
                 raise self.refuse(node, "call", func.id, f"calls {func.id}, which is a value, not a function")
             if func.id in self.m.names:
                 line = self.m.names[func.id]
                 raise self.refuse(
-                    node, "call", func.id,
-                    f"calls {func.id}" + (f", defined at line {line}" if line > 0 else "")
+                    node,
+                    "call",
+                    func.id,
+                    f"calls {func.id}"
+                    + (f", defined at line {line}" if line > 0 else "")
                     + ": calls of other functions are not translated",
                 )
             if func.id not in _BUILTINS:
@@ -1044,11 +1110,13 @@ class _Function:
             return not isinstance(node.value, (int, float))
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
             return self.maybe_sequence(node.operand, env)
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("len", "int", "float", "abs", "round"):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("len", "int", "float", "abs", "round")
+        ):
             return False
-        if isinstance(node, ast.BinOp) and not isinstance(node.op, ast.Add):
-            return False
-        return True
+        return not (isinstance(node, ast.BinOp) and not isinstance(node.op, ast.Add))
 
     def keyword_test(
         self, node: ast.Call, kind: str, env: dict[str, _Binding], scope: dict[str, str]
@@ -1083,9 +1151,7 @@ class _Function:
             return None
         text = self.expr(test.comparators[0], env)
         helper = "contains_any" if kind == "any" else "contains_all"
-        return _Piece(
-            f"{helper}({text.at(_P_OR)}, {self.splice(words, [])})", _P_ATOM, True
-        )
+        return _Piece(f"{helper}({text.at(_P_OR)}, {self.splice(words, [])})", _P_ATOM, True)
 
     def is_query_text(self, node: ast.expr, env: dict[str, _Binding]) -> bool:
         """``ctx.query`` or ``ctx.query.lower()`` and the like (always a text)."""
@@ -1120,10 +1186,18 @@ class _Function:
             self.visit(comp.iter, env, inner, edits, allow_tools=True)
             if not isinstance(comp.target, ast.Name):
                 raise self.refuse(
-                    comp.target, "syntax", "unpacking", "a comprehension over pairs (a, b) cannot be translated"
+                    comp.target,
+                    "syntax",
+                    "unpacking",
+                    "a comprehension over pairs (a, b) cannot be translated",
                 )
             if comp.target.id == self.param or comp.target.id in env:
-                raise self.refuse(comp.target, "reassigned", comp.target.id, f"the comprehension reuses the name {comp.target.id}")
+                raise self.refuse(
+                    comp.target,
+                    "reassigned",
+                    comp.target.id,
+                    f"the comprehension reuses the name {comp.target.id}",
+                )
             is_tools = (
                 isinstance(comp.iter, ast.Attribute)
                 and comp.iter.attr == "mcp_tools"
@@ -1142,7 +1216,7 @@ class _Function:
             and isinstance(node.elt, ast.Attribute)
             and node.elt.attr == "name"
             and isinstance(node.elt.value, ast.Name)
-            and node.elt.value.id == node.generators[0].target.id
+            and node.elt.value.id == getattr(node.generators[0].target, "id", None)
         ):
             edits.append((node, "tool_names"))
             return _Piece("tool_names", _P_ATOM, True)
@@ -1169,9 +1243,14 @@ class _Function:
             # Over the DataParts or FileParts (dicts): .get() and `"k" in part` cannot fail.
             comp = node.generators[0]
             parts = comp.iter
-            if isinstance(parts, ast.BoolOp) and isinstance(parts.op, ast.Or) and len(parts.values) == 2:
-                if isinstance(parts.values[1], ast.List) and not parts.values[1].elts:
-                    parts = parts.values[0]
+            if (
+                isinstance(parts, ast.BoolOp)
+                and isinstance(parts.op, ast.Or)
+                and len(parts.values) == 2
+                and isinstance(parts.values[1], ast.List)
+                and not parts.values[1].elts
+            ):
+                parts = parts.values[0]
             if not (
                 isinstance(parts, ast.Attribute)
                 and parts.attr in ("a2a_data", "a2a_files")
@@ -1184,7 +1263,9 @@ class _Function:
             inner = {**scope, comp.target.id: "part"}
             return all(self.safe(n, env, inner) for n in (node.elt, *comp.ifs))
         if isinstance(node, ast.Attribute):
-            return isinstance(node.value, ast.Name) and node.value.id == self.param and node.attr in _CTX_FIELDS
+            return (
+                isinstance(node.value, ast.Name) and node.value.id == self.param and node.attr in _CTX_FIELDS
+            )
         if isinstance(node, ast.BoolOp):
             return all(self.safe(v, env, scope) for v in node.values)
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
@@ -1199,9 +1280,17 @@ class _Function:
                 if isinstance(op, (ast.In, ast.NotIn)) and (
                     isinstance(left, ast.Constant)
                     and type(left.value) is str
-                    and (self.is_query_text(right, env) or self.is_list(right, env) or scope.get(getattr(right, "id", "")) == "part")
+                    and (
+                        self.is_query_text(right, env)
+                        or self.is_list(right, env)
+                        or scope.get(getattr(right, "id", "")) == "part"
+                    )
                     or isinstance(right, ast.SetComp)
-                    or (isinstance(right, ast.Name) and right.id in env and isinstance(env[right.id].node, ast.SetComp))
+                    or (
+                        isinstance(right, ast.Name)
+                        and right.id in env
+                        and isinstance(env[right.id].node, ast.SetComp)
+                    )
                 ):
                     continue
                 return False
@@ -1219,7 +1308,11 @@ class _Function:
                     and base.attr == "context"
                     and isinstance(base.value, ast.Name)
                     and base.value.id == self.param
-                    and all(isinstance(a, ast.Constant) and isinstance(a.value, (str, int, float, bool, type(None))) for a in node.args)
+                    and all(
+                        isinstance(a, ast.Constant)
+                        and isinstance(a.value, (str, int, float, bool, type(None)))
+                        for a in node.args
+                    )
                 )
             if f.attr in _STR_CHAIN and not node.args and not node.keywords:
                 return self.is_query_text(node, env)

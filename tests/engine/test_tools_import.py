@@ -60,7 +60,11 @@ def test_bank_module_imports_with_every_untranslatable_function_named_with_its_l
     assert {name: u.code for name, u in left_out.items()} == EXPECTED_UNTRANSLATABLE
     for name, item in left_out.items():
         body_start = _line_of(source, name)
-        body_end = max(getattr(n, "end_lineno", 0) or 0 for n in ast.walk(ast.parse(source)) if getattr(n, "name", None) == name)
+        body_end = max(
+            getattr(n, "end_lineno", 0) or 0
+            for n in ast.walk(ast.parse(source))
+            if getattr(n, "name", None) == name
+        )
         assert body_start <= item.line <= body_end, (name, item.line)
         assert str(item).startswith(f"app/tools.py:{item.line}: {name}: ")
     functions = list(dict.fromkeys(r.function for r in result.rules if r.enabled))
@@ -97,7 +101,20 @@ def _module_words(source: str) -> list[list[str]]:
     return groups
 
 
-NOISE = ["안녕하세요", "please", "A-1001", "부탁해요", "HOW TO", "How do I", "help", "지금", "123", "  ", "EUR", "jpy"]
+NOISE = [
+    "안녕하세요",
+    "please",
+    "A-1001",
+    "부탁해요",
+    "HOW TO",
+    "How do I",
+    "help",
+    "지금",
+    "123",
+    "  ",
+    "EUR",
+    "jpy",
+]
 CHATBOTS = ["private-banking", "vip-desk", "default", "basic-support"]
 CONTEXT_TEXTS = {*CHATBOTS, "mobile", "web", "branch", "resume-"}
 
@@ -134,7 +151,7 @@ def _request(rng: random.Random, words: list[list[str]], n: int) -> AgentRequest
         "age": [15, 30, 19],
         "house_price": [0, 100, 500],
         "loan_amount": [50, 400],
-        "months": [6, 36],
+        "months": [6, 36, "12개월"],
         "creditScore": [950, 800, 600],
     }
     for key, values in fields.items():
@@ -158,7 +175,10 @@ def _request(rng: random.Random, words: list[list[str]], n: int) -> AgentRequest
             chosen = {k for k in keys if k in target and rng.random() < 0.8}
             chosen |= set(rng.sample(sorted(keys), rng.randint(0, 2)))
             a2a_data.append(
-                {k: _value(rng, keys[k]) if rng.random() < 0.1 else rng.choice(keys[k]) for k in sorted(chosen)}
+                {
+                    k: _value(rng, keys[k]) if rng.random() < 0.1 else rng.choice(keys[k])
+                    for k in sorted(chosen)
+                }
             )
     a2a_files = None
     if rng.random() < 0.5:
@@ -256,7 +276,12 @@ def test_the_seed_module_imports_to_its_expressions() -> None:
     result = translate_tools_module(SEED.read_bytes())
     assert result.untranslatable == [] and result.notes == []
     assert [(r.name, r.tool_name, r.when, r.params) for r in result.rules] == [
-        ("route_order_lookup", "get_order", '"주문" in ctx.query and "조회" in ctx.query', '{"query": ctx.query}'),
+        (
+            "route_order_lookup",
+            "get_order",
+            '"주문" in ctx.query and "조회" in ctx.query',
+            '{"query": ctx.query}',
+        ),
         (
             "route_by_chatbot_id",
             "get_customer_profile",
@@ -329,7 +354,10 @@ def test_locals_that_can_fail_fail_where_the_function_fails() -> None:
     ("body", "code"),
     [
         ("    x = 1\n    x = 2\n    return {'tool_name': 't', 'params': {'x': x}}\n", "reassigned"),
-        ("    if 'a' in ctx.query:\n        y = 1\n    return {'tool_name': 't', 'params': {'y': y}}\n", "unbound"),
+        (
+            "    if 'a' in ctx.query:\n        y = 1\n    return {'tool_name': 't', 'params': {'y': y}}\n",
+            "unbound",
+        ),
         ("    return {'tool_name': 't', 'params': {}, 'extra': 1}\n", "return"),
         ("    return ['t']\n", "return"),
         ("    if ctx.tool_names:\n        return {'tool_name': 't', 'params': {}}\n", "ctx-attr"),
@@ -373,3 +401,26 @@ def test_functions_without_a_server_or_listed_twice_are_named() -> None:
         ("ok", "listed-twice", 7),
         ("missing", "not-defined", 7),
     ]
+
+
+def test_the_llamon_command_prints_writes_and_exits_by_outcome(tmp_path, capsys) -> None:
+    import json
+
+    from llamon_agent.cli import main
+
+    out = tmp_path / "ruleset.json"
+    assert main(["import-tools", str(SEED), "--out", str(out), "--name", "seed-rules"]) == 0
+    document = json.loads(out.read_text(encoding="utf-8"))
+    assert document["format"] == "llamon-ruleset/1" and document["name"] == "seed-rules"
+    assert [r["name"] for r in document["rules"]] == [
+        "route_order_lookup",
+        "route_by_chatbot_id",
+        "route_by_available_tool",
+    ]
+    assert main(["import-tools", str(BANK)]) == 1
+    err = capsys.readouterr().err
+    assert f"left out: {BANK}:" in err and "vip_by_global_list" in err
+    assert main(["import-tools", str(tmp_path / "missing.py")]) == 2
+    (tmp_path / "broken.py").write_text("def f(:\n", encoding="utf-8")
+    assert main(["import-tools", str(tmp_path / "broken.py")]) == 2
+    assert "not valid Python" in capsys.readouterr().err

@@ -1,7 +1,8 @@
 # A bank's app/tools.py in the SDK's own style: the routing functions of a Korean retail bank's
 # assistant. tests/engine/test_tools_import.py imports it as rules (tools_import) and checks that
 # every translated function and its rules make the same calls on random requests; the functions
-# marked UNTRANSLATABLE must be reported with their line.
+# marked UNTRANSLATABLE must be reported with their line. Nested ifs are written on purpose.
+# ruff: noqa: SIM102
 import json
 import logging
 
@@ -101,7 +102,10 @@ def card_status(ctx: DeterministicContext) -> dict | None:
     if "카드" in ctx.query and "발급" in ctx.query:
         return {"tool_name": "get_card_status", "params": {"user_id": ctx.context.get("userId")}}
     elif "카드" in ctx.query and "배송" in ctx.query:
-        return {"tool_name": "get_card_status", "params": {"user_id": ctx.context.get("userId"), "delivery": True}}
+        return {
+            "tool_name": "get_card_status",
+            "params": {"user_id": ctx.context.get("userId"), "delivery": True},
+        }
     return None
 
 
@@ -133,7 +137,10 @@ def fx_remittance(ctx: DeterministicContext) -> dict | None:
     if "해외송금" in ctx.query:
         if ctx.context.get("channel") == "mobile":
             return {"tool_name": "get_remittance_fee", "params": {"channel": "mobile"}}
-        return {"tool_name": "get_remittance_fee", "params": {"channel": ctx.context.get("channel", "branch")}}
+        return {
+            "tool_name": "get_remittance_fee",
+            "params": {"channel": ctx.context.get("channel", "branch")},
+        }
     return None
 
 
@@ -157,7 +164,9 @@ def large_attachment(ctx: DeterministicContext) -> dict | None:
 def id_card_image(ctx: DeterministicContext) -> dict | None:
     """신분증 사진 (image/*) + '신분증' 키워드."""
     if "신분증" in ctx.query:
-        images = [f.get("name") for f in ctx.a2a_files or [] if str(f.get("mimeType", "")).startswith("image/")]
+        images = [
+            f.get("name") for f in ctx.a2a_files or [] if str(f.get("mimeType", "")).startswith("image/")
+        ]
         if len(images) > 0:
             return {"tool_name": "verify_id", "params": {"files": images}}
     return None
@@ -229,7 +238,11 @@ def complaint(ctx: DeterministicContext) -> dict | None:
         severity = "high" if "금감원" in ctx.query else "normal"
         return {
             "tool_name": "open_ticket",
-            "params": {"category": "complaint", "severity": severity, "session": ctx.context.get("sessionId")},
+            "params": {
+                "category": "complaint",
+                "severity": severity,
+                "session": ctx.context.get("sessionId"),
+            },
         }
     return None
 
@@ -296,7 +309,10 @@ def card_limit_increase(ctx: DeterministicContext) -> dict | None:
     if "한도" in ctx.query and "상향" in ctx.query:
         for d in ctx.a2a_data or []:
             if d.get("requested_limit", 0) > 0:
-                return {"tool_name": "request_limit_increase", "params": {"user_id": ctx.context.get("userId")}}
+                return {
+                    "tool_name": "request_limit_increase",
+                    "params": {"user_id": ctx.context.get("userId")},
+                }
     return None
 
 
@@ -342,7 +358,10 @@ def fx_amount_threshold(ctx: DeterministicContext) -> dict | None:
     """외화 환전 금액(DataPart usd)이 만 달러 이상."""
     usd = [d["usd"] for d in ctx.a2a_data or [] if "usd" in d]
     if usd and usd[0] >= 10000:
-        return {"tool_name": "get_exchange_rate", "params": {"currency": "USD", "amount": usd[0], "preferential": True}}
+        return {
+            "tool_name": "get_exchange_rate",
+            "params": {"currency": "USD", "amount": usd[0], "preferential": True},
+        }
     return None
 
 
@@ -350,7 +369,10 @@ def fx_amount_threshold(ctx: DeterministicContext) -> dict | None:
 def certificate_request(ctx: DeterministicContext) -> dict | None:
     if "증명서" in ctx.query:
         kind = "balance" if "잔액" in ctx.query else "transaction" if "거래" in ctx.query else "account"
-        return {"tool_name": "issue_certificate", "params": {"kind": kind, "user_id": ctx.context.get("userId")}}
+        return {
+            "tool_name": "issue_certificate",
+            "params": {"kind": kind, "user_id": ctx.context.get("userId")},
+        }
     return None
 
 
@@ -413,6 +435,17 @@ def filename_keyword(ctx: DeterministicContext) -> dict | None:
     if any(n.endswith(".xlsx") for n in names):
         return {"tool_name": "search_faq", "params": {"q": "엑셀 업로드", "files": len(names)}}
     return None
+
+
+@deterministic_tool(mcp_id="loan-service")
+def loan_term(ctx: DeterministicContext) -> dict | None:
+    """대출기간: months가 숫자가 아니면 대입에서 실패 (안내 경로는 그 값을 쓰지 않음)."""
+    if "대출기간" not in ctx.query:
+        return None
+    long_term = ctx.context.get("months", 12) > 24
+    if "안내" in ctx.query:
+        return {"tool_name": "get_loan_rates", "params": {"product": "term"}}
+    return {"tool_name": "get_loan_rates", "params": {"long": long_term}}
 
 
 # --- UNTRANSLATABLE: each of these must be listed with its line ---------------------------
@@ -532,6 +565,7 @@ DETERMINISTIC_TOOLS = [
     chatbot_routing,
     multi_tool_account,
     filename_keyword,
+    loan_term,
     vip_by_global_list,
     normalised_search,
     audit_log_lookup,
