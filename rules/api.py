@@ -31,6 +31,8 @@ from rules.schemas import (
     EvaluateOut,
     ExportOut,
     ImportIn,
+    ImportToolsIn,
+    ImportToolsOut,
     ProblemOut,
     PublishIn,
     ReorderIn,
@@ -47,6 +49,7 @@ from rules.schemas import (
     VersionOut,
 )
 from rules.tester import tester_evaluate
+from rules.tools_import import rule_set_import_tools_py, tools_py_preview
 
 router = Router()
 VIEWER, EDITOR, ADMIN = roles("viewer"), roles("editor"), roles("admin")
@@ -83,6 +86,33 @@ def import_rule_set(request: HttpRequest, payload: ImportIn) -> Any:
         actor=request.auth, data=payload.data, name=payload.name, replace=replace, revision=payload.revision
     )
     return Status(201, rule_set)
+
+
+@router.post(
+    "/rule-sets/import/tools-py",
+    response={200: ImportToolsOut, 201: ImportToolsOut, **error_responses(404, 409)},
+    auth=EDITOR,
+    tags=SETS,
+)
+def import_tools_py(request: HttpRequest, payload: ImportToolsIn) -> Any:
+    """Preview an ``app/tools.py`` as rules (200, nothing written), or write them with ``confirm`` (201; editor).
+
+    The module is parsed, never run. The preview lists the rules in order and the functions that
+    cannot be translated, each with its file, line and reason.
+    """
+    if not payload.confirm:
+        return {"preview": tools_py_preview(payload.source, filename=payload.filename).to_json()}
+    replace = _rule_set(payload.replace) if payload.replace is not None else None
+    rule_set, preview = rule_set_import_tools_py(
+        actor=request.auth,
+        source=payload.source,
+        filename=payload.filename,
+        name=payload.name,
+        replace=replace,
+        revision=payload.revision,
+        sha256=payload.sha256,
+    )
+    return Status(201, {"preview": preview.to_json(), "rule_set": rule_set})
 
 
 @router.get(

@@ -202,6 +202,58 @@ class ImportIn(Schema):
     revision: Revision | None = None
 
 
+class ImportToolsIn(Schema):
+    source: str = Field(description="The text of an app/tools.py (parsed, never run; at most 1 MiB).")
+    filename: str = Field("app/tools.py", max_length=200, description="Named in the untranslatable list.")
+    confirm: bool = Field(
+        False, description="false: only the preview (nothing is written); true: write the rules."
+    )
+    sha256: str | None = Field(
+        None,
+        max_length=64,
+        description="With confirm: the preview's sha256, so that what is written is what was seen.",
+    )
+    name: str | None = Field(None, max_length=100, description="A new set's name (default: the file's name).")
+    replace: DbId | None = Field(None, description="Replace the draft rules of this rule set id instead.")
+    revision: Revision | None = None
+
+
+class ImportedRuleOut(Schema):
+    name: str
+    description: str
+    mcp_id: str
+    tool_name: str
+    when: str
+    params: str
+    stop: bool
+    enabled: bool
+    function: str = Field(description="The Python function the rule comes from.")
+    line: int
+
+
+class UntranslatableOut(Schema):
+    function: str
+    file: str
+    line: int
+    code: str = Field(description="The kind of reason (call, global, statement, expression, ...).")
+    detail: str
+    reason: str = Field(description="The reason in English.")
+    message: str = Field(description="file:line: function: reason, in the request's language.")
+
+
+class ToolsPreviewOut(Schema):
+    filename: str
+    sha256: str = Field(description="SHA-256 of the source; send it back with confirm.")
+    rules: list[ImportedRuleOut]
+    untranslatable: list[UntranslatableOut]
+    notes: list[str]
+
+
+class ImportToolsOut(Schema):
+    preview: ToolsPreviewOut
+    rule_set: RuleSetOut | None = Field(None, description="The rule set written (confirm only).")
+
+
 # --- Evaluate --------------------------------------------------------------------------------------
 
 

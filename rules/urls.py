@@ -30,4 +30,5 @@ urlpatterns = [
     path("<int:pk>/export.json", views.export_json, name="export_json"),
     path("<int:pk>/tools.py", views.export_tools, name="export_tools"),
     path("import", views.import_json, name="import"),
+    path("import/tools-py", views.import_tools, name="import_tools"),
 ]

@@ -21,7 +21,7 @@ from core.http import HtmxHttpRequest
 from core.userinput import db_id
 from llamon_agent import strictjson
 from llamon_agent.prestep import RuleStatus
-from rules import cases, engine, exporting, selectors, services
+from rules import cases, engine, exporting, selectors, services, tools_import
 from rules.cases import suite_run
 from rules.errors import RuleError, StaleEditError
 from rules.forms import AuditFilterForm, PublishForm, RuleForm, RuleSetForm, TesterForm
@@ -684,6 +684,72 @@ def import_json(request: HtmxHttpRequest) -> HttpResponse:
         request,
         "rules/import.html",
         {"error": error, "rule_sets": selectors.rule_set_list(), "data": request.POST.get("data", "")},
+        status=400 if error else 200,
+    )
+
+
+@require_http_methods(["GET", "POST"])
+@require_role("editor")
+def import_tools(request: HtmxHttpRequest) -> HttpResponse:
+    """Import an app/tools.py: preview the rules and what is left out, then confirm to write them."""
+    error = None
+    preview = None
+    source = ""
+    filename = request.POST.get("filename") or "app/tools.py"
+    replace = RuleSet.objects.filter(pk=_int(request.POST.get("replace")) or -1).first()
+    if request.method == "POST":
+        upload = request.FILES.get("file")
+        raw = upload.read() if upload else request.POST.get("source", "").encode()
+        if upload and upload.name:
+            filename = f"app/{upload.name}" if "/" not in upload.name else upload.name
+        try:
+            # Browsers send a form's text with CRLF line ends: one form of the text for the hash.
+            source = raw.decode("utf-8").replace("\r\n", "\n")
+        except UnicodeDecodeError:
+            source = ""
+        try:
+            if request.POST.get("action") == "confirm":
+                rule_set, done = tools_import.rule_set_import_tools_py(
+                    actor=request.user,
+                    source=source or raw,
+                    filename=filename,
+                    name=request.POST.get("name") or None,
+                    replace=replace,
+                    sha256=request.POST.get("sha256") or "",
+                )
+                messages.success(
+                    request,
+                    _(
+                        "Imported %(count)s rules from %(filename)s into %(name)s; %(left)s functions were left out."
+                    )
+                    % {
+                        "count": len(done.rules),
+                        "filename": filename,
+                        "name": rule_set.name,
+                        "left": len(done.untranslatable),
+                    },
+                )
+                return redirect("rules:editor", pk=rule_set.pk)
+            preview = tools_import.tools_py_preview(source or raw, filename=filename)
+        except RuleError as exc:
+            error = exc.message
+            if request.POST.get("action") == "confirm":
+                try:
+                    preview = tools_import.tools_py_preview(source or raw, filename=filename)
+                except RuleError:
+                    preview = None
+    return render(
+        request,
+        "rules/import_tools.html",
+        {
+            "error": error,
+            "preview": preview,
+            "source": source,
+            "filename": filename,
+            "name": request.POST.get("name", ""),
+            "replace": replace,
+            "rule_sets": selectors.rule_set_list(),
+        },
         status=400 if error else 200,
     )
 

@@ -41,6 +41,8 @@ EXPECTED: dict[str, tuple[str, int, bool]] = {
     "GET /api/rule-sets": ("viewer", 200, False),
     "POST /api/rule-sets": ("editor", 201, False),
     "POST /api/rule-sets/import": ("editor", 201, False),
+    # Without confirm, an app/tools.py is only previewed (200, nothing written).
+    "POST /api/rule-sets/import/tools-py": ("editor", 200, False),
     "GET /api/rule-sets/{rule_set_id}": ("viewer", 200, False),
     "PATCH /api/rule-sets/{rule_set_id}": ("editor", 200, False),
     # The sample agent uses the sample rule set, so deleting it is refused.
@@ -142,6 +144,7 @@ def _request(key: str, sample: dict[str, Any], token_id: int) -> tuple[str, str,
         "POST /api/mcp-servers/{server_id}/call": {"tool": "get_order", "arguments": {"query": "A-1001"}},
         "POST /api/rule-sets": {"name": "matrix-new"},
         "POST /api/rule-sets/import": {"data": _export(rule_set), "name": "matrix-imported"},
+        "POST /api/rule-sets/import/tools-py": {"source": "DETERMINISTIC_TOOLS = []\n"},
         "PATCH /api/rule-sets/{rule_set_id}": {"revision": rule_set.revision, "description": "changed"},
         "POST /api/rule-sets/{rule_set_id}/rules": {
             "name": "matrix_rule",

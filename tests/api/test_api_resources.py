@@ -141,6 +141,38 @@ def test_export_and_import_round_trip(editor_api, sample) -> None:
     assert bad.status_code == 422
 
 
+def test_import_tools_py_previews_then_writes_on_confirm(editor_api, db) -> None:
+    from pathlib import Path
+
+    seed = (Path(__file__).resolve().parents[2] / "examples/seed_project/app/tools.py").read_text(
+        encoding="utf-8"
+    )
+    source = seed.replace(
+        "return None\n\n\nDETERMINISTIC", "return None\n\n\ndef helper():\n    return 1\n\n\nDETERMINISTIC"
+    )
+    source = source.replace("    route_by_available_tool,\n]", "    route_by_available_tool,\n    helper,\n]")
+    preview = editor_api.post("/api/rule-sets/import/tools-py", {"source": source, "name": "from-code"})
+    assert preview.status_code == 200
+    body = preview.json()
+    assert body["rule_set"] is None and not RuleSet.objects.filter(name="from-code").exists()
+    assert [r["name"] for r in body["preview"]["rules"]] == [r["name"] for r in SEED_RULES]
+    (left_out,) = body["preview"]["untranslatable"]
+    assert left_out["function"] == "helper" and left_out["code"] == "not-decorated"
+    assert left_out["message"].startswith(f"app/tools.py:{left_out['line']}: helper: ")
+    stale = editor_api.post(
+        "/api/rule-sets/import/tools-py",
+        {"source": source + "\n", "name": "from-code", "confirm": True, "sha256": body["preview"]["sha256"]},
+    )
+    assert stale.status_code == 422 and not RuleSet.objects.filter(name="from-code").exists()
+    done = editor_api.post(
+        "/api/rule-sets/import/tools-py",
+        {"source": source, "name": "from-code", "confirm": True, "sha256": body["preview"]["sha256"]},
+    )
+    assert done.status_code == 201 and done.json()["rule_set"]["rule_count"] == 3
+    broken = editor_api.post("/api/rule-sets/import/tools-py", {"source": "def f(:\n"})
+    assert broken.status_code == 422 and "not valid Python" in broken.json()["detail"]
+
+
 # --- Evaluate: the live tester's answer ------------------------------------------------------------
 
 

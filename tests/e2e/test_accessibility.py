@@ -53,6 +53,7 @@ PAGES: dict[str, Visit] = {
     "rules:diff": Visit(lambda o: f"/rules/{o['rule_set'].pk}/versions/diff?a=1&b=draft"),
     "rules:cases": Visit(lambda o: f"/rules/{o['rule_set'].pk}/cases/"),
     "rules:import": Visit(lambda o: "/rules/import"),
+    "rules:import_tools": Visit(lambda o: "/rules/import/tools-py"),
     "rules:audit": Visit(lambda o: "/rules/audit/"),
     "agents:list": Visit(lambda o: "/agents/"),
     "agents:create": Visit(lambda o: "/agents/new"),

@@ -58,6 +58,7 @@ EXPECTED: dict[str, tuple[str, dict[str, int | str]]] = {
     "rules:export_json": ("viewer", {"anonymous": LOGIN, "viewer": 200, "editor": 200, "admin": 200}),
     "rules:export_tools": ("viewer", {"anonymous": LOGIN, "viewer": 200, "editor": 200, "admin": 200}),
     "rules:import": ("editor", {"anonymous": LOGIN, "viewer": 403, "editor": 200, "admin": 200}),
+    "rules:import_tools": ("editor", {"anonymous": LOGIN, "viewer": 403, "editor": 200, "admin": 200}),
     # Agents and runs: viewers read, editors write and start runs, admins set privacy.
     "agents:list": ("viewer", {"anonymous": LOGIN, "viewer": 200, "editor": 200, "admin": 200}),
     "agents:create": ("editor", {"anonymous": LOGIN, "viewer": 403, "editor": 200, "admin": 200}),

@@ -1,0 +1,157 @@
+"""Import an ``app/tools.py``: a preview that writes nothing, then the rules written on confirmation.
+
+The page, the API (``POST /api/rule-sets/import/tools-py``) and ``manage.py``-free ``llamon
+import-tools`` all use the SDK's translator (``llamon_agent.tools_import``, parse only). Here the
+translation gets its messages in the user's language, and a confirmed import goes through
+:func:`rules.exporting.rule_set_import_json`, the JSON import: the same checks, the same audit
+event (``rule_set.import``), all or nothing. The confirmation names the SHA-256 of the source the
+user saw, so what is written is what was previewed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
+
+from llamon_agent.tools_import import ToolsImport, ToolsImportError, Untranslatable, translate_tools_module
+from rules.errors import RuleError
+from rules.exporting import rule_set_import_json
+from rules.models import RuleSet
+
+# The translator's reasons by code, in the interface's language; ``detail`` is the name or the
+# checker's message the reason is about.
+_REASONS = {
+    "listed-twice": gettext_lazy("listed twice in DETERMINISTIC_TOOLS"),
+    "not-defined": gettext_lazy("not a function defined in this module"),
+    "redefined": gettext_lazy("the name is bound more than once in the module"),
+    "not-decorated": gettext_lazy("not decorated with @deterministic_tool(mcp_id=...): it has no MCP server"),
+    "decorators": gettext_lazy("has decorators besides @deterministic_tool"),
+    "decorator": gettext_lazy('@deterministic_tool takes mcp_id="..." and stop=True|False only'),
+    "mcp-id": gettext_lazy('mcp_id must be a literal MCP server id such as "order-service"'),
+    "signature": gettext_lazy("a routing function takes exactly one argument, ctx"),
+    "rule-name": gettext_lazy("the function name cannot be a rule name"),
+    "no-call": gettext_lazy("never returns a tool call, so there is no rule to make"),
+    "expression": gettext_lazy("the expression checker refuses the result: %(detail)s"),
+    "assign": gettext_lazy("only assignments of one local name (x = ...) are translated"),
+    "reassigned": gettext_lazy("the local %(detail)s is assigned more than once (a rule has no variables)"),
+    "statement": gettext_lazy("%(detail)s cannot be translated into a rule"),
+    "too-complex": gettext_lazy("more than %(detail)s paths through the function once its ifs are unfolded"),
+    "loop-value": gettext_lazy(
+        "the returned call uses the loop variable %(detail)s, which a rule cannot keep"
+    ),
+    "return": gettext_lazy('returns something other than None or {"tool_name": "...", "params": {...}}'),
+    "tool-name": gettext_lazy("tool_name must be a literal text: a rule calls one named tool"),
+    "tools": gettext_lazy(
+        "%(detail)s: tools are objects in Python and dicts in a rule; only t.name in a comprehension "
+        "over ctx.mcp_tools, and len(ctx.mcp_tools), are translated"
+    ),
+    "unbound": gettext_lazy("the local %(detail)s may be used before it is assigned"),
+    "global": gettext_lazy("uses the module-level name %(detail)s: globals and imports are not translated"),
+    "name": gettext_lazy("uses the name %(detail)s, which a rule does not have"),
+    "ctx-attr": gettext_lazy("ctx has no attribute %(detail)s in Python"),
+    "call": gettext_lazy("calls %(detail)s: calls of other functions are not translated"),
+    "syntax": gettext_lazy("%(detail)s cannot be translated into a rule"),
+}
+_FILE_ERRORS = {
+    "too-big": gettext_lazy("The file is too big to import (at most %(detail)s bytes or syntax-tree nodes)."),
+    "not-utf8": gettext_lazy("The file is not UTF-8 text."),
+    "nul": gettext_lazy("The file contains a NUL character."),
+    "syntax": gettext_lazy("The file is not valid Python: %(detail)s."),
+    "too-deep": gettext_lazy("The file is nested too deeply (more than %(detail)s levels)."),
+    "tools-list": gettext_lazy(
+        "DETERMINISTIC_TOOLS must be assigned once, as a list of the routing functions' names."
+    ),
+}
+
+
+@dataclass
+class ToolsPreview:
+    """What an import would write, and what it leaves out; nothing is written to make it."""
+
+    translation: ToolsImport
+    sha256: str
+
+    @property
+    def rules(self) -> list[dict[str, Any]]:
+        return [r.to_json() | {"function": r.function, "line": r.line} for r in self.translation.rules]
+
+    @property
+    def untranslatable(self) -> list[dict[str, Any]]:
+        return [u.to_json() | {"message": untranslatable_message(u)} for u in self.translation.untranslatable]
+
+    @property
+    def notes(self) -> list[str]:
+        return list(self.translation.notes)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "filename": self.translation.filename,
+            "sha256": self.sha256,
+            "rules": self.rules,
+            "untranslatable": self.untranslatable,
+            "notes": self.notes,
+        }
+
+
+def untranslatable_message(item: Untranslatable) -> str:
+    """``file:line: function: reason`` in the interface's language."""
+    template = _REASONS.get(item.code)
+    reason = str(template) % {"detail": item.detail} if template is not None else item.reason
+    return f"{item.file}:{item.line}: {item.function}: {reason}"
+
+
+def tools_py_preview(source: str | bytes, *, filename: str = "app/tools.py") -> ToolsPreview:
+    """Translate ``source`` (parsed, never run); RuleError when the file cannot be read at all."""
+    raw = source.encode("utf-8", "surrogatepass") if isinstance(source, str) else bytes(source)
+    try:
+        translation = translate_tools_module(raw, filename=filename or "app/tools.py")
+    except ToolsImportError as exc:
+        template = _FILE_ERRORS.get(exc.code)
+        message = str(template) % {"detail": exc.detail} if template is not None else exc.reason
+        if exc.line:
+            message = _("Line %(line)s: %(message)s") % {"line": exc.line, "message": message}
+        raise RuleError(message, field="source") from None
+    return ToolsPreview(translation=translation, sha256=hashlib.sha256(raw).hexdigest())
+
+
+def rule_set_import_tools_py(
+    *,
+    actor: Any,
+    source: str | bytes,
+    filename: str = "app/tools.py",
+    name: str | None = None,
+    replace: RuleSet | None = None,
+    revision: int | None = None,
+    sha256: str | None = None,
+) -> tuple[RuleSet, ToolsPreview]:
+    """Write the previewed rules as a new rule set (or into ``replace``'s draft); all or nothing, audited.
+
+    ``sha256`` (of the source shown in the preview) must match when given: a file changed since
+    the preview is refused instead of writing rules nobody saw.
+    """
+    preview = tools_py_preview(source, filename=filename)
+    if sha256 is not None and sha256 != preview.sha256:
+        raise RuleError(
+            _("The file is not the one previewed (its SHA-256 differs); preview it again."), field="sha256"
+        )
+    if not preview.translation.rules:
+        raise RuleError(
+            _("No function of the file could be translated into a rule; nothing was imported."),
+            field="source",
+        )
+    set_name = (name or "").strip() or _default_name(filename)
+    description = _("Imported from %(filename)s.") % {"filename": filename or "app/tools.py"}
+    document = preview.translation.ruleset(set_name, description)
+    rule_set = rule_set_import_json(
+        actor=actor, data=document, name=set_name, replace=replace, revision=revision
+    )
+    return rule_set, preview
+
+
+def _default_name(filename: str) -> str:
+    stem = (filename or "tools.py").replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]
+    return stem.removesuffix(".py") or "tools"
