@@ -291,7 +291,9 @@ def expression_diagnostics(field: str, source: str) -> list[dict[str, Any]]:
     try:
         EXPRESSION_FIELDS[field](source)
     except ExprError as exc:
-        return [{"line": exc.line, "column": exc.column, "message": exc.reason}]
+        from rules.expr_messages import expr_reason
+
+        return [{"line": exc.line, "column": exc.column, "message": expr_reason(exc)}]
     return []
 
 

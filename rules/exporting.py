@@ -36,6 +36,7 @@ from llamon_agent.mcp.spec import MCP_ID_RE
 from rules.cases import case_create, case_expected_clean, case_input_clean, case_update
 from rules.engine import SNAPSHOT_FIELDS, rule_set_snapshot
 from rules.errors import STALE_MESSAGE, RuleError, StaleEditError, json_type_name
+from rules.expr_messages import expr_reason, expr_text
 from rules.models import Rule, RuleSet, RuleSetVersion
 from rules.services import RULE_FIELDS, rule_fields_check, rule_set_create
 
@@ -510,7 +511,7 @@ def _checked_export_rule(index: int, rule: dict[str, Any]) -> dict[str, Any]:
     try:
         check_rule_name(name)
     except ExprError as exc:
-        raise RuleError(f"{label}: {exc.reason}", field="name") from None
+        raise RuleError(f"{label}: {expr_reason(exc)}", field="name") from None
     if not MCP_ID_RE.match(full["mcp_id"]):
         raise RuleError(
             _("%(label)s: %(mcp_id)r is not a valid MCP server id.")
@@ -529,7 +530,7 @@ def _checked_export_rule(index: int, rule: dict[str, Any]) -> dict[str, Any]:
                 stop=full["stop"],
             )
         except ExprError as exc:
-            raise RuleError(f"{label}: {exc}", field=exc.field) from None
+            raise RuleError(f"{label}: {expr_text(exc)}", field=exc.field) from None
     return {key: full[key] for key in SNAPSHOT_FIELDS}
 
 

@@ -21,6 +21,8 @@ from llamon_agent.expr import (
 )
 from llamon_agent.tools import AgentRequest
 from rules.errors import json_type_name
+from rules.expr_messages import expr_reason, expr_text
+from servers.messages import unknown_server_message, unknown_tool_message
 
 CODE = {"class": "code", "spellcheck": "false", "autocomplete": "off", "autocapitalize": "off"}
 
@@ -59,7 +61,7 @@ class RuleForm(forms.Form):
         try:
             check_rule_name(name)
         except ExprError as exc:
-            raise forms.ValidationError(exc.reason) from None
+            raise forms.ValidationError(expr_reason(exc)) from None
         return name
 
     def clean_when(self) -> str:
@@ -78,13 +80,12 @@ class RuleForm(forms.Form):
 
         server = McpServer.objects.filter(mcp_id=mcp_id).first()
         if server is None:
-            known = (
-                ", ".join(McpServer.objects.order_by("mcp_id").values_list("mcp_id", flat=True)) or "none yet"
-            )
-            self.add_error("mcp_id", f"No MCP server {mcp_id!r} is registered (registered: {known}).")
+            known = list(McpServer.objects.order_by("mcp_id").values_list("mcp_id", flat=True))
+            self.add_error("mcp_id", unknown_server_message(mcp_id, known))
         elif tool_name and server.tools_refreshed_at and tool_name not in {t["name"] for t in server.tools}:
-            names = ", ".join(sorted(t["name"] for t in server.tools)) or "none"
-            self.add_error("tool_name", f"{mcp_id} has no tool {tool_name!r} (its tools: {names}).")
+            self.add_error(
+                "tool_name", unknown_tool_message(mcp_id, tool_name, [t["name"] for t in server.tools])
+            )
         return cleaned
 
 
@@ -92,7 +93,7 @@ def _compiled(source: str, compiler: Any) -> str:
     try:
         compiler(source)
     except ExprError as exc:
-        raise forms.ValidationError(str(exc)) from None
+        raise forms.ValidationError(expr_text(exc)) from None
     return source
 
 

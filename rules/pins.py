@@ -16,6 +16,7 @@ from typing import Any
 from django.utils.translation import gettext as _
 
 from rules.errors import RuleError, json_type_name
+from servers.messages import unknown_tool_message
 
 MAX_PINS = 100
 MAX_PINNED_BYTES = 200_000  # all pins together, as UTF-8 JSON
@@ -92,8 +93,13 @@ def pins_clean(value: Any, servers: Mapping[str, Any]) -> list[dict[str, Any]]:
             )
         if not any(t.get("name") == pin["tool_name"] for t in server.tools):
             raise RuleError(
-                _("%(where)s: the server %(mcp_id)s has no tool %(tool_name)r.")
-                % {"where": where, "mcp_id": pin["mcp_id"], "tool_name": pin["tool_name"]},
+                _("%(where)s: %(reason)s")
+                % {
+                    "where": where,
+                    "reason": unknown_tool_message(
+                        pin["mcp_id"], pin["tool_name"], [str(t.get("name")) for t in server.tools]
+                    ),
+                },
                 field="pinned",
             )
         out.append({k: pin[k] for k in ("mcp_id", "tool_name", "params", "output") if k in pin})

@@ -41,11 +41,12 @@ def _rule_validate(
 def rule_fields_check(*, name: str, mcp_id: str, tool_name: str, when: str, params: str) -> None:
     """The checks of a rule that need no database: callers run them before taking the write lock."""
     from llamon_agent.expr import ExprError, check_rule_name, compile_params, compile_when
+    from rules.expr_messages import expr_reason, expr_text
 
     try:
         check_rule_name(name)
     except ExprError as exc:
-        raise RuleError(_("Name: %(reason)s") % {"reason": exc.reason}, field="name") from None
+        raise RuleError(_("Name: %(reason)s") % {"reason": expr_reason(exc)}, field="name") from None
     if not MCP_ID_RE.match(mcp_id or ""):
         raise RuleError(_("Choose the MCP server the rule calls."), field="mcp_id")
     if not tool_name or len(tool_name) > 200:
@@ -54,7 +55,7 @@ def rule_fields_check(*, name: str, mcp_id: str, tool_name: str, when: str, para
         try:
             compiler(source)
         except ExprError as exc:
-            raise RuleError(f"{field_name}: {exc}", field=field_name) from None
+            raise RuleError(f"{field_name}: {expr_text(exc)}", field=field_name) from None
 
 
 def _check_revision(*, what: str, current: int, expected: int | None, who: str) -> None:

@@ -339,11 +339,20 @@ def mcp_server_call_tool(
         raise PermissionDenied("Calling a tool needs the editor role.")
     tool = next((t for t in server.tools if t["name"] == tool_name), None)
     if tool is None:
-        known = ", ".join(t["name"] for t in server.tools) or _("none yet: refresh the tools first")
+        if not server.tools:
+            raise McpServerError(
+                _("%(mcp_id)s has no tool named %(tool_name)r (known tools: %(known)s).")
+                % {
+                    "mcp_id": server.mcp_id,
+                    "tool_name": tool_name,
+                    "known": _("none yet: refresh the tools first"),
+                },
+                field="tool",
+            )
+        from servers.messages import unknown_tool_message
+
         raise McpServerError(
-            _("%(mcp_id)s has no tool named %(tool_name)r (known tools: %(known)s).")
-            % {"mcp_id": server.mcp_id, "tool_name": tool_name, "known": known},
-            field="tool",
+            unknown_tool_message(server.mcp_id, tool_name, [t["name"] for t in server.tools]), field="tool"
         )
     if not isinstance(arguments, dict):
         raise McpServerError(_("The arguments must be a JSON object."), field="arguments")

@@ -17,7 +17,6 @@ from llamon_agent.expr.limits import (
     _CALLABLE,
     _FILENAME,
     _GUARDED_METHODS,
-    _NAMES_HINT,
     _RESERVED,
     CTX_ATTRS,
     CTX_NAMES,
@@ -30,6 +29,8 @@ from llamon_agent.expr.limits import (
     METHOD_NAMES,
     SORT_KEYS,
 )
+from llamon_agent.expr.messages import Message as M
+from llamon_agent.expr.messages import close_matches, quoted_list
 
 
 def _pre_scan(src: _Source) -> None:
@@ -49,34 +50,34 @@ def _pre_scan(src: _Source) -> None:
                 depth += 1
                 if depth > MAX_NESTING:
                     line, col = tok.start
-                    raise ExprError(f"brackets are nested more than {MAX_NESTING} levels deep", line, col + 1)
+                    raise ExprError(M("expr.brackets_too_deep", limit=MAX_NESTING), line, col + 1)
             elif tok.string in ")]}":
                 depth -= 1
                 if depth < 0:
                     line, col = tok.start
-                    raise ExprError(f"unmatched '{tok.string}'", line, col + 1)
+                    raise ExprError(M("expr.unmatched", bracket=tok.string), line, col + 1)
     except (tokenize.TokenError, SyntaxError):
         return  # the parser reports this one below, with a better message
     if significant == 0:
-        raise ExprError("the expression is empty")
+        raise ExprError(M("expr.empty"))
 
 
 def _parse(source: Any) -> tuple[ast.Expression, _Source]:
     """Parse and fully check one expression; ExprError for anything not allowed."""
     if not isinstance(source, str):
-        raise ExprError("the expression must be text")
+        raise ExprError(M("expr.not_text"))
     if len(source) > MAX_SOURCE_CHARS:  # before any parsing work: a 1 MB expression stops here
-        raise ExprError(f"the expression is longer than {MAX_SOURCE_CHARS:,} characters")
+        raise ExprError(M("expr.too_long", limit=f"{MAX_SOURCE_CHARS:,}"))
     if not source.strip():
-        raise ExprError("the expression is empty")
+        raise ExprError(M("expr.empty"))
     if "\x00" in source:
-        raise ExprError("the expression contains a NUL character")
+        raise ExprError(M("expr.nul"))
     bidi = _BIDI.search(source)
     if bidi:
         before = source[: bidi.start()]
         line: int | None = before.count("\n") + 1
         raise ExprError(
-            "the expression contains an invisible text-direction character",
+            M("expr.bidi"),
             line,
             len(before) - (before.rfind("\n") + 1) + 1,
         )
@@ -91,13 +92,13 @@ def _parse(source: Any) -> tuple[ast.Expression, _Source]:
     except SyntaxError as exc:
         if src.is_synthetic_line(exc.lineno):
             line, column = src.char_position(exc.lineno, 0)
-            raise ExprError("the expression is incomplete", line, column) from None
+            raise ExprError(M("expr.incomplete"), line, column) from None
         line, column = src.char_position(exc.lineno, (exc.offset or 1) - 1)
-        raise ExprError(f"syntax error: {exc.msg}", line, column) from None
+        raise ExprError(M("expr.syntax", detail=exc.msg), line, column) from None
     except (RecursionError, MemoryError):
-        raise ExprError("the expression is nested too deeply") from None
+        raise ExprError(M("expr.nested_too_deeply")) from None
     except ValueError as exc:
-        raise ExprError(f"syntax error: {exc}") from None
+        raise ExprError(M("expr.syntax", detail=exc)) from None
     _check_size(tree, src)
     _Checker(src).check(tree.body, frozenset(), in_comp=False)
     return tree, src
@@ -111,29 +112,29 @@ def _check_size(tree: ast.AST, src: _Source) -> None:
         node, depth = stack.pop()
         count += 1
         if count > MAX_NODES:
-            raise ExprError(f"the expression is too big (more than {MAX_NODES:,} parts)")
+            raise ExprError(M("expr.too_big", limit=f"{MAX_NODES:,}"))
         if depth > MAX_DEPTH:
-            raise src.node_error(node, f"the expression is nested more than {MAX_DEPTH} levels deep")
+            raise src.node_error(node, M("expr.too_deep", limit=MAX_DEPTH))
         stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
 
 
-_OPERATOR_REASONS: dict[type, str] = {
-    ast.Pow: "the ** operator is not allowed",
-    ast.LShift: "the << operator is not allowed",
-    ast.RShift: "the >> operator is not allowed",
-    ast.BitOr: "the | operator is not allowed; use or / .union()",
-    ast.BitAnd: "the & operator is not allowed; use and / .intersection()",
-    ast.BitXor: "the ^ operator is not allowed",
-    ast.MatMult: "the @ operator is not allowed",
-    ast.Invert: "the ~ operator is not allowed",
+_OPERATOR_REASONS: dict[type, M] = {
+    ast.Pow: M("expr.operator_not_allowed", operator="**"),
+    ast.LShift: M("expr.operator_not_allowed", operator="<<"),
+    ast.RShift: M("expr.operator_not_allowed", operator=">>"),
+    ast.BitOr: M("expr.bitor"),
+    ast.BitAnd: M("expr.bitand"),
+    ast.BitXor: M("expr.operator_not_allowed", operator="^"),
+    ast.MatMult: M("expr.operator_not_allowed", operator="@"),
+    ast.Invert: M("expr.operator_not_allowed", operator="~"),
 }
-_NODE_REASONS: dict[type, str] = {
-    ast.Lambda: "lambda is not allowed; use a helper or a comprehension",
-    ast.NamedExpr: "the := operator is not allowed",
-    ast.Starred: "* unpacking is not allowed",
-    ast.Await: "await is not allowed",
-    ast.Yield: "yield is not allowed",
-    ast.YieldFrom: "yield is not allowed",
+_NODE_REASONS: dict[type, M] = {
+    ast.Lambda: M("expr.lambda"),
+    ast.NamedExpr: M("expr.walrus"),
+    ast.Starred: M("expr.star_unpacking"),
+    ast.Await: M("expr.await"),
+    ast.Yield: M("expr.yield"),
+    ast.YieldFrom: M("expr.yield"),
 }
 _BINOPS = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod)
 _UNARYOPS = (ast.Not, ast.USub, ast.UAdd)
@@ -146,7 +147,7 @@ class _Checker:
     def __init__(self, src: _Source) -> None:
         self.src = src
 
-    def fail(self, node: ast.AST, reason: str) -> ExprError:
+    def fail(self, node: ast.AST, reason: str | M) -> ExprError:
         return self.src.node_error(node, reason)
 
     def check(self, node: ast.AST, bound: frozenset[str], in_comp: bool) -> None:
@@ -154,7 +155,7 @@ class _Checker:
         if method is None:
             reason = _NODE_REASONS.get(type(node))
             if reason is None:
-                reason = f"this kind of expression ({type(node).__name__}) is not allowed"
+                reason = M("expr.node_not_allowed", kind=type(node).__name__)
             raise self.fail(node, reason)
         method(node, bound, in_comp)
 
@@ -170,21 +171,21 @@ class _Checker:
             return
         if isinstance(value, str):
             if len(value) > MAX_STR_LITERAL_CHARS:
-                raise self.fail(node, f"a text literal is longer than {MAX_STR_LITERAL_CHARS:,} characters")
+                raise self.fail(node, M("expr.text_literal_too_long", limit=f"{MAX_STR_LITERAL_CHARS:,}"))
             return
         if isinstance(value, int):
             if abs(value) > MAX_INT:
-                raise self.fail(node, "this number is too large (the limit is 64 bits)")
+                raise self.fail(node, M("expr.int_too_large"))
             return
         if isinstance(value, float):
             if not math.isfinite(value):
-                raise self.fail(node, "this number is too large")
+                raise self.fail(node, M("expr.number_too_large"))
             return
         if isinstance(value, bytes):
-            raise self.fail(node, "bytes literals (b'...') are not allowed; use text")
+            raise self.fail(node, M("expr.bytes"))
         if isinstance(value, complex):
-            raise self.fail(node, "complex numbers are not allowed")
-        raise self.fail(node, f"the literal {value!r} is not allowed")
+            raise self.fail(node, M("expr.complex"))
+        raise self.fail(node, M("expr.literal_not_allowed", value=repr(value)))
 
     def check_JoinedStr(self, node: ast.JoinedStr, bound: frozenset[str], in_comp: bool) -> None:
         self.check_all(node.values, bound, in_comp)
@@ -192,7 +193,7 @@ class _Checker:
     def check_FormattedValue(self, node: ast.FormattedValue, bound: frozenset[str], in_comp: bool) -> None:
         # A format spec can ask for any width ("{x:>999999999}"): refuse specs altogether.
         if node.format_spec is not None:
-            raise self.fail(node, "format specs in f-strings (the part after ':') are not allowed")
+            raise self.fail(node, M("expr.format_spec"))
         self.check(node.value, bound, in_comp)
 
     def check_List(self, node: ast.List, bound: frozenset[str], in_comp: bool) -> None:
@@ -204,7 +205,7 @@ class _Checker:
     def check_Dict(self, node: ast.Dict, bound: frozenset[str], in_comp: bool) -> None:
         for key, value in zip(node.keys, node.values, strict=True):
             if key is None:
-                raise self.fail(value, "** unpacking is not allowed")
+                raise self.fail(value, M("expr.dict_unpacking"))
             self.check(key, bound, in_comp)
             self.check(value, bound, in_comp)
 
@@ -214,13 +215,13 @@ class _Checker:
 
     def check_BinOp(self, node: ast.BinOp, bound: frozenset[str], in_comp: bool) -> None:
         if not isinstance(node.op, _BINOPS):
-            raise self.fail(node, _OPERATOR_REASONS.get(type(node.op), "this operator is not allowed"))
+            raise self.fail(node, _OPERATOR_REASONS.get(type(node.op), M("expr.any_operator")))
         self.check(node.left, bound, in_comp)
         self.check(node.right, bound, in_comp)
 
     def check_UnaryOp(self, node: ast.UnaryOp, bound: frozenset[str], in_comp: bool) -> None:
         if not isinstance(node.op, _UNARYOPS):
-            raise self.fail(node, _OPERATOR_REASONS.get(type(node.op), "this operator is not allowed"))
+            raise self.fail(node, _OPERATOR_REASONS.get(type(node.op), M("expr.any_operator")))
         self.check(node.operand, bound, in_comp)
 
     def check_Compare(self, node: ast.Compare, bound: frozenset[str], in_comp: bool) -> None:
@@ -231,9 +232,7 @@ class _Checker:
                     if isinstance(side, ast.Constant) and not any(
                         side.value is v for v in (None, True, False)
                     ):
-                        raise self.fail(
-                            side, "use == to compare with a value; 'is' is for None, True and False"
-                        )
+                        raise self.fail(side, M("expr.is_value"))
         self.check(node.left, bound, in_comp)
         self.check_all(node.comparators, bound, in_comp)
 
@@ -244,48 +243,44 @@ class _Checker:
     def check_Name(self, node: ast.Name, bound: frozenset[str], in_comp: bool) -> None:
         name = node.id
         if name.startswith("_"):
-            raise self.fail(node, f"name {name!r} is not allowed: names starting with '_' are reserved")
+            raise self.fail(node, M("expr.underscore_name", name=repr(name)))
         if name in bound:
             return
         if name == "data_get":
-            raise self.fail(node, "data_get can only be called, as data_get(key) or data_get(key, default)")
+            raise self.fail(node, M("expr.data_get_value"))
         if name in _CALLABLE:  # a function as a value would print as "<function ... at 0x...>"
-            raise self.fail(node, f"{name} can only be called, as {name}(...)")
+            raise self.fail(node, M("expr.helper_as_value", name=name))
         if name in _RESERVED:
             return
-        raise self.fail(node, f"name {name!r} is not allowed; {_NAMES_HINT}")
+        close = close_matches(name, [*CTX_NAMES, *_CALLABLE, *bound])
+        if close:
+            raise self.fail(node, M("expr.name_not_allowed_close", name=repr(name), close=quoted_list(close)))
+        raise self.fail(node, M("expr.name_not_allowed", name=repr(name)))
 
     def check_Attribute(self, node: ast.Attribute, bound: frozenset[str], in_comp: bool) -> None:
         self._check_attr_name(node)
         # Calls reach methods through check_Call; here a method would be a value, e.g. a sort key
         # (sorted(words, key=query.count) makes a helper call a method once per item: quadratic).
         if node.attr in _GUARDED_METHODS or (node.attr in METHOD_NAMES and node.attr not in CTX_ATTRS):
-            raise self.src.attr_error(node, f".{node.attr}() can only be called, not used as a value")
+            raise self.src.attr_error(node, M("expr.method_as_value", method=node.attr))
         self.check(node.value, bound, in_comp)
 
     def _check_attr_name(self, node: ast.Attribute) -> None:
         attr = node.attr
         if attr.startswith("_"):
-            raise self.src.attr_error(
-                node, f"attribute {attr!r} is not allowed: names starting with '_' are never reachable"
-            )
+            raise self.src.attr_error(node, M("expr.underscore_attribute", name=repr(attr)))
         if attr in ("format", "format_map"):
-            raise self.src.attr_error(
-                node, f'.{attr}() is not allowed; use an f-string such as f"order {{query}}"'
-            )
+            raise self.src.attr_error(node, M("expr.format_method", method=attr))
         if attr in CTX_ATTRS or attr in METHOD_NAMES:
             return
         if attr in ("name", "description", "input_schema"):
+            raise self.src.attr_error(node, M("expr.tool_attribute", name=repr(attr), attr=attr))
+        close = close_matches(attr, [*CTX_ATTRS, *METHOD_NAMES])
+        if close:
             raise self.src.attr_error(
-                node,
-                f"attribute {attr!r} is not allowed: the tools in ctx.mcp_tools are dicts, "
-                f'use t["{attr}"] (or tool_names for the names)',
+                node, M("expr.attribute_not_allowed_close", name=repr(attr), close=quoted_list(close))
             )
-        raise self.src.attr_error(
-            node,
-            f"attribute {attr!r} is not allowed; use ctx's fields (query, context, a2a_data, a2a_files, "
-            "mcp_tools, tool_names) or an allowed method (see docs/expressions.md)",
-        )
+        raise self.src.attr_error(node, M("expr.attribute_not_allowed", name=repr(attr)))
 
     def check_Subscript(self, node: ast.Subscript, bound: frozenset[str], in_comp: bool) -> None:
         self.check(node.value, bound, in_comp)
@@ -300,9 +295,9 @@ class _Checker:
         if isinstance(func, ast.Name):
             if func.id.startswith("_") or func.id in bound or func.id not in _RESERVED:
                 self.check_Name(func, bound, in_comp)  # the precise "not allowed" reason
-                raise self.fail(func, f"{func.id} cannot be called; only helpers and methods can be called")
+                raise self.fail(func, M("expr.not_callable", name=func.id))
             if func.id not in _CALLABLE:
-                raise self.fail(func, f"{func.id} cannot be called; only helpers and methods can be called")
+                raise self.fail(func, M("expr.not_callable", name=func.id))
             if func.id in ("re_search", "re_find") and node.args:
                 pattern = node.args[0]
                 if isinstance(pattern, ast.Constant) and isinstance(pattern.value, str):
@@ -314,20 +309,18 @@ class _Checker:
             self._check_attr_name(func)
             self.check(func.value, bound, in_comp)
         else:
-            raise self.fail(
-                node, "only helpers (such as contains_any) and methods (such as .get) can be called"
-            )
+            raise self.fail(node, M("expr.call_not_allowed"))
         for arg in node.args:
             self.check(arg, bound, in_comp)
         for kw in node.keywords:
             if kw.arg is None:
-                raise self.fail(kw.value, "** unpacking is not allowed")
+                raise self.fail(kw.value, M("expr.dict_unpacking"))
             if kw.arg.startswith("_"):
-                raise self.fail(kw.value, f"keyword argument {kw.arg!r} is not allowed")
+                raise self.fail(kw.value, M("expr.keyword_not_allowed", name=repr(kw.arg)))
             key = kw.value
             if kw.arg == "key" and isinstance(key, ast.Name) and key.id in _CALLABLE and key.id not in bound:
                 if key.id not in SORT_KEYS:
-                    raise self.fail(key, f"key= can be one of {', '.join(SORT_KEYS)}")
+                    raise self.fail(key, M("expr.sort_key", keys=", ".join(SORT_KEYS)))
                 continue  # sorted(words, key=len): the one place a function is named, not called
             self.check(kw.value, bound, in_comp)
 
@@ -336,21 +329,16 @@ class _Checker:
         self, node: ast.AST, generators: list[ast.comprehension], parts: list[ast.AST], in_comp: bool
     ) -> None:
         if in_comp:
-            raise self.fail(node, "comprehensions cannot be nested; use one level")
+            raise self.fail(node, M("expr.nested_comprehension"))
         if len(generators) != 1:
-            raise self.fail(node, "a comprehension can have only one 'for'")
+            raise self.fail(node, M("expr.comprehension_one_for"))
         gen = generators[0]
         if gen.is_async:
-            raise self.fail(node, "async comprehensions are not allowed")
+            raise self.fail(node, M("expr.async_comprehension"))
         # The iterable is evaluated outside the loop: no loop variables are visible there.
         self.check(gen.iter, frozenset(), in_comp=True)
         if not _is_request_data(gen.iter):
-            raise self.fail(
-                gen.iter,
-                "a comprehension must loop over request data: ctx, query, context, a2a_data, "
-                "a2a_files, tool_names, something reached from them, or data_get(...) "
-                "(with `or []` as a fallback); for a fixed list of words use contains_any(query, [...])",
-            )
+            raise self.fail(gen.iter, M("expr.comprehension_source"))
         names = frozenset(self._targets(gen.target))
         self.check_all(gen.ifs, names, in_comp=True)
         self.check_all(parts, names, in_comp=True)
@@ -358,20 +346,18 @@ class _Checker:
     def _targets(self, target: ast.AST) -> list[str]:
         if isinstance(target, ast.Name):
             if target.id.startswith("_"):
-                raise self.fail(
-                    target, f"name {target.id!r} is not allowed: names starting with '_' are reserved"
-                )
+                raise self.fail(target, M("expr.underscore_name", name=repr(target.id)))
             if target.id in _RESERVED:
-                raise self.fail(target, f"{target.id!r} cannot be used as a loop variable")
+                raise self.fail(target, M("expr.loop_variable_reserved", name=repr(target.id)))
             return [target.id]
         if isinstance(target, ast.Tuple):
             names: list[str] = []
             for elt in target.elts:
                 if not isinstance(elt, ast.Name):
-                    raise self.fail(elt, "a loop variable must be a name or a tuple of names")
+                    raise self.fail(elt, M("expr.loop_variable"))
                 names.extend(self._targets(elt))
             return names
-        raise self.fail(target, "a loop variable must be a name or a tuple of names")
+        raise self.fail(target, M("expr.loop_variable"))
 
     def check_ListComp(self, node: ast.ListComp, bound: frozenset[str], in_comp: bool) -> None:
         self._check_comprehension(node, node.generators, [node.elt], in_comp)

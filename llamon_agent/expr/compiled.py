@@ -22,6 +22,7 @@ from llamon_agent.expr.guard import _compile
 from llamon_agent.expr.helpers import check_regex, regex_size
 from llamon_agent.expr.hints import _options, _requirement
 from llamon_agent.expr.limits import _FILENAME, MAX_DATA_BYTES, MAX_DEPTH
+from llamon_agent.expr.messages import Message as M
 from llamon_agent.expr.namespace import build_namespace
 from llamon_agent.tools import DeterministicContext
 
@@ -116,7 +117,7 @@ def _json_value(value: Any, depth: int, budget: list[int]) -> Any:
     else:
         raise _NotJson(f"{{path}} is a {_type_name(value)}, which JSON cannot carry")
     if budget[0] < 0:
-        raise ExprError(f"params would be larger than {MAX_DATA_BYTES:,} bytes")
+        raise ExprError(M("expr.params_too_large", limit=f"{MAX_DATA_BYTES:,}"))
     return value
 
 
@@ -125,7 +126,7 @@ _FREE_COPY_BYTES = 1_024  # copying params this small costs about one node: not 
 
 def _params(value: Any, namespace: dict[str, Any]) -> dict[str, Any]:
     if type(value) is not dict:
-        raise ExprError(f'params must give a dict such as {{"q": query}}, not {_type_name(value)}')
+        raise ExprError(M("expr.params_not_dict_value", type=_type_name(value)))
     budget = [MAX_DATA_BYTES]
     try:
         params: dict[str, Any] = _json_value(value, 0, budget)
@@ -408,7 +409,7 @@ def _compile_params(source: str) -> CompiledExpr:
     if isinstance(tree.body, _NOT_A_DICT) or (
         isinstance(tree.body, ast.UnaryOp) and isinstance(tree.body.op, ast.Not)
     ):
-        raise src.node_error(tree.body, 'params must give a dict such as {"q": query}')
+        raise src.node_error(tree.body, M("expr.params_not_dict"))
     return _compile_shared(source, "params", tree, src, found is False)
 
 

@@ -6,6 +6,7 @@ import ast
 from typing import Any
 
 from llamon_agent.expr.limits import _NEWLINES
+from llamon_agent.expr.messages import Message
 
 
 class ExprError(Exception):
@@ -14,16 +15,31 @@ class ExprError(Exception):
     ``field`` names the rule field at fault ("name", "mcp_id", "tool_name", "when",
     "params") when the error comes from :func:`expression_rule`; ``str()`` then starts
     with it: ``"when: line 1, column 5: ..."``.
+
+    Made from a :class:`~llamon_agent.expr.messages.Message`, it also carries the message's
+    ``msg_id`` and ``params`` (llamon_agent.expr.messages): what an application needs to say
+    ``reason`` in another language. ``reason`` is the English text either way.
     """
 
     def __init__(
-        self, reason: str, line: int | None = None, column: int | None = None, *, field: str | None = None
+        self,
+        reason: str | Message,
+        line: int | None = None,
+        column: int | None = None,
+        *,
+        field: str | None = None,
+        msg_id: str | None = None,
+        params: dict[str, str] | None = None,
     ) -> None:
+        if isinstance(reason, Message):
+            msg_id, params, reason = reason.msg_id, reason.params, str(reason)
         super().__init__(reason, line, column)
         self.reason = reason
         self.line = line
         self.column = column
         self.field = field
+        self.msg_id = msg_id
+        self.params = dict(params or {})
 
     def __str__(self) -> str:
         prefix = f"{self.field}: " if self.field else ""
@@ -33,9 +49,26 @@ class ExprError(Exception):
             return f"{prefix}line {self.line}: {self.reason}"
         return f"{prefix}line {self.line}, column {self.column}: {self.reason}"
 
+    def moved(
+        self, *, field: str | None = None, line: int | None = None, column: int | None = None
+    ) -> ExprError:
+        """The same reason (and message id) for another field or place."""
+        return ExprError(
+            self.reason,
+            self.line if line is None else line,
+            self.column if column is None else column,
+            field=field if field is not None else self.field,
+            msg_id=self.msg_id,
+            params=self.params,
+        )
+
     def __reduce__(self) -> tuple[Any, ...]:
-        # Celery and multiprocessing pickle exceptions; keep field across the round trip.
-        return (self.__class__, (self.reason, self.line, self.column), {"field": self.field})
+        # Celery and multiprocessing pickle exceptions; keep field and the message id across the round trip.
+        return (
+            self.__class__,
+            (self.reason, self.line, self.column),
+            {"field": self.field, "msg_id": self.msg_id, "params": self.params},
+        )
 
 
 # --- source positions -----------------------------------------------------------------------
@@ -72,11 +105,11 @@ class _Source:
         chars = len(line.encode("utf-8")[: max(byte_offset or 0, 0)].decode("utf-8", "ignore"))
         return self.char_position(lineno, chars)
 
-    def node_error(self, node: ast.AST, reason: str) -> ExprError:
+    def node_error(self, node: ast.AST, reason: str | Message) -> ExprError:
         line, column = self.byte_position(getattr(node, "lineno", None), getattr(node, "col_offset", None))
         return ExprError(reason, line, column)
 
-    def attr_error(self, node: ast.Attribute, reason: str) -> ExprError:
+    def attr_error(self, node: ast.Attribute, reason: str | Message) -> ExprError:
         """An error pointing at the attribute's name (``ctx.__dict__`` -> column of ``__dict__``)."""
         end_line, end_col = getattr(node, "end_lineno", None), getattr(node, "end_col_offset", None)
         if end_line is None or end_col is None:

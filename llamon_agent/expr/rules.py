@@ -9,6 +9,7 @@ from llamon_agent.expr.budget import _METER, READ_CHARS_PER_UNIT
 from llamon_agent.expr.compiled import CompiledExpr, compile_params, compile_when
 from llamon_agent.expr.errors import ExprError
 from llamon_agent.expr.limits import MAX_RULE_NAME_CHARS
+from llamon_agent.expr.messages import Message as M
 from llamon_agent.expr.namespace import build_namespace
 from llamon_agent.tools import DeterministicContext, RuleInfo
 
@@ -16,18 +17,15 @@ from llamon_agent.tools import DeterministicContext, RuleInfo
 def check_rule_name(name: Any) -> None:
     """ExprError unless ``name`` is a Python identifier, not a keyword, of sane length."""
     if not isinstance(name, str) or not name.isidentifier():
-        raise ExprError(
-            f"the rule name {name!r} must be a Python identifier: letters, digits and _, not starting with a digit",
-            field="name",
-        )
+        raise ExprError(M("rule.name_identifier", name=repr(name)), field="name")
     if keyword.iskeyword(name):
-        raise ExprError(f"the rule name {name!r} is a Python keyword", field="name")
+        raise ExprError(M("rule.name_keyword", name=repr(name)), field="name")
     if len(name) > MAX_RULE_NAME_CHARS:
-        raise ExprError(f"the rule name is longer than {MAX_RULE_NAME_CHARS} characters", field="name")
+        raise ExprError(M("rule.name_too_long", limit=MAX_RULE_NAME_CHARS), field="name")
 
 
 def _with_field(exc: ExprError, field: str) -> ExprError:
-    return ExprError(exc.reason, exc.line, exc.column, field=field)
+    return exc.moved(field=field)
 
 
 class _ExprRuleInfo(RuleInfo):
@@ -91,7 +89,7 @@ class ExpressionRule:
         check_rule_name(name)
         for field, value in (("mcp_id", mcp_id), ("tool_name", tool_name)):
             if not isinstance(value, str) or not value.strip():
-                raise ExprError(f"{field} must be a non-empty text", field=field)
+                raise ExprError(M("rule.field_empty", field=field), field=field)
         try:
             compiled_when = compile_when(when)
         except ExprError as exc:

@@ -62,7 +62,7 @@ def test_a_bad_expression_is_reported_at_its_line_and_column(editor_client, rule
             {
                 "line": 2,
                 "column": 7,
-                "message": "name 'qeury' is not allowed; use ctx, query, context, a2a_data, a2a_files, "
+                "message": "name 'qeury' is not allowed; did you mean 'query'? use ctx, query, context, a2a_data, a2a_files, "
                 "tool_names or a helper",
             }
         ],

@@ -153,7 +153,7 @@ def test_a_tool_error_is_reported_in_words(kb, editor) -> None:
 
 
 def test_calling_an_unknown_tool_lists_the_known_ones(kb, editor) -> None:
-    with pytest.raises(McpServerError, match="no tool named 'nope'.*search_docs"):
+    with pytest.raises(McpServerError, match="has no tool 'nope'.*its tools: search_docs"):
         mcp_server_call_tool(actor=editor, server=kb, tool_name="nope", arguments={})
 
 

@@ -1,0 +1,121 @@
+"""The expression checker's messages in the user's language: one function every route calls.
+
+The engine (llamon_agent, which never imports Django) raises ExprError with a stable ``msg_id`` and
+its ``params`` beside the English ``reason`` (llamon_agent/expr/messages.py). Here each id has the
+same English template marked for translation; :func:`expr_reason` translates an error's reason and
+:func:`expr_text` adds its field and place, for forms, the REST API and the MCP endpoint (through
+rules.services), the expression editor and imports. An error without an id (a runtime failure of a
+helper) keeps its English reason. tests/rules/test_expr_messages.py checks that both tables agree.
+"""
+
+from __future__ import annotations
+
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
+
+from llamon_agent.expr import ExprError
+
+EXPR_MESSAGES = {
+    "expr.not_text": _("the expression must be text"),
+    "expr.too_long": _("the expression is longer than %(limit)s characters"),
+    "expr.empty": _("the expression is empty"),
+    "expr.nul": _("the expression contains a NUL character"),
+    "expr.bidi": _("the expression contains an invisible text-direction character"),
+    "expr.brackets_too_deep": _("brackets are nested more than %(limit)s levels deep"),
+    "expr.unmatched": _("unmatched '%(bracket)s'"),
+    "expr.incomplete": _("the expression is incomplete"),
+    "expr.syntax": _("syntax error: %(detail)s"),
+    "expr.nested_too_deeply": _("the expression is nested too deeply"),
+    "expr.too_big": _("the expression is too big (more than %(limit)s parts)"),
+    "expr.too_deep": _("the expression is nested more than %(limit)s levels deep"),
+    "expr.node_not_allowed": _("this kind of expression (%(kind)s) is not allowed"),
+    "expr.lambda": _("lambda is not allowed; use a helper or a comprehension"),
+    "expr.walrus": _("the := operator is not allowed"),
+    "expr.star_unpacking": _("* unpacking is not allowed"),
+    "expr.await": _("await is not allowed"),
+    "expr.yield": _("yield is not allowed"),
+    "expr.operator_not_allowed": _("the %(operator)s operator is not allowed"),
+    "expr.bitor": _("the | operator is not allowed; use or / .union()"),
+    "expr.bitand": _("the & operator is not allowed; use and / .intersection()"),
+    "expr.any_operator": _("this operator is not allowed"),
+    "expr.text_literal_too_long": _("a text literal is longer than %(limit)s characters"),
+    "expr.int_too_large": _("this number is too large (the limit is 64 bits)"),
+    "expr.number_too_large": _("this number is too large"),
+    "expr.bytes": _("bytes literals (b'...') are not allowed; use text"),
+    "expr.complex": _("complex numbers are not allowed"),
+    "expr.literal_not_allowed": _("the literal %(value)s is not allowed"),
+    "expr.format_spec": _("format specs in f-strings (the part after ':') are not allowed"),
+    "expr.dict_unpacking": _("** unpacking is not allowed"),
+    "expr.is_value": _("use == to compare with a value; 'is' is for None, True and False"),
+    "expr.underscore_name": _("name %(name)s is not allowed: names starting with '_' are reserved"),
+    "expr.data_get_value": _("data_get can only be called, as data_get(key) or data_get(key, default)"),
+    "expr.helper_as_value": _("%(name)s can only be called, as %(name)s(...)"),
+    "expr.sort_key": _("key= can be one of %(keys)s"),
+    "expr.name_not_allowed": _(
+        "name %(name)s is not allowed; use ctx, query, context, a2a_data, a2a_files, tool_names or a helper"
+    ),
+    "expr.name_not_allowed_close": _(
+        "name %(name)s is not allowed; did you mean %(close)s? use ctx, query, context, a2a_data, a2a_files, tool_names or a helper"
+    ),
+    "expr.method_as_value": _(".%(method)s() can only be called, not used as a value"),
+    "expr.underscore_attribute": _(
+        "attribute %(name)s is not allowed: names starting with '_' are never reachable"
+    ),
+    "expr.format_method": _('.%(method)s() is not allowed; use an f-string such as f"order {query}"'),
+    "expr.tool_attribute": _(
+        'attribute %(name)s is not allowed: the tools in ctx.mcp_tools are dicts, use t["%(attr)s"] (or tool_names for the names)'
+    ),
+    "expr.attribute_not_allowed": _(
+        "attribute %(name)s is not allowed; use ctx's fields (query, context, a2a_data, a2a_files, mcp_tools, tool_names) or an allowed method (see docs/expressions.md)"
+    ),
+    "expr.attribute_not_allowed_close": _(
+        "attribute %(name)s is not allowed; did you mean %(close)s? Use ctx's fields (query, context, a2a_data, a2a_files, mcp_tools, tool_names) or an allowed method (see docs/expressions.md)"
+    ),
+    "expr.not_callable": _("%(name)s cannot be called; only helpers and methods can be called"),
+    "expr.call_not_allowed": _(
+        "only helpers (such as contains_any) and methods (such as .get) can be called"
+    ),
+    "expr.keyword_not_allowed": _("keyword argument %(name)s is not allowed"),
+    "expr.nested_comprehension": _("comprehensions cannot be nested; use one level"),
+    "expr.comprehension_one_for": _("a comprehension can have only one 'for'"),
+    "expr.async_comprehension": _("async comprehensions are not allowed"),
+    "expr.comprehension_source": _(
+        "a comprehension must loop over request data: ctx, query, context, a2a_data, a2a_files, tool_names, something reached from them, or data_get(...) (with `or []` as a fallback); for a fixed list of words use contains_any(query, [...])"
+    ),
+    "expr.loop_variable_reserved": _("%(name)s cannot be used as a loop variable"),
+    "expr.loop_variable": _("a loop variable must be a name or a tuple of names"),
+    "expr.params_not_dict": _('params must give a dict such as {"q": query}'),
+    "expr.params_not_dict_value": _('params must give a dict such as {"q": query}, not %(type)s'),
+    "expr.params_too_large": _("params would be larger than %(limit)s bytes"),
+    "rule.name_identifier": _(
+        "the rule name %(name)s must be a Python identifier: letters, digits and _, not starting with a digit"
+    ),
+    "rule.name_keyword": _("the rule name %(name)s is a Python keyword"),
+    "rule.name_too_long": _("the rule name is longer than %(limit)s characters"),
+    "rule.field_empty": _("%(field)s must be a non-empty text"),
+}
+
+
+def expr_reason(exc: ExprError) -> str:
+    """Why the expression was refused, in the active language (English without a known id)."""
+    template = EXPR_MESSAGES.get(exc.msg_id or "")
+    if template is None:
+        return exc.reason
+    try:
+        return str(template) % exc.params
+    except (KeyError, ValueError, TypeError):  # a translation that lost a parameter: the English
+        return exc.reason
+
+
+def expr_text(exc: ExprError) -> str:
+    """Like ``str(exc)`` (field, line, column, reason), in the active language."""
+    reason = expr_reason(exc)
+    if exc.line is not None and exc.column is not None:
+        reason = gettext("line %(line)s, column %(column)s: %(reason)s") % {
+            "line": exc.line,
+            "column": exc.column,
+            "reason": reason,
+        }
+    elif exc.line is not None:
+        reason = gettext("line %(line)s: %(reason)s") % {"line": exc.line, "reason": reason}
+    return f"{exc.field}: {reason}" if exc.field else reason
