@@ -239,6 +239,7 @@ def _refresh_tools(actor: Any) -> list[str]:
 def demo_http_tools(*, timeout_s: float = 30.0) -> str:
     """List the tools of the demo's HTTP server once it answers (`make run` starts it beside the web
     server, after the demo is loaded), unless they are listed already. Returns the line to log."""
+    from accounts.services import system_user_ensure
     from servers.services import McpServerError, mcp_server_refresh_tools
 
     server = McpServer.objects.filter(mcp_id="order-service-http").first()
@@ -255,7 +256,7 @@ def demo_http_tools(*, timeout_s: float = 30.0) -> str:
                 return f"could not list the tools of {server.mcp_id}: nothing answers at {server.url} yet"
             time.sleep(0.2)
     try:
-        mcp_server_refresh_tools(actor=None, server=server)
+        mcp_server_refresh_tools(actor=system_user_ensure(), server=server)
     except McpServerError as exc:
         return f"could not list the tools of {server.mcp_id}: {exc.message}"
     return f"listed the tools of {server.mcp_id}: {', '.join(t['name'] for t in server.tools)}"

@@ -82,7 +82,11 @@ class Command(BaseCommand):
 
         procs = self._start_services(options)
         pgid = procs[0].pid
-        listed = demo_http_tools()  # the HTTP demo server answers only now that it is started
+        try:
+            listed = demo_http_tools()  # the HTTP demo server answers only now that it is started
+        except BaseException:
+            self._stop_group(pgid, procs)  # never leave the services running behind a failed start
+            raise
         if listed:
             self.stdout.write(listed)
         url = f"http://{options['host']}:{options['port']}/"
