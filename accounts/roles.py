@@ -20,6 +20,10 @@ from django.utils.translation import gettext as _
 Role = Literal["viewer", "editor", "admin"]
 ROLES: tuple[Role, ...] = ("viewer", "editor", "admin")
 PUBLIC = "public"
+# Not a role but a permission beside one (a Django group of its own): approving change requests on
+# protected agents (agents.services.changes). Admins approve too; a viewer may be an approver, so that
+# whoever approves need not be able to write changes.
+APPROVER = "approver"
 
 
 def user_roles(user: Any) -> set[str]:
@@ -40,6 +44,25 @@ def user_roles(user: Any) -> set[str]:
 def has_role(user: Any, role: Role) -> bool:
     """Whether the user holds ``role`` (or a higher one)."""
     return role in user_roles(user)
+
+
+def is_approver(user: Any) -> bool:
+    """Whether the user may approve or reject change requests: an admin, or an approver with a role."""
+    roles = user_roles(user)
+    if "admin" in roles:
+        return True
+    if not roles:
+        return False
+    return bool(user.groups.filter(name=APPROVER).exists())
+
+
+def approver_set(*, user: Any, approver: bool) -> None:
+    """Give or take the approver permission (the caller audits)."""
+    group, _ = Group.objects.get_or_create(name=APPROVER)
+    if approver:
+        user.groups.add(group)
+    else:
+        user.groups.remove(group)
 
 
 def role_set(*, user: Any, role: Role | None) -> None:

@@ -30,7 +30,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from accounts.models import ApiToken, UserInvite, UserProfile
-from accounts.roles import ROLES, has_role, role_set, user_roles
+from accounts.roles import APPROVER, ROLES, approver_set, has_role, role_set, user_roles
 from core.audit import audit_record
 from core.errors import DomainError
 
@@ -226,6 +226,31 @@ def user_set_role(*, actor: Any, user: Any, role: Any) -> Any:
         user.save(update_fields=["is_superuser", "is_staff"])
     role_set(user=user, role=role)
     audit_record(actor=actor, action="user.set_role", obj=user, before=before, after=_snapshot(user))
+    return user
+
+
+def is_approver_flag(user: Any) -> bool:
+    """Whether the user holds the approver permission itself (admins approve whatever it says)."""
+    return user.groups.filter(name=APPROVER).exists()
+
+
+@transaction.atomic
+def user_set_approver(*, actor: Any, user: Any, approver: bool) -> Any:
+    """Give or take the permission to approve change requests on protected agents. Audited."""
+    _require_admin(actor)
+    User = get_user_model()
+    user = User.objects.select_for_update().get(pk=user.pk)
+    before = is_approver_flag(user)
+    if before == approver:
+        return user
+    approver_set(user=user, approver=approver)
+    audit_record(
+        actor=actor,
+        action="user.set_approver",
+        obj=user,
+        before={"username": user.get_username(), "approver": before},
+        after={"username": user.get_username(), "approver": approver},
+    )
     return user
 
 

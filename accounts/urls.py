@@ -22,6 +22,7 @@ urlpatterns = [
     path("users/<int:pk>/", user_views.user_detail, name="user_detail"),
     path("users/<int:pk>/role", user_views.user_set_role, name="user_set_role"),
     path("users/<int:pk>/active", user_views.user_set_active, name="user_set_active"),
+    path("users/<int:pk>/approver", user_views.user_set_approver, name="user_set_approver"),
     path("users/<int:pk>/invite", user_views.user_invite, name="user_invite"),
     path(
         "users/<int:pk>/tokens/<int:token_pk>/revoke", user_views.user_token_revoke, name="user_token_revoke"

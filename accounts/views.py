@@ -129,6 +129,7 @@ def _detail(request: HttpRequest, user, *, invite_url: str | None = None, status
     context = {
         "person": user,
         "person_role": user_services.role_of(user),
+        "person_approver": user_services.is_approver_flag(user),
         "role_form": RoleForm(initial={"role": user_services.role_of(user) or "viewer"}),
         "tokens": user_services.user_tokens(user),
         "invite_url": invite_url,
@@ -185,6 +186,21 @@ def user_set_active(request: HttpRequest, pk: int) -> HttpResponse:
             _("%(name)s is deactivated: they cannot log in and their API tokens are refused.")
             % {"name": user.get_username()},
         )
+    return redirect("user_detail", pk=pk)
+
+
+@require_POST
+@require_role("admin")
+def user_set_approver(request: HttpRequest, pk: int) -> HttpResponse:
+    """Give or take the permission to approve change requests on protected agents."""
+    approver = request.POST.get("approver") == "1"
+    user = user_services.user_set_approver(actor=request.user, user=_user_or_404(pk), approver=approver)
+    messages.success(
+        request,
+        _("%(name)s may approve change requests.") % {"name": user.get_username()}
+        if approver
+        else _("%(name)s may no longer approve change requests.") % {"name": user.get_username()},
+    )
     return redirect("user_detail", pk=pk)
 
 

@@ -18,16 +18,20 @@ from agents import selectors, services
 from agents.errors import AgentError
 from agents.export import evidence_response
 from agents.forms import RunStartForm
-from agents.models import Agent, ModelConnection, Run
+from agents.models import Agent, ChangeRequest, ModelConnection, Run
 from agents.schemas import (
     AgentIn,
     AgentOut,
     AgentPatchIn,
+    ChangeRequestFilterIn,
+    ChangeRequestOut,
     IngestIn,
     IngestOut,
     ModelConnectionIn,
     ModelConnectionOut,
     ModelConnectionPatchIn,
+    ProtectionIn,
+    ReviewIn,
     RolloutIn,
     RolloutOut,
     RunAcceptedOut,
@@ -78,7 +82,90 @@ def update_agent(request: HttpRequest, agent_id: DbId, payload: AgentPatchIn) ->
     agent = get_or_404(Agent, "agent", pk=agent_id)
     changes = payload.dict(exclude_unset=True)
     revision = changes.pop("revision")
-    return _agent_save(request, agent, {**services.agent_values(agent), **changes}, revision=revision)
+    reason = changes.pop("change_reason", "") or ""
+    return services.agent_save_values(
+        actor=request.auth,
+        agent=agent,
+        values={**services.agent_values(agent), **changes},
+        revision=revision,
+        change_reason=reason,
+    )
+
+
+@router.put(
+    "/agents/{agent_id}/protection",
+    response={200: AgentOut, **error_responses(404)},
+    auth=ADMIN,
+    tags=AGENTS,
+)
+def set_protection(request: HttpRequest, agent_id: DbId, payload: ProtectionIn) -> Any:
+    """Protect the agent (its changes become change requests) and how many approvals they need (admin)."""
+    return services.agent_protect(
+        actor=request.auth,
+        agent=get_or_404(Agent, "agent", pk=agent_id),
+        protected=payload.protected,
+        approvals_required=payload.approvals_required,
+    )
+
+
+# --- Change requests (docs/governance.md) --------------------------------------------------------
+
+CHANGES = ["change requests"]
+
+
+@router.get(
+    "/change-requests",
+    response={200: list[ChangeRequestOut], **error_responses(404)},
+    auth=VIEWER,
+    tags=CHANGES,
+)
+def list_change_requests(request: HttpRequest, filters: Query[ChangeRequestFilterIn]) -> Any:
+    """Change requests (at most 200), pending first, newest first; ``?agent=`` and ``?state=`` narrow."""
+    agent = get_or_404(Agent, "agent", pk=filters.agent) if filters.agent is not None else None
+    found = selectors.change_request_list(agent=agent, state=filters.state or "")
+    return [selectors.change_request_view(r) for r in found.prefetch_related("reviews")[:200]]
+
+
+@router.get(
+    "/change-requests/{change_id}",
+    response={200: ChangeRequestOut, **error_responses(404)},
+    auth=VIEWER,
+    tags=CHANGES,
+)
+def get_change_request(request: HttpRequest, change_id: DbId) -> Any:
+    """One change request: action, payload, diff, reason, who asked, the reviews and the approvals counted."""
+    return selectors.change_request_view(get_or_404(ChangeRequest, "change request", pk=change_id))
+
+
+def _review(request: HttpRequest, change_id: DbId, decision: str, comment: str) -> Any:
+    change = get_or_404(ChangeRequest, "change request", pk=change_id)
+    change = services.change_request_review(
+        actor=request.auth, change_request=change, decision=decision, comment=comment
+    )
+    return selectors.change_request_view(change)
+
+
+@router.post(
+    "/change-requests/{change_id}/approve",
+    response={200: ChangeRequestOut, **error_responses(404, 409)},
+    auth=VIEWER,
+    tags=CHANGES,
+)
+def approve_change_request(request: HttpRequest, change_id: DbId, payload: ReviewIn) -> Any:
+    """Approve (an approver or admin, not the requester); the approval that makes the count applies it
+    (``state`` "applied"); a stale change is a 409 and nothing is recorded."""
+    return _review(request, change_id, "approve", payload.comment)
+
+
+@router.post(
+    "/change-requests/{change_id}/reject",
+    response={200: ChangeRequestOut, **error_responses(404, 409)},
+    auth=VIEWER,
+    tags=CHANGES,
+)
+def reject_change_request(request: HttpRequest, change_id: DbId, payload: ReviewIn) -> Any:
+    """Reject with a comment (an approver or admin, not the requester): the request ends, nothing changes."""
+    return _review(request, change_id, "reject", payload.comment)
 
 
 @router.delete("/agents/{agent_id}", response={204: None, **error_responses(404)}, auth=EDITOR, tags=AGENTS)
@@ -176,6 +263,7 @@ def set_rollout(request: HttpRequest, agent_id: DbId, payload: RolloutIn) -> Any
         chatbot_ids=payload.chatbot_ids,
         guard_error_percent=payload.guard_error_percent,
         guard_min_runs=payload.guard_min_runs,
+        change_reason=payload.change_reason,
     )
     return selectors.rollout_view(agent)
 
@@ -186,9 +274,15 @@ def set_rollout(request: HttpRequest, agent_id: DbId, payload: RolloutIn) -> Any
     auth=EDITOR,
     tags=AGENTS,
 )
-def promote_rollout(request: HttpRequest, agent_id: DbId) -> Any:
+def promote_rollout(
+    request: HttpRequest, agent_id: DbId, change_reason: str = Query("", max_length=2000)
+) -> Any:
     """The candidate becomes the agent's pinned version and the rollout ends (editor); 409 without one."""
-    agent = services.rollout_promote(actor=request.auth, agent=get_or_404(Agent, "agent", pk=agent_id))
+    agent = services.rollout_promote(
+        actor=request.auth,
+        agent=get_or_404(Agent, "agent", pk=agent_id),
+        change_reason=change_reason,
+    )
     return selectors.rollout_view(agent)
 
 
@@ -198,9 +292,15 @@ def promote_rollout(request: HttpRequest, agent_id: DbId) -> Any:
     auth=EDITOR,
     tags=AGENTS,
 )
-def rollback_rollout(request: HttpRequest, agent_id: DbId) -> Any:
+def rollback_rollout(
+    request: HttpRequest, agent_id: DbId, change_reason: str = Query("", max_length=2000)
+) -> Any:
     """End the rollout: every run gets the stable version again (editor); 409 without one."""
-    agent = services.rollout_rollback(actor=request.auth, agent=get_or_404(Agent, "agent", pk=agent_id))
+    agent = services.rollout_rollback(
+        actor=request.auth,
+        agent=get_or_404(Agent, "agent", pk=agent_id),
+        change_reason=change_reason,
+    )
     return selectors.rollout_view(agent)
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from core.errors import PendingApproval
+from rules.errors import RuleError
+
 
 class AgentError(Exception):
     """A write was refused; ``field`` names the form field at fault when there is one."""
@@ -14,6 +17,17 @@ class AgentError(Exception):
 
 class AgentConflictError(AgentError):
     """Refused because the object changed meanwhile or is in a state that forbids it (the API's 409)."""
+
+
+class ChangeRequested(PendingApproval, AgentError, RuleError):
+    """The agent is protected: the change became change request ``change_request_id`` and waits for
+    approval (nothing changed yet). An AgentError and a RuleError, so every route that shows a refused
+    agent change or publish shows this message too, and none can mistake it for a success."""
+
+    def __init__(self, message: str, *, change_request_id: int, url: str) -> None:
+        super().__init__(message)
+        self.change_request_id = change_request_id
+        self.url = url
 
 
 SERVED_LOST = (

@@ -16,7 +16,7 @@ from core import userinput
 from core.templatetags.llamon import status_label
 from core.userinput import FilterDateTimeField
 from llamon_agent import strictjson
-from rules.forms import TesterForm
+from rules.forms import TesterForm, change_reason_field
 from rules.models import RuleSetVersion
 from servers.models import McpServer
 
@@ -68,6 +68,7 @@ class AgentForm(forms.ModelForm):
         widget=forms.CheckboxSelectMultiple,
     )
     revision = forms.IntegerField(required=False, widget=forms.HiddenInput)
+    change_reason = change_reason_field()
 
     class Meta:
         model = Agent
@@ -269,10 +270,27 @@ class RolloutForm(forms.Form):
         label=_("Guard: after this many runs"),
         help_text=_("The guard judges the candidate once it has served this many runs."),
     )
+    change_reason = change_reason_field()
 
     def __init__(self, *args: Any, versions: list[Any], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.fields["version"].choices = [(v.number, f"v{v.number}") for v in versions]
+
+
+class ProtectForm(forms.Form):
+    """An admin marks the agent protected and how many approvals its changes need."""
+
+    protected = forms.BooleanField(required=False, label=_("Protected: changes need approval"))
+    approvals_required = forms.IntegerField(min_value=1, max_value=10, initial=1, label=_("Approvals needed"))
+
+
+class ReviewForm(forms.Form):
+    """Approve or reject a change request, with a comment."""
+
+    decision = forms.ChoiceField(choices=[("approve", _("Approve")), ("reject", _("Reject"))])
+    comment = forms.CharField(
+        required=False, max_length=2000, label=_("Comment"), widget=forms.Textarea(attrs={"rows": 2})
+    )
 
 
 class ShadowForm(forms.Form):

@@ -121,6 +121,12 @@ class Agent(models.Model):
         RuleSetVersion, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
 
+    # Change control (agents.services.changes, docs/governance.md): on a protected agent, what
+    # changes the version or the model it serves becomes a change request that needs this many
+    # approvals by people other than the requester.
+    protected = models.BooleanField(default=False)
+    approvals_required = models.PositiveSmallIntegerField(default=1)
+
     revision = models.PositiveIntegerField(default=1)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -130,6 +136,74 @@ class Agent(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class ChangeRequest(models.Model):
+    """A change to a protected agent waiting for approval: the action, its payload and its diff.
+
+    ``base_revision`` is the agent's revision when it was asked (and ``rule_set_revision`` the
+    draft's, for a publish): applying it after either moved on is refused. ``round`` counts the
+    requester's edits: only approvals given in the current round count.
+    """
+
+    class State(models.TextChoices):
+        PENDING = "pending", _("pending")
+        APPLIED = "applied", _("applied")
+        REJECTED = "rejected", _("rejected")
+        WITHDRAWN = "withdrawn", _("withdrawn")
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="change_requests")
+    action = models.CharField(max_length=40)
+    payload = OrderedJSONField(default=dict)
+    diff = OrderedJSONField(default=dict)
+    reason = models.TextField(blank=True)
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    requested_by_name = models.CharField(max_length=150, blank=True)
+    base_revision = models.PositiveIntegerField()
+    rule_set_revision = models.PositiveIntegerField(null=True, blank=True)
+    state = models.CharField(max_length=10, choices=State.choices, default=State.PENDING)
+    round = models.PositiveIntegerField(default=1)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [models.Index(fields=["state", "agent"], name="change_state_agent")]
+
+    def __str__(self) -> str:
+        return f"change request {self.pk} ({self.action} on {self.agent_id}, {self.state})"
+
+
+class ChangeReview(models.Model):
+    """One approval or rejection of a change request, with its comment (in the request's round)."""
+
+    class Decision(models.TextChoices):
+        APPROVE = "approve", _("approved")
+        REJECT = "reject", _("rejected")
+
+    change_request = models.ForeignKey(ChangeRequest, on_delete=models.CASCADE, related_name="reviews")
+    reviewer = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    reviewer_name = models.CharField(max_length=150, blank=True)
+    decision = models.CharField(max_length=8, choices=Decision.choices)
+    comment = models.TextField(blank=True)
+    round = models.PositiveIntegerField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["change_request", "reviewer", "round"], name="change_review_once_per_round"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.decision} of change request {self.change_request_id}"
 
 
 class Run(models.Model):

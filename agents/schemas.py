@@ -79,6 +79,9 @@ class AgentPatchIn(PatchIn):
     output_masks: list[Mask] | None = Field(None, max_length=3)
     max_iterations: int | None = Field(None, ge=1, le=50)
     answer_from_prestep: bool | None = None
+    change_reason: str | None = Field(
+        None, max_length=2000, description="Why, for the approvers, when the agent is protected"
+    )
 
 
 class AgentOut(ModelSchema):
@@ -106,6 +109,8 @@ class AgentOut(ModelSchema):
             "input_max_chars",
             "max_iterations",
             "answer_from_prestep",
+            "protected",
+            "approvals_required",
             "revision",
             "created_at",
             "updated_at",
@@ -417,6 +422,56 @@ class RolloutIn(Schema):
     guard_min_runs: int = Field(
         20, ge=1, le=100_000, description="...once the candidate has served this many runs"
     )
+    change_reason: str = Field(
+        "", max_length=2000, description="Why, for the approvers, when the agent is protected"
+    )
+
+
+class ProtectionIn(Schema):
+    """Whether the agent is protected and how many approvals its changes need (admin)."""
+
+    protected: bool
+    approvals_required: int = Field(1, ge=1, le=10)
+
+
+class ReviewIn(Schema):
+    comment: str = Field("", max_length=2000)
+
+
+class ChangeReviewOut(Schema):
+    reviewer: str
+    decision: Literal["approve", "reject"]
+    comment: str
+    round: int
+    current: bool = Field(description="Given since the requester's last edit (only these count)")
+    created_at: Any
+
+
+class ChangeRequestOut(Schema):
+    id: int
+    agent: int
+    agent_name: str
+    action: str = Field(
+        description="agent.update, rollout.set, rollout.promote, rollout.rollback, rule_set.publish"
+    )
+    state: Literal["pending", "applied", "rejected", "withdrawn"]
+    payload: dict[str, Any]
+    diff: dict[str, Any] = Field(description="fields: [{field, before, after}]; versions: {from, to, rows}")
+    reason: str
+    requested_by: str
+    created_at: Any
+    updated_at: Any
+    decided_at: Any = None
+    round: int
+    approvals: int
+    approvals_required: int
+    stale: str = Field(description="Why it can no longer be applied as asked ('' when it can)")
+    reviews: list[ChangeReviewOut]
+
+
+class ChangeRequestFilterIn(Schema):
+    agent: DbId | None = None
+    state: Literal["pending", "applied", "rejected", "withdrawn"] | None = None
 
 
 class RolloutServedOut(Schema):

@@ -9,11 +9,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Count, FilteredRelation, Q, QuerySet
+from django.db.models import Case, Count, FilteredRelation, Q, QuerySet, Value, When
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from agents.models import Agent, ModelConnection, Run, RunStep, WorkerHeartbeat
+from agents.changes import change_request_stale
+from agents.models import Agent, ChangeRequest, ChangeReview, ModelConnection, Run, RunStep, WorkerHeartbeat
 from agents.privacy import RUN_INPUT_FIELDS, redactor, redactor_active
 from core.models import ChainRecord
 from rules.models import RuleSetVersion
@@ -422,3 +423,52 @@ def agent_versions(agent: Agent) -> list[Any]:
     if agent.rule_set is None:
         return []
     return list(agent.rule_set.versions.order_by("-number").only("id", "number", "message", "created_at"))
+
+
+# --- Change requests ------------------------------------------------------------------------------
+
+
+def change_request_list(*, agent: Agent | None = None, state: str = "") -> QuerySet[ChangeRequest]:
+    """Change requests, newest first (pending first when no state is asked), of one agent or all."""
+    requests = ChangeRequest.objects.select_related("agent")
+    if agent is not None:
+        requests = requests.filter(agent=agent)
+    if state:
+        return requests.filter(state=state).order_by("-id")
+    pending_first = Case(When(state=ChangeRequest.State.PENDING, then=Value(0)), default=Value(1))
+    return requests.order_by(pending_first, "-id")
+
+
+def change_request_view(request: ChangeRequest) -> dict[str, Any]:
+    """A change request as its page and the API show it: reviews of the current round counted."""
+    reviews = list(request.reviews.all())
+    current = [r for r in reviews if r.round == request.round]
+    return {
+        "id": request.pk,
+        "agent": request.agent_id,
+        "agent_name": request.agent.name,
+        "action": request.action,
+        "state": request.state,
+        "payload": request.payload,
+        "diff": request.diff,
+        "reason": request.reason,
+        "requested_by": request.requested_by_name,
+        "created_at": request.created_at,
+        "updated_at": request.updated_at,
+        "decided_at": request.decided_at,
+        "round": request.round,
+        "approvals": sum(1 for r in current if r.decision == ChangeReview.Decision.APPROVE),
+        "approvals_required": request.agent.approvals_required,
+        "stale": change_request_stale(request) if request.state == ChangeRequest.State.PENDING else "",
+        "reviews": [
+            {
+                "reviewer": r.reviewer_name,
+                "decision": r.decision,
+                "comment": r.comment,
+                "round": r.round,
+                "current": r.round == request.round,
+                "created_at": r.created_at,
+            }
+            for r in reviews
+        ],
+    }

@@ -18,6 +18,11 @@ urlpatterns = [
         "<int:pk>/rollout/rollback", views.agent_rollout_end, {"action": "rollback"}, name="rollout_rollback"
     ),
     path("<int:pk>/shadow", views.agent_shadow_set, name="shadow_set"),
+    path("<int:pk>/protect", views.agent_protect, name="protect"),
+    path("changes/", views.change_list, name="change_list"),
+    path("changes/<int:pk>/", views.change_detail, name="change_detail"),
+    path("changes/<int:pk>/review", views.change_review, name="change_review"),
+    path("changes/<int:pk>/withdraw", views.change_withdraw, name="change_withdraw"),
     path("runs/", views.run_list, name="run_list"),
     path("runs/new", views.run_start, name="run_start"),
     path("runs/export", views.run_export, name="run_export"),

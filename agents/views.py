@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.contrib import messages
+from django.core.exceptions import PermissionDenied
 from django.http import HttpResponse, JsonResponse
 from django.http.response import HttpResponseBase
 from django.shortcuts import get_object_or_404, redirect, render
@@ -12,24 +13,26 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseStopPolling
 
-from accounts.roles import has_role, require_role
+from accounts.roles import has_role, is_approver, require_role
 from agents import selectors, services
 from agents import trace as traces
 from agents.checks import agent_model_problem
 from agents.compare import COMPARE_STEPS, compare_runs
-from agents.errors import AgentError, BrokerUnavailableError
+from agents.errors import AgentError, BrokerUnavailableError, ChangeRequested
 from agents.export import FORMATS, evidence_report, evidence_response
 from agents.forms import (
     AgentForm,
     ModelConnectionForm,
     PrivacyForm,
+    ProtectForm,
+    ReviewForm,
     RolloutForm,
     RunFilterForm,
     RunStartForm,
     ShadowForm,
 )
 from agents.graph_svg import flow_graph
-from agents.models import Agent, ModelConnection, Run
+from agents.models import Agent, ChangeRequest, ModelConnection, Run
 from agents.privacy import privacy_get
 from core.chain import chain_last_check
 from core.http import HtmxHttpRequest
@@ -61,7 +64,10 @@ def agent_edit(request: HtmxHttpRequest, pk: int | None = None) -> HttpResponse:
                 agent=form.save(commit=False),
                 react_servers=list(form.cleaned_data["react_servers"]),
                 revision=form.cleaned_data.get("revision"),
+                change_reason=form.cleaned_data.get("change_reason") or "",
             )
+        except ChangeRequested as exc:
+            return _change_requested(request, exc)
         except AgentError as exc:
             form.add_error(exc.field if exc.field in form.fields else None, exc.message)
         else:
@@ -72,8 +78,125 @@ def agent_edit(request: HtmxHttpRequest, pk: int | None = None) -> HttpResponse:
         "form": form,
         "agent": agent if pk else None,
         "model_problem": agent_model_problem(Agent.objects.get(pk=pk)) if pk else None,
+        "protect_form": ProtectForm(
+            initial={"protected": agent.protected, "approvals_required": agent.approvals_required}
+        ),
+        "pending_changes": selectors.change_request_list(agent=agent, state="pending").count() if pk else 0,
     }
     return render(request, "agents/agent_form.html", context, status=status)
+
+
+def _change_requested(request: HtmxHttpRequest, exc: ChangeRequested) -> HttpResponse:
+    """A protected agent's change became a change request: say so on its page."""
+    messages.info(request, exc.message)
+    return redirect(exc.url)
+
+
+@require_POST
+@require_role("admin")
+def agent_protect(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """Mark the agent protected (changes need approval) and how many approvals (admin)."""
+    agent = get_object_or_404(Agent, pk=pk)
+    form = ProtectForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, _("The number of approvals is from 1 to %(most)s.") % {"most": 10})
+        return redirect("agents:edit", pk=pk)
+    try:
+        agent = services.agent_protect(
+            actor=request.user,
+            agent=agent,
+            protected=form.cleaned_data["protected"],
+            approvals_required=form.cleaned_data["approvals_required"],
+        )
+    except AgentError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(
+            request,
+            _("Agent %(name)s is protected: its changes need %(n)s approval(s).")
+            % {"name": agent.name, "n": agent.approvals_required}
+            if agent.protected
+            else _("Agent %(name)s is no longer protected.") % {"name": agent.name},
+        )
+    return redirect("agents:edit", pk=pk)
+
+
+# --- Change requests ------------------------------------------------------------------------------
+
+
+@require_GET
+@require_role("viewer")
+def change_list(request: HtmxHttpRequest) -> HttpResponse:
+    """Change requests of every agent (or of ``?agent=``), pending first."""
+    agent_id = db_id(request.GET.get("agent")) if request.GET.get("agent") else None
+    agent = Agent.objects.filter(pk=agent_id).first() if agent_id is not None else None
+    requests = selectors.change_request_list(agent=agent)[:200]
+    return render(request, "agents/change_list.html", {"requests": requests, "agent": agent})
+
+
+def _change_page(
+    request: HtmxHttpRequest, change: ChangeRequest, *, form=None, status: int = 200
+) -> HttpResponse:
+    view = selectors.change_request_view(change)
+    mine = change.requested_by_id == request.user.pk
+    context = {
+        "change": change,
+        "view": view,
+        "form": form or ReviewForm(),
+        "can_review": view["state"] == "pending" and not mine and is_approver(request.user),
+        "can_withdraw": view["state"] == "pending" and (mine or has_role(request.user, "admin")),
+        "mine": mine,
+    }
+    return render(request, "agents/change_detail.html", context, status=status)
+
+
+@require_GET
+@require_role("viewer")
+def change_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """One change request: the diff, who asked and why, the approvals, approve or reject."""
+    return _change_page(request, get_object_or_404(ChangeRequest.objects.select_related("agent"), pk=pk))
+
+
+@require_POST
+@require_role("viewer")
+def change_review(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """Approve or reject with a comment (approvers and admins, not the requester; the service checks)."""
+    change = get_object_or_404(ChangeRequest.objects.select_related("agent"), pk=pk)
+    form = ReviewForm(request.POST)
+    if form.is_valid():
+        try:
+            change = services.change_request_review(
+                actor=request.user,
+                change_request=change,
+                decision=form.cleaned_data["decision"],
+                comment=form.cleaned_data["comment"],
+            )
+        except PermissionDenied as exc:
+            form.add_error(None, str(exc))
+            return _change_page(request, change, form=form, status=403)
+        except AgentError as exc:
+            form.add_error(None, exc.message)
+        else:
+            done = {
+                "applied": _("Approved: the change is applied."),
+                "rejected": _("Rejected: nothing changed."),
+            }.get(change.state, _("Approved: it waits for more approvals."))
+            messages.success(request, done)
+            return redirect("agents:change_detail", pk=pk)
+    return _change_page(request, change, form=form, status=400)
+
+
+@require_POST
+@require_role("editor")
+def change_withdraw(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    change = get_object_or_404(ChangeRequest, pk=pk)
+    try:
+        services.change_request_withdraw(actor=request.user, change_request=change)
+    except (AgentError, PermissionDenied) as exc:
+        messages.error(request, getattr(exc, "message", str(exc)))
+    else:
+        messages.success(request, _("Withdrawn: nothing changed."))
+    return redirect("agents:change_detail", pk=pk)
 
 
 # --- Model connections (admin) -------------------------------------------------------------------
@@ -519,7 +642,10 @@ def agent_rollout_set(request: HtmxHttpRequest, pk: int) -> HttpResponse:
                 chatbot_ids=form.cleaned_data["chatbot_ids"],
                 guard_error_percent=form.cleaned_data["guard_error_percent"],
                 guard_min_runs=form.cleaned_data["guard_min_runs"] or services.GUARD_MIN_RUNS,
+                change_reason=form.cleaned_data["change_reason"] or "",
             )
+        except ChangeRequested as exc:
+            return _change_requested(request, exc)
         except AgentError as exc:
             form.add_error(exc.field if exc.field in form.fields else None, exc.message)
         else:
@@ -545,7 +671,9 @@ def agent_rollout_end(request: HtmxHttpRequest, pk: int, action: str) -> HttpRes
     agent = _rollout_agent(pk)
     service = {"promote": services.rollout_promote, "rollback": services.rollout_rollback}[action]
     try:
-        agent = service(actor=request.user, agent=agent)
+        agent = service(actor=request.user, agent=agent, change_reason=request.POST.get("change_reason", ""))
+    except ChangeRequested as exc:
+        return _change_requested(request, exc)
     except AgentError as exc:
         messages.error(request, exc.message)
     else:

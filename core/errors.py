@@ -14,6 +14,15 @@ class DomainError(Exception):
         self.field = field
 
 
+class PendingApproval(Exception):
+    """Mixin of the exception a protected change raises: it was not applied but recorded as a change
+    request (``url``: its page; ``change_request_id``). Routes say so instead of showing an error:
+    the pages link to the request, the API answers 202, the MCP endpoint a tool error naming it."""
+
+    url: str = ""
+    change_request_id: int | None = None
+
+
 # What every route answers (503) while the database cannot be reached: the pages, the API, the
 # MCP endpoint. A transaction it broke was rolled back, so nothing was half-written.
 DATABASE_UNAVAILABLE = gettext_lazy(

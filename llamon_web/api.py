@@ -22,7 +22,7 @@ from ninja.errors import ValidationError as NinjaValidationError
 
 from accounts.api import router as accounts_router
 from agents.api import router as agents_router
-from agents.errors import AgentConflictError, AgentError, BrokerUnavailableError
+from agents.errors import AgentConflictError, AgentError, BrokerUnavailableError, ChangeRequested
 from core.api import FormInvalid
 from core.errors import DATABASE_UNAVAILABLE, DomainError
 from core.userinput import StrictParser, UserInputError
@@ -94,6 +94,17 @@ def _invalid_form(request: HttpRequest, exc: FormInvalid) -> HttpResponse:
 @api.exception_handler(DomainError)
 def _domain_error(request: HttpRequest, exc: DomainError) -> HttpResponse:
     return _error(request, 409 if isinstance(exc, StaleEditError) else 422, exc.message, field=exc.field)
+
+
+@api.exception_handler(ChangeRequested)
+def _change_requested(request: HttpRequest, exc: ChangeRequested) -> HttpResponse:
+    """A protected agent's change was recorded as a change request, not applied: 202 Accepted."""
+    body = {
+        "detail": exc.message,
+        "change_request": exc.change_request_id,
+        "url": f"/api/change-requests/{exc.change_request_id}",
+    }
+    return api.create_response(request, body, status=202)
 
 
 @api.exception_handler(AgentError)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import anyio
 from asgiref.sync import async_to_sync, sync_to_async
@@ -39,7 +39,15 @@ from accounts.roles import Role
 from accounts.token_services import token_authenticate
 from agents import api as agents_api
 from agents.errors import AgentError
-from agents.schemas import AgentOut, RunCreateIn, RunOut, RunStepOut
+from agents.schemas import (
+    AgentOut,
+    ChangeRequestFilterIn,
+    ChangeRequestOut,
+    ReviewIn,
+    RunCreateIn,
+    RunOut,
+    RunStepOut,
+)
 from core.api import DbId, FormInvalid
 from core.errors import DATABASE_UNAVAILABLE
 from llamon_agent import strictjson
@@ -231,6 +239,42 @@ async def get_run(run_id: Id, ctx: Context) -> dict[str, Any]:
         }
 
     return await _call(ctx, "viewer", read)
+
+
+@mcp.tool()
+async def list_change_requests(
+    ctx: Context,
+    agent: Id | None = None,
+    state: Literal["pending", "applied", "rejected", "withdrawn"] | None = None,
+) -> dict[str, Any]:
+    """Change requests on protected agents, pending first: action, diff, reason, approvals. (viewer)"""
+    filters = ChangeRequestFilterIn(agent=agent, state=state)
+    return await _call(
+        ctx,
+        "viewer",
+        lambda r: {"change_requests": _outs(ChangeRequestOut, agents_api.list_change_requests(r, filters))},
+    )
+
+
+@mcp.tool()
+async def get_change_request(change_id: Id, ctx: Context) -> dict[str, Any]:
+    """One change request: the action and payload, the diff, who asked and why, the reviews. (viewer)"""
+    return await _call(
+        ctx, "viewer", lambda r: _out(ChangeRequestOut, agents_api.get_change_request(r, change_id))
+    )
+
+
+@mcp.tool()
+async def review_change_request(
+    change_id: Id, decision: Literal["approve", "reject"], ctx: Context, comment: str = ""
+) -> dict[str, Any]:
+    """Approve or reject a change request with a comment (an approver or admin, not the requester); the
+    approval that makes the count applies the change. (viewer with the approver permission)"""
+    review = ReviewIn(comment=comment)
+    operation = (
+        agents_api.approve_change_request if decision == "approve" else agents_api.reject_change_request
+    )
+    return await _call(ctx, "viewer", lambda r: _out(ChangeRequestOut, operation(r, change_id, review)))
 
 
 # --- The HTTP endpoint -----------------------------------------------------------------------------

@@ -250,6 +250,17 @@ def _json_field(text: str, label: str, *, default: Any) -> Any:
         raise forms.ValidationError(f"{label}: {exc}.") from None
 
 
+def change_reason_field() -> forms.CharField:
+    """Why a change is asked, for its approvers (used when a protected agent makes it a change request)."""
+    return forms.CharField(
+        required=False,
+        max_length=2000,
+        label=_("Why (for the approvers)"),
+        help_text=_("On a protected agent this change waits for approval: say why it is needed."),
+        widget=forms.Textarea(attrs={"rows": 2}),
+    )
+
+
 class PublishForm(forms.Form):
     message = forms.CharField(
         required=False,
@@ -257,6 +268,7 @@ class PublishForm(forms.Form):
         widget=forms.TextInput(attrs={"placeholder": _("What changed and why")}),
     )
     revision = forms.IntegerField(required=False, widget=forms.HiddenInput)
+    reason = change_reason_field()
 
 
 class AuditFilterForm(forms.Form):

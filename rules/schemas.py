@@ -103,6 +103,9 @@ class ReorderIn(Schema):
 class PublishIn(Schema):
     message: str = Field("", max_length=500)
     revision: Revision | None = None
+    reason: str = Field(
+        "", max_length=2000, description="Why, for the approvers, when a protected agent serves the set"
+    )
 
 
 class RestoreIn(Schema):

@@ -33,14 +33,16 @@ def version_list(*, rule_set: RuleSet) -> QuerySet[RuleSetVersion]:
     return rule_set.versions.select_related("author").order_by("-number")
 
 
-def agents_following_latest(*, rule_set: RuleSet) -> list[str]:
-    """The agents that serve the rule set's latest published version: a publish is live for them at once.
+def agents_following_latest(*, rule_set: RuleSet, protected: bool | None = None) -> list[str]:
+    """The agents that serve the rule set's latest published version: a publish is live for them at once
+    (``protected``: only the protected ones, or only the others).
 
     Read through the reverse relation of the agents' rule set (rules imports nothing of agents).
     """
-    return list(
-        rule_set.agents.filter(rule_set_mode="latest").order_by("name").values_list("name", flat=True)
-    )
+    agents = rule_set.agents.filter(rule_set_mode="latest")
+    if protected is not None:
+        agents = agents.filter(protected=protected)
+    return list(agents.order_by("name").values_list("name", flat=True))
 
 
 def version_diff(*, old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.db import transaction
@@ -210,11 +211,38 @@ def _user(actor: Any) -> Any:
 # --- Versions ---------------------------------------------------------------------------------
 
 
-@transaction.atomic
+# Publish gates (dependency inversion: rules imports nothing of agents). Each is called with the
+# validated publish, in its transaction, before the version is written, and answers None (go on) or
+# an exception to raise once that transaction is committed: agents registers the one that turns a
+# publish a protected agent would serve into a change request (agents.services.changes).
+PUBLISH_GATES: list[Callable[..., Exception | None]] = []
+
+
+def publish_gate_register(gate: Callable[..., Exception | None]) -> None:
+    """Add a publish gate (once; called at app ready)."""
+    if gate not in PUBLISH_GATES:
+        PUBLISH_GATES.append(gate)
+
+
 def rule_set_publish(
-    *, actor: Any, rule_set: RuleSet, message: str = "", revision: int | None = None
+    *, actor: Any, rule_set: RuleSet, message: str = "", revision: int | None = None, reason: str = ""
 ) -> RuleSetVersion:
-    """Freeze the draft into the next immutable version (refused when nothing changed since the last)."""
+    """Freeze the draft into the next immutable version (refused when nothing changed since the last).
+
+    ``reason``: why, for the approvers when a gate turns the publish into a change request.
+    """
+    outcome = _rule_set_publish(
+        actor=actor, rule_set=rule_set, message=message, revision=revision, reason=reason
+    )
+    if isinstance(outcome, Exception):
+        raise outcome
+    return outcome
+
+
+@transaction.atomic
+def _rule_set_publish(
+    *, actor: Any, rule_set: RuleSet, message: str, revision: int | None, reason: str
+) -> RuleSetVersion | Exception:
     from core.content_hash import sha256
     from rules.engine import rule_set_snapshot, servers_by_id, snapshot_mcp_ids, tool_schema_hash
 
@@ -232,6 +260,17 @@ def rule_set_publish(
             _("Nothing changed since v%(number)s: the draft has the same content.")
             % {"number": latest.number}
         )
+    for gate in PUBLISH_GATES:
+        gated = gate(
+            actor=actor,
+            rule_set=rule_set,
+            message=message.strip(),
+            reason=reason,
+            content=content,
+            latest=latest,
+        )
+        if gated is not None:
+            return gated
     servers = servers_by_id(snapshot_mcp_ids(content)).values()
     version = RuleSetVersion.objects.create(
         rule_set=rule_set,

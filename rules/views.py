@@ -17,6 +17,7 @@ from django_htmx.http import HttpResponseClientRedirect, trigger_client_event
 
 from accounts.roles import has_role, require_role
 from core.chain import chain_last_check
+from core.errors import PendingApproval
 from core.http import HtmxHttpRequest
 from core.userinput import db_id
 from llamon_agent import strictjson
@@ -455,6 +456,7 @@ def version_list(request: HtmxHttpRequest, pk: int) -> HttpResponse:
             "versions": versions,
             "publish_form": PublishForm(initial={"revision": rule_set.revision}),
             "latest_agents": selectors.agents_following_latest(rule_set=rule_set),
+            "protected_agents": selectors.agents_following_latest(rule_set=rule_set, protected=True),
             "can_edit": has_role(request.user, "editor"),
         },
     )
@@ -468,6 +470,9 @@ def rule_set_publish(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     if form.is_valid():
         try:
             version = services.rule_set_publish(actor=request.user, rule_set=rule_set, **form.cleaned_data)
+        except PendingApproval as exc:  # a protected agent serves it: a change request, not a version
+            messages.info(request, str(exc))
+            return redirect(exc.url)
         except RuleError as exc:
             messages.error(request, exc.message)
         else:

@@ -9,7 +9,8 @@
 - ``connections``: the model connections admins define;
 - ``privacy``: the redaction and retention settings;
 - ``ingest``: runs of served agents and flows, posted as they happen;
-- ``rollout``: staged rollout and shadow mode.
+- ``rollout``: staged rollout and shadow mode;
+- ``changes``: protected agents' change requests, their review and their one application.
 """
 
 from __future__ import annotations
@@ -21,6 +22,11 @@ from agents.services.agents import (
     agent_save,
     agent_save_values,
     agent_values,
+)
+from agents.services.changes import (
+    agent_protect,
+    change_request_review,
+    change_request_withdraw,
 )
 from agents.services.connections import (
     CONNECTION_FIELDS,
@@ -105,6 +111,9 @@ __all__ = [
     "agent_save_values",
     "agent_values",
     "agent_delete",
+    "agent_protect",
+    "change_request_review",
+    "change_request_withdraw",
     "CONNECTION_FIELDS",
     "connection_save",
     "connection_values",

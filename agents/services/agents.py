@@ -13,8 +13,10 @@ from django.utils.translation import gettext as _
 from agents.errors import (
     AgentConflictError,
     AgentError,
+    ChangeRequested,
 )
 from agents.models import Agent, ModelConnection
+from agents.services.gate import change_gate, field_diff, gated_atomic
 from agents.services.rollout import rollout_keep
 from core.audit import audit_record
 from llamon_agent.prestep import DEFAULT_PRESTEP_INSTRUCTION
@@ -147,11 +149,29 @@ def _agent_apply(agent: Agent, values: Mapping[str, Any]) -> list[McpServer]:
 
 
 def agent_save_values(
-    *, actor: Any, agent: Agent, values: Mapping[str, Any], revision: int | None = None
+    *,
+    actor: Any,
+    agent: Agent,
+    values: Mapping[str, Any],
+    revision: int | None = None,
+    change_reason: str = "",
 ) -> Agent:
     """Create or update an agent from named values (the API's and the MCP endpoint's way in)."""
     react_servers = _agent_apply(agent, values)
-    return agent_save(actor=actor, agent=agent, react_servers=react_servers, revision=revision)
+    return agent_save(
+        actor=actor, agent=agent, react_servers=react_servers, revision=revision, change_reason=change_reason
+    )
+
+
+# What a protected agent changes only through an approved change request: what it serves and its model.
+GATED_FIELDS = (
+    "rule_set",
+    "rule_set_mode",
+    "pinned_version",
+    "model_provider",
+    "model_connection",
+    "model_name",
+)
 
 
 def _agent_validate(agent: Agent) -> None:
@@ -201,11 +221,20 @@ def _agent_validate(agent: Agent) -> None:
         raise AgentError(_("Maximum iterations must be between 1 and 50."), field="max_iterations")
 
 
-@transaction.atomic
+@gated_atomic
 def agent_save(
-    *, actor: Any, agent: Agent, react_servers: list[Any] | None = None, revision: int | None = None
-) -> Agent:
-    """Create or update an agent (validated, audited); a stale revision is refused."""
+    *,
+    actor: Any,
+    agent: Agent,
+    react_servers: list[Any] | None = None,
+    revision: int | None = None,
+    change_reason: str = "",
+) -> Agent | ChangeRequested:
+    """Create or update an agent (validated, audited); a stale revision is refused.
+
+    On a protected agent, a change of what it serves or of its model is a change request of the
+    whole edit (``change_reason``: why, for the approvers), applied once approved.
+    """
     creating = agent.pk is None
     before = None
     if not creating:
@@ -220,9 +249,31 @@ def agent_save(
         before = _agent_snapshot(current)
         agent.revision = current.revision + 1
         rollout_keep(agent, current)
+        # Protection is the admin's (agents.services.changes.agent_protect), never an edit's.
+        agent.protected, agent.approvals_required = current.protected, current.approvals_required
+        if current.protected and agent.rule_set_mode == Agent.RuleSetMode.DRAFT:
+            raise AgentError(
+                _("A protected agent serves published versions only: its draft is edited without approval."),
+                field="rule_set_mode",
+            )
     if Agent.objects.filter(name=agent.name).exclude(pk=agent.pk).exists():
         raise AgentError(_("An agent named %(name)r already exists.") % {"name": agent.name}, field="name")
     _agent_validate(agent)
+    if not creating and current.protected:
+        old_values, new_values = agent_values(current), agent_values(agent)
+        if react_servers is not None:
+            new_values["react_servers"] = [s.mcp_id for s in react_servers]
+        if any(old_values[f] != new_values[f] for f in GATED_FIELDS) and (
+            pending := change_gate(
+                actor=actor,
+                agent=current,
+                action="agent.update",
+                payload=new_values,
+                diff={"fields": field_diff(old_values, new_values)},
+                reason=change_reason,
+            )
+        ):
+            return pending
     agent.save()
     if react_servers is not None:
         agent.react_servers.set(react_servers)

@@ -13,8 +13,10 @@ from django.utils.translation import gettext as _
 from agents.errors import (
     AgentConflictError,
     AgentError,
+    ChangeRequested,
 )
 from agents.models import Agent
+from agents.services.gate import change_gate, field_diff, gated_atomic, ungated
 from core.audit import audit_record
 
 logger = logging.getLogger(__name__)
@@ -141,6 +143,17 @@ def rollout_stable(agent: Agent, candidate: Any) -> Any:
     return stable
 
 
+def _versions_diff(old: Any, new: Any) -> dict[str, Any]:
+    """What the change serves instead: the rule-by-rule diff from ``old`` to ``new`` (versions)."""
+    from rules.selectors import version_diff
+
+    return {
+        "from": f"v{old.number}" if old else "",
+        "to": f"v{new.number}",
+        "rows": version_diff(old=old.content if old else [], new=new.content),
+    }
+
+
 def rollout_keep(agent: Agent, current: Agent) -> None:
     """The agent form never changes the rollout or the shadow (their own services do): keep them."""
     for name in ROLLOUT_FIELDS:
@@ -177,7 +190,7 @@ def _agent_bump(agent: Agent, fields: list[str]) -> None:
     agent.save(update_fields=[*fields, "revision", "updated_at"])
 
 
-@transaction.atomic
+@gated_atomic
 def rollout_set(
     *,
     actor: Any,
@@ -187,7 +200,8 @@ def rollout_set(
     chatbot_ids: list[Any],
     guard_error_percent: int | None = GUARD_ERROR_PERCENT,
     guard_min_runs: int = GUARD_MIN_RUNS,
-) -> Agent:
+    change_reason: str = "",
+) -> Agent | ChangeRequested:
     """Start a staged rollout of ``version`` (or change the running one): a share of sessions and/or chatbots.
 
     The stable version is explicit: an agent following "latest" is pinned to the version served
@@ -227,6 +241,27 @@ def rollout_set(
         )
     chatbots = _chatbot_ids_clean(chatbot_ids)
     before = _rollout_state(agent)
+    proposed = {
+        **before,
+        "rollout_guard": [guard_error_percent, guard_min_runs],
+        "rule_set_mode": Agent.RuleSetMode.PINNED,
+        "pinned_version": stable.number if stable else None,
+        "rollout_version": version.number,
+        "rollout_percent": percent,
+        "rollout_chatbot_ids": chatbots,
+    }
+    payload = {
+        "version": version.number,
+        "percent": percent,
+        "chatbot_ids": chatbots,
+        "guard_error_percent": guard_error_percent,
+        "guard_min_runs": guard_min_runs,
+    }
+    diff = {"fields": field_diff(before, proposed), "versions": _versions_diff(stable, version)}
+    if pending := change_gate(
+        actor=actor, agent=agent, action="rollout.set", payload=payload, diff=diff, reason=change_reason
+    ):
+        return pending
     starting = agent.rollout_version_id is None or agent.rollout_version_id != version.pk
     agent.rollout_version, agent.rollout_percent, agent.rollout_chatbot_ids = version, percent, chatbots
     agent.rollout_guard_error_percent, agent.rollout_guard_min_runs = guard_error_percent, guard_min_runs
@@ -261,14 +296,24 @@ def _rollout_clear(agent: Agent) -> None:
     agent.rollout_started_at = None
 
 
-@transaction.atomic
-def rollout_promote(*, actor: Any, agent: Agent) -> Agent:
+@gated_atomic
+def rollout_promote(*, actor: Any, agent: Agent, change_reason: str = "") -> Agent | ChangeRequested:
     """The candidate becomes the agent's stable (pinned) version; the rollout ends."""
     agent = _locked_agent(agent)
     candidate = agent.rollout_version
     if candidate is None:
         raise AgentConflictError(_("Agent %(name)r has no rollout to promote.") % {"name": agent.name})
     before = _rollout_state(agent)
+    proposed = {**before, "pinned_version": candidate.number, "rollout_version": None, "rollout_percent": 0}
+    proposed["rollout_chatbot_ids"] = []
+    diff = {
+        "fields": field_diff(before, proposed),
+        "versions": _versions_diff(agent.pinned_version, candidate),
+    }
+    if pending := change_gate(
+        actor=actor, agent=agent, action="rollout.promote", payload={}, diff=diff, reason=change_reason
+    ):
+        return pending
     agent.rule_set_mode, agent.pinned_version = Agent.RuleSetMode.PINNED, candidate
     _rollout_clear(agent)
     _agent_bump(
@@ -288,13 +333,25 @@ def rollout_promote(*, actor: Any, agent: Agent) -> Agent:
     return agent
 
 
-@transaction.atomic
-def rollout_rollback(*, actor: Any, agent: Agent, reason: str = "") -> Agent:
-    """End the rollout: every run gets the stable (pinned) version again."""
+@gated_atomic
+def rollout_rollback(
+    *, actor: Any, agent: Agent, reason: str = "", change_reason: str = ""
+) -> Agent | ChangeRequested:
+    """End the rollout: every run gets the stable (pinned) version again (``reason``: the guard's)."""
     agent = _locked_agent(agent)
     if agent.rollout_version_id is None:
         raise AgentConflictError(_("Agent %(name)r has no rollout to roll back.") % {"name": agent.name})
     before = _rollout_state(agent)
+    proposed = {**before, "rollout_version": None, "rollout_percent": 0, "rollout_chatbot_ids": []}
+    if pending := change_gate(
+        actor=actor,
+        agent=agent,
+        action="rollout.rollback",
+        payload={},
+        diff={"fields": field_diff(before, proposed)},
+        reason=change_reason,
+    ):
+        return pending
     _rollout_clear(agent)
     _agent_bump(agent, ["rollout_version", "rollout_percent", "rollout_chatbot_ids", "rollout_started_at"])
     audit_record(
@@ -346,7 +403,8 @@ def rollout_guard_check(*, agent_id: int, version_id: int) -> bool:
         "threshold": threshold,
     }
     try:
-        rollout_rollback(actor=None, agent=agent, reason=reason)
+        with ungated():  # the guard acts for nobody, protected agent or not (audited as the system)
+            rollout_rollback(actor=None, agent=agent, reason=reason)
     except AgentConflictError:  # another worker's run rolled it back first
         return False
     logger.warning("agent %s: %s", agent.name, reason)

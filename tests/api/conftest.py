@@ -148,7 +148,13 @@ def sample(api_servers, make_user) -> dict[str, Any]:
     connection = ModelConnection.objects.create(
         name="sample-connection", base_url="http://127.0.0.1:9/v1", model_names=["m"]
     )
+    from agents.models import ChangeRequest
+
+    change = ChangeRequest.objects.create(  # already decided: reviewing it again is a 409
+        agent=agent, action="rollout.promote", base_revision=agent.revision, state="rejected"
+    )
     return {
+        "change": change,
         "author": author,
         "connection": connection,
         "server": api_servers["order-service"],

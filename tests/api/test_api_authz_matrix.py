@@ -105,6 +105,13 @@ EXPECTED: dict[str, tuple[str, int, bool]] = {
     "GET /api/impact/{analysis_id}": ("viewer", 200, False),
     # Coverage and health per rule: viewers read it.
     "GET /api/rule-sets/{rule_set_id}/health": ("viewer", 200, False),
+    # Change requests: viewers read them; reviewing needs the approver permission besides the role,
+    # checked by the service after the state: the sample request is already decided (409).
+    "GET /api/change-requests": ("viewer", 200, False),
+    "GET /api/change-requests/{change_id}": ("viewer", 200, False),
+    "POST /api/change-requests/{change_id}/approve": ("viewer", 409, False),
+    "POST /api/change-requests/{change_id}/reject": ("viewer", 409, False),
+    "PUT /api/agents/{agent_id}/protection": ("admin", 200, False),
     # The sample run is still queued: replaying it is refused (409) once the role is checked.
     "POST /api/runs/{run_id}/replay": ("editor", 409, False),
 }
@@ -129,6 +136,7 @@ def _request(key: str, sample: dict[str, Any], token_id: int) -> tuple[str, str,
         "agent_id": sample["agent"].pk,
         "connection_id": sample["connection"].pk,
         "run_id": sample["run"].pk,
+        "change_id": sample["change"].pk,
         "token_id": token_id,
         "analysis_id": _impact_id(rule_set) if "{analysis_id}" in template else 0,
     }
@@ -179,6 +187,9 @@ def _request(key: str, sample: dict[str, Any], token_id: int) -> tuple[str, str,
         },
         "PUT /api/agents/{agent_id}/rollout": {"version": sample["version"].number, "percent": 10},
         "PUT /api/agents/{agent_id}/shadow": {"version": sample["version"].number},
+        "PUT /api/agents/{agent_id}/protection": {"protected": True, "approvals_required": 2},
+        "POST /api/change-requests/{change_id}/approve": {"comment": "ok"},
+        "POST /api/change-requests/{change_id}/reject": {"comment": "no"},
         "POST /api/runs": {"agent": sample["agent"].pk, "query": "주문 조회"},
         "POST /api/runs/ingest": {"source": "served", "agent_name": "matrix", "request": {"query": "q"}},
         "POST /api/rule-sets/{rule_set_id}/impact": {"version": "draft", "days": 1},

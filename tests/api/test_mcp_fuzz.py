@@ -40,6 +40,9 @@ TOOLS = [
     "list_agents",
     "start_run",
     "get_run",
+    "list_change_requests",
+    "get_change_request",
+    "review_change_request",
 ]
 LEAKS = ("Traceback", "IntegrityError", "NOT NULL", "psycopg", "sqlite3", "OperationalError", "DataError")
 FUZZ = settings(

@@ -85,6 +85,12 @@ EXPECTED: dict[str, tuple[str, dict[str, int | str]]] = {
     "agents:rollout_promote": ("editor", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
     "agents:rollout_rollback": ("editor", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
     "agents:shadow_set": ("editor", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
+    # Change requests: viewers read; reviewing needs the approver permission (the service checks it).
+    "agents:protect": ("admin", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
+    "agents:change_list": ("viewer", {"anonymous": LOGIN, "viewer": 200, "editor": 200, "admin": 200}),
+    "agents:change_detail": ("viewer", {"anonymous": LOGIN, "viewer": 200, "editor": 200, "admin": 200}),
+    "agents:change_review": ("viewer", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
+    "agents:change_withdraw": ("editor", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
     "agents:connection_list": ("admin", {"anonymous": LOGIN, "viewer": 403, "editor": 403, "admin": 200}),
     "agents:connection_create": ("admin", {"anonymous": LOGIN, "viewer": 403, "editor": 403, "admin": 200}),
     "agents:connection_edit": ("admin", {"anonymous": LOGIN, "viewer": 403, "editor": 403, "admin": 200}),
@@ -109,6 +115,7 @@ EXPECTED: dict[str, tuple[str, dict[str, int | str]]] = {
     "user_detail": ("admin", {"anonymous": LOGIN, "viewer": 403, "editor": 403, "admin": 200}),
     "user_set_role": ("admin", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
     "user_set_active": ("admin", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
+    "user_set_approver": ("admin", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
     "user_invite": ("admin", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
     "user_token_revoke": ("admin", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
     "invite_accept": ("public", {"anonymous": 404, "viewer": 404, "editor": 404, "admin": 404}),
@@ -195,8 +202,17 @@ def sample_kwargs(make_user) -> dict[str, dict[str, object]]:
                 "agents:rollout_promote",
                 "agents:rollout_rollback",
                 "agents:shadow_set",
+                "agents:protect",
             ),
             {"pk": agent.pk},
+        )
+    )
+    from agents.models import ChangeRequest
+
+    change = ChangeRequest.objects.create(agent=agent, action="rollout.promote", base_revision=agent.revision)
+    kwargs.update(
+        dict.fromkeys(
+            ("agents:change_detail", "agents:change_review", "agents:change_withdraw"), {"pk": change.pk}
         )
     )
     kwargs.update(
@@ -225,7 +241,10 @@ def sample_kwargs(make_user) -> dict[str, dict[str, object]]:
     matrix_token = token_create(actor=author, name="matrix").token
     kwargs["token_revoke"] = {"pk": matrix_token.pk}
     kwargs.update(
-        dict.fromkeys(("user_detail", "user_set_role", "user_set_active", "user_invite"), {"pk": author.pk})
+        dict.fromkeys(
+            ("user_detail", "user_set_role", "user_set_active", "user_set_approver", "user_invite"),
+            {"pk": author.pk},
+        )
     )
     kwargs["user_token_revoke"] = {"pk": author.pk, "token_pk": matrix_token.pk}
     kwargs["invite_accept"] = {"secret": "x" * 43}

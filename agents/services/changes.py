@@ -1,0 +1,214 @@
+"""Change requests on protected agents: their review and their one application (the gate that
+records them: agents.services.gate; docs/governance.md).
+
+When enough approvers (other than the requester) approve, :func:`change_request_review` applies the
+change by calling the same service again, once: the request's row is locked and moved out of
+"pending" by a conditional UPDATE in the same transaction as the change itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+from accounts.roles import has_role, is_approver
+from agents.changes import change_request_stale
+from agents.errors import AgentConflictError, AgentError
+from agents.models import Agent, ChangeRequest, ChangeReview
+from agents.services.agents import agent_save_values
+from agents.services.gate import bounded, ungated
+from agents.services.rollout import rollout_promote, rollout_rollback, rollout_set
+from core.audit import audit_record
+from rules.models import RuleSet
+from rules.services import rule_set_publish
+
+MAX_COMMENT_CHARS = 2000
+MAX_APPROVALS = 10
+
+
+# --- Applying an approved change ---------------------------------------------------------------------
+
+
+def _apply_agent_update(actor: Any, agent: Agent, payload: dict[str, Any]) -> None:
+    agent_save_values(actor=actor, agent=agent, values=payload)
+
+
+def _version(agent: Agent, number: Any) -> Any:
+    version = agent.rule_set.versions.filter(number=number).first() if agent.rule_set else None
+    if version is None:
+        raise AgentError(_("The agent's rule set has no published version %(pinned)s.") % {"pinned": number})
+    return version
+
+
+def _apply_rollout_set(actor: Any, agent: Agent, payload: dict[str, Any]) -> None:
+    rollout_set(
+        actor=actor,
+        agent=agent,
+        version=_version(agent, payload["version"]),
+        percent=payload["percent"],
+        chatbot_ids=payload["chatbot_ids"],
+        guard_error_percent=payload["guard_error_percent"],
+        guard_min_runs=payload["guard_min_runs"],
+    )
+
+
+def _apply_rollout_promote(actor: Any, agent: Agent, payload: dict[str, Any]) -> None:
+    rollout_promote(actor=actor, agent=agent)
+
+
+def _apply_rollout_rollback(actor: Any, agent: Agent, payload: dict[str, Any]) -> None:
+    rollout_rollback(actor=actor, agent=agent)
+
+
+def _apply_publish(actor: Any, agent: Agent, payload: dict[str, Any]) -> None:
+    rule_set = RuleSet.objects.get(pk=payload["rule_set"])
+    rule_set_publish(actor=actor, rule_set=rule_set, message=payload.get("message", ""))
+
+
+APPLY: dict[str, Callable[[Any, Agent, dict[str, Any]], None]] = {
+    "agent.update": _apply_agent_update,
+    "rollout.set": _apply_rollout_set,
+    "rollout.promote": _apply_rollout_promote,
+    "rollout.rollback": _apply_rollout_rollback,
+    "rule_set.publish": _apply_publish,
+}
+
+
+def _apply(request: ChangeRequest) -> None:
+    request.agent = Agent.objects.select_for_update(of=("self",)).get(pk=request.agent_id)
+    if stale := change_request_stale(request):
+        raise AgentConflictError(stale)
+    with ungated():  # the requester's change, as they asked it (audited under their name)
+        APPLY[request.action](request.requested_by, request.agent, dict(request.payload))
+
+
+# --- Review ----------------------------------------------------------------------------------------
+
+
+def change_request_review(
+    *, actor: Any, change_request: ChangeRequest, decision: str, comment: str = ""
+) -> ChangeRequest:
+    """Approve or reject a pending change request (an approver or admin other than the requester).
+
+    The approval that makes the count applies the change in the same transaction; a rejection ends
+    the request and changes nothing. Approving a stale change is refused and records nothing.
+    """
+    if decision not in (ChangeReview.Decision.APPROVE, ChangeReview.Decision.REJECT):
+        raise AgentError(_("Approve or reject."), field="decision")
+    comment = bounded(comment, most=MAX_COMMENT_CHARS, field="comment")
+    with transaction.atomic():
+        request = (
+            ChangeRequest.objects.select_for_update(of=("self",))
+            .select_related("agent")
+            .get(pk=change_request.pk)
+        )
+        if request.state != ChangeRequest.State.PENDING:
+            raise AgentConflictError(
+                _("Change request #%(id)s is already %(state)s.")
+                % {"id": request.pk, "state": request.get_state_display()}
+            )
+        if not is_approver(actor):
+            raise PermissionDenied(
+                _("Approving or rejecting changes needs the approver permission (or admin).")
+            )
+        if request.requested_by_id == actor.pk:
+            raise PermissionDenied(_("You asked for this change: someone else must approve or reject it."))
+        if request.reviews.filter(reviewer=actor, round=request.round).exists():
+            raise AgentConflictError(_("You already reviewed this version of the change."))
+        ChangeReview.objects.create(
+            change_request=request,
+            reviewer=actor,
+            reviewer_name=actor.get_username(),
+            decision=decision,
+            comment=comment,
+            round=request.round,
+        )
+        approvals = request.reviews.filter(
+            round=request.round, decision=ChangeReview.Decision.APPROVE
+        ).count()
+        needed = request.agent.approvals_required
+        audit_record(
+            actor=actor,
+            action=f"change_request.{decision}",
+            obj=request,
+            after={"round": request.round, "comment": comment, "approvals": approvals, "needed": needed},
+        )
+        final = decision == ChangeReview.Decision.REJECT or approvals >= needed
+        state = (
+            ChangeRequest.State.REJECTED
+            if decision == ChangeReview.Decision.REJECT
+            else ChangeRequest.State.APPLIED
+        )
+        # The one transition out of "pending": only the transaction whose UPDATE changes the row acts.
+        moved = final and ChangeRequest.objects.filter(
+            pk=request.pk, state=ChangeRequest.State.PENDING, round=request.round
+        ).update(state=state, decided_at=timezone.now())
+        if moved and state == ChangeRequest.State.APPLIED:
+            _apply(request)
+            audit_record(
+                actor=actor,
+                action="change_request.apply",
+                obj=request,
+                after={"agent": request.agent.name, "action": request.action, "payload": request.payload},
+            )
+        request.refresh_from_db()
+    return request
+
+
+@transaction.atomic
+def change_request_withdraw(*, actor: Any, change_request: ChangeRequest) -> ChangeRequest:
+    """The requester (or an admin) withdraws a pending change request; audited."""
+    request = ChangeRequest.objects.select_for_update(of=("self",)).get(pk=change_request.pk)
+    if request.requested_by_id != getattr(actor, "pk", None) and not has_role(actor, "admin"):
+        raise PermissionDenied(_("Only the requester or an admin withdraws a change request."))
+    if request.state != ChangeRequest.State.PENDING:
+        raise AgentConflictError(
+            _("Change request #%(id)s is already %(state)s.")
+            % {"id": request.pk, "state": request.get_state_display()}
+        )
+    request.state, request.decided_at = ChangeRequest.State.WITHDRAWN, timezone.now()
+    request.save(update_fields=["state", "decided_at", "updated_at"])
+    audit_record(actor=actor, action="change_request.withdraw", obj=request, after={"state": request.state})
+    return request
+
+
+# --- Protection --------------------------------------------------------------------------------------
+
+
+@transaction.atomic
+def agent_protect(*, actor: Any, agent: Agent, protected: bool, approvals_required: int = 1) -> Agent:
+    """Mark an agent protected (or not) and how many approvals its changes need (admin); audited."""
+    if not has_role(actor, "admin"):
+        raise PermissionDenied(_("Protecting an agent needs the admin role."))
+    if (
+        isinstance(approvals_required, bool)
+        or not isinstance(approvals_required, int)
+        or not 1 <= approvals_required <= MAX_APPROVALS
+    ):
+        raise AgentError(
+            _("The number of approvals is from 1 to %(most)s.") % {"most": MAX_APPROVALS},
+            field="approvals_required",
+        )
+    agent = Agent.objects.select_for_update(of=("self",)).get(pk=agent.pk)
+    if protected and agent.rule_set_mode == Agent.RuleSetMode.DRAFT:
+        raise AgentError(
+            _(
+                "Agent %(name)r serves its rule set's draft, which is edited without approval: pin a published version or follow the latest one first."
+            )
+            % {"name": agent.name},
+            field="protected",
+        )
+    before = {"protected": agent.protected, "approvals_required": agent.approvals_required}
+    after = {"protected": bool(protected), "approvals_required": approvals_required}
+    if before == after:
+        return agent
+    agent.protected, agent.approvals_required = bool(protected), approvals_required
+    agent.revision += 1
+    agent.save(update_fields=["protected", "approvals_required", "revision", "updated_at"])
+    audit_record(actor=actor, action="agent.protect", obj=agent, before=before, after=after)
+    return agent

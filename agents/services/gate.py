@@ -1,0 +1,192 @@
+"""The gate of change control: every service that changes what a protected agent serves calls it.
+
+On a protected agent, the services that change what it serves (publishing a version it would
+serve, starting, changing, promoting or ending a rollout, changing its rule-set mode, pinned version
+or model) call :func:`change_gate` after validating the change and before writing it. The gate
+records a change request (or edits the requester's pending one of the same action, which resets
+its approvals) and the service raises :class:`agents.errors.ChangeRequested` once that is committed:
+the check is inside the services, so the pages, the API and the MCP endpoint all pass through it.
+Review and application: agents.services.changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from functools import wraps
+from typing import Any, ParamSpec, TypeVar
+
+from django.db import transaction
+from django.urls import reverse
+from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
+
+from agents.errors import AgentError, ChangeRequested
+from agents.models import Agent, ChangeRequest
+from core.audit import audit_record
+from rules.selectors import version_diff
+
+MAX_REASON_CHARS = 2000
+
+# Set while an approved change is applied (and by the rollout guard, which acts for nobody): the
+# services then act instead of asking again.
+_ungated: ContextVar[bool] = ContextVar("llamon_change_ungated", default=False)
+
+
+@contextmanager
+def ungated() -> Iterator[None]:
+    """Run the protected services without the gate (an approved change, the guard's roll back)."""
+    token = _ungated.set(True)
+    try:
+        yield
+    finally:
+        _ungated.reset(token)
+
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def gated_atomic(func: Callable[P, T | ChangeRequested]) -> Callable[P, T]:
+    """Run ``func`` in a transaction; when it answers a ChangeRequested (the change request it
+    recorded), commit that and raise it: the caller learns nothing was applied."""
+
+    @wraps(func)
+    def run(*args: P.args, **kwargs: P.kwargs) -> T:
+        with transaction.atomic():
+            outcome = func(*args, **kwargs)
+        if isinstance(outcome, ChangeRequested):
+            raise outcome
+        return outcome
+
+    return run
+
+
+def _user(actor: Any) -> Any:
+    return actor if getattr(actor, "is_authenticated", False) else None
+
+
+def bounded(text: Any, *, most: int, field: str) -> str:
+    if text is None:
+        return ""
+    if not isinstance(text, str):
+        raise AgentError(_("Write the text as text."), field=field)
+    text = text.strip()
+    if len(text) > most:
+        raise AgentError(
+            _("At most %(most)s characters, please (this has %(count)s).")
+            % {"most": f"{most:,}", "count": f"{len(text):,}"},
+            field=field,
+        )
+    if "\x00" in text:
+        raise AgentError(_("The text holds a NUL character."), field=field)
+    return text
+
+
+def field_diff(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The fields whose values differ, as rows {field, before, after}."""
+    return [
+        {"field": k, "before": before.get(k), "after": after.get(k)}
+        for k in dict.fromkeys([*before, *after])
+        if before.get(k) != after.get(k)
+    ]
+
+
+def change_gate(
+    *,
+    actor: Any,
+    agent: Agent,
+    action: str,
+    payload: dict[str, Any],
+    diff: dict[str, Any],
+    reason: str = "",
+    rule_set_revision: int | None = None,
+) -> ChangeRequested | None:
+    """None: go on and apply the change. Otherwise the change request was recorded (in the caller's
+    transaction) and the caller raises the answer once that transaction is committed."""
+    if not agent.protected or _ungated.get():
+        return None
+    reason = bounded(reason, most=MAX_REASON_CHARS, field="change_reason")
+    base = Agent.objects.values_list("revision", flat=True).get(pk=agent.pk)
+    user = _user(actor)
+    request = None
+    if user is not None:
+        request = (
+            ChangeRequest.objects.select_for_update()
+            .filter(agent=agent, action=action, state=ChangeRequest.State.PENDING, requested_by=user)
+            .first()
+        )
+    if request is not None:  # the requester edits their pending change: earlier approvals no longer count
+        before = {"round": request.round, "payload": request.payload, "reason": request.reason}
+        request.payload, request.diff, request.reason = payload, diff, reason
+        request.base_revision, request.rule_set_revision = base, rule_set_revision
+        request.round += 1
+        request.save()
+        audit_record(
+            actor=actor,
+            action="change_request.edit",
+            obj=request,
+            before=before,
+            after={"round": request.round, "payload": payload, "reason": reason},
+        )
+    else:
+        request = ChangeRequest.objects.create(
+            agent=agent,
+            action=action,
+            payload=payload,
+            diff=diff,
+            reason=reason,
+            requested_by=user,
+            requested_by_name=user.get_username() if user else "system",
+            base_revision=base,
+            rule_set_revision=rule_set_revision,
+        )
+        audit_record(
+            actor=actor,
+            action="change_request.create",
+            obj=request,
+            after={"agent": agent.name, "action": action, "payload": payload, "reason": reason},
+        )
+    needed = agent.approvals_required
+    message = ngettext(
+        "Agent %(name)r is protected: your change is change request #%(id)s and waits for %(n)s approval by someone else. Nothing changed yet.",
+        "Agent %(name)r is protected: your change is change request #%(id)s and waits for %(n)s approvals by others. Nothing changed yet.",
+        needed,
+    ) % {"name": agent.name, "id": request.pk, "n": needed}
+    return ChangeRequested(
+        message, change_request_id=request.pk, url=reverse("agents:change_detail", args=[request.pk])
+    )
+
+
+def publish_gate(
+    *, actor: Any, rule_set: Any, message: str, reason: str, content: list[Any], latest: Any
+) -> ChangeRequested | None:
+    """rules' publish gate (registered at app ready): a publish that a protected agent following
+    "latest" would serve at once is a change request on that agent (the one needing most approvals)."""
+    if _ungated.get():
+        return None
+    agent = (
+        Agent.objects.select_for_update(of=("self",))
+        .filter(rule_set=rule_set, rule_set_mode=Agent.RuleSetMode.LATEST, protected=True)
+        .order_by("-approvals_required", "name")
+        .first()
+    )
+    if agent is None:
+        return None
+    diff = {
+        "versions": {
+            "from": f"v{latest.number}" if latest else "",
+            "to": "draft",
+            "rows": version_diff(old=latest.content if latest else [], new=content),
+        }
+    }
+    return change_gate(
+        actor=actor,
+        agent=agent,
+        action="rule_set.publish",
+        payload={"rule_set": rule_set.pk, "message": message},
+        diff=diff,
+        reason=reason,
+        rule_set_revision=rule_set.revision,
+    )
