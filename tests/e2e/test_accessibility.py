@@ -67,6 +67,8 @@ PAGES: dict[str, Visit] = {
     "agents:connection_list": Visit(lambda o: "/agents/connections/"),
     "agents:connection_create": Visit(lambda o: "/agents/connections/new"),
     "agents:rollout": Visit(lambda o: f"/agents/{o['agent'].pk}/rollout"),
+    "agents:change_list": Visit(lambda o: "/agents/changes/"),
+    "agents:change_detail": Visit(lambda o: f"/agents/changes/{o['change'].pk}/"),
     "governance:impact_new": Visit(lambda o: f"/governance/rule-sets/{o['rule_set'].pk}/impact/"),
     "governance:rule_health": Visit(lambda o: f"/governance/rule-sets/{o['rule_set'].pk}/health/"),
     "users": Visit(lambda o: "/users/"),
@@ -111,6 +113,10 @@ EXCLUDED: dict[str, str] = {
     "agents:rollout_promote": "POST only",
     "agents:rollout_rollback": "POST only",
     "agents:shadow_set": "POST only",
+    "agents:protect": "POST only",
+    "agents:change_review": "POST only",
+    "agents:change_withdraw": "POST only",
+    "user_set_approver": "POST only",
     "agents:run_open_in_tester": "POST only (its result is the rule set editor, checked)",
     "agents:run_replay": "POST only",
     "governance:impact_start": "POST only",
@@ -219,6 +225,17 @@ def demo_objects(make_user) -> dict:
     first = rule_set.rules.order_by("position").first()
     rule_services.rule_move(actor=admin, rule=first, direction="down", revision=rule_set.revision)
     token_create(actor=admin, name="ci")
+    from agents.models import ChangeRequest
+
+    agent = Agent.objects.get(name="seed-demo")
+    change = ChangeRequest.objects.create(
+        agent=agent,
+        action="agent.update",
+        base_revision=agent.revision,
+        reason="Pin the version the audit signed off.",
+        requested_by_name="someone",
+        diff={"fields": [{"field": "rule_set_mode", "before": "latest", "after": "pinned"}]},
+    )
     runs = list(Run.objects.order_by("pk"))
     assert len(runs) >= 2 and all(r.finished for r in runs), [(r.pk, r.status) for r in runs]
     return {
@@ -226,7 +243,8 @@ def demo_objects(make_user) -> dict:
         "server": McpServer.objects.get(mcp_id="order-service"),
         "rule_set": rule_set,
         "rule": rule_set.rules.order_by("position").first(),
-        "agent": Agent.objects.get(name="seed-demo"),
+        "agent": agent,
+        "change": change,
         "runs": runs,
     }
 

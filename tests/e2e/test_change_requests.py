@@ -1,0 +1,62 @@
+"""Approvals in the browser: an editor's rollout on a protected agent waits for a second person."""
+
+from __future__ import annotations
+
+import pytest
+from django.conf import settings
+from django.test import Client
+
+from accounts.roles import approver_set
+from agents import services
+from agents.models import Agent
+from llamon_web.demo import SEED_RULES
+from rules import services as rule_services
+from tests.e2e.conftest import screenshot
+from tests.support.rule_sets import build_rule_set
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("demo_servers"),
+]
+
+
+def test_a_rollout_on_a_protected_agent_applies_once_a_second_person_approves(
+    page, logged_in, make_user, live_server
+) -> None:
+    rule_set = build_rule_set(None, "seed-rules", SEED_RULES)
+    v1 = rule_services.rule_set_publish(actor=None, rule_set=rule_set, message="v1")
+    agent = Agent.objects.create(
+        name="seed-demo", system_prompt="p", rule_set=rule_set, rule_set_mode="pinned", pinned_version=v1
+    )
+    rule = rule_set.rules.order_by("position").first()
+    rule_services.rule_update(actor=None, rule=rule, revision=rule.revision, description="v2 wording")
+    v2 = rule_services.rule_set_publish(actor=None, rule_set=rule_set, message="v2")
+    services.agent_protect(actor=make_user("admin"), agent=agent, protected=True, approvals_required=1)
+
+    logged_in("editor")
+    page.goto(f"/agents/{agent.pk}/rollout")
+    assert "protected" in page.inner_text("#rollout-protected")
+    page.select_option("#id_version", str(v2.number))
+    page.fill("#id_percent", "10")
+    page.fill("#id_change_reason", "v2 rewords the order lookup; impact analysis shows no changed calls")
+    page.click("#rollout-form button[type=submit]")
+    page.wait_for_selector("#change-state")
+    assert "change request #" in page.inner_text("main") and page.inner_text("#change-state") == "pending"
+    assert page.locator("#change-approve").count() == 0  # the requester cannot approve
+    assert Agent.objects.get(pk=agent.pk).rollout_version_id is None
+
+    approver = make_user("viewer")
+    approver_set(user=approver, approver=True)
+    client = Client()
+    client.force_login(approver)
+    cookie = client.cookies[settings.SESSION_COOKIE_NAME]
+    page.context.add_cookies([{"name": cookie.key, "value": cookie.value, "url": live_server.url}])
+    page.reload()
+    page.fill("#id_comment", "Checked the diff and the impact analysis.")
+    screenshot(page, "change-request")
+    page.click("#change-approve")
+    page.wait_for_selector("text=the change is applied")
+    assert page.inner_text("#change-state") == "applied"
+    agent.refresh_from_db()
+    assert (agent.rollout_version, agent.rollout_percent) == (v2, 10)
