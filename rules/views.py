@@ -455,7 +455,7 @@ def version_list(request: HtmxHttpRequest, pk: int) -> HttpResponse:
             "rule_set": rule_set,
             "versions": versions,
             "publish_form": PublishForm(initial={"revision": rule_set.revision}),
-            "latest_agents": selectors.agents_following_latest(rule_set=rule_set),
+            "latest_agents": selectors.agents_following_latest(rule_set=rule_set, protected=False),
             "protected_agents": selectors.agents_following_latest(rule_set=rule_set, protected=True),
             "can_edit": has_role(request.user, "editor"),
         },
