@@ -35,25 +35,30 @@ class RuleSetForm(forms.Form):
 class RuleForm(forms.Form):
     """One rule of the draft; `when` and `params` are compiled here so errors show inline."""
 
-    name = forms.CharField(max_length=100, widget=forms.TextInput(attrs=CODE))
-    description = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
+    # Labels: the error list under the form names the field with them.
+    name = forms.CharField(label=_("Name"), max_length=100, widget=forms.TextInput(attrs=CODE))
+    description = forms.CharField(
+        label=_("Description"), required=False, widget=forms.Textarea(attrs={"rows": 2})
+    )
     mcp_id = forms.CharField(label=_("Server"), max_length=64)
     tool_name = forms.CharField(
         label=_("Tool"), max_length=200, widget=forms.TextInput(attrs={**CODE, "list": "tool-options"})
     )
     when = forms.CharField(
+        label=_("When"),
         widget=forms.Textarea(attrs={**CODE, "rows": 3, "data-expr-editor": "when"}),
         help_text=_('Fires when true, e.g. "주문" in query'),
     )
     params = forms.CharField(
+        label=_("Params"),
         initial="{}",
         widget=forms.Textarea(attrs={**CODE, "rows": 3, "data-expr-editor": "params"}),
         help_text=_('A dict, e.g. {"query": query}'),
     )
     stop = forms.BooleanField(
-        required=False, help_text=_("When this rule fires, later rules are not evaluated.")
+        label=_("Stop"), required=False, help_text=_("When this rule fires, later rules are not evaluated.")
     )
-    enabled = forms.BooleanField(required=False, initial=True)
+    enabled = forms.BooleanField(label=_("Enabled"), required=False, initial=True)
     revision = forms.IntegerField(required=False, widget=forms.HiddenInput)
 
     def clean_name(self) -> str:

@@ -7,7 +7,7 @@ from django.contrib.auth import get_user_model
 
 from accounts.services import role_of
 from core.models import AuditEvent
-from tests.e2e.conftest import screenshot
+from tests.e2e.conftest import fill_expression, screenshot
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -133,5 +133,31 @@ def test_the_rule_set_editor_in_korean_keeps_the_seed_contract_strings(page, log
         page.goto(f"/rules/{rule_set.pk}/?rule={rule.pk}")
         page.click("#rule-form button.primary")
         page.get_by_text("규칙 route_order_lookup을(를) 저장했습니다.").wait_for()
+
+        # A bad expression: the editor marks it and says why in Korean, with the close name it meant.
+        when = page.locator(".expr-editor-host[data-expr-field='when']")
+        fill_expression(page, "when", '"주문" in ctx.qeury')
+        marked = when.locator(".cm-lintRange-error")
+        marked.wait_for()
+        marked.hover()
+        tooltip = when.locator(".cm-tooltip-lint")
+        tooltip.wait_for()
+        assert (
+            "1행 13열: 속성 'qeury'은(는) 쓸 수 없습니다. 'query'을(를) 뜻하셨나요?" in tooltip.inner_text()
+        )
+        screenshot(page, "korean-expression-error")
+        page.click("#rule-form button.primary")  # the form says the same, under the field
+        error = page.locator("#rule-errors li[data-field='when']")
+        error.wait_for()
+        assert (
+            "속성 'qeury'은(는) 쓸 수 없습니다" in error.inner_text()
+            and "not allowed" not in error.inner_text()
+        )
+
+        page.goto("/agents/new")
+        form = page.locator("main").inner_text()
+        for label in ["시스템 프롬프트", "규칙 세트 모드", "모델 제공자", "최대 반복 횟수", "출력 마스킹"]:
+            assert label in form, label
+        screenshot(page, "korean-agent-form")
     finally:
         rules_pool.web_pool_close()

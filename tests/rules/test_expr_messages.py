@@ -138,3 +138,4 @@ def test_the_rule_form_says_every_reason_in_korean(client, make_user, seed_rule_
         page = html.unescape(response.content.decode())
         assert response.status_code == 400 and expected in page, (field, value)
         assert " is not allowed" not in page and " has no tool" not in page, (field, value)
+        assert not re.findall(r"<strong>[A-Z][a-z ]+</strong>", page), (field, value)  # field names too
