@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llamon_agent.expr.errors import ExprError
-from llamon_agent.expr.limits import BUILTIN_NAMES, MAX_RULE_NAME_CHARS
+from llamon_agent.expr.limits import BUILTIN_NAMES, MAX_RULE_NAME_CHARS, MAX_SOURCE_CHARS
 from llamon_agent.expr.rules import check_rule_name, expression_rule
 from llamon_agent.mcp.spec import MCP_ID_RE
 
@@ -53,6 +53,7 @@ MAX_SOURCE_BYTES = 1024 * 1024  # a 40-function module is ~20 KB
 MAX_TREE_DEPTH = 100  # syntax-tree depth of the module
 MAX_TREE_NODES = 200_000
 MAX_LEAVES = 256  # returns reachable in one function once every if is unfolded
+MAX_STATEMENTS = 500  # statements in one routing function (the translation recurses on them)
 RULESET_FORMAT = "llamon-ruleset/1"
 
 _CTX_FIELDS = frozenset({"query", "context", "a2a_data", "a2a_files", "mcp_tools"})
@@ -162,6 +163,10 @@ class ToolsImport:
         }
 
 
+class _TooLong(Exception):
+    pass
+
+
 class _Refused(Exception):
     def __init__(self, node: ast.AST | int, code: str, detail: str, reason: str) -> None:
         self.line = node if isinstance(node, int) else getattr(node, "lineno", 0)
@@ -178,6 +183,12 @@ class _Piece:
     prec: int
     safe: bool  # evaluating it can never raise
     negated: _Piece | None = None  # this is ``not <negated>``
+
+    def __post_init__(self) -> None:
+        # Locals put in place can grow a text fast (b = a + a; c = b + b; ...): stop at the
+        # expression language's own cap, long before memory is at stake.
+        if len(self.text) > MAX_SOURCE_CHARS:
+            raise _TooLong
 
     def at(self, prec: int) -> str:
         """The text, in parentheses unless it binds at least as tightly as ``prec``."""
@@ -300,6 +311,11 @@ def _params(tree: _Tree, tool: str) -> _Piece | None:
     if a is None or b is None or a.text == b.text:
         return a or b
     return _ifexp(a, tree.cond, b)
+
+
+def _tools_of(tree: _Tree) -> list[str]:
+    """The tools the function returns, in the order of their first return."""
+    return list(dict.fromkeys(leaf.tool for leaf in _leaves(tree) if leaf.tool is not None))
 
 
 def _leaves(tree: _Tree) -> Iterator[_Leaf]:
@@ -602,15 +618,32 @@ def _function_rules(
     # The export writes description.strip() on one line; read it back unchanged. A docstring
     # written by hand is cleaned as help() shows it.
     description = (docstring or "").strip() if exported else inspect.cleandoc(docstring or "")
+    statements = sum(1 for n in ast.walk(fn) if isinstance(n, ast.stmt))
+    if statements > MAX_STATEMENTS:
+        raise _Refused(
+            fn, "too-long", str(MAX_STATEMENTS), f"the function has more than {MAX_STATEMENTS} statements"
+        )
     fx = _Function(module, fn, args.args[0].arg)
-    tree = fx.block(body, {}, 0)
-    tools = list(dict.fromkeys(leaf.tool for leaf in _leaves(tree) if leaf.tool is not None))
+    try:
+        tree = fx.block(body, {}, 0)
+        when_params = [(tool, _when(tree, tool), _params(tree, tool)) for tool in _tools_of(tree)]
+    except _TooLong:
+        raise _Refused(
+            fn,
+            "too-long",
+            str(MAX_SOURCE_CHARS),
+            f"the translated expression would be longer than {MAX_SOURCE_CHARS:,} characters",
+        ) from None
+    except RecursionError:  # pragma: no cover - bounded by MAX_TREE_DEPTH and MAX_STATEMENTS
+        raise _Refused(
+            fn, "too-complex", str(MAX_LEAVES), "the function is too complex to translate"
+        ) from None
+    tools = [tool for tool, _, _ in when_params]
     if not tools:
         raise _Refused(fn, "no-call", fn.name, "never returns a tool call, so there is no rule to make")
     rules: list[ImportedRule] = []
-    for tool in tools:
+    for tool, when, params in when_params:
         name = fn.name if len(tools) == 1 else _split_name(fn.name, tool, taken | {r.name for r in rules})
-        when, params = _when(tree, tool), _params(tree, tool)
         assert params is not None
         try:
             expression_rule(

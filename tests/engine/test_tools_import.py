@@ -315,6 +315,24 @@ def test_whole_file_errors_are_clear_and_bounded() -> None:
     assert exc.value.code == "tools-list"
 
 
+def test_functions_that_would_translate_to_huge_expressions_are_refused_quickly() -> None:
+    doubling = "".join(f"    v{i} = v{i - 1} + v{i - 1}\n" for i in range(1, 40))
+    many = "".join(f"    a{i} = ctx.context['k']\n" for i in range(600))
+    source = (
+        "from llamon_agent.tools import deterministic_tool\n"
+        "@deterministic_tool(mcp_id='kb')\n"
+        f"def grows(ctx):\n    v0 = ctx.query\n{doubling}    return {{'tool_name': 't', 'params': {{'q': v39}}}}\n"
+        "@deterministic_tool(mcp_id='kb')\n"
+        f"def long(ctx):\n{many}    return {{'tool_name': 't', 'params': {{}}}}\n"
+        "DETERMINISTIC_TOOLS = [grows, long]\n"
+    )
+    result = translate_tools_module(source)
+    assert [(u.function, u.code) for u in result.untranslatable] == [
+        ("grows", "too-long"),
+        ("long", "too-long"),
+    ]
+
+
 def test_the_module_is_never_run() -> None:
     # A module that would write a file when imported: parsing it must not.
     marker = ROOT / "var" / "tools-import-ran"
