@@ -120,6 +120,8 @@ class Untranslatable:
     code: str
     detail: str
     reason: str
+    # For code "expression": the checker's error, whose message id a user interface translates.
+    expr_error: ExprError | None = field(default=None, compare=False, repr=False)
 
     def __str__(self) -> str:
         return f"{self.file}:{self.line}: {self.function}: {self.reason}"
@@ -168,9 +170,11 @@ class _TooLong(Exception):
 
 
 class _Refused(Exception):
-    def __init__(self, node: ast.AST | int, code: str, detail: str, reason: str) -> None:
+    def __init__(
+        self, node: ast.AST | int, code: str, detail: str, reason: str, expr_error: ExprError | None = None
+    ) -> None:
         self.line = node if isinstance(node, int) else getattr(node, "lineno", 0)
-        self.code, self.detail, self.reason = code, detail, reason
+        self.code, self.detail, self.reason, self.expr_error = code, detail, reason, expr_error
         super().__init__(reason)
 
 
@@ -398,7 +402,7 @@ def translate_tools_module(source: str | bytes, *, filename: str = "app/tools.py
             rules = _function_rules(fn, module, enabled, taken)
         except _Refused as exc:
             result.untranslatable.append(
-                Untranslatable(name, filename, exc.line, exc.code, exc.detail, exc.reason)
+                Untranslatable(name, filename, exc.line, exc.code, exc.detail, exc.reason, exc.expr_error)
             )
             continue
         taken.update(r.name for r in rules)
@@ -655,6 +659,7 @@ def _function_rules(
                 "expression",
                 str(exc),
                 f"the expression checker refuses the result (locals put in place): {exc}",
+                expr_error=exc,
             ) from None
         rules.append(
             ImportedRule(

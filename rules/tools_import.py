@@ -20,6 +20,7 @@ from django.utils.translation import gettext_lazy
 from llamon_agent.tools_import import ToolsImport, ToolsImportError, Untranslatable, translate_tools_module
 from rules.errors import RuleError
 from rules.exporting import rule_set_import_json
+from rules.expr_messages import expr_text
 from rules.models import RuleSet
 
 # The translator's reasons by code, in the interface's language; ``detail`` is the name or the
@@ -101,7 +102,8 @@ class ToolsPreview:
 def untranslatable_message(item: Untranslatable) -> str:
     """``file:line: function: reason`` in the interface's language."""
     template = _REASONS.get(item.code)
-    reason = str(template) % {"detail": item.detail} if template is not None else item.reason
+    detail = expr_text(item.expr_error) if item.expr_error is not None else item.detail
+    reason = str(template) % {"detail": detail} if template is not None else item.reason
     return f"{item.file}:{item.line}: {item.function}: {reason}"
 
 

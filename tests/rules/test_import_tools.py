@@ -92,6 +92,9 @@ def test_errors_and_reasons_in_both_languages(editor) -> None:
         assert exc.value.message.startswith("1번째 줄: 올바른 Python 파일이 아닙니다")
         messages = [u["message"] for u in tools_py_preview(BANK).untranslatable]
         assert any("전역" in m and "VIP_CHATBOTS" in m for m in messages), messages
+        # The expression checker's own reason, in Korean too.
+        (nested,) = [m for m in messages if "parse_pdf" in m]
+        assert "표현식 검사기" in nested and "comprehensions cannot be nested" not in nested, nested
         with pytest.raises(RuleError, match="번역할 수 있는 함수가 없어"):
             rule_set_import_tools_py(actor=editor, source="DETERMINISTIC_TOOLS = []\n")
     messages = [u["message"] for u in tools_py_preview(BANK).untranslatable]
