@@ -18,7 +18,7 @@ from llamon_agent.prestep import RuleRecord, RuleStatus
 from llamon_agent.tools import AgentRequest
 from rules import engine
 from rules.cases import case_expected_from_outcome
-from rules.models import RuleSet
+from rules.models import RuleSet, RuleSetVersion
 from rules.pins import PinnedToolBackend
 
 TESTER_FIELDS = ("query", "context", "data", "files", "pinned")
@@ -40,6 +40,9 @@ class TesterResult:
     expected: dict[str, Any]  # what a regression case of this sample would expect
     backend: PinnedToolBackend | None  # set when executed
     edited: bool = False  # the unsaved edit changed what the draft does
+    # Testing a published version (the one that served a run): the draft's decisions that differ.
+    version: RuleSetVersion | None = None
+    draft_differs: list[dict[str, Any]] = field(default_factory=list)
 
     def explain(self, rules: Sequence[str]) -> dict[str, Any]:
         """Why each of these rules was skipped (or failed in its own `when`): the operand that said no."""
@@ -60,26 +63,66 @@ def tester_evaluate(
     draft: Mapping[str, Any] | None = None,
     original_name: str | None = None,
     pins: Sequence[Mapping[str, Any]] = (),
+    version: RuleSetVersion | None = None,
 ) -> TesterResult:
     """The pre-step of the rule set's draft on one sample, as every tester shows it.
+
+    ``version``: test that published version instead (the one that served a run opened in the
+    tester), with the draft beside it: ``draft_differs`` lists the rules the draft decides otherwise.
 
     ``draft`` is an unsaved rule edit (a RuleForm's cleaned data) replacing ``original_name`` (or
     appended). ``execute`` calls the tools, except the calls ``pins`` answer from recorded
     outputs. The proposed expectation always comes from a dry run: a case always runs dry, so it
     expects the calls, never a live tool's failure that no later dry run could reproduce."""
     saved = engine.rule_set_snapshot(rule_set)
-    snapshot = saved
+    draft_snapshot = saved
     if draft is not None:
-        snapshot = engine.apply_draft_edit(saved, dict(draft), original_name=original_name)
-    servers = engine.servers_by_id(engine.snapshot_mcp_ids(snapshot))
+        draft_snapshot = engine.apply_draft_edit(saved, dict(draft), original_name=original_name)
+    snapshot = list(version.content) if version is not None else draft_snapshot
+    servers = engine.servers_by_id(engine.snapshot_mcp_ids([*snapshot, *draft_snapshot]))
     dry = engine.evaluate(snapshot, sample, servers=servers, dry_run=True)
+    differs = []
+    if version is not None:
+        beside = engine.evaluate(draft_snapshot, sample, servers=servers, dry_run=True)
+        differs = decisions_differ(dry.outcome.records, beside.outcome.records)
     backend = None
     evaluation = dry
     if execute:
         backend = PinnedToolBackend(engine.live_backend(servers), pins, tools=engine.dry_backend(servers))
         evaluation = engine.evaluate(snapshot, sample, servers=servers, backend=backend, dry_run=False)
     expected = case_expected_from_outcome(dry.to_json())
-    return TesterResult(snapshot, servers, sample, evaluation, expected, backend, edited=snapshot != saved)
+    return TesterResult(
+        snapshot,
+        servers,
+        sample,
+        evaluation,
+        expected,
+        backend,
+        edited=draft_snapshot != saved,
+        version=version,
+        draft_differs=differs,
+    )
+
+
+def _decision(record: RuleRecord | None) -> dict[str, Any] | None:
+    """What a rule decided: the call (server, tool, params), or its status when it called nothing."""
+    if record is None:
+        return None
+    if record.status is RuleStatus.FIRED:
+        return {"call": f"{record.mcp_id}.{record.tool_name}", "params": record.params}
+    return {"status": str(record.status), "error": record.error}
+
+
+def decisions_differ(version: Sequence[RuleRecord], draft: Sequence[RuleRecord]) -> list[dict[str, Any]]:
+    """Per rule, in the version's order then the draft's new rules: where the two decide otherwise."""
+    mine = {r.rule: r for r in version}
+    theirs = {r.rule: r for r in draft}
+    rows = []
+    for name in dict.fromkeys([*mine, *theirs]):
+        a, b = _decision(mine.get(name)), _decision(theirs.get(name))
+        if a != b:
+            rows.append({"rule": name, "version": a, "draft": b, "sides": [a, b]})
+    return rows
 
 
 def _session_key(rule_set_pk: int) -> str:

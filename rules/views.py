@@ -378,7 +378,7 @@ def rule_set_test(request: HtmxHttpRequest, pk: int) -> HttpResponse:
             ) % {"fields": ", ".join(masked_left), "run": (origin or {}).get("run")}
             status = 422
         else:
-            context.update(_tester_results(request, rule_set, tester, execute=execute))
+            context.update(_tester_results(request, rule_set, tester, execute=execute, origin=origin))
     if request.htmx:
         return render(request, "rules/_tester_results.html", context, status=status)
     selected = _selected_rule(rule_set, request.POST.get("rule"))
@@ -386,8 +386,21 @@ def rule_set_test(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     return render(request, "rules/rule_set_editor.html", {**page, **context, "tested": True}, status=status)
 
 
+def _served_version(rule_set: RuleSet, origin: dict[str, Any] | None) -> RuleSetVersion | None:
+    """The published version that served the run the tester's inputs came from (None: the draft)."""
+    number = (origin or {}).get("version")
+    if not isinstance(number, int) or isinstance(number, bool):
+        return None
+    return rule_set.versions.filter(number=number).first()
+
+
 def _tester_results(
-    request: HtmxHttpRequest, rule_set: RuleSet, tester: TesterForm, *, execute: bool
+    request: HtmxHttpRequest,
+    rule_set: RuleSet,
+    tester: TesterForm,
+    *,
+    execute: bool,
+    origin: dict[str, Any] | None = None,
 ) -> dict:
     draft = original_name = draft_note = None
     if "rule-name" in request.POST and not _is_blank_new_rule(request.POST):
@@ -403,6 +416,7 @@ def _tester_results(
         draft=draft,
         original_name=original_name,
         pins=tester.cleaned_data.get("pinned") or [],
+        version=_served_version(rule_set, origin),
     )
     if result.edited:
         draft_note = _("Includes your unsaved edit of this rule.")
@@ -422,6 +436,8 @@ def _tester_results(
     pins = tester.cleaned_data.get("pinned") or []
     return {
         "evaluation": evaluation,
+        "tested_version": result.version,
+        "draft_differs": result.draft_differs,
         "outcome": evaluation.outcome,
         "execute": execute,
         "draft_note": draft_note,

@@ -399,4 +399,8 @@ def run_tester_inputs(*, run: Run, with_outputs: bool) -> tuple[dict[str, str], 
         "files": as_json(shown["a2a_files"]),
         "pinned": as_json(pins),
     }
-    return fields, {"run": run.pk, "masked": masked, "pinned": len(pins)}
+    # The version that served the run: the tester tests it (not the draft), the draft beside it.
+    served = run.rule_set_version
+    agent_set = run.agent.rule_set_id if run.agent else None
+    version = served.number if served is not None and served.rule_set_id == agent_set else None
+    return fields, {"run": run.pk, "masked": masked, "pinned": len(pins), "version": version}

@@ -143,3 +143,24 @@ def test_opening_is_a_post_and_another_user_does_not_see_it(viewer_client, run, 
     other = client.__class__()
     other.force_login(make_user("viewer"))
     assert "tester-origin" not in _editor(other, run)
+
+
+def test_a_run_served_by_an_older_version_is_tested_on_that_version_with_the_draft_beside(
+    viewer_client, run
+) -> None:
+    """Issue 28 point 4: the run was served by v1; the draft moved on and now skips the rule."""
+    rule_set = run.agent.rule_set
+    v1 = rule_services.rule_set_publish(actor=None, rule_set=rule_set)
+    Run.objects.filter(pk=run.pk).update(rule_set_version=v1, rule_set_ref="v1")
+    rule = rule_set.rules.get(name="route_order")
+    rule_services.rule_update(actor=None, rule=rule, revision=rule.revision, when='"환불" in query')
+    _open(viewer_client, run)
+    assert "served by v1" in _editor(viewer_client, run)
+    response = viewer_client.post(
+        reverse("rules:test", args=[rule_set.pk]), {"t-query": "주문 A-1001", "t-context": "{}"}, **HX
+    )
+    text = html_lib.unescape(response.content.decode())
+    assert f"Testing v1, the version that served run {run.pk}" in text
+    assert "get_order" in text.split('id="tester-outcome"')[1]  # v1's decision: it calls the tool
+    differs = text.split('id="tester-draft-differs"')[1].split("</table>")[0]
+    assert "order-service.get_order" in differs and "skipped" in differs  # v1 calls it, the draft skips
