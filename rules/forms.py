@@ -218,8 +218,23 @@ class TesterForm(forms.Form):
             try:
                 self._message = to_request(cleaned["data"])
             except A2AFormatError as exc:
-                self.add_error("data", f"Not a valid A2A message: {exc}")
+                self.add_error("data", _("Not a valid A2A message: %(reason)s") % {"reason": exc})
         return cleaned
+
+    def a2a_extracted(self) -> dict[str, Any] | None:
+        """What the pre-step takes from a pasted A2A message (None when none was pasted), for the
+        page to show: its query, context and parts, and whether the Query and Context boxes win."""
+        if self._message is None:
+            return None
+        message, data = self._message, self.cleaned_data
+        return {
+            "query": message.query,
+            "context": message.context,
+            "data_parts": len(message.a2a_data or []),
+            "file_parts": len(message.a2a_files or []),
+            "query_box_wins": bool(data.get("query")) and data.get("query") != message.query,
+            "context_box_keys": sorted(set(data.get("context") or {}) & set(message.context)),
+        }
 
     def to_request(self) -> AgentRequest:
         """The request the pre-step sees; a pasted A2A message goes through llamon_agent.a2a.to_request."""

@@ -452,6 +452,7 @@ def _tester_results(
         "pinned_count": len(backend.pinned_calls) if backend is not None else 0,
         "live_count": evaluation.outcome.calls - len(backend.pinned_calls) if backend is not None else 0,
         "pinned_json": json.dumps(pins, ensure_ascii=False) if pins else "",
+        "a2a_extracted": tester.a2a_extracted(),
     }
 
 

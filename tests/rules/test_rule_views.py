@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html as html_lib
 import json
 
 import pytest
@@ -203,6 +204,15 @@ def test_tester_accepts_a_whole_a2a_message_in_dataparts(viewer_client, rule_set
         reverse("rules:test", args=[rule_set.pk]), {"t-data": json.dumps(message)}, **HX
     ).content.decode()
     assert "status-fired" in html
+    # The page shows what it took from the message: its text, its contextId, its parts.
+    assert '<dd id="tester-a2a-query">주문 조회</dd>' in html
+    assert '"sessionId": "s-1"' in html_lib.unescape(html) and "1 DataParts, 0 FileParts" in html
+    html = viewer_client.post(
+        reverse("rules:test", args=[rule_set.pk]),
+        {"t-data": json.dumps(message), "t-query": "환불", "t-context": '{"sessionId": "mine"}'},
+        **HX,
+    ).content.decode()
+    assert "(the Query box wins)" in html and "(the Context box wins for sessionId)" in html
 
 
 def test_tester_without_javascript_renders_a_full_page(viewer_client, rule_set) -> None:
