@@ -217,3 +217,8 @@ def test_every_route_ends_in_a_change_request(protected, versions, author, appro
     assert "변경 요청" in page.content.decode() and "change-approve" in page.content.decode()
     response = viewer.post(reverse("agents:change_review", args=[publish.pk]), {"decision": "approve"})
     assert response.status_code == 302 and v1.rule_set.versions.count() == 3
+    # The page's edit applies as the whole edit it was.
+    assert _approve(approver, page_change).state == "applied"
+    agent = Agent.objects.get(pk=protected.pk)
+    assert (agent.rule_set_mode, agent.pinned_version) == ("pinned", v2)
+    assert AuditEvent.objects.get(action="agent.update").actor == author
