@@ -22,7 +22,6 @@ from pathlib import Path
 import pytest
 from hypothesis import settings as hypothesis_settings
 
-from tests.support import authz, rule_sets
 from tests.support.celery_publish import publishing_to
 from tests.support.http_stub import http_stubs
 
@@ -283,9 +282,11 @@ def _english_after_each_test() -> Iterator[None]:
     """A request in Korean leaves Korean active in its thread (LocaleMiddleware never resets it);
     the next test starts in the default language again."""
     yield
+    from django.conf import settings
     from django.utils import translation
 
-    translation.deactivate()
+    if settings.configured:  # not under `make test-engine` (pytest -p no:django)
+        translation.deactivate()
 
 
 @pytest.fixture
@@ -320,13 +321,14 @@ def demo_servers(db) -> dict:
     from django.utils import timezone
 
     from servers.models import McpServer
+    from tests.support.rule_sets import TOOLS  # the rules app: not for the engine's Django-free tests
 
     now = timezone.now()
     return {
         mcp_id: McpServer.objects.create(
             mcp_id=mcp_id, transport="http", url="http://127.0.0.1:9/mcp", tools=tools, tools_refreshed_at=now
         )
-        for mcp_id, tools in rule_sets.TOOLS.items()
+        for mcp_id, tools in TOOLS.items()
     }
 
 
@@ -340,6 +342,8 @@ def redis_publisher(redis_url: str) -> Iterator[str]:
 @pytest.fixture
 def sample_kwargs(make_user) -> dict[str, dict[str, object]]:
     """URL kwargs of real objects for the URL patterns that need them (tests/support/authz.py)."""
+    from tests.support import authz  # Django's URL resolver: not for the engine's Django-free tests
+
     return authz.sample_kwargs(make_user)
 
 
