@@ -44,7 +44,7 @@ from agents.schemas import (
     ShadowIn,
     ShadowOut,
 )
-from core.api import DbId, FormInvalid, error_responses, get_or_404
+from core.api import CHANGE_REQUESTED, DbId, FormInvalid, error_responses, get_or_404
 from llamon_agent.tools import AgentRequest
 from llamon_agent.trace import TraceEvent
 from rules.models import RuleSetVersion
@@ -75,7 +75,10 @@ def get_agent(request: HttpRequest, agent_id: DbId) -> Any:
 
 
 @router.patch(
-    "/agents/{agent_id}", response={200: AgentOut, **error_responses(404, 409)}, auth=EDITOR, tags=AGENTS
+    "/agents/{agent_id}",
+    response={200: AgentOut, **CHANGE_REQUESTED, **error_responses(404, 409)},
+    auth=EDITOR,
+    tags=AGENTS,
 )
 def update_agent(request: HttpRequest, agent_id: DbId, payload: AgentPatchIn) -> Any:
     """Change an agent (editor); absent fields keep their value; a stale ``revision`` is a 409."""
@@ -247,7 +250,7 @@ def get_rollout(request: HttpRequest, agent_id: DbId) -> Any:
 
 @router.put(
     "/agents/{agent_id}/rollout",
-    response={200: RolloutOut, **error_responses(404, 409)},
+    response={200: RolloutOut, **CHANGE_REQUESTED, **error_responses(404, 409)},
     auth=EDITOR,
     tags=AGENTS,
 )
@@ -270,7 +273,7 @@ def set_rollout(request: HttpRequest, agent_id: DbId, payload: RolloutIn) -> Any
 
 @router.post(
     "/agents/{agent_id}/rollout/promote",
-    response={200: RolloutOut, **error_responses(404, 409)},
+    response={200: RolloutOut, **CHANGE_REQUESTED, **error_responses(404, 409)},
     auth=EDITOR,
     tags=AGENTS,
 )
@@ -288,7 +291,7 @@ def promote_rollout(
 
 @router.post(
     "/agents/{agent_id}/rollout/rollback",
-    response={200: RolloutOut, **error_responses(404, 409)},
+    response={200: RolloutOut, **CHANGE_REQUESTED, **error_responses(404, 409)},
     auth=EDITOR,
     tags=AGENTS,
 )

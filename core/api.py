@@ -43,6 +43,18 @@ class PatchIn(Schema):
         return value
 
 
+class ChangeRequestedOut(Schema):
+    """202: the agent is protected, so the change was recorded as a change request, not applied."""
+
+    detail: str
+    change_request: int
+    url: str
+
+
+# The operations a protected agent turns into change requests (docs/governance.md) also answer this.
+CHANGE_REQUESTED = {202: ChangeRequestedOut}
+
+
 class ErrorOut(Schema):
     """Every 4xx answer: a sentence a person can act on, the field at fault, and the details."""
 

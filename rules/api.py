@@ -15,7 +15,7 @@ from django.http import Http404, HttpRequest
 from ninja import Query, Router, Status
 
 from accounts.api_auth import require_api_role, roles
-from core.api import DbId, FormInvalid, error_responses, get_or_404
+from core.api import CHANGE_REQUESTED, DbId, FormInvalid, error_responses, get_or_404
 from core.userinput import db_id
 from rules import cases, engine, exporting, selectors, services
 from rules.forms import RuleForm, TesterForm
@@ -240,7 +240,7 @@ def reorder_rules(request: HttpRequest, rule_set_id: DbId, payload: ReorderIn) -
 
 @router.post(
     "/rule-sets/{rule_set_id}/publish",
-    response={201: VersionOut, **error_responses(404, 409)},
+    response={201: VersionOut, **CHANGE_REQUESTED, **error_responses(404, 409)},
     auth=EDITOR,
     tags=SETS,
 )
