@@ -232,6 +232,9 @@ class RuleRecord:
     duration_ms: float | None = None
     error: str | None = None  # the short reason; PrestepOutcome.error holds the full message
     tool_exists: bool | None = None
+    # The expression's error when it has a message id (an ExprError, without its traceback): what an
+    # application needs to say ``error`` in its own language. Not part of to_json (runs stay as they are).
+    error_expr: Any = field(default=None, compare=False, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         """The record as a JSON-ready dict."""
@@ -501,7 +504,7 @@ class _PrestepRun:
         try:
             self._namespace(info.mcp_id)
         except Exception as exc:
-            self._fail(i, info, _reason(exc), traced=True)
+            self._fail(i, info, _reason(exc), traced=True, exc=exc)
             return True
         return False
 
@@ -533,7 +536,7 @@ class _PrestepRun:
                         ns = namespaces.get(mcp_id)
                         value = evaluate(rules[i], ns if ns is not None else self._namespace(mcp_id))
                 except Exception as exc:
-                    self._fail(i, info, _reason(exc), traced=True)
+                    self._fail(i, info, _reason(exc), traced=True, exc=exc)
                     failed, fired = True, False
                 else:
                     if value is None:  # a skip leaves no record: PrestepOutcome.records infers it
@@ -635,6 +638,7 @@ class _PrestepRun:
         tool_exists: bool | None = None,
         duration: float | None = None,
         traced: bool = False,
+        exc: BaseException | None = None,
     ) -> None:
         """Record rule ``i``'s error; the first error of the pre-step becomes the outcome's."""
         self.evaluated[i] = RuleRecord(
@@ -646,6 +650,7 @@ class _PrestepRun:
             duration_ms=duration,
             error=reason,
             tool_exists=tool_exists,
+            error_expr=_expr_error_copy(exc),
         )
         if self.error is None:
             self.error = full if full is not None else f"{PRESTEP_FAILED}: {info.name}: {reason}"
@@ -805,6 +810,12 @@ def _tool_name(tool: Any) -> str:
     if isinstance(tool, Mapping):
         return str(tool.get("name", ""))
     return str(getattr(tool, "name", ""))
+
+
+def _expr_error_copy(exc: BaseException | None) -> Any:
+    """An expression error with a message id, without its traceback (None for anything else)."""
+    moved = getattr(exc, "moved", None)
+    return moved() if moved is not None and getattr(exc, "msg_id", None) else None
 
 
 def _reason(exc: BaseException) -> str:

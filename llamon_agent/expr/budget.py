@@ -33,6 +33,7 @@ from llamon_agent.expr.helpers import (
     regex_size,
 )
 from llamon_agent.expr.limits import MAX_INT, MAX_PATTERN_CHARS, SORT_KEYS
+from llamon_agent.expr.messages import Message as M
 
 # Caps bound what one operation may build; they cannot bound how often an expression repeats
 # work (a comprehension runs its body up to MAX_ITER_ITEMS times, a 4,000-character expression
@@ -110,16 +111,10 @@ class CostMeter:
         return self.request_budget - self.pool
 
     def exceeded(self) -> None:
-        raise CostBudgetExceeded(
-            f"cost budget of {self.expr_budget:,} units exceeded: the expression does too much work "
-            "(see the cost table in docs/expressions.md)"
-        )
+        raise CostBudgetExceeded(M("run.budget", limit=f"{self.expr_budget:,}"))
 
     def request_exceeded(self) -> None:
-        raise CostBudgetExceeded(
-            f"request cost budget of {self.request_budget:,} units exceeded: the rules evaluated "
-            "before this one did too much work together"
-        )
+        raise CostBudgetExceeded(M("run.request_budget", limit=f"{self.request_budget:,}"))
 
 
 def _charge(meter: CostMeter, cost: int) -> None:
@@ -188,7 +183,7 @@ def _m_add(meter: CostMeter, left: Any, right: Any) -> Any:
     if kind in _PLAIN_NUMBERS and type(right) in _PLAIN_NUMBERS:  # constant cost, the node's 1
         value = left + right
         if type(value) is int and not -MAX_INT <= value <= MAX_INT:
-            raise ExprError("the integer result is too large (the limit is 64 bits)")
+            raise ExprError(M("run.int_too_large"))
         return value
     if kind is type(right):
         if kind is str:
@@ -295,7 +290,7 @@ def _sort_key_cost(namespace_key: Any, weight: int) -> int:
         return weight
     if namespace_key in (_str, int, float):
         return weight * (READ_CHARS_PER_UNIT // BUILT_CHARS_PER_UNIT)
-    raise ExprError(f"key= can be one of {', '.join(SORT_KEYS)}")
+    raise ExprError(M("expr.sort_key", keys=", ".join(SORT_KEYS)))
 
 
 def _items_weight(meter: CostMeter, items: Any) -> int:
@@ -342,7 +337,7 @@ def _m_convert(builtin: Any) -> Any:
         _charge(meter, _weight(args, meter))
         value = builtin(*args, **kwargs)
         if type(value) is int and not -MAX_INT <= value <= MAX_INT:
-            raise ExprError("the integer result is too large (the limit is 64 bits)")
+            raise ExprError(M("run.int_too_large"))
         return value
 
     return metered

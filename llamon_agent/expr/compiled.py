@@ -44,37 +44,38 @@ def _position(src: _Source, tb: types.TracebackType | None) -> tuple[int | None,
     return None, None
 
 
-def _runtime_reason(exc: BaseException) -> str:
+def _runtime_reason(exc: BaseException) -> M:
+    """A Python failure inside an expression, as a message (Python's own text stays its detail)."""
     if isinstance(exc, KeyError):
         key = exc.args[0] if exc.args else None
-        return f"key {key!r} is missing; use .get({key!r}) for optional keys"
+        return M("run.key_missing", key=repr(key))
     if isinstance(exc, IndexError):
-        return f"{exc}; check len() first"
+        return M("run.index", detail=exc)
     if isinstance(exc, ZeroDivisionError):
-        return "division by zero"
+        return M("run.zero_division")
     if isinstance(exc, RecursionError):
-        return "the data is nested too deeply"
+        return M("run.data_nested")
     if isinstance(exc, MemoryError):
-        return "out of memory"
+        return M("run.out_of_memory")
     if isinstance(exc, AttributeError):
-        return f"{exc}"
+        return M("run.attribute", detail=exc)
     if isinstance(exc, TypeError):
-        return f"wrong type: {exc}"
+        return M("run.wrong_type", detail=exc)
     if isinstance(exc, ValueError):
         if "integer string conversion" in str(exc):
-            return "the number has too many digits"  # the Python hint about sys.* means nothing here
-        return f"wrong value: {exc}"
+            return M("run.too_many_digits")  # the Python hint about sys.* means nothing here
+        return M("run.wrong_value", detail=exc)
     if isinstance(exc, OverflowError):
-        return f"number too large: {exc}"
-    return f"{type(exc).__name__}: {exc}"
+        return M("run.overflow", detail=exc)
+    return M("run.other", kind=type(exc).__name__, detail=exc)
 
 
 class _NotJson(Exception):
     """A params value JSON cannot carry; the path to it is collected on the way out."""
 
-    def __init__(self, template: str) -> None:
-        super().__init__(template)
-        self.template = template  # "{path}" marks where the path goes
+    def __init__(self, msg_id: str, **params: object) -> None:
+        super().__init__(msg_id)
+        self.msg_id, self.params = msg_id, params  # the message's "path" is added on the way out
         self.path: list[str] = []
 
 
@@ -87,17 +88,17 @@ def _json_value(value: Any, depth: int, budget: list[int]) -> Any:
         budget[0] -= 4
     elif kind is float:
         if not math.isfinite(value):
-            raise _NotJson(f"{{path}} is {value}, which JSON cannot carry")
+            raise _NotJson("params.not_json_value", value=value)
         budget[0] -= 4
     elif kind is dict or kind is list or kind is tuple:
         if depth > 2 * MAX_DEPTH:
-            raise _NotJson("{path} is nested too deeply")
+            raise _NotJson("params.too_deep")
         budget[0] -= 2
         if kind is dict:
             out: dict[str, Any] = {}
             for key, item in value.items():
                 if type(key) is not str:
-                    raise _NotJson(f"the key {key!r} in {{path}} is not a text; keys must be texts")
+                    raise _NotJson("params.key_not_text", key=repr(key))
                 budget[0] -= len(key) + 3
                 try:
                     out[key] = _json_value(item, depth + 1, budget)
@@ -115,7 +116,7 @@ def _json_value(value: Any, depth: int, budget: list[int]) -> Any:
                     raise
             value = items
     else:
-        raise _NotJson(f"{{path}} is a {_type_name(value)}, which JSON cannot carry")
+        raise _NotJson("params.not_json_type", type=_type_name(value))
     if budget[0] < 0:
         raise ExprError(M("expr.params_too_large", limit=f"{MAX_DATA_BYTES:,}"))
     return value
@@ -132,7 +133,7 @@ def _params(value: Any, namespace: dict[str, Any]) -> dict[str, Any]:
         params: dict[str, Any] = _json_value(value, 0, budget)
     except _NotJson as exc:
         path = "params" + "".join(reversed(exc.path))
-        raise ExprError("params: " + exc.template.replace("{path}", path)) from None
+        raise ExprError(M(exc.msg_id, path=path, **exc.params)) from None
     if budget[0] < MAX_DATA_BYTES - _FREE_COPY_BYTES:
         # A big copy, charged to the request (ExpressionRule); one copy is capped by MAX_DATA_BYTES.
         namespace[_METER].left -= 1 + (MAX_DATA_BYTES - budget[0]) // BUILT_CHARS_PER_UNIT

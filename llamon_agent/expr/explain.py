@@ -31,6 +31,7 @@ from llamon_agent.expr.checker import _parse
 from llamon_agent.expr.compiled import _NO_HINTS, CompiledExpr, _own
 from llamon_agent.expr.errors import ExprError, _Source
 from llamon_agent.expr.guard import _compile
+from llamon_agent.expr.messages import Message as M
 
 
 @dataclass
@@ -42,6 +43,8 @@ class Part:
     value: bool | None = None  # its truth value; None when short-circuit never reached it
     error: str | None = None  # the evaluation failed on this operand (its ExprError, as text)
     children: list[Part] = field(default_factory=list)
+    # That ExprError (message id and params), not in to_json nor in comparisons.
+    error_expr: ExprError | None = field(default=None, compare=False, repr=False)
 
     def lines(self, depth: int = 0) -> Iterator[tuple[int, Part]]:
         """The parts in reading order with their nesting depth (the root is depth 0)."""
@@ -133,7 +136,7 @@ def explain_when(source: str, namespace: dict[str, Any]) -> Explanation:
     evaluating is not raised: it is in ``Explanation.error`` and on the operand that failed.
     """
     if not isinstance(source, str):
-        raise ExprError("the expression must be text")
+        raise ExprError(M("expr.not_text"))
     root_node, static_cost, query_reads = _prepared(source)
     meter = namespace[_METER]
     # The whole expression's static cost first, as ExpressionRule.evaluate_ns charges it.
@@ -152,6 +155,7 @@ def _fill(node: _Node, part: Part, namespace: dict[str, Any]) -> None:
             part.value = bool(node.expr.run(namespace))
         except ExprError as exc:
             part.error = str(exc)
+            part.error_expr = exc.moved()
             raise _Failed(exc) from None
         return
     if node.op == "not":
@@ -160,7 +164,8 @@ def _fill(node: _Node, part: Part, namespace: dict[str, Any]) -> None:
         try:
             _fill(node.children[0], child, namespace)
         except _Failed:
-            part.error = "an operand failed"
+            part.error_expr = ExprError(M("explain.operand_failed"))
+            part.error = part.error_expr.reason
             raise
         part.value = not child.value
         return
@@ -175,7 +180,8 @@ def _fill(node: _Node, part: Part, namespace: dict[str, Any]) -> None:
         try:
             _fill(child_node, child, namespace)
         except _Failed:
-            part.error = "an operand failed"
+            part.error_expr = ExprError(M("explain.operand_failed"))
+            part.error = part.error_expr.reason
             part.children.extend(_not_reached(c) for c in node.children[i + 1 :])
             raise
         if child.value == stop_on:

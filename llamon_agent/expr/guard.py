@@ -16,6 +16,7 @@ from llamon_agent.expr.budget import (
 from llamon_agent.expr.errors import ExprError
 from llamon_agent.expr.hints import _is_tool_names, _query_ref
 from llamon_agent.expr.limits import _FILENAME, _GUARDED_METHODS
+from llamon_agent.expr.messages import Message as M
 
 
 def _meter_name(like: ast.AST) -> ast.Name:
@@ -294,8 +295,8 @@ def _compile(
             warnings.simplefilter("ignore")  # compile-time SyntaxWarnings would only reach the log
             code = compile(module, _FILENAME, "exec", dont_inherit=True)
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
-        raise ExprError(f"the expression cannot be compiled: {exc}") from None
+        raise ExprError(M("expr.cannot_compile_detail", detail=exc)) from None
     for const in code.co_consts:
         if isinstance(const, types.CodeType) and const.co_name == name:
             return const, nodes, guard.scans, guard.metered
-    raise ExprError("the expression cannot be compiled")  # pragma: no cover - compile() always emits it
+    raise ExprError(M("expr.cannot_compile"))  # pragma: no cover - compile() always emits it

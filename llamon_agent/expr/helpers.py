@@ -18,14 +18,15 @@ from llamon_agent.expr.limits import (
     MAX_RESULT_CHARS,
     MAX_RESULT_ITEMS,
 )
+from llamon_agent.expr.messages import Message as M
 from llamon_agent.expr.view import _CtxView
 
 
 def _words(helper: str, words: Any) -> Iterable[str]:
     if isinstance(words, str):
-        raise ExprError(f'{helper}(text, words): words must be a list such as ["a", "b"], not a text')
+        raise ExprError(M("run.words_text", helper=helper))
     if not isinstance(words, (list, tuple, set, frozenset)):
-        raise ExprError(f"{helper}(text, words): words must be a list of texts, not {_type_name(words)}")
+        raise ExprError(M("run.words_type", helper=helper, type=_type_name(words)))
     for word in words:
         if not isinstance(word, str):
             raise _word_error(helper, word)
@@ -35,14 +36,14 @@ def _words(helper: str, words: Any) -> Iterable[str]:
 def _text(helper: str, text: Any) -> str | None:
     if text is None or isinstance(text, str):
         return text
-    raise ExprError(f"{helper}: the text must be a text or None, not {_type_name(text)}")
+    raise ExprError(M("run.text_type", helper=helper, type=_type_name(text)))
 
 
 _WORD_CONTAINERS = (list, tuple, set, frozenset)
 
 
 def _word_error(helper: str, word: Any) -> ExprError:
-    return ExprError(f"{helper}(text, words): every word must be a text, not {_type_name(word)}")
+    return ExprError(M("run.word_type", helper=helper, type=_type_name(word)))
 
 
 def contains_any(text: str | None, words: Iterable[str]) -> bool:
@@ -258,12 +259,12 @@ def check_regex(pattern: Any) -> None:
     if pattern in _RE_CACHE or pattern in _RE_CHECKED:
         return
     if not isinstance(pattern, str):
-        raise ExprError(f"a regular expression must be a text, not {_type_name(pattern)}")
+        raise ExprError(M("run.regex_type", type=_type_name(pattern)))
     failed = _RE_FAILED.get(pattern)
     if failed is not None:
         raise ExprError(failed)
     if len(pattern) > MAX_PATTERN_CHARS:
-        raise ExprError(f"the regular expression is longer than {MAX_PATTERN_CHARS:,} characters")
+        raise ExprError(M("run.regex_too_long", limit=f"{MAX_PATTERN_CHARS:,}"))
     size = regex_size(pattern)
     if size > MAX_REGEX_SIZE:
         _refuse(pattern, _too_large(pattern, size))
@@ -292,7 +293,7 @@ def _too_large(pattern: str, size: int) -> str:
 
 def _regex(pattern: Any) -> Any:
     if not isinstance(pattern, str):
-        raise ExprError(f"a regular expression must be a text, not {_type_name(pattern)}")
+        raise ExprError(M("run.regex_type", type=_type_name(pattern)))
     compiled = _RE_CACHE.get(pattern)
     if compiled is not None:
         return compiled
@@ -300,14 +301,14 @@ def _regex(pattern: Any) -> Any:
     if failed is not None:
         raise ExprError(failed)
     if len(pattern) > MAX_PATTERN_CHARS:
-        raise ExprError(f"the regular expression is longer than {MAX_PATTERN_CHARS:,} characters")
+        raise ExprError(M("run.regex_too_long", limit=f"{MAX_PATTERN_CHARS:,}"))
     size = regex_size(pattern)
     if size > MAX_REGEX_SIZE:
         _refuse(pattern, _too_large(pattern, size))
     allowance = _ALLOWANCE.get()
     if allowance is not None:
         if allowance[0] < size:
-            raise ExprError("this request has compiled as many new regular expressions as it may")
+            raise ExprError(M("run.regex_quota"))
         allowance[0] -= size
     try:
         compiled = re2.compile(pattern, _RE_OPTIONS)
@@ -348,7 +349,7 @@ def re_find(pattern: str, text: str | None, group: int | str = 0) -> str | None:
     try:
         return cast(str | None, match.group(group))  # re2 ships no type information
     except (IndexError, KeyError, TypeError):
-        raise ExprError(f"re_find: the pattern {pattern!r} has no group {group!r}") from None
+        raise ExprError(M("run.regex_group", pattern=repr(pattern), group=repr(group))) from None
 
 
 def _data_get(parts: Any, key: Any, default: Any = None) -> Any:
@@ -365,7 +366,7 @@ _NUMBERS = frozenset({int, float, bool})
 
 def _number(value: Any) -> Any:
     if type(value) is int and not -MAX_INT <= value <= MAX_INT:
-        raise ExprError("the integer result is too large (the limit is 64 bits)")
+        raise ExprError(M("run.int_too_large"))
     return value
 
 
@@ -375,66 +376,66 @@ def _add(left: Any, right: Any) -> Any:
         return _number(left + right)
     if lt is str and rt is str:
         if len(left) + len(right) > MAX_RESULT_CHARS:
-            raise ExprError(f"the text would be longer than {MAX_RESULT_CHARS:,} characters")
+            raise ExprError(M("run.text_too_long", limit=f"{MAX_RESULT_CHARS:,}"))
         return left + right
     if (lt is list and rt is list) or (lt is tuple and rt is tuple):
         if len(left) + len(right) > MAX_RESULT_ITEMS:
-            raise ExprError(f"the list would have more than {MAX_RESULT_ITEMS:,} items")
+            raise ExprError(M("run.list_too_long", limit=f"{MAX_RESULT_ITEMS:,}"))
         return left + right
-    raise ExprError(f"cannot add {_type_name(left)} and {_type_name(right)}")
+    raise ExprError(M("run.cannot_add", left=_type_name(left), right=_type_name(right)))
 
 
 def _mul(left: Any, right: Any) -> Any:
     if type(left) in _NUMBERS and type(right) in _NUMBERS:
         return _number(left * right)
     if isinstance(left, (str, list, tuple)) or isinstance(right, (str, list, tuple)):
-        raise ExprError("repeating a text or list with * is not allowed")
-    raise ExprError(f"cannot multiply {_type_name(left)} and {_type_name(right)}")
+        raise ExprError(M("run.repeat"))
+    raise ExprError(M("run.cannot_multiply", left=_type_name(left), right=_type_name(right)))
 
 
 def _mod(left: Any, right: Any) -> Any:
     if type(left) in _NUMBERS and type(right) in _NUMBERS:
         return _number(left % right)
     if isinstance(left, str):
-        raise ExprError('% formatting is not allowed; use an f-string such as f"order {query}"')
-    raise ExprError(f"cannot compute {_type_name(left)} % {_type_name(right)}")
+        raise ExprError(M("run.percent_format"))
+    raise ExprError(M("run.cannot_mod", left=_type_name(left), right=_type_name(right)))
 
 
 def _join(sep: Any, *args: Any, **kwargs: Any) -> str:
     if type(sep) is not str:
-        raise ExprError(f"{_type_name(sep)} has no method join()")
+        raise ExprError(M("run.no_join", type=_type_name(sep)))
     if len(args) != 1 or kwargs:
-        raise ExprError("join() takes one argument: the list of texts")
+        raise ExprError(M("run.join_args"))
     items = args[0]
     if not isinstance(items, (list, tuple, set, frozenset, str, dict, types.GeneratorType)):
-        raise ExprError(f"join() needs a list of texts, not {_type_name(items)}")
+        raise ExprError(M("run.join_list", type=_type_name(items)))
     parts = list(items)  # a generator here comes from a comprehension, already capped
     if len(parts) > MAX_RESULT_ITEMS:
-        raise ExprError(f"join() was given more than {MAX_RESULT_ITEMS:,} items")
+        raise ExprError(M("run.join_too_many", limit=f"{MAX_RESULT_ITEMS:,}"))
     size = len(sep) * max(len(parts) - 1, 0)
     for part in parts:
         if type(part) is not str:
-            raise ExprError(f"join() needs texts, got {_type_name(part)}")
+            raise ExprError(M("run.join_texts", type=_type_name(part)))
         size += len(part)
     if size > MAX_RESULT_CHARS:
-        raise ExprError(f"the text would be longer than {MAX_RESULT_CHARS:,} characters")
+        raise ExprError(M("run.text_too_long", limit=f"{MAX_RESULT_CHARS:,}"))
     return sep.join(parts)
 
 
 def _replace(text: Any, *args: Any, **kwargs: Any) -> str:
     if type(text) is not str:
-        raise ExprError(f"{_type_name(text)} has no method replace()")
+        raise ExprError(M("run.no_replace", type=_type_name(text)))
     if kwargs or len(args) not in (2, 3):
-        raise ExprError("replace() takes the old text, the new text and optionally a count")
+        raise ExprError(M("run.replace_args"))
     old, new = args[0], args[1]
     count = args[2] if len(args) == 3 else -1
     if type(old) is not str or type(new) is not str or type(count) is not int:
-        raise ExprError("replace(old, new, count): old and new must be texts, count a number")
+        raise ExprError(M("run.replace_types"))
     hits = len(text) + 1 if old == "" else text.count(old)
     if count >= 0:
         hits = min(hits, count)
     if len(text) + hits * (len(new) - len(old)) > MAX_RESULT_CHARS:
-        raise ExprError(f"the text would be longer than {MAX_RESULT_CHARS:,} characters")
+        raise ExprError(M("run.text_too_long", limit=f"{MAX_RESULT_CHARS:,}"))
     return text.replace(old, new, count)
 
 
@@ -468,9 +469,9 @@ def _check_text_size(value: Any) -> int:
         elif item is None or kind is int or kind is float or kind is bool:
             left -= 4
         else:  # a function or any other live object would print its name and a heap address
-            raise ExprError("only data (text, numbers, true/false, None, lists, dicts) can become text")
+            raise ExprError(M("run.only_data_text"))
         if left < 0:
-            raise ExprError(f"the text would be longer than {MAX_RESULT_CHARS:,} characters")
+            raise ExprError(M("run.text_too_long", limit=f"{MAX_RESULT_CHARS:,}"))
     return 1 + 8 * visited + (MAX_RESULT_CHARS - left) // 4  # a Python walk, then formatting
 
 
@@ -495,7 +496,7 @@ def _ascii(value: Any) -> str:
     _check_text_size(value)
     text = ascii(value)
     if len(text) > MAX_RESULT_CHARS:  # escapes can make it up to 10x longer than the estimate
-        raise ExprError(f"the text would be longer than {MAX_RESULT_CHARS:,} characters")
+        raise ExprError(M("run.text_too_long", limit=f"{MAX_RESULT_CHARS:,}"))
     return text
 
 
@@ -504,7 +505,7 @@ def _fstr(*parts: str) -> str:
     for part in parts:
         size += len(part)
     if size > MAX_RESULT_CHARS:
-        raise ExprError(f"the text would be longer than {MAX_RESULT_CHARS:,} characters")
+        raise ExprError(M("run.text_too_long", limit=f"{MAX_RESULT_CHARS:,}"))
     return "".join(parts)
 
 
@@ -512,21 +513,22 @@ def _iter(values: Any) -> Any:
     try:
         size = len(values)
     except TypeError:
-        hint = "; use `or []` when it may be missing" if values is None else ""
-        raise ExprError(f"cannot loop over {_type_name(values)}{hint}") from None
+        if values is None:
+            raise ExprError(M("run.loop_none")) from None
+        raise ExprError(M("run.cannot_loop", type=_type_name(values))) from None
     if size > MAX_ITER_ITEMS:
-        raise ExprError(f"cannot loop over more than {MAX_ITER_ITEMS:,} items")
+        raise ExprError(M("run.loop_too_many", limit=f"{MAX_ITER_ITEMS:,}"))
     return values
 
 
 def _sum(values: Any, start: Any = 0) -> Any:
     """sum(): numbers only (the builtin would also concatenate lists, quadratically)."""
     if type(start) not in _NUMBERS:
-        raise ExprError("sum() adds numbers only")
+        raise ExprError(M("run.sum_numbers"))
     total = start
     for value in values:
         if type(value) not in _NUMBERS:
-            raise ExprError(f"sum() adds numbers only, got {_type_name(value)}")
+            raise ExprError(M("run.sum_type", type=_type_name(value)))
         total += value
     return _number(total)
 
@@ -536,5 +538,5 @@ def _round(number: Any, ndigits: Any = None) -> Any:
     if ndigits is None:
         return round(number)
     if type(ndigits) is not int or abs(ndigits) > 100:
-        raise ExprError("round(number, ndigits): ndigits must be a whole number between -100 and 100")
+        raise ExprError(M("run.round_digits"))
     return round(number, ndigits)

@@ -15,6 +15,7 @@ from llamon_agent.expr.budget import (
 from llamon_agent.expr.errors import ExprError, _type_name
 from llamon_agent.expr.guard import IN_LOWERED, IN_QUERY, LOWERED
 from llamon_agent.expr.limits import MAX_DATA_BYTES, MAX_QUERY_CHARS
+from llamon_agent.expr.messages import Message as M
 from llamon_agent.expr.view import _Budget, _CtxView, _plain
 from llamon_agent.tools import DeterministicContext
 
@@ -31,11 +32,11 @@ def plain_request(ctx: DeterministicContext) -> PlainRequest:
     if type(query) is not str:
         query = "" if query is None else str(query)
     if len(query) > MAX_QUERY_CHARS:
-        raise ExprError(f"the query is longer than {MAX_QUERY_CHARS:,} characters")
+        raise ExprError(M("run.query_too_long", limit=f"{MAX_QUERY_CHARS:,}"))
     budget = _Budget(MAX_DATA_BYTES)
     context = {} if ctx.context is None else _plain(ctx.context, budget)
     if type(context) is not dict:
-        raise ExprError(f"ctx.context must be a dict, not {_type_name(context)}")
+        raise ExprError(M("run.context_type", type=_type_name(context)))
     a2a_data = None if ctx.a2a_data is None else _plain(list(ctx.a2a_data), budget)
     a2a_files = None if ctx.a2a_files is None else _plain(list(ctx.a2a_files), budget)
     return query, context, a2a_data, a2a_files

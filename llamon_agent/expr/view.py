@@ -7,6 +7,7 @@ from typing import Any
 
 from llamon_agent.expr.errors import ExprError
 from llamon_agent.expr.limits import MAX_DATA_BYTES, MAX_DATA_DEPTH
+from llamon_agent.expr.messages import Message as M
 from llamon_agent.tools import tool_view
 
 
@@ -19,7 +20,7 @@ class _Budget:
     def spend(self, amount: int) -> None:
         self.left -= amount
         if self.left < 0:
-            raise ExprError(f"the request data is larger than {MAX_DATA_BYTES:,} bytes")
+            raise ExprError(M("run.data_too_large", limit=f"{MAX_DATA_BYTES:,}"))
 
 
 def _plain(value: Any, budget: _Budget, depth: int = 0) -> Any:
@@ -32,7 +33,7 @@ def _plain(value: Any, budget: _Budget, depth: int = 0) -> Any:
         budget.spend(4)
         return value
     if depth >= MAX_DATA_DEPTH:
-        raise ExprError(f"the request data is nested more than {MAX_DATA_DEPTH} levels deep")
+        raise ExprError(M("run.data_too_deep", limit=MAX_DATA_DEPTH))
     if isinstance(value, Mapping):
         budget.spend(2)
         out: dict[str, Any] = {}
