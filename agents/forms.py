@@ -13,6 +13,7 @@ from agents.models import Agent, ModelConnection, PrivacySettings
 from agents.services import DEFAULT_SYSTEM_PROMPT
 from agents.services.agents import VALUE_FIELDS
 from core import userinput
+from core.json_messages import json_error_reason
 from core.templatetags.llamon import status_label
 from core.userinput import FilterDateTimeField
 from llamon_agent import strictjson
@@ -67,7 +68,7 @@ class AgentForm(forms.ModelForm):
         required=False,
         widget=forms.CheckboxSelectMultiple,
     )
-    revision = forms.IntegerField(required=False, widget=forms.HiddenInput)
+    revision = forms.IntegerField(label=_("Revision"), required=False, widget=forms.HiddenInput)
     change_reason = change_reason_field()
 
     class Meta:
@@ -131,7 +132,7 @@ class AgentForm(forms.ModelForm):
             if (err := exc.decode_error) is not None:
                 raise forms.ValidationError(
                     _("Not valid JSON: %(msg)s at line %(lineno)s, column %(colno)s.")
-                    % {"msg": err.msg, "lineno": err.lineno, "colno": err.colno}
+                    % {"msg": json_error_reason(err.msg), "lineno": err.lineno, "colno": err.colno}
                 ) from None
             raise forms.ValidationError(_("The script is refused: %(exc)s.") % {"exc": exc}) from None
         if not isinstance(value, list) or not all(isinstance(r, dict) for r in value):
@@ -310,7 +311,7 @@ class ModelConnectionForm(forms.ModelForm):
         label=_("Models"),
         help_text=_("One model name per line: the models agents may use on this connection."),
     )
-    revision = forms.IntegerField(required=False, widget=forms.HiddenInput)
+    revision = forms.IntegerField(label=_("Revision"), required=False, widget=forms.HiddenInput)
 
     class Meta:
         model = ModelConnection

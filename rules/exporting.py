@@ -29,6 +29,7 @@ from django.utils.translation import gettext as _
 
 from core.audit import audit_record
 from core.content_hash import sha256
+from core.json_messages import json_error_reason
 from core.models import AuditEvent
 from llamon_agent import strictjson
 from llamon_agent.expr import ExprError, check_rule_name, expression_rule
@@ -173,7 +174,7 @@ def _load(data: Mapping[str, Any] | str | bytes) -> dict[str, Any]:
             if (err := exc.decode_error) is not None:
                 raise RuleError(
                     _("The file is not valid JSON: line %(lineno)s, column %(colno)s: %(msg)s.")
-                    % {"lineno": err.lineno, "colno": err.colno, "msg": err.msg}
+                    % {"lineno": err.lineno, "colno": err.colno, "msg": json_error_reason(err.msg)}
                 ) from None
             raise RuleError(_("The file is refused: %(exc)s.") % {"exc": exc}) from None
     if not isinstance(data, Mapping):

@@ -8,6 +8,7 @@ from typing import Any
 from django import forms
 from django.utils.translation import gettext_lazy as _
 
+from core.json_messages import json_error_reason
 from core.userinput import FilterDateTimeField
 from llamon_agent import strictjson
 from llamon_agent.a2a import A2AFormatError, to_request
@@ -59,7 +60,7 @@ class RuleForm(forms.Form):
         label=_("Stop"), required=False, help_text=_("When this rule fires, later rules are not evaluated.")
     )
     enabled = forms.BooleanField(label=_("Enabled"), required=False, initial=True)
-    revision = forms.IntegerField(required=False, widget=forms.HiddenInput)
+    revision = forms.IntegerField(label=_("Revision"), required=False, widget=forms.HiddenInput)
 
     def clean_name(self) -> str:
         name = self.cleaned_data["name"].strip()
@@ -265,7 +266,12 @@ def _json_field(text: str, label: str, *, default: Any) -> Any:
         if (err := exc.decode_error) is not None:
             raise forms.ValidationError(
                 _("%(label)s is not valid JSON: %(msg)s at line %(lineno)s, column %(colno)s.")
-                % {"label": label, "msg": err.msg, "lineno": err.lineno, "colno": err.colno}
+                % {
+                    "label": label,
+                    "msg": json_error_reason(err.msg),
+                    "lineno": err.lineno,
+                    "colno": err.colno,
+                }
             ) from None
         raise forms.ValidationError(f"{label}: {exc}.") from None
 
@@ -287,7 +293,7 @@ class PublishForm(forms.Form):
         max_length=500,
         widget=forms.TextInput(attrs={"placeholder": _("What changed and why")}),
     )
-    revision = forms.IntegerField(required=False, widget=forms.HiddenInput)
+    revision = forms.IntegerField(label=_("Revision"), required=False, widget=forms.HiddenInput)
     reason = change_reason_field()
 
 

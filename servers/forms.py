@@ -10,6 +10,7 @@ from django import forms
 from django.utils.text import format_lazy
 from django.utils.translation import gettext_lazy as _
 
+from core.json_messages import json_error_reason
 from llamon_agent import strictjson
 from servers.models import McpServer
 from servers.selectors import command_line
@@ -172,7 +173,7 @@ def _json_value(text: str) -> Any:
         if (err := exc.decode_error) is not None:
             raise forms.ValidationError(
                 _("This is not valid JSON: %(msg)s (line %(lineno)s, column %(colno)s).")
-                % {"msg": err.msg, "lineno": err.lineno, "colno": err.colno}
+                % {"msg": json_error_reason(err.msg), "lineno": err.lineno, "colno": err.colno}
             ) from None
         raise forms.ValidationError(_("This JSON is refused: %(exc)s.") % {"exc": exc}) from None
 

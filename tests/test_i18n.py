@@ -222,6 +222,44 @@ def _english(strings: list[str], allowed: set[str]) -> list[str]:
     return found
 
 
+_FORM = re.compile(r"(?s)<form\b([^>]*)>(.*?)</form>")
+# Actions, not forms: nothing to refuse, or they act at once (refresh starts the server's process).
+_SKIPPED_ACTIONS = ("/logout", "/language", "/delete", "/revoke", "/cancel", "/refresh")
+# An app/tools.py that does not parse is refused with Python's own SyntaxError text (a .py file's author
+# reads Python's words); the frame of that message is Korean.
+_PYTHON_DETAIL_ACTIONS = ("/rules/import/tools-py",)
+
+
+def _forms(page: str, url: str) -> dict[str, list[str]]:
+    """The POST forms of a page: their action and the names of their fields."""
+    found = {}
+    for attrs, body in _FORM.findall(page):
+        if 'method="post"' not in attrs.lower():
+            continue
+        action = html.unescape((re.search(r'action="([^"]*)"', attrs) or re.search("()", "")).group(1)) or url
+        if any(part in action for part in _SKIPPED_ACTIONS + _PYTHON_DETAIL_ACTIONS):
+            continue
+        names = set(re.findall(r'<(?:input|textarea|select)\b[^>]*\bname="([^"]+)"', body))
+        found[action] = sorted(names - {"csrfmiddlewaretoken", "revision"})
+    return found
+
+
+def _post_every_form(client: Client, forms: dict[str, list[str]], allowed: set[str]) -> dict:
+    """Each form, sent with a value no field accepts ("{" in every field: not JSON, not a number, no
+    choice): the errors it answers, in Korean. Refused forms only (400, 422); JSON answers are skipped."""
+    problems: dict[str, list[str]] = {}
+    pages = 0
+    for action, names in sorted(forms.items()):
+        response = client.post(action, dict.fromkeys(names, "{"), HTTP_ACCEPT_LANGUAGE="ko")
+        if response.status_code not in (400, 422) or not response["Content-Type"].startswith("text/html"):
+            continue
+        pages += 1
+        found = _english(_visible_strings(response.content.decode()), allowed)
+        if found:
+            problems[action] = found
+    return {"pages": pages, "problems": problems, "count": sum(map(len, problems.values()))}
+
+
 def _pages(kwargs: dict[str, dict[str, object]]) -> list[str]:
     """Every page an admin can open by GET (tests/support/authz.py), with real objects."""
     from agents.models import Run
@@ -239,7 +277,8 @@ def _pages(kwargs: dict[str, dict[str, object]]) -> list[str]:
 def test_every_page_in_korean_shows_no_english_interface_string(client, make_user, sample_kwargs) -> None:
     """Each URL pattern an admin can open, with the demo's objects, rendered in Korean: every run of
     ASCII words is data or a product's name. Rendered in English, the same check finds English on
-    every page (it can fail)."""
+    every page (it can fail). Then every form on those pages is sent with values no field accepts,
+    and the errors it answers are checked the same way."""
     call_command("load_demo", verbosity=0, no_refresh=False)
     from agents.models import Agent
     from rules.models import RuleSet
@@ -261,12 +300,14 @@ def test_every_page_in_korean_shows_no_english_interface_string(client, make_use
     allowed = {word.lower() for word in PRODUCT_NAMES | _data_words()}
     problems: dict[str, list[str]] = {}
     pages, silent_in_english = 0, []
+    forms: dict[str, list[str]] = {}  # action URL -> field names, from the Korean pages
     for url in _pages(sample_kwargs):
         response = client.get(url, HTTP_ACCEPT_LANGUAGE="ko")
         assert response.status_code in (200, 286), url  # 286: htmx, stop polling (a finished run)
         if not response["Content-Type"].startswith("text/html"):
             continue
         pages += 1
+        forms.update(_forms(response.content.decode(), url))
         found = _english(_visible_strings(response.content.decode()), allowed)
         if found:
             problems[url] = found
@@ -277,6 +318,11 @@ def test_every_page_in_korean_shows_no_english_interface_string(client, make_use
     count = sum(len(found) for found in problems.values())
     assert not problems, f"{count} English strings on {len(problems)} of {pages} pages:\n" + "\n".join(
         f"{url}: {found}" for url, found in problems.items()
+    )
+    refused = _post_every_form(client, forms, allowed)
+    assert refused["pages"] > 10 and not refused["problems"], (
+        f"English in {refused['count']} form errors:\n"
+        + "\n".join(f"{url}: {found}" for url, found in refused["problems"].items())
     )
     login = Client().get(reverse("login"), HTTP_ACCEPT_LANGUAGE="ko").content.decode()  # the one public page
     assert not _english(_visible_strings(login), allowed), _english(_visible_strings(login), allowed)
