@@ -277,7 +277,7 @@ def _pages(kwargs: dict[str, dict[str, object]]) -> list[str]:
 def test_every_page_in_korean_shows_no_english_interface_string(client, make_user, sample_kwargs) -> None:
     """Each URL pattern an admin can open, with the demo's objects, rendered in Korean: every run of
     ASCII words is data or a product's name. Rendered in English, the same check finds English on
-    every page (it can fail). Then every form on those pages is sent with values no field accepts,
+    the pages it reads again (it can fail). Then every form on those pages is sent with values no field accepts,
     and the errors it answers are checked the same way."""
     call_command("load_demo", verbosity=0, no_refresh=False)
     from agents.models import Agent
@@ -299,7 +299,7 @@ def test_every_page_in_korean_shows_no_english_interface_string(client, make_use
     client.force_login(make_user("admin"))
     allowed = {word.lower() for word in PRODUCT_NAMES | _data_words()}
     problems: dict[str, list[str]] = {}
-    pages, silent_in_english = 0, []
+    pages, english_pages, silent_in_english = 0, 0, []
     forms: dict[str, list[str]] = {}  # action URL -> field names, from the Korean pages
     for url in _pages(sample_kwargs):
         response = client.get(url, HTTP_ACCEPT_LANGUAGE="ko")
@@ -311,8 +311,10 @@ def test_every_page_in_korean_shows_no_english_interface_string(client, make_use
         found = _english(_visible_strings(response.content.decode()), allowed)
         if found:
             problems[url] = found
-        if "<nav" in response.content.decode():  # a whole page (not an htmx fragment): its menu is English
+        # One whole page in three (not an htmx fragment) again in English: the check must find its menu.
+        if "<nav" in response.content.decode() and pages % 3 == 0:
             english = client.get(url, HTTP_ACCEPT_LANGUAGE="en").content.decode()
+            english_pages += 1
             if not _english(_visible_strings(english), allowed):
                 silent_in_english.append(url)
     count = sum(len(found) for found in problems.values())
@@ -326,6 +328,6 @@ def test_every_page_in_korean_shows_no_english_interface_string(client, make_use
     )
     login = Client().get(reverse("login"), HTTP_ACCEPT_LANGUAGE="ko").content.decode()  # the one public page
     assert not _english(_visible_strings(login), allowed), _english(_visible_strings(login), allowed)
-    assert pages > 30 and not silent_in_english, (
+    assert pages > 30 and english_pages > 8 and not silent_in_english, (
         f"the check finds no English in English on {silent_in_english}"
     )
