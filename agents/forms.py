@@ -278,6 +278,16 @@ class RolloutForm(forms.Form):
         self.fields["version"].choices = [(v.number, f"v{v.number}") for v in versions]
 
 
+class StagedPublishForm(forms.Form):
+    """Publish the draft as a staged rollout on the one agent that serves "latest" (versions page)."""
+
+    staged_publish = forms.BooleanField(widget=forms.HiddenInput, initial=True)
+    revision = forms.IntegerField(required=False, widget=forms.HiddenInput)
+    message = forms.CharField(required=False, max_length=500)
+    percent = forms.IntegerField(min_value=0, max_value=100, initial=10, label=_("Share of sessions (%)"))
+    change_reason = change_reason_field()
+
+
 class ProtectForm(forms.Form):
     """An admin marks the agent protected and how many approvals its changes need."""
 

@@ -262,7 +262,9 @@ def execute_claimed_run(*, run_id: int) -> RunEnd:
         )
     if exported is not None:
         exported.finish(result.status, error=result.error)
-    rollout.shadow_after_run(agent=agent, run_id=run_id, request=request, prestep=result.prestep)
+    if served.version is None or served.version.pk != agent.shadow_version_id:
+        # A run the shadow version served itself says nothing of how it differs from stable.
+        rollout.shadow_after_run(agent=agent, run_id=run_id, request=request, prestep=result.prestep)
     status = {"succeeded": Run.Status.SUCCEEDED, "cancelled": Run.Status.CANCELLED}.get(
         result.status, Run.Status.FAILED
     )

@@ -452,7 +452,7 @@ class ChangeRequestOut(Schema):
     agent: int
     agent_name: str
     action: str = Field(
-        description="agent.update, rollout.set, rollout.promote, rollout.rollback, rule_set.publish"
+        description="agent.update, rollout.set, rollout.promote, rollout.rollback, rollout.publish, rule_set.publish"
     )
     state: Literal["pending", "applied", "rejected", "withdrawn"]
     payload: dict[str, Any]
@@ -481,6 +481,34 @@ class RolloutServedOut(Schema):
     runs: int
     errors: int = Field(description="failed and timed-out runs")
     error_percent: float
+    fired: int = Field(description="runs where at least one pre-step rule fired (made a call)")
+    fire_percent: float
+
+
+class RolloutVersionOut(Schema):
+    role: Literal["stable", "candidate", "shadow"]
+    version: str = Field(description="v3")
+    sessions: int | None = Field(description="null for the shadow version: it serves nothing")
+    runs: int | None
+    errors: int | None = Field(description="failed and timed-out runs")
+    error_percent: float | None
+    fired: int | None = Field(description="runs where at least one pre-step rule fired (made a call)")
+    fire_percent: float | None
+    shadow_evaluated: int | None = Field(
+        description="runs this version was evaluated on in shadow mode (null: no shadow data)"
+    )
+    differ: int | None = Field(description="of those, runs where its calls differ from the live ones")
+    differ_percent: float | None
+
+
+class RolloutGuardOut(Schema):
+    error_percent: int | None = Field(description="the threshold (null: the guard is off)")
+    min_runs: int
+    state: Literal["off", "waiting", "watching"] = Field(
+        description="waiting: fewer candidate runs than min_runs; watching: it judges every finished run"
+    )
+    judged_runs: int = Field(description="the candidate's succeeded, failed and timed-out runs")
+    candidate_error_percent: float
 
 
 class RolloutStateOut(Schema):
@@ -491,6 +519,10 @@ class RolloutStateOut(Schema):
     guard_error_percent: int | None = None
     guard_min_runs: int
     served: list[RolloutServedOut] = Field(description="Per version since the rollout started, stable first")
+    versions: list[RolloutVersionOut] = Field(
+        description="Live figures since the rollout started: stable, candidate, and the shadow version where on"
+    )
+    guard: RolloutGuardOut
 
 
 class RolloutOut(Schema):

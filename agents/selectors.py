@@ -322,14 +322,29 @@ def stable_ref(agent: Agent) -> str:
     return agent.rule_set_mode
 
 
-def rollout_served(agent: Agent) -> list[dict[str, Any]]:
-    """Per version that served the agent's runs since the rollout started: sessions, runs, errors.
+GUARD_STATUSES = (Run.Status.SUCCEEDED, Run.Status.FAILED, Run.Status.TIMED_OUT)  # what the guard judges
+ERROR_STATUSES = (Run.Status.FAILED, Run.Status.TIMED_OUT)
 
-    The stable and the candidate side are counted apart (by the run's candidate flag), stable first.
-    Without a running rollout: nothing.
+
+def _percent(part: int, whole: int) -> float:
+    return round(part * 100 / whole, 1) if whole else 0.0
+
+
+def rollout_figures(agent: Agent) -> dict[str, Any] | None:
+    """A running rollout's figures, live, since it started (None without one): the page and the API.
+
+    ``served``: per version and side (stable first) the sessions, runs, errors and the pre-step's
+    fire rate (the share of runs where at least one rule fired, that is made a call). ``versions``:
+    one row per role (stable, candidate, and the shadow version where it is another one) with the
+    same figures and the calls that differ from the live ones, from shadow mode's counts (None: no
+    shadow data). ``guard``: its threshold and where it stands. One aggregate query over the
+    agent's finished runs since the start (index agent, created_at) and one over its shadow counts.
     """
-    if agent.rollout_version_id is None or agent.rollout_started_at is None:
-        return []
+    from agents.models import ShadowTally
+
+    candidate = agent.rollout_version
+    if candidate is None or agent.rollout_started_at is None:
+        return None
     rows = (
         Run.objects.filter(agent=agent, created_at__gte=agent.rollout_started_at)
         .exclude(status__in=[Run.Status.QUEUED, Run.Status.RUNNING])
@@ -337,13 +352,16 @@ def rollout_served(agent: Agent) -> list[dict[str, Any]]:
         .annotate(
             runs=Count("id"),
             sessions=Count("session_id", distinct=True, filter=~Q(session_id="")),
-            errors=Count("id", filter=Q(status__in=[Run.Status.FAILED, Run.Status.TIMED_OUT])),
+            errors=Count("id", filter=Q(status__in=ERROR_STATUSES)),
+            fired=Count("id", filter=Q(prestep_calls__gt=0)),
+            judged=Count("id", filter=Q(status__in=GUARD_STATUSES)),
         )
         .order_by("rollout_candidate", "rule_set_ref")
     )
-    served = []
+    served, sides = [], {False: dict.fromkeys(("runs", "sessions", "errors", "fired", "judged"), 0)}
+    sides[True] = dict(sides[False])
     for row in rows:
-        runs, errors = row["runs"], row["errors"]
+        runs, errors, fired = row["runs"], row["errors"], row["fired"]
         served.append(
             {
                 "version": row["rule_set_ref"],
@@ -351,10 +369,65 @@ def rollout_served(agent: Agent) -> list[dict[str, Any]]:
                 "sessions": row["sessions"],
                 "runs": runs,
                 "errors": errors,
-                "error_percent": round(errors * 100 / runs, 1) if runs else 0.0,
+                "error_percent": _percent(errors, runs),
+                "fired": fired,
+                "fire_percent": _percent(fired, runs),
             }
         )
-    return served
+        counted: dict[str, int] = dict(row)  # type: ignore[arg-type]  # the annotated counts
+        for key in sides[False]:  # a session seen on both refs of one side is counted once per ref
+            sides[row["rollout_candidate"]][key] += counted[key]
+    shadow = agent.shadow_version
+    wanted = [candidate.pk] + ([shadow.pk] if shadow is not None else [])
+    tallies = {t.version_id: t for t in ShadowTally.objects.filter(agent=agent, version_id__in=wanted)}
+
+    def differ(version_id: int) -> dict[str, Any]:
+        tally = tallies.get(version_id)
+        if tally is None or not tally.evaluated:
+            return {"shadow_evaluated": None, "differ": None, "differ_percent": None}
+        return {
+            "shadow_evaluated": tally.evaluated,
+            "differ": tally.diverged,
+            "differ_percent": _percent(tally.diverged, tally.evaluated),
+        }
+
+    def side(candidate_side: bool) -> dict[str, Any]:
+        s = sides[candidate_side]
+        return {
+            "sessions": s["sessions"],
+            "runs": s["runs"],
+            "errors": s["errors"],
+            "error_percent": _percent(s["errors"], s["runs"]),
+            "fired": s["fired"],
+            "fire_percent": _percent(s["fired"], s["runs"]),
+        }
+
+    nothing = dict.fromkeys(("sessions", "runs", "errors", "error_percent", "fired", "fire_percent"))
+    versions = [
+        {"role": "stable", "version": stable_ref(agent), **side(False), **differ(-1)},
+        {"role": "candidate", "version": f"v{candidate.number}", **side(True), **differ(candidate.pk)},
+    ]
+    if shadow is not None and shadow.pk != candidate.pk:
+        versions.append({"role": "shadow", "version": f"v{shadow.number}", **nothing, **differ(shadow.pk)})
+    threshold, least, judged = (
+        agent.rollout_guard_error_percent,
+        agent.rollout_guard_min_runs,
+        sides[True]["judged"],
+    )
+    if threshold is None:
+        state = "off"
+    elif judged < least:
+        state = "waiting"
+    else:
+        state = "watching"
+    guard = {
+        "error_percent": threshold,
+        "min_runs": least,
+        "state": state,
+        "judged_runs": judged,
+        "candidate_error_percent": _percent(sides[True]["errors"], judged),
+    }
+    return {"served": served, "versions": versions, "guard": guard}
 
 
 def rollout_guard_event(agent: Agent) -> Any:
@@ -387,7 +460,7 @@ def rollout_view(agent: Agent) -> dict[str, Any]:
             "started_at": agent.rollout_started_at,
             "guard_error_percent": agent.rollout_guard_error_percent,
             "guard_min_runs": agent.rollout_guard_min_runs,
-            "served": rollout_served(agent),
+            **(rollout_figures(agent) or {}),
         },
         "shadow_version": agent.shadow_version.number if agent.shadow_version is not None else None,
     }

@@ -30,6 +30,7 @@ from agents.forms import (
     RunFilterForm,
     RunStartForm,
     ShadowForm,
+    StagedPublishForm,
 )
 from agents.graph_svg import flow_graph
 from agents.models import Agent, ChangeRequest, ModelConnection, Run
@@ -621,14 +622,25 @@ def _rollout_agent(pk: int) -> Agent:
 @require_GET
 @require_role("viewer")
 def agent_rollout(request: HtmxHttpRequest, pk: int) -> HttpResponse:
-    """The agent's staged rollout and shadow mode: state for viewers, controls for editors."""
-    return _rollout_page(request, _rollout_agent(pk))
+    """The agent's staged rollout and shadow mode: state for viewers, controls for editors.
+
+    ``?figures=1`` from the page's poller: only the live figures (empty once the rollout ended).
+    """
+    agent = _rollout_agent(pk)
+    if request.GET.get("figures"):
+        state = selectors.rollout_view(agent)
+        if state["rollout"] is None:  # ended meanwhile: the poller stops (a reload shows the rest)
+            return HttpResponse("")
+        return render(request, "agents/_rollout_figures.html", {"agent": agent, "state": state})
+    return _rollout_page(request, agent)
 
 
 @require_POST
 @require_role("editor")
 def agent_rollout_set(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     agent = _rollout_agent(pk)
+    if request.POST.get("staged_publish"):
+        return _staged_publish(request, agent)
     form = RolloutForm(request.POST, versions=selectors.agent_versions(agent))
     if form.is_valid():
         number = form.cleaned_data["version"]
@@ -662,6 +674,44 @@ def agent_rollout_set(request: HtmxHttpRequest, pk: int) -> HttpResponse:
             )
             return redirect("agents:rollout", pk=pk)
     return _rollout_page(request, agent, rollout_form=form, status=400)
+
+
+def _staged_publish(request: HtmxHttpRequest, agent: Agent) -> HttpResponse:
+    """The versions page's "publish as a staged rollout instead": publish, then roll out to a share."""
+    form = StagedPublishForm(request.POST)
+    if not form.is_valid():
+        for errors in form.errors.values():
+            messages.error(request, " ".join(str(e) for e in errors))
+    else:
+        try:
+            agent = services.rollout_publish(
+                actor=request.user,
+                agent=agent,
+                percent=form.cleaned_data["percent"],
+                message=form.cleaned_data["message"],
+                revision=form.cleaned_data["revision"],
+                change_reason=form.cleaned_data["change_reason"] or "",
+            )
+        except ChangeRequested as exc:
+            return _change_requested(request, exc)
+        except AgentError as exc:
+            messages.error(request, exc.message)
+        else:
+            messages.success(
+                request,
+                _(
+                    "Published v%(number)s as a staged rollout: %(percent)s %% of sessions get it; v%(stable)s stays the stable version."
+                )
+                % {
+                    "number": agent.rollout_version.number if agent.rollout_version else "?",
+                    "percent": agent.rollout_percent,
+                    "stable": agent.pinned_version.number if agent.pinned_version else "?",
+                },
+            )
+            return redirect("agents:rollout", pk=agent.pk)
+    if agent.rule_set_id is None:
+        return redirect("agents:rollout", pk=agent.pk)
+    return redirect("rules:versions", pk=agent.rule_set_id)
 
 
 @require_POST

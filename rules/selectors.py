@@ -45,6 +45,13 @@ def agents_following_latest(*, rule_set: RuleSet, protected: bool | None = None)
     return list(agents.order_by("name").values_list("name", flat=True))
 
 
+def agent_to_stage(*, rule_set: RuleSet) -> dict[str, Any] | None:
+    """The one agent that serves the rule set's latest version ({pk, name, protected}), or None (none,
+    or several: a staged publish stages one agent, the others would get the version at once)."""
+    agents = list(rule_set.agents.filter(rule_set_mode="latest").values("pk", "name", "protected")[:2])
+    return dict(agents[0]) if len(agents) == 1 else None
+
+
 def version_diff(*, old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Rule-by-rule differences between two snapshots: added, removed, changed fields, moved."""
     old_by_name = {r["name"]: (i, r) for i, r in enumerate(old)}

@@ -474,6 +474,7 @@ def version_list(request: HtmxHttpRequest, pk: int) -> HttpResponse:
             "publish_form": PublishForm(initial={"revision": rule_set.revision}),
             "latest_agents": selectors.agents_following_latest(rule_set=rule_set, protected=False),
             "protected_agents": selectors.agents_following_latest(rule_set=rule_set, protected=True),
+            "stage_agent": selectors.agent_to_stage(rule_set=rule_set),
             "can_edit": has_role(request.user, "editor"),
         },
     )

@@ -64,6 +64,7 @@ from agents.services.rollout import (
     rollout_guard_check,
     rollout_keep,
     rollout_promote,
+    rollout_publish,
     rollout_rollback,
     rollout_set,
     shadow_set,
@@ -131,6 +132,7 @@ __all__ = [
     "rollout_keep",
     "rollout_set",
     "rollout_promote",
+    "rollout_publish",
     "rollout_rollback",
     "shadow_set",
 ]

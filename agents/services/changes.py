@@ -22,7 +22,7 @@ from agents.errors import AgentConflictError, AgentError
 from agents.models import Agent, ChangeRequest, ChangeReview
 from agents.services.agents import agent_save_values
 from agents.services.gate import bounded, ungated
-from agents.services.rollout import rollout_promote, rollout_rollback, rollout_set
+from agents.services.rollout import rollout_promote, rollout_publish, rollout_rollback, rollout_set
 from core.audit import audit_record
 from rules.models import RuleSet
 from rules.services import rule_set_publish
@@ -65,6 +65,17 @@ def _apply_rollout_rollback(actor: Any, agent: Agent, payload: dict[str, Any]) -
     rollout_rollback(actor=actor, agent=agent)
 
 
+def _apply_rollout_publish(actor: Any, agent: Agent, payload: dict[str, Any]) -> None:
+    rollout_publish(
+        actor=actor,
+        agent=agent,
+        percent=payload["percent"],
+        message=payload.get("message", ""),
+        guard_error_percent=payload["guard_error_percent"],
+        guard_min_runs=payload["guard_min_runs"],
+    )
+
+
 def _apply_publish(actor: Any, agent: Agent, payload: dict[str, Any]) -> None:
     rule_set = RuleSet.objects.get(pk=payload["rule_set"])
     rule_set_publish(actor=actor, rule_set=rule_set, message=payload.get("message", ""))
@@ -76,6 +87,7 @@ APPLY: dict[str, Callable[[Any, Agent, dict[str, Any]], None]] = {
     "rollout.promote": _apply_rollout_promote,
     "rollout.rollback": _apply_rollout_rollback,
     "rule_set.publish": _apply_publish,
+    "rollout.publish": _apply_rollout_publish,
 }
 
 

@@ -16,7 +16,7 @@ from agents.errors import (
     ChangeRequested,
 )
 from agents.models import Agent
-from agents.services.gate import change_gate, field_diff, gated_atomic, ungated
+from agents.services.gate import bounded, change_gate, field_diff, gated_atomic, ungated
 from core.audit import audit_record
 
 logger = logging.getLogger(__name__)
@@ -289,6 +289,108 @@ def rollout_set(
         after=_rollout_state(agent),
     )
     return agent
+
+
+@gated_atomic
+def rollout_publish(
+    *,
+    actor: Any,
+    agent: Agent,
+    percent: int,
+    message: str = "",
+    revision: int | None = None,
+    guard_error_percent: int | None = GUARD_ERROR_PERCENT,
+    guard_min_runs: int = GUARD_MIN_RUNS,
+    change_reason: str = "",
+) -> Agent | ChangeRequested:
+    """Publish the agent's rule-set draft as a staged rollout instead of live for everyone at once.
+
+    In one transaction: the draft becomes the next version and :func:`rollout_set` rolls it out
+    to ``percent`` % of the agent's sessions, the version served before it pinned as stable. Refused
+    while a rollout runs, and when another agent also serves the rule set's latest version (the
+    publish would be live for all its sessions at once). On a protected agent it is one change
+    request (``rollout.publish``) that does both once approved.
+    """
+    from rules.errors import RuleError
+    from rules.models import RuleSet
+    from rules.selectors import version_diff
+    from rules.services import rule_set_publish
+
+    if isinstance(percent, bool) or not isinstance(percent, int) or not 0 <= percent <= 100:
+        raise AgentError(
+            _("The share of traffic is a whole percentage from 0 to 100, not %(value)r.")
+            % {"value": percent},
+            field="percent",
+        )
+    message = bounded(message, most=500, field="message")
+    if agent.rule_set_id is None:
+        raise AgentError(
+            _("Agent %(name)r has no rule set, so it has no versions to roll out.") % {"name": agent.name}
+        )
+    # The rule set first, then the agents (the order a plain publish and its gate lock them in).
+    rule_set = RuleSet.objects.select_for_update().get(pk=agent.rule_set_id)
+    agent = _locked_agent(agent)
+    if agent.rule_set_id != rule_set.pk:
+        raise AgentConflictError(_("The agent's rule set changed meanwhile: reload the page."))
+    if agent.rollout_version_id is not None:
+        raise AgentConflictError(
+            _(
+                "A staged rollout of v%(number)s is running on agent %(name)r: promote it or roll it back before staging another version."
+            )
+            % {"number": agent.rollout_version.number if agent.rollout_version else "?", "name": agent.name}
+        )
+    others = list(
+        Agent.objects.select_for_update()
+        .filter(rule_set=rule_set, rule_set_mode=Agent.RuleSetMode.LATEST)
+        .exclude(pk=agent.pk)
+        .order_by("name")
+        .values_list("name", flat=True)
+    )
+    if others:
+        raise AgentError(
+            _(
+                "%(others)s also serve the latest version of %(rule_set)r: the new version would go live for all their sessions at once. Pin them to a version first, or publish as usual."
+            )
+            % {"others": ", ".join(others), "rule_set": rule_set.name}
+        )
+    latest = rule_set.versions.order_by("-number").first()
+    payload = {
+        "rule_set": rule_set.pk,
+        "message": message,
+        "percent": percent,
+        "guard_error_percent": guard_error_percent,
+        "guard_min_runs": guard_min_runs,
+    }
+    diff: dict[str, Any] = {}
+    if agent.protected:  # what the approvers review: the draft against the version served now
+        from rules.engine import rule_set_snapshot
+
+        rows = version_diff(old=latest.content if latest else [], new=rule_set_snapshot(rule_set))
+        diff = {"versions": {"from": f"v{latest.number}" if latest else "", "to": "draft", "rows": rows}}
+    if pending := change_gate(
+        actor=actor,
+        agent=agent,
+        action="rollout.publish",
+        payload=payload,
+        diff=diff,
+        reason=change_reason,
+        rule_set_revision=rule_set.revision,
+    ):
+        return pending
+    with ungated():  # this agent's gate is passed (or it is not protected); no other agent serves it
+        try:
+            version = rule_set_publish(actor=actor, rule_set=rule_set, message=message, revision=revision)
+        except RuleError as exc:
+            raise AgentError(exc.message, field=exc.field) from exc
+        return rollout_set(
+            actor=actor,
+            agent=agent,
+            version=version,
+            percent=percent,
+            chatbot_ids=[],
+            guard_error_percent=guard_error_percent,
+            guard_min_runs=guard_min_runs,
+        )
 
 
 def _rollout_clear(agent: Agent) -> None:

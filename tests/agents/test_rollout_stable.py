@@ -17,6 +17,7 @@ from django.urls import reverse
 from agents import runtime, selectors, services
 from agents.errors import AgentError
 from agents.models import Agent, Run
+from agents.rollout import shadow_record
 from core.models import AuditEvent
 from llamon_web.demo import SEED_RULES
 from rules import services as rule_services
@@ -127,12 +128,13 @@ def test_the_rollout_page_says_what_latest_means_and_counts_each_side(
     page = response.content.decode()
     assert "v1 stays the stable version" in page
     common = {"agent": latest_agent, "agent_name": latest_agent.name, "query": "q"}
-    for n, (ref, version, candidate, status) in enumerate(
+    for n, (ref, version, candidate, status, calls) in enumerate(
         [
-            ("v1", v1, False, Run.Status.SUCCEEDED),
-            ("v1", v1, False, Run.Status.SUCCEEDED),
-            ("v2", v2, True, Run.Status.FAILED),
-            ("v2", v2, True, Run.Status.SUCCEEDED),
+            ("v1", v1, False, Run.Status.SUCCEEDED, 1),
+            ("v1", v1, False, Run.Status.SUCCEEDED, 0),
+            ("v2", v2, True, Run.Status.FAILED, 2),
+            ("v2", v2, True, Run.Status.SUCCEEDED, 0),
+            ("v2", v2, True, Run.Status.RUNNING, 1),  # not finished: not counted yet
         ]
     ):
         Run.objects.create(
@@ -142,19 +144,58 @@ def test_the_rollout_page_says_what_latest_means_and_counts_each_side(
             rule_set_version=version,
             rollout_candidate=candidate,
             status=status,
+            prestep_calls=calls,
         )
     body = editor_client.get(reverse("agents:rollout", args=[latest_agent.pk])).content.decode()
     assert "Guard: once the candidate has served 5 runs, more than 30 % of them failing" in body
-    state = services_view(latest_agent)
-    assert state == [
-        {"version": "v1", "candidate": False, "sessions": 2, "runs": 2, "errors": 0, "error_percent": 0.0},
-        {"version": "v2", "candidate": True, "sessions": 2, "runs": 2, "errors": 1, "error_percent": 50.0},
+    assert "waiting: 2 of 5 runs" in body and "no shadow data" in body
+    rollout = selectors.rollout_view(Agent.objects.get(pk=latest_agent.pk))["rollout"]
+    assert rollout["served"] == [
+        {"version": "v1", "candidate": False, "sessions": 2, "runs": 2, "errors": 0, "error_percent": 0.0}
+        | {"fired": 1, "fire_percent": 50.0},
+        {"version": "v2", "candidate": True, "sessions": 2, "runs": 2, "errors": 1, "error_percent": 50.0}
+        | {"fired": 1, "fire_percent": 50.0},
     ]
-    assert 'id="rollout-served"' in body and "50.0 %" in body
+    stable, candidate = rollout["versions"]
+    assert (stable["role"], stable["version"], stable["runs"], stable["fire_percent"]) == (
+        "stable",
+        "v1",
+        2,
+        50.0,
+    )
+    assert (candidate["role"], candidate["errors"], candidate["differ"]) == ("candidate", 1, None)
+    assert rollout["guard"] == {
+        "error_percent": 30,
+        "min_runs": 5,
+        "state": "waiting",
+        "judged_runs": 2,
+        "candidate_error_percent": 50.0,
+    }
+    # Shadow data of the candidate: the calls that differ from stable; the poller gets the figures alone.
+    shadow_record(agent=latest_agent, version=v2, run_id=None, live=[], shadow=[], error="")
+    shadow_record(agent=latest_agent, version=v2, run_id=None, live=[], shadow=[_CALL])
+    services.shadow_set(actor=author, agent=latest_agent, version=v1)  # another version in shadow: its row
+    live = editor_client.get(reverse("agents:rollout", args=[latest_agent.pk]), {"figures": "1"})
+    figures = live.content.decode()
+    assert figures.startswith('<div id="rollout-figures"') and "<html" not in figures
+    assert "1 of 2 runs (50.0 %)" in figures and "50.0 %" in figures and "served-shadow" in figures
+    korean = editor_client.get(
+        reverse("agents:rollout", args=[latest_agent.pk]), {"figures": "1"}, HTTP_ACCEPT_LANGUAGE="ko"
+    ).content.decode()
+    assert "사전 단계 실행됨" in korean and "실행 2건 중 1건 (50.0 %)" in korean
+    assert "대기 중: 실행 5건 중 2건" in korean and "기준" in korean
+    roles = [
+        row["role"]
+        for row in selectors.rollout_view(Agent.objects.get(pk=latest_agent.pk))["rollout"]["versions"]
+    ]
+    assert roles == ["stable", "candidate", "shadow"]
+    services.rollout_rollback(actor=author, agent=latest_agent)
+    assert (
+        editor_client.get(reverse("agents:rollout", args=[latest_agent.pk]), {"figures": "1"}).content == b""
+    )
 
 
-def services_view(agent: Agent) -> list:
-    return selectors.rollout_view(Agent.objects.get(pk=agent.pk))["rollout"]["served"]
+_CALL = {"rule": "r", "mcp_id": "demo", "tool_name": "t", "params": {}}
 
 
 def test_the_versions_page_says_before_publishing_that_latest_agents_get_it_at_once(
@@ -165,6 +206,90 @@ def test_the_versions_page_says_before_publishing_that_latest_agents_get_it_at_o
     assert 'id="publish-goes-live"' in page and "latest-agent" in page
     Agent.objects.filter(pk=latest_agent.pk).update(rule_set_mode="pinned", pinned_version=versions[0])
     assert 'id="publish-goes-live"' not in editor_client.get(url).content.decode()
+
+
+def _draft_change(author, rule_set) -> None:
+    rule = rule_set.rules.order_by("position").first()
+    rule_services.rule_update(actor=author, rule=rule, revision=None, description="the fix")
+
+
+def _revision(rule_set) -> int:
+    rule_set.refresh_from_db()
+    return rule_set.revision
+
+
+def test_publish_as_a_staged_rollout_publishes_and_stages_in_one_step(
+    editor_client, latest_agent, versions, author
+) -> None:
+    v1, v2 = versions
+    rule_set = v1.rule_set
+    _draft_change(author, rule_set)
+    page = editor_client.get(reverse("rules:versions", args=[rule_set.pk])).content.decode()
+    assert 'id="publish-staged"' in page and "share of latest-agent's sessions" in page
+    response = editor_client.post(
+        reverse("agents:rollout_set", args=[latest_agent.pk]),
+        {"staged_publish": "1", "percent": "10", "message": "the fix", "revision": _revision(rule_set)},
+        follow=True,
+    )
+    assert "Published v3 as a staged rollout: 10 % of sessions get it; v2 stays the stable version" in (
+        response.content.decode()
+    )
+    latest_agent.refresh_from_db()
+    v3 = rule_set.versions.get(number=3)
+    assert (latest_agent.rule_set_mode, latest_agent.pinned_version, latest_agent.rollout_version) == (
+        "pinned",
+        v2,
+        v3,
+    )
+    assert latest_agent.rollout_percent == 10 and v3.message == "the fix"
+    served = _served(latest_agent, range(100))
+    assert {ref for ref, candidate in served if not candidate} == {"v2"}
+    assert 0 < sum(candidate for _, candidate in served) <= 20
+    actions = list(AuditEvent.objects.order_by("id").values_list("action", flat=True))
+    assert actions[-2:] == ["rule_set.publish", "agent.rollout.start"]
+    # A rollout runs now: staging another one is refused, and nothing is published.
+    _draft_change(author, rule_set)
+    with pytest.raises(AgentError, match="A staged rollout of v3 is running"):
+        services.rollout_publish(actor=author, agent=latest_agent, percent=10)
+    assert rule_set.versions.count() == 3
+
+
+def test_a_staged_publish_is_refused_when_another_agent_would_get_it_at_once(
+    latest_agent, versions, author
+) -> None:
+    rule_set = versions[0].rule_set
+    _draft_change(author, rule_set)
+    Agent.objects.create(name="other-latest", system_prompt="p", rule_set=rule_set, rule_set_mode="latest")
+    with pytest.raises(AgentError, match="other-latest also serve the latest version"):
+        services.rollout_publish(actor=author, agent=latest_agent, percent=10)
+    with pytest.raises(AgentError, match="whole percentage"):
+        services.rollout_publish(actor=author, agent=latest_agent, percent=101)
+    latest_agent.refresh_from_db()
+    assert rule_set.versions.count() == 2 and latest_agent.rule_set_mode == "latest"
+
+
+def test_a_staged_publish_on_a_protected_agent_is_one_change_request(
+    latest_agent, versions, author, make_user
+) -> None:
+    from accounts.roles import approver_set
+    from agents.errors import ChangeRequested
+    from agents.models import ChangeRequest
+
+    rule_set = versions[0].rule_set
+    _draft_change(author, rule_set)
+    services.agent_protect(actor=make_user("admin"), agent=latest_agent, protected=True, approvals_required=1)
+    with pytest.raises(ChangeRequested) as asked:
+        services.rollout_publish(actor=author, agent=latest_agent, percent=25, change_reason="the fix")
+    change = ChangeRequest.objects.get(pk=asked.value.change_request_id)
+    assert change.action == "rollout.publish" and change.diff["versions"]["from"] == "v2"
+    assert rule_set.versions.count() == 2  # nothing published yet
+    approver = make_user("viewer")
+    approver_set(user=approver, approver=True)
+    services.change_request_review(actor=approver, change_request=change, decision="approve", comment="ok")
+    latest_agent.refresh_from_db()
+    assert (latest_agent.pinned_version.number, latest_agent.rollout_version.number) == (2, 3)
+    assert latest_agent.rollout_percent == 25
+    assert ChangeRequest.objects.filter(action="rule_set.publish").count() == 0  # one request, not two
 
 
 def test_the_run_list_filters_by_served_version_and_rollout_side(

@@ -32,6 +32,18 @@ def test_start_change_promote_through_the_api(editor_api, viewer_api, sample, tw
     # The agent followed "latest" (v2): the version served before the candidate, v1, is pinned as stable.
     assert body["rollout"]["chatbot_ids"] == ["bot-a"] and body["stable"] == "v1"
     assert body["rollout"]["guard_error_percent"] == 20 and body["rollout"]["served"] == []
+    live = viewer_api.get(url).json()["rollout"]  # the page's live figures, the same selector
+    assert [(v["role"], v["version"], v["runs"], v["differ"]) for v in live["versions"]] == [
+        ("stable", "v1", 0, None),
+        ("candidate", "v2", 0, None),
+    ]
+    assert live["guard"] == {
+        "error_percent": 20,
+        "min_runs": 20,
+        "state": "waiting",
+        "judged_runs": 0,
+        "candidate_error_percent": 0.0,
+    }
     body = editor_api.post(f"{url}/promote").json()
     assert body["rollout"] is None and body["stable"] == "v2"
     assert Agent.objects.get(pk=agent.pk).pinned_version == two_versions[1]

@@ -109,10 +109,21 @@ def test_on_the_shipped_demo_a_10_percent_rollout_serves_a_share_and_roll_back_e
     assert all(r.rule_set_ref == f"v{candidate.number}" for r in on_candidate)
     assert all(r.rule_set_ref == f"v{before.number}" for r in served if not r.rollout_candidate)
     assert len(on_candidate) <= 10, f"{len(on_candidate)} of 50 sessions got the candidate"
-    page.reload()
-    table = page.inner_text("#rollout-served")
-    assert f"v{before.number}" in table and str(50 - len(on_candidate)) in table
-    screenshot(page, "rollout-served")
+    # The page, left open, shows the figures per version live (its poller, no reload).
+    stable_runs = 50 - len(on_candidate)
+    page.wait_for_function(
+        "n => document.querySelector('#rollout-served tr.served-stable td:nth-child(3)')?.innerText === String(n)",
+        arg=stable_runs,
+        timeout=12_000,
+    )
+    cells = page.locator("#rollout-served tr.served-stable td").all_inner_texts()
+    fired = sum(r.prestep_calls > 0 for r in served if not r.rollout_candidate)
+    assert cells[0].startswith(f"v{before.number}") and cells[1] == str(stable_runs)
+    assert cells[3] == "0 (0.0 %)" and cells[4] == f"{fired} ({round(fired * 100 / stable_runs, 1)} %)"
+    candidate_row = page.inner_text("#rollout-served tr.served-candidate")
+    assert f"v{candidate.number}" in candidate_row and "no shadow data" in candidate_row
+    assert f"waiting: {len(on_candidate)} of 20 runs" in page.inner_text("#rollout-guard-state")
+    screenshot(page, "rollout-figures")
 
     page.once("dialog", lambda dialog: dialog.accept())
     page.click("#rollout-rollback")
