@@ -257,6 +257,19 @@ def get_rollout(request: HttpRequest, agent_id: DbId) -> Any:
 def set_rollout(request: HttpRequest, agent_id: DbId, payload: RolloutIn) -> Any:
     """Start or change a staged rollout (editor): a share of sessions and/or chatbotIds get ``version``."""
     agent = get_or_404(Agent, "agent", pk=agent_id)
+    if payload.publish_draft:  # the Versions page's "publish as a staged rollout", one service call
+        agent = services.rollout_publish(
+            actor=request.auth,
+            agent=agent,
+            number=payload.version,
+            percent=payload.percent,
+            message=payload.message,
+            chatbot_ids=payload.chatbot_ids,
+            guard_error_percent=payload.guard_error_percent,
+            guard_min_runs=payload.guard_min_runs,
+            change_reason=payload.change_reason,
+        )
+        return selectors.rollout_view(agent)
     version = _agent_version(agent, payload.version)
     agent = services.rollout_set(
         actor=request.auth,

@@ -425,6 +425,11 @@ class RolloutIn(Schema):
     change_reason: str = Field(
         "", max_length=2000, description="Why, for the approvers, when the agent is protected"
     )
+    publish_draft: bool = Field(
+        False,
+        description="Publish the rule set's draft first, as ``version`` (the next number), and roll that out: one step, refused while a rollout runs or when another agent serves 'latest'",
+    )
+    message: str = Field("", max_length=500, description="With publish_draft: the new version's message")
 
 
 class ProtectionIn(Schema):

@@ -71,6 +71,7 @@ def _apply_rollout_publish(actor: Any, agent: Agent, payload: dict[str, Any]) ->
         agent=agent,
         percent=payload["percent"],
         message=payload.get("message", ""),
+        chatbot_ids=payload.get("chatbot_ids", []),
         guard_error_percent=payload["guard_error_percent"],
         guard_min_runs=payload["guard_min_runs"],
     )

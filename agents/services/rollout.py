@@ -154,6 +154,29 @@ def _versions_diff(old: Any, new: Any) -> dict[str, Any]:
     }
 
 
+def _guard_check(guard_error_percent: Any, guard_min_runs: Any) -> None:
+    if guard_error_percent is not None and (
+        isinstance(guard_error_percent, bool)
+        or not isinstance(guard_error_percent, int)
+        or not 0 <= guard_error_percent <= 100
+    ):
+        raise AgentError(
+            _("The guard's error rate is a whole percentage from 0 to 100, not %(value)r.")
+            % {"value": guard_error_percent},
+            field="guard_error_percent",
+        )
+    if (
+        isinstance(guard_min_runs, bool)
+        or not isinstance(guard_min_runs, int)
+        or not 1 <= guard_min_runs <= 100_000
+    ):
+        raise AgentError(
+            _("The guard's minimum number of runs is from 1 to 100,000, not %(value)r.")
+            % {"value": guard_min_runs},
+            field="guard_min_runs",
+        )
+
+
 def rollout_keep(agent: Agent, current: Agent) -> None:
     """The agent form never changes the rollout or the shadow (their own services do): keep them."""
     for name in ROLLOUT_FIELDS:
@@ -213,26 +236,7 @@ def rollout_set(
     agent = _locked_agent(agent)
     version = _version_of_agent(agent, version, field="version")
     stable = rollout_stable(agent, version)
-    if guard_error_percent is not None and (
-        isinstance(guard_error_percent, bool)
-        or not isinstance(guard_error_percent, int)
-        or not 0 <= guard_error_percent <= 100
-    ):
-        raise AgentError(
-            _("The guard's error rate is a whole percentage from 0 to 100, not %(value)r.")
-            % {"value": guard_error_percent},
-            field="guard_error_percent",
-        )
-    if (
-        isinstance(guard_min_runs, bool)
-        or not isinstance(guard_min_runs, int)
-        or not 1 <= guard_min_runs <= 100_000
-    ):
-        raise AgentError(
-            _("The guard's minimum number of runs is from 1 to 100,000, not %(value)r.")
-            % {"value": guard_min_runs},
-            field="guard_min_runs",
-        )
+    _guard_check(guard_error_percent, guard_min_runs)
     if isinstance(percent, bool) or not isinstance(percent, int) or not 0 <= percent <= 100:
         raise AgentError(
             _("The share of traffic is a whole percentage from 0 to 100, not %(value)r.")
@@ -299,6 +303,8 @@ def rollout_publish(
     percent: int,
     message: str = "",
     revision: int | None = None,
+    number: int | None = None,
+    chatbot_ids: list[Any] | None = None,
     guard_error_percent: int | None = GUARD_ERROR_PERCENT,
     guard_min_runs: int = GUARD_MIN_RUNS,
     change_reason: str = "",
@@ -309,7 +315,8 @@ def rollout_publish(
     to ``percent`` % of the agent's sessions, the version served before it pinned as stable. Refused
     while a rollout runs, and when another agent also serves the rule set's latest version (the
     publish would be live for all its sessions at once). On a protected agent it is one change
-    request (``rollout.publish``) that does both once approved.
+    request (``rollout.publish``) that does both once approved. ``number``: the version number the
+    caller expects the draft to get (the API's ``version``); another one is refused.
     """
     from rules.errors import RuleError
     from rules.models import RuleSet
@@ -323,6 +330,8 @@ def rollout_publish(
             field="percent",
         )
     message = bounded(message, most=500, field="message")
+    _guard_check(guard_error_percent, guard_min_runs)
+    chatbots = _chatbot_ids_clean(chatbot_ids or [])
     if agent.rule_set_id is None:
         raise AgentError(
             _("Agent %(name)r has no rule set, so it has no versions to roll out.") % {"name": agent.name}
@@ -354,10 +363,18 @@ def rollout_publish(
             % {"others": ", ".join(others), "rule_set": rule_set.name}
         )
     latest = rule_set.versions.order_by("-number").first()
+    next_number = (latest.number + 1) if latest else 1
+    if number is not None and number != next_number:
+        raise AgentError(
+            _("The draft of %(rule_set)r would be published as v%(next)s, not v%(number)s.")
+            % {"rule_set": rule_set.name, "next": next_number, "number": number},
+            field="version",
+        )
     payload = {
         "rule_set": rule_set.pk,
         "message": message,
         "percent": percent,
+        "chatbot_ids": chatbots,
         "guard_error_percent": guard_error_percent,
         "guard_min_runs": guard_min_runs,
     }
@@ -387,7 +404,7 @@ def rollout_publish(
             agent=agent,
             version=version,
             percent=percent,
-            chatbot_ids=[],
+            chatbot_ids=chatbots,
             guard_error_percent=guard_error_percent,
             guard_min_runs=guard_min_runs,
         )

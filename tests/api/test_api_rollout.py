@@ -121,3 +121,19 @@ def test_the_runs_api_filters_by_served_version_and_rollout_side(viewer_api, sam
         response = viewer_api.get(f"/api/runs?version={hostile}")
         assert response.status_code == 422 and response.json()["field"].endswith("version"), hostile
     assert viewer_api.get("/api/runs?candidate=maybe").status_code == 422
+
+
+def test_publish_the_draft_as_a_staged_rollout_through_the_api(editor_api, sample, two_versions) -> None:
+    agent = sample["agent"]
+    url = f"/api/agents/{agent.pk}/rollout"
+    rule = sample["rule"]
+    rule.refresh_from_db()
+    rule_services.rule_update(actor=None, rule=rule, revision=rule.revision, description="the fix")
+    wrong = editor_api.call("put", url, json={"version": 4, "percent": 10, "publish_draft": True})
+    assert wrong.status_code == 422 and wrong.json()["field"] == "version"
+    assert "would be published as v3, not v4" in wrong.json()["detail"]
+    body = editor_api.call(
+        "put", url, json={"version": 3, "percent": 10, "publish_draft": True, "message": "the fix"}
+    ).json()
+    assert (body["stable"], body["rollout"]["version"], body["rollout"]["percent"]) == ("v2", 3, 10)
+    assert sample["rule_set"].versions.get(number=3).message == "the fix"
