@@ -38,9 +38,10 @@ def test_a_rollout_chooses_the_version_and_the_shadow_records_divergences(redis_
 
     with celery_worker(redis_publisher) as (_, output):
         services.rollout_set(actor=None, agent=agent, version=v2, percent=100, chatbot_ids=[])
+        services.shadow_set(actor=None, agent=agent, version=v2)
+        # Served by the shadow version itself: not shadow-evaluated (it would differ from nothing).
         everyone = wait_for_run(services.run_create(actor=None, agent=agent, request=request).pk)
         services.rollout_set(actor=None, agent=agent, version=v2, percent=0, chatbot_ids=[])
-        services.shadow_set(actor=None, agent=agent, version=v2)
         nobody = wait_for_run(services.run_create(actor=None, agent=agent, request=request).pk)
 
     assert everyone.status == Run.Status.SUCCEEDED, (everyone.error, output.text()[-2000:])
@@ -52,7 +53,8 @@ def test_a_rollout_chooses_the_version_and_the_shadow_records_divergences(redis_
     assert nobody.status == Run.Status.SUCCEEDED, nobody.error
     assert (nobody.rule_set_ref, nobody.rule_set_version, nobody.rollout_candidate) == ("v1", v1, False)
     assert list(nobody.steps.filter(kind="rule").values_list("name", flat=True)) == ["route_order_lookup"]
-    # The shadow (v2) would also have called get_order by id: one divergence, kept with the run.
+    # The shadow (v2) would also have called get_order by id: one divergence, kept with the run; the
+    # run v2 served itself was not evaluated.
     tally = ShadowTally.objects.get(agent=agent, version=v2)
     assert (tally.evaluated, tally.diverged, tally.errors) == (1, 1, 0)
     example = tally.examples.get()
