@@ -30,6 +30,7 @@ from llamon_agent.mcp import McpError, McpServerSpec
 from llamon_agent.mcp.errors import McpConnectionError, McpTimeoutError
 from llamon_agent.mcp.spec import ENV_NAME_RE, MCP_ID_RE
 from servers.errors import McpServerError
+from servers.messages import unknown_tool_message
 from servers.models import McpServer, ToolCallRecord
 from servers.pool import pool_for_server, pool_forget, stdio_refusal
 from servers.selectors import mcp_error_for
@@ -349,8 +350,6 @@ def mcp_server_call_tool(
                 },
                 field="tool",
             )
-        from servers.messages import unknown_tool_message
-
         raise McpServerError(
             unknown_tool_message(server.mcp_id, tool_name, [t["name"] for t in server.tools]), field="tool"
         )

@@ -19,6 +19,7 @@ from accounts.roles import has_role, require_role
 from core.http import HtmxHttpRequest
 from llamon_agent.mcp.results import truncation
 from servers.forms import McpServerForm, RawArgumentsForm, ToolCallForm
+from servers.messages import unknown_tool_message
 from servers.models import McpServer
 from servers.selectors import (
     command_line,
@@ -149,7 +150,9 @@ def tool_call(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     }
     if tool is None:
         if tool_name:
-            context["call_error"] = f"{server.mcp_id} has no tool named {tool_name!r}; choose one below."
+            context["call_error"] = unknown_tool_message(
+                server.mcp_id, tool_name, [t["name"] for t in server.tools]
+            )
         return render(request, CALL_TEMPLATE, context, status=404 if tool_name else 200)
     schema = tool.get("input_schema") or {}
     context["schema_json"] = pretty_json(schema)

@@ -95,7 +95,7 @@ def test_an_editor_calling_a_tool_cannot_turn_it_into_a_command(caller, marker, 
         f"/api/mcp-servers/{sample['server'].pk}/call", {"tool": "sh", "arguments": {"c": f"touch {marker}"}}
     )
     assert response.status_code == 422  # no such tool; nothing is started for an unknown tool
-    assert "no tool named" in response.json()["detail"]
+    assert "order-service has no tool 'sh' (its tools: " in response.json()["detail"]
     assert not marker.exists() and _children() <= before
 
 
