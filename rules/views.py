@@ -37,6 +37,8 @@ from rules.tester import (
 )
 from servers import selectors as server_selectors
 
+CASES_PICKED = 10  # saved cases the tester offers in its picker
+
 # --- Rule sets ----------------------------------------------------------------------------------
 
 
@@ -123,6 +125,8 @@ def _editor_context(
         "can_edit": has_role(request.user, "editor"),
         "latest_version": rule_set.versions.order_by("-number").first(),
         "case_count": rule_set.cases.count(),
+        # The tester's picker: the saved cases one click away (the newest first, as many as fit).
+        "recent_cases": list(rule_set.cases.order_by("-pk")[:CASES_PICKED]),
         "publish_form": PublishForm(initial={"revision": rule_set.revision}),
     }
 
@@ -598,7 +602,10 @@ def case_list(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 @require_POST
 @require_role("editor")
 def case_create(request: HtmxHttpRequest, pk: int) -> HttpResponse:
-    """Save a tester input as a case, with the expected outcome proposed from what fired."""
+    """Save a tester input as a case, with the expected outcome proposed from what fired.
+
+    From the tester (htmx) the answer is a line in place: the editor and the tester keep their
+    state, and the user keeps typing. Without JavaScript, the cases page."""
     rule_set = get_object_or_404(RuleSet, pk=pk)
     try:
         case = cases.case_create(
@@ -610,10 +617,34 @@ def case_create(request: HtmxHttpRequest, pk: int) -> HttpResponse:
             pinned=_json_post(request, "pinned"),
         )
     except RuleError as exc:
-        messages.error(request, _("The case was not saved: %(message)s") % {"message": exc.message})
-        return redirect("rules:editor", pk=pk)
-    messages.success(request, _("Saved test case %(name)r.") % {"name": case.name})
-    return redirect("rules:cases", pk=pk)
+        return _case_saved(
+            request, rule_set, None, error=exc.message, fallback=reverse("rules:editor", args=[pk])
+        )
+    return _case_saved(request, rule_set, case, updated=False)
+
+
+def _case_saved(
+    request: HtmxHttpRequest,
+    rule_set: RuleSet,
+    case: TestCase | None,
+    *,
+    updated: bool = False,
+    error: str = "",
+    fallback: str = "",
+) -> HttpResponse:
+    """How a save from the tester is answered: in place for htmx, a message and a redirect otherwise."""
+    if request.htmx:
+        context = {"rule_set": rule_set, "case": case, "updated": updated, "error": error}
+        return render(request, "rules/_case_saved.html", context, status=422 if error else 200)
+    if error:
+        messages.error(request, _("The case was not saved: %(message)s") % {"message": error})
+        return redirect(fallback)
+    assert case is not None
+    if updated:
+        messages.success(request, _("Updated test case %(name)r.") % {"name": case.name})
+    else:
+        messages.success(request, _("Saved test case %(name)r.") % {"name": case.name})
+    return redirect("rules:cases", pk=rule_set.pk)
 
 
 @require_POST
@@ -630,10 +661,9 @@ def case_update(request: HtmxHttpRequest, pk: int, case_pk: int) -> HttpResponse
             pinned=_json_post(request, "pinned") or [],
         )
     except RuleError as exc:
-        messages.error(request, _("The case was not saved: %(message)s") % {"message": exc.message})
-        return redirect(f"{reverse('rules:editor', args=[pk])}?case={case.pk}")
-    messages.success(request, _("Updated test case %(name)r.") % {"name": case.name})
-    return redirect("rules:cases", pk=pk)
+        fallback = f"{reverse('rules:editor', args=[pk])}?case={case.pk}"
+        return _case_saved(request, case.rule_set, case, error=exc.message, fallback=fallback)
+    return _case_saved(request, case.rule_set, case, updated=True)
 
 
 @require_POST

@@ -90,12 +90,13 @@ def test_a_case_saved_after_a_failed_execute_expects_the_call(page, logged_in, m
     page.locator("#tester-outcome[data-mode='execute'][data-ok='false']").wait_for()
     page.fill("#save-case-form input[name=name]", "조회 after execute")
     page.click("#save-case-form button")
-    page.wait_for_url("**/cases/")
+    page.locator("#case-saved [data-case]").wait_for()
     case = TestCase.objects.get(rule_set=rule_set, name="조회 after execute")
     assert case.expected["error"] is None
     assert case.expected["must_fire"] == [
         {"mcp_id": "down-service", "tool_name": "lookup", "params": {"q": "조회해줘"}, "match": "exact"}
     ]
+    page.click("#case-saved a")  # "See the cases"
     page.click("#run-suite")
     assert "1 of 1 pass" in page.locator("#suite-summary").inner_text()
 
@@ -130,14 +131,16 @@ def test_open_a_case_in_the_tester_edit_it_and_save_it(page, logged_in, make_use
         expected={"must_fire": []},
     )
     logged_in("editor")
-    page.goto(f"/rules/{rule_set.pk}/cases/")
-    page.click(f"a[href$='?case={case.pk}'].open-case")
+    page.goto(f"/rules/{rule_set.pk}/")  # the tester's picker offers the saved cases
+    page.click("#case-picker summary")
+    page.click(f"#case-picker a[href*='?case={case.pk}']")
     assert page.input_value("#id_t-query") == "주문 조회 A-1"
     page.fill("#id_t-query", "주문 조회 A-2")
     page.locator("#update-case-form").wait_for()
     page.wait_for_load_state("networkidle")
     page.click("#update-case-form button")
-    page.wait_for_url("**/cases/")
+    page.locator("#case-saved [data-case]").wait_for()
+    assert page.input_value("#id_t-query") == "주문 조회 A-2"  # still in the editor, as typed
     case.refresh_from_db()
     assert case.input["query"] == "주문 조회 A-2"
     assert case.expected["must_fire"][0]["tool_name"] == "get_order"

@@ -54,9 +54,15 @@ def test_write_a_rule_test_it_live_keep_a_case_publish_and_diff(page, logged_in)
     screenshot(page, "workbench-live-tester")
     page.fill("#save-case-form input[name=name]", "refund search (Korean)")
     page.click("#save-case-form button")
-    page.wait_for_url("**/cases/")
+    # Saved in place: the editor and the tester keep their state, and typing goes on.
+    page.locator("#case-saved [data-case]").wait_for()
+    assert "/cases/" not in page.url and page.input_value("#id_t-query") == "환불 정책 검색해줘"
     case = TestCase.objects.get(rule_set=rule_set)
     assert case.expected["must_fire"][0]["tool_name"] == "search_docs"
+    page.fill("#id_t-query", "주문 조회 A-1001")
+    page.locator("#tester-table tr[data-rule='route_refund_search'] .status-skipped").wait_for()
+    assert "refund search (Korean)" in page.locator("#case-saved").inner_text()
+    page.goto(f"/rules/{rule_set.pk}/cases/")
     page.click("#run-suite")
     assert "1 of 1 pass" in page.locator("#suite-summary").inner_text()
 

@@ -159,6 +159,27 @@ def test_a_case_saved_after_a_failed_execute_expects_the_call_not_the_error(edit
     assert result.passed, result.problems
 
 
+def test_saving_a_case_from_the_tester_answers_in_place_and_the_picker_offers_it(
+    editor_client, rule_set
+) -> None:
+    url = reverse("rules:case_create", args=[rule_set.pk])
+    case_input = json.dumps({"query": "주문 조회"})
+    saved = editor_client.post(url, {"name": "조회 케이스", "input": case_input, "expected": "{}"}, **HX)
+    assert saved.status_code == 200 and "Saved test case 조회 케이스." in _text(saved)  # a line, not a page
+    case = rule_set.cases.get(name="조회 케이스")
+    # A name already taken: refused in place, in the user's language, nothing saved twice.
+    refused = editor_client.post(
+        url, {"name": "조회 케이스", "input": case_input, "expected": "{}"}, HTTP_ACCEPT_LANGUAGE="ko", **HX
+    )
+    assert refused.status_code == 422 and "케이스를 저장하지 않았습니다" in _text(refused)
+    assert rule_set.cases.count() == 1
+    editor = _text(editor_client.get(reverse("rules:editor", args=[rule_set.pk])))
+    assert f"?case={case.pk}" in editor and "조회 케이스" in editor  # the tester's picker
+    # Without JavaScript the form still posts: the cases page, as before.
+    plain = editor_client.post(url, {"name": "other", "input": case_input, "expected": "{}"})
+    assert plain.status_code == 302 and plain["Location"].endswith("/cases/")
+
+
 def test_a_skipped_rule_says_the_value_of_each_sub_condition(viewer_client, rule_set) -> None:
     text = _text(_test(viewer_client, rule_set, {"t-query": "환불 해주세요"}, **HX))
     row = text[text.index('data-rule="route_refund"') :]
