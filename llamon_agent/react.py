@@ -173,6 +173,7 @@ class _Run:
         self.status: RunStatus | None = None
         self.error: str | None = None
         self.answer: str | None = None
+        self.answer_input: dict[str, Any] = {}  # where the answer came from (the answer step's input)
         self.prestep: PrestepOutcome | None = None
         self.answer_only = False
         self.stage = "start"
@@ -381,6 +382,13 @@ class _Run:
             self.end(FAILED, EMPTY_ANSWER)
             return None
         guard = self.spec.output_guardrail
+        # The answer step's input says where the answer came from, never the unmasked text itself.
+        self.answer_input = {
+            "from": "the model's last message",
+            "answer_from_prestep": self.answer_only,  # the model answered from the results, no tools
+            "chars": len(text),
+            "output_guardrail": "off" if guard is None else "passed",
+        }
         if guard is not None:
             s = start_span(
                 self.sink, "guardrail", "output", input={"chars": len(text), "config": guard.to_json()}
@@ -392,6 +400,7 @@ class _Run:
                 return None
             if verdict.text != text:
                 text = verdict.text
+                self.answer_input["output_guardrail"] = "masked"
                 self.answer = text
                 self.end(SUCCEEDED)
                 # Same id: add_messages replaces the unmasked reply in the state.
@@ -425,7 +434,13 @@ class _Run:
         if self.status is None:
             error = "the agent ended without a result"
         if status == SUCCEEDED:
-            s = start_span(self.sink, "answer", "answer", meta={"model": self.model_name})
+            s = start_span(
+                self.sink,
+                "answer",
+                "answer",
+                input=self.answer_input or None,
+                meta={"model": self.model_name},
+            )
             s.output = self.answer
             s.finish()
         elif status in (FAILED, CANCELLED):

@@ -437,6 +437,14 @@ def test_output_guardrail_masks_card_numbers() -> None:
     guard_end = [e for e in sink.of_kind("guardrail") if e.phase == "end"][0]
     assert guard_end.output == {"allowed": True, "reason": None, "matched": ["card_number"]}
     assert sink.of_kind("answer")[-1].output == result.answer
+    # The answer step's input says where the answer came from, and never holds the unmasked text.
+    answer_start = [e for e in sink.of_kind("answer") if e.phase == "start"][0]
+    assert answer_start.input == {
+        "from": "the model's last message",
+        "answer_from_prestep": False,
+        "chars": len("결제 카드 4111 1111 1111 1111, 주문번호 1234567890123"),
+        "output_guardrail": "masked",
+    }
 
 
 def test_an_empty_final_answer_fails_the_run() -> None:
