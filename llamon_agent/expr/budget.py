@@ -79,6 +79,8 @@ class CostMeter:
         "lowered",
         "tables",
         "searched",
+        "parts",
+        "first",
     )
 
     def __init__(self, expr_budget: int | None = None, request_budget: int | None = None) -> None:
@@ -104,6 +106,10 @@ class CostMeter:
         self.lowered: str | None = None
         self.tables: Any = None
         self.searched: dict[str, bool] = {}
+        # The request's DataParts and the first value of each of their keys (build_namespace):
+        # data_get with a literal key reads it.
+        self.parts: Any = None
+        self.first: dict[Any, Any] | None = None
 
     @property
     def spent(self) -> int:

@@ -148,12 +148,13 @@ class _Own:
     """What an expression compiled on its own keeps besides its code (one shared by shape keeps
     its shapes.Template instead, which holds the same fields)."""
 
-    __slots__ = ("kind", "static_cost", "query_reads", "src")
+    __slots__ = ("kind", "static_cost", "query_reads", "metered", "src")
 
-    def __init__(self, kind: str, static_cost: int, query_reads: int, src: _Source) -> None:
+    def __init__(self, kind: str, static_cost: int, query_reads: int, metered: bool, src: _Source) -> None:
         self.kind = kind
         self.static_cost = static_cost
         self.query_reads = query_reads
+        self.metered = metered
         self.src = src
 
 
@@ -193,6 +194,13 @@ class CompiledExpr:
     def static_cost(self) -> int:
         """Charged to the request by ExpressionRule: one unit per node."""
         return self._meta.static_cost
+
+    @property
+    def metered(self) -> bool:
+        """Whether an operation charges the meter at run time. If not, every operation costs a
+        constant or reads at most a literal or the query (guard): :attr:`static_cost` and
+        :attr:`query_reads` bound the evaluation, which runs as plain Python."""
+        return self._meta.metered
 
     @property
     def query_reads(self) -> int:
@@ -235,18 +243,7 @@ class CompiledExpr:
         The evaluation gets the meter's whole ``expr_budget`` (CostBudgetExceeded past it).
         """
         namespace[_METER].left = namespace[_METER].expr_budget
-        try:  # the body of run(), inline: a call would cost more than the budget's reset
-            value = types.FunctionType(self._code, namespace, None, self._defaults)()
-        except ExprError as exc:
-            if exc.line is None:
-                exc.line, exc.column = self._where(exc.__traceback__)
-            raise
-        except Exception as exc:
-            line, column = self._where(exc.__traceback__)
-            raise ExprError(_runtime_reason(exc), line, column) from exc
-        if self._meta.kind == "when":
-            return bool(value)
-        return _params(value, namespace)
+        return self.run(namespace)
 
     def run(self, namespace: dict[str, Any]) -> Any:
         """:meth:`evaluate` on what the meter has left (ExpressionRule runs when and params on one budget)."""
@@ -254,16 +251,22 @@ class CompiledExpr:
             # A fresh function per run binds this request's globals; no eval(), so no
             # "exec" audit event and names resolve with the fast global lookup.
             value = types.FunctionType(self._code, namespace, None, self._defaults)()
-        except ExprError as exc:
-            if exc.line is None:
-                exc.line, exc.column = self._where(exc.__traceback__)
-            raise
         except Exception as exc:  # anything else becomes an ExprError (the pre-step's error path)
-            line, column = self._where(exc.__traceback__)
-            raise ExprError(_runtime_reason(exc), line, column) from exc
+            raise self.failed(exc)  # noqa: B904  # failed() sets the cause
         if self._meta.kind == "when":
             return bool(value)
         return _params(value, namespace)
+
+    def failed(self, exc: Exception) -> ExprError:
+        """The ExprError to raise for what running the code raised, with its position."""
+        if isinstance(exc, ExprError):
+            if exc.line is None:
+                exc.line, exc.column = self._where(exc.__traceback__)
+            return exc
+        line, column = self._where(exc.__traceback__)
+        error = ExprError(_runtime_reason(exc), line, column)
+        error.__cause__ = exc
+        return error
 
     def __call__(self, ctx: DeterministicContext) -> Any:
         return self.evaluate(build_namespace(ctx))
@@ -272,28 +275,16 @@ class CompiledExpr:
         return f"CompiledExpr({self.kind}: {self.source!r})"
 
 
-class _UnmeteredExpr(CompiledExpr):
-    """An expression with no operation that charges the meter (most rules: keyword tests,
-    comparisons, dict lookups): its work is bounded by its static cost, which ExpressionRule
-    charges to the request, so an evaluation needs no budget of its own and skips the reset."""
-
-    __slots__ = ()
-
-    evaluate = CompiledExpr.run
-
-
 def _own(
     source: str, kind: str, compiled: tuple[types.CodeType, int, int, bool], src: _Source, hints: Any
 ) -> CompiledExpr:
     """An expression compiled on its own (not shared by shape)."""
-    cls = CompiledExpr if compiled[3] else _UnmeteredExpr
-    return cls(source, compiled[0], None, _Own(kind, compiled[1], compiled[2], src), hints)
+    return CompiledExpr(source, compiled[0], None, _Own(kind, *compiled[1:], src), hints)
 
 
 def _shared(source: str, template: shapes.Template, values: tuple[str, ...], hints: Any) -> CompiledExpr:
     """An expression of ``template``'s shape with its own literal ``values``."""
-    cls = CompiledExpr if template.metered else _UnmeteredExpr
-    return cls(source, template.code, values, template, hints)
+    return CompiledExpr(source, template.code, values, template, hints)
 
 
 def _hints(keywords: Any, options: Any, cost_line: Any) -> tuple[Any, Any, Any]:

@@ -8,6 +8,7 @@ import types
 import warnings
 
 from llamon_agent.expr.budget import (
+    _AFFIX_METHODS,
     _COMPARE_INDEX,
     _FREE_METHODS,
     _METER,
@@ -46,23 +47,60 @@ def _scalar(node: ast.AST) -> bool:
     return isinstance(node, ast.Constant) and type(node.value) in (str, int, float, bool, type(None))
 
 
-def _static_pair(left: ast.AST, op: ast.cmpop, right: ast.AST) -> int | None:
+_NUMBER_OPS = (ast.Mult, ast.Mod, ast.Div, ast.FloorDiv)  # numbers only (helpers check * and %)
+_NUMBER_CALLS = frozenset({"len", "abs", "round", "int", "float", "bool"})
+
+
+def _small(node: ast.AST) -> bool:
+    """A literal scalar, or a value that can only be a number or a bool (or raise): comparing it
+    with anything takes constant time (another type differs at once)."""
+    if _scalar(node) or isinstance(node, (ast.UnaryOp, ast.Compare)):
+        return True
+    if isinstance(node, ast.BinOp):
+        return isinstance(node.op, _NUMBER_OPS)
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _NUMBER_CALLS
+
+
+def _scalars(node: ast.AST) -> bool:
+    """A literal list or tuple of texts, numbers, booleans or None."""
+    return isinstance(node, (ast.List, ast.Tuple)) and all(_scalar(e) for e in node.elts)
+
+
+def _static_pair(left: ast.AST, op: ast.cmpop, right: ast.AST, typed: bool = True) -> int | None:
     """Query reads one comparison costs when that is known from its shape, else None.
 
     Comparing with a literal text or number reads at most the literal; ``is`` reads nothing;
     ``"w" in query`` reads the query once (``query.lower()``: once more to build the copy, at
-    the building rate); ``"w" in context`` hashes the literal. These stay plain Python.
+    the building rate); ``"w" in context`` hashes the literal; ``x in ["a", 1]`` compares x
+    with each literal, at most the literal's length each (a value of another type or length
+    differs at once). These stay plain Python, their reads of literals counted as their nodes.
     """
     if isinstance(op, (ast.Is, ast.IsNot)):
         return 0
     if isinstance(op, (ast.In, ast.NotIn)):
+        if typed and _scalars(right):
+            return 0
         if not _scalar(left):
             return None
         if _query_ref(right) is not None:  # query.lower() is made once per request (LOWERED)
             return 1
         return 0 if _is_dict_or_set(right) else None
+    if typed:
+        return 0 if _small(left) or _small(right) else None
     return 0 if _scalar(left) or _scalar(right) else None
 
+
+def _affix(args: list[ast.expr]) -> bool:
+    """One literal text, or a literal tuple of texts: what startswith/endswith read is their length."""
+    if len(args) != 1:
+        return False
+    texts = args[0].elts if isinstance(args[0], ast.Tuple) else args
+    return all(isinstance(t, ast.Constant) and type(t.value) is str for t in texts)
+
+
+# The request's first value of each DataPart key, made once per request (build_namespace):
+# data_get("amount", 0) is one dict lookup.
+FIRST = "__llamon_first"
 
 # The request's text, as literal tests read it (namespace.build_namespace): the query itself
 # when it is short, else a table of which literals it holds, made once per request.
@@ -108,7 +146,8 @@ class _Guard(ast.NodeTransformer):
     per item, to the evaluation's own budget.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, meter_all: bool = False) -> None:
+        self.meter_all = meter_all  # the previous rewrite, every data-dependent operation metered
         self.scans = 0
         self.metered = False  # whether any operation charges the meter at run time
         self._in_body = False
@@ -147,7 +186,8 @@ class _Guard(ast.NodeTransformer):
 
     def visit_Compare(self, node: ast.Compare) -> ast.AST:
         operands = [node.left, *node.comparators]
-        costs = [_static_pair(operands[i], op, operands[i + 1]) for i, op in enumerate(node.ops)]
+        typed = not self.meter_all
+        costs = [_static_pair(operands[i], op, operands[i + 1], typed) for i, op in enumerate(node.ops)]
         if all(cost is not None for cost in costs):
             self._count_reads(sum(costs))  # type: ignore[arg-type]
             right = node.comparators[-1]
@@ -193,6 +233,17 @@ class _Guard(ast.NodeTransformer):
         func = node.func
         if isinstance(func, ast.Name):
             if func.id == "data_get":
+                if (
+                    not (self.meter_all or node.keywords)
+                    and 1 <= len(node.args) <= 2
+                    and _scalar(node.args[0])
+                ):
+                    # a literal key: one lookup in the request's first value of each key (FIRST)
+                    first = ast.copy_location(ast.Name(id=FIRST, ctx=ast.Load()), func)
+                    node.func = ast.copy_location(
+                        ast.Attribute(value=first, attr="get", ctx=ast.Load()), func
+                    )
+                    return node
                 parts = ast.copy_location(ast.Name(id="a2a_data", ctx=ast.Load()), func)
                 return self._metered("__llamon_data_get", [parts, *node.args], node.keywords, node)
             if func.id in _METERED_CALLS:
@@ -203,6 +254,8 @@ class _Guard(ast.NodeTransformer):
                 return self._metered(
                     _GUARDED_METHODS[func.attr], [func.value, *node.args], node.keywords, node
                 )
+            if func.attr in _AFFIX_METHODS and not (self.meter_all or node.keywords) and _affix(node.args):
+                return node  # x.startswith("urgent"): reads at most the literal
             if func.attr not in _FREE_METHODS:
                 name = ast.copy_location(ast.Constant(value=func.attr), func)
                 return self._metered("__llamon_method", [func.value, name, *node.args], node.keywords, node)
@@ -265,14 +318,14 @@ class _Lift(ast.NodeTransformer):
 
 
 def _compile(
-    tree: ast.Expression, name: str, lift: dict[int, int] | None = None
+    tree: ast.Expression, name: str, lift: dict[int, int] | None = None, meter_all: bool = False
 ) -> tuple[types.CodeType, int, int, bool]:
     """The expression as the code of a function without arguments to pass (run with per-request
     globals), with its static cost and whether it charges the meter: (code, nodes, query scans,
     metered), see :class:`_Guard`. ``lift`` maps ``id()`` of text literals of ``tree`` to the
     index of the argument they become (:class:`_Lift`), given as defaults when it runs."""
     nodes = sum(1 for _ in ast.walk(tree.body))
-    guard = _Guard()
+    guard = _Guard(meter_all)
     body = guard.visit(tree).body
     params: list[ast.arg] = []
     if lift:

@@ -387,7 +387,10 @@ def _add(left: Any, right: Any) -> Any:
 
 def _mul(left: Any, right: Any) -> Any:
     if type(left) in _NUMBERS and type(right) in _NUMBERS:
-        return _number(left * right)
+        value = left * right  # _number, inline: the hot path of arithmetic rules
+        if type(value) is int and not -MAX_INT <= value <= MAX_INT:
+            raise ExprError(M("run.int_too_large"))
+        return value
     if isinstance(left, (str, list, tuple)) or isinstance(right, (str, list, tuple)):
         raise ExprError(M("run.repeat"))
     raise ExprError(M("run.cannot_multiply", left=_type_name(left), right=_type_name(right)))

@@ -13,7 +13,7 @@ from llamon_agent.expr.budget import (
     CostMeter,
 )
 from llamon_agent.expr.errors import ExprError, _type_name
-from llamon_agent.expr.guard import IN_LOWERED, IN_QUERY, LOWERED
+from llamon_agent.expr.guard import FIRST, IN_LOWERED, IN_QUERY, LOWERED
 from llamon_agent.expr.limits import MAX_DATA_BYTES, MAX_QUERY_CHARS
 from llamon_agent.expr.messages import Message as M
 from llamon_agent.expr.view import _Budget, _CtxView, _plain
@@ -115,6 +115,15 @@ def build_namespace(
         meter.pool -= len(query) // BUILT_CHARS_PER_UNIT
         meter.query, meter.lowered, meter.tables, meter.searched = query, lowered, None, {}
     namespace[LOWERED] = lowered
+    if meter.parts is not a2a_data or meter.first is None:
+        # Once per request, like plain_request's copies (and, like them, bounded by the
+        # request caps and not charged): what data_get with a literal key reads.
+        first: dict[Any, Any] = {}
+        for part in reversed(a2a_data or ()):  # the first DataPart holding a key wins
+            if type(part) is dict:
+                first.update(part)
+        meter.parts, meter.first = a2a_data, first
+    namespace[FIRST] = meter.first
     if len(query) < LONG_QUERY_CHARS:
         namespace[IN_QUERY], namespace[IN_LOWERED] = query, lowered
         meter.rcost = meter.qcost

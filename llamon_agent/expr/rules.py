@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import keyword
+from types import FunctionType
 from typing import Any
 
 from llamon_agent.expr.budget import _METER, READ_CHARS_PER_UNIT
@@ -156,22 +157,29 @@ class ExpressionRule:
     def evaluate_ns(self, namespace: dict[str, Any]) -> dict[str, Any] | None:
         """The rule's tool call on a prebuilt namespace, or None when ``when`` is falsy.
 
-        ``when`` and ``params`` share one evaluation budget, which starts charged with their
-        static cost (nodes, plain query reads); what they spent is then taken from the
-        request's budget (the namespace's CostMeter). Once that is spent, it raises
-        CostBudgetExceeded before evaluating anything.
+        The static bound of ``when`` and ``params`` (nodes, plain query reads: see
+        CompiledExpr.metered) is taken from the request's budget (the namespace's CostMeter)
+        in one charge; what their metered operations spend comes out of one evaluation budget,
+        what is left of ``expr_budget`` after it, and is then taken from the request's budget
+        too. Once that is spent, it raises CostBudgetExceeded before evaluating anything.
         """
         meter = namespace[_METER]
         if meter.pool < 0:
             meter.request_exceeded()
-        budget = meter.expr_budget
-        meter.left = budget - self._static - self._reads * meter.rcost
+        when = self.compiled_when
+        static = self._static + self._reads * meter.rcost
+        meter.pool -= static
+        meter.left = budget = meter.expr_budget - static
         try:
-            if not self.compiled_when.run(namespace):
+            try:  # when.run(namespace), inline: most rules stop here
+                value = FunctionType(when._code, namespace, None, when._defaults)()
+            except Exception as exc:
+                raise when.failed(exc)  # noqa: B904  # failed() sets the cause
+            if not value:
                 return None
             return {"tool_name": self.tool_name, "params": self.compiled_params.run(namespace)}
         finally:
-            meter.pool -= budget - meter.left
+            meter.pool -= budget - meter.left  # nothing for an unmetered when that did not fire
 
     def __call__(self, ctx: DeterministicContext) -> dict[str, Any] | None:
         return self.evaluate_ns(build_namespace(ctx))
