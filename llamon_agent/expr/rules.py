@@ -80,6 +80,9 @@ class ExpressionRule:
         "compiled_params",
         "_static",
         "_reads",
+        "_plain",
+        "_code",
+        "_defaults",
         "__llamon_rule__",
         "__weakref__",
     )
@@ -105,6 +108,9 @@ class ExpressionRule:
         # Charged per evaluation: every node, and each plain read of the query (its length).
         self._static = compiled_when.static_cost + compiled_params.static_cost
         self._reads = compiled_when.query_reads + compiled_params.query_reads
+        # An unmetered when runs inline, from its code (CompiledExpr.run, without the calls).
+        self._plain = not compiled_when.metered
+        self._code, self._defaults = compiled_when._code, compiled_when._defaults
         self.__llamon_rule__: RuleInfo = _ExprRuleInfo(name, mcp_id, bool(stop), compiled_when)
 
     @property
@@ -164,22 +170,25 @@ class ExpressionRule:
         too. Once that is spent, it raises CostBudgetExceeded before evaluating anything.
         """
         meter = namespace[_METER]
-        if meter.pool < 0:
+        pool = meter.pool
+        if pool < 0:
             meter.request_exceeded()
-        when = self.compiled_when
         static = self._static + self._reads * meter.rcost
-        meter.pool -= static
+        meter.pool = pool - static
+        if self._plain:  # nothing to meter: the hot path, when.run(namespace) inline
+            try:
+                value = FunctionType(self._code, namespace, None, self._defaults)()
+            except Exception as exc:
+                raise self.compiled_when.failed(exc)  # noqa: B904  # failed() sets the cause
+            if not value:
+                return None
         meter.left = budget = meter.expr_budget - static
         try:
-            try:  # when.run(namespace), inline: most rules stop here
-                value = FunctionType(when._code, namespace, None, when._defaults)()
-            except Exception as exc:
-                raise when.failed(exc)  # noqa: B904  # failed() sets the cause
-            if not value:
+            if not (self._plain or self.compiled_when.run(namespace)):
                 return None
             return {"tool_name": self.tool_name, "params": self.compiled_params.run(namespace)}
         finally:
-            meter.pool -= budget - meter.left  # nothing for an unmetered when that did not fire
+            meter.pool -= budget - meter.left
 
     def __call__(self, ctx: DeterministicContext) -> dict[str, Any] | None:
         return self.evaluate_ns(build_namespace(ctx))
