@@ -411,3 +411,153 @@ def _tools_offered(run: Run) -> list[str]:
             if isinstance(name, str) and name and name not in names:
                 names.append(name)
     return names
+
+
+# --- the pre-step's rules -----------------------------------------------------------------------
+# A pre-step step stores only rule names by status (llamon_agent.prestep, capped); the rules table
+# of the run page (prestep_rules) puts them back on the serving rules, in order, and explains the
+# first skipped ones the way the tester does. The explanations are computed when the table is
+# opened, from the run's stored request, so runs stay small.
+
+
+@dataclass
+class RuleRow:
+    """One rule of the served rule set, as the pre-step left it in this run."""
+
+    position: int  # 1-based, among the enabled rules (the pre-step's order)
+    name: str
+    mcp_id: str
+    tool_name: str
+    stop: bool
+    status: str  # fired, error, skipped, not_reached (llamon_agent.prestep.RuleStatus)
+    why: Any = None  # the explanation (llamon_agent.expr.explain.Explanation) of a skipped rule
+
+
+@dataclass
+class PrestepRules:
+    """The rules table of one pre-step step (see :func:`prestep_rules`)."""
+
+    step_seq: int | None
+    rows: list[RuleRow]
+    version_number: int | None = None  # the published version that served the run; None: the draft
+    draft_changed: bool = False  # a draft run whose draft is no longer what ran
+    mismatch: bool = False  # the step's stored names do not fit these rules: statuses may be wrong
+    hidden_skipped: int = 0
+    hidden_not_reached: int = 0
+    counts: dict[str, int] | None = None
+    missing: str = ""  # why there is no table ("no-prestep", "no-rules")
+
+    @property
+    def hidden(self) -> int:
+        return self.hidden_skipped + self.hidden_not_reached
+
+
+def prestep_rules(*, run: Run, seq: int | None = None, show_all: bool = False) -> PrestepRules:
+    """Every rule the run's pre-step had, in order, with its status in this run; the first skipped
+    ones (rules.tester.SKIPPED_SHOWN, as in the tester) explained, the rest counted.
+
+    The rules are the version that served the run (its snapshot), or the agent's draft when the
+    draft served it; the explanation runs on the run's stored request with the servers' tools as
+    they are today, and what the privacy settings mask in the request is masked in it too. One
+    step's payload, the served rules and the servers are read: bounded for a 2,000-rule set.
+    """
+    from core.content_hash import sha256
+    from llamon_agent.prestep import RuleStatus
+    from llamon_agent.tools import AgentRequest
+    from rules import engine
+    from rules.tester import SKIPPED_SHOWN
+
+    steps = run.steps.filter(kind=RunStep.Kind.PRESTEP)
+    if seq is not None:
+        steps = steps.filter(seq=seq)
+    step = steps.order_by("seq").only("seq", "output").first()
+    if step is None:
+        return PrestepRules(step_seq=None, rows=[], missing="no-prestep")
+    version = run.rule_set_version
+    rule_set = run.agent.rule_set if run.agent_id and run.agent else None
+    if version is not None:
+        snapshot = list(version.content)
+    elif rule_set is not None and run.source != Run.Source.FLOW:
+        snapshot = engine.rule_set_snapshot(rule_set)
+    else:
+        return PrestepRules(step_seq=step.seq, rows=[], missing="no-rules")
+    summary = step.output if isinstance(step.output, dict) else {}
+    fired = {n for n in summary.get("fired") or [] if isinstance(n, str)}
+    errors = {n for n in summary.get("errors") or [] if isinstance(n, str)}
+    not_reached = summary.get("not_reached_count")
+    enabled = [r for r in snapshot if r.get("enabled", True)]
+    reached = len(enabled)
+    if isinstance(not_reached, int) and not isinstance(not_reached, bool):
+        reached = min(max(len(enabled) - not_reached, 0), len(enabled))
+    out = PrestepRules(
+        step_seq=step.seq,
+        rows=[],
+        version_number=version.number if version is not None else None,
+        draft_changed=version is None and bool(run.rule_set_hash) and sha256(snapshot) != run.rule_set_hash,
+    )
+    counts = dict.fromkeys((str(s) for s in RuleStatus), 0)
+    quiet = 0
+    for i, rule in enumerate(enabled):
+        name = str(rule["name"])
+        if i >= reached:
+            status = RuleStatus.NOT_REACHED
+        elif name in fired:
+            status = RuleStatus.FIRED
+        elif name in errors:
+            status = RuleStatus.ERROR
+        else:
+            status = RuleStatus.SKIPPED
+        counts[str(status)] += 1
+        if status in (RuleStatus.FIRED, RuleStatus.ERROR) or show_all or quiet < SKIPPED_SHOWN:
+            if status not in (RuleStatus.FIRED, RuleStatus.ERROR):
+                quiet += 1
+            out.rows.append(
+                RuleRow(
+                    i + 1,
+                    name,
+                    str(rule["mcp_id"]),
+                    str(rule.get("tool_name") or ""),
+                    bool(rule.get("stop")),
+                    str(status),
+                )
+            )
+        elif status is RuleStatus.SKIPPED:
+            out.hidden_skipped += 1
+        else:
+            out.hidden_not_reached += 1
+    out.counts = counts
+    seen = {r["name"] for r in enabled[:reached]}
+    out.mismatch = not (fired | errors) <= seen or counts["skipped"] != summary.get(
+        "skipped_count", counts["skipped"]
+    )
+    # The tester's bound: the first SKIPPED_SHOWN skipped rows are explained, also when all are listed.
+    explain = [r.name for r in out.rows if r.status == RuleStatus.SKIPPED][:SKIPPED_SHOWN]
+    if explain:
+        from agents.privacy import run_redactor
+
+        request = AgentRequest(
+            query=run.query or "",
+            context=run.context if isinstance(run.context, dict) else {},
+            a2a_data=run.a2a_data or None,
+            a2a_files=run.a2a_files or None,
+        )
+        servers = engine.servers_by_id(engine.snapshot_mcp_ids(enabled))
+        why = engine.explain_rules(enabled, request, explain, servers=servers)
+        redact = run_redactor(run)
+        for row in out.rows:
+            if row.name in why:
+                row.why = _masked_explanation(why[row.name], redact)
+    return out
+
+
+def _masked_explanation(explanation: Any, redact: Any) -> Any:
+    """The explanation with what the privacy settings mask masked in its texts and errors."""
+    for _depth, part in explanation.lines():
+        part.text = redact(part.text)
+        if part.error is not None:
+            masked = redact(part.error)
+            if masked != part.error:
+                part.error, part.error_expr = masked, None  # its parameters would show the value
+    if explanation.error is not None:
+        explanation.error = redact(explanation.error)
+    return explanation

@@ -429,6 +429,17 @@ def run_steps(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     return HttpResponseStopPolling(response.content) if final else response
 
 
+@require_GET
+@require_role("viewer")
+def run_rules(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """The rules table of a pre-step step (``?step=seq``; default the first), loaded when the step is opened."""
+    run = get_object_or_404(Run.objects.select_related("agent__rule_set", "rule_set_version"), pk=pk)
+    table = traces.prestep_rules(
+        run=run, seq=db_id(request.GET.get("step")), show_all=request.GET.get("show") == "all"
+    )
+    return render(request, "agents/_prestep_rules.html", {"run": run, "table": table})
+
+
 def _after(request: HtmxHttpRequest) -> int:
     try:
         return min(max(int(request.GET.get("after", "0")), 0), 2**31)

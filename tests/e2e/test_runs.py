@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from django.contrib.auth import get_user_model
 
+from accounts.services import language_set
 from agents.models import Run
 from rules.models import TestCase
 from tests.e2e.conftest import screenshot
@@ -38,6 +40,14 @@ def test_start_a_run_watch_it_live_compare_and_save_as_a_case(page, logged_in, w
     screenshot(page, "run-detail")
     first = Run.objects.order_by("id").last()
 
+    # The pre-step's rules, loaded when the step is opened: the skipped one says which operand said no.
+    rules = page.locator("#timeline li[data-kind=prestep] details.prestep-rules-details")
+    rules.locator("summary").click()
+    skipped = rules.locator("tr[data-rule=route_by_available_tool]")
+    assert skipped.get_attribute("data-status") == "skipped"
+    assert rules.locator("tr[data-status=fired]").count() == 2
+    assert '"검색" in ctx.query → False' in skipped.locator(".why-lines").inner_text()
+
     # Re-run, then compare the two side by side.
     page.click("#rerun")
     page.wait_for_url(lambda url: url.rstrip("/").endswith(str(first.pk + 1)))
@@ -55,3 +65,12 @@ def test_start_a_run_watch_it_live_compare_and_save_as_a_case(page, logged_in, w
     page.get_by_text("Saved test case").wait_for()
     case = TestCase.objects.get(name="premium order lookup from a run")
     assert {c["tool_name"] for c in case.expected["must_fire"]} == {"get_order", "get_customer_profile"}
+
+    # The same table for a user who chose Korean (the docs' screenshot).
+    language_set(user=get_user_model().objects.get(username__startswith="editor-"), language="ko")
+    page.goto(f"/agents/runs/{first.pk}/")
+    assert page.locator("html").get_attribute("lang") == "ko"
+    rules.locator("summary").click()
+    rules.locator("tr[data-rule=route_by_available_tool] .why-lines").wait_for()
+    assert "건너뜀" in rules.inner_text()
+    screenshot(page, "run-trace-rules-ko", element=page.locator("#timeline li[data-kind=prestep]"))
