@@ -119,9 +119,12 @@ def build_namespace(
         # Once per request, like plain_request's copies (and, like them, bounded by the
         # request caps and not charged): what data_get with a literal key reads.
         first: dict[Any, Any] = {}
-        for part in reversed(a2a_data or ()):  # the first DataPart holding a key wins
-            if type(part) is dict:
-                first.update(part)
+        if a2a_data and len(a2a_data) == 1 and type(a2a_data[0]) is dict:
+            first = a2a_data[0]  # one DataPart (the usual request): itself, read-only as all data
+        else:
+            for part in reversed(a2a_data or ()):  # the first DataPart holding a key wins
+                if type(part) is dict:
+                    first.update(part)
         meter.parts, meter.first = a2a_data, first
     namespace[FIRST] = meter.first
     if len(query) < LONG_QUERY_CHARS:
