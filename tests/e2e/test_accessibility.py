@@ -91,6 +91,7 @@ EXCLUDED: dict[str, str] = {
     "rules:validate": "POST only (htmx fragment inside the editor)",
     "rules:expression_check": "POST only (JSON for the expression editor)",
     "rules:tool_info": "htmx fragment swapped into the editor, checked there",
+    "agents:run_rules": "htmx fragment of the run page's pre-step step, checked there (see the test)",
     "rules:test": "POST only (the tester's results are checked in the editor after a test)",
     "rules:publish": "POST only",
     "rules:restore": "POST only",
@@ -288,6 +289,12 @@ def test_every_page_has_no_serious_axe_violation_and_fits_the_width(
     page.locator("#tester-table tr[data-rule='route_order_lookup'] .status-fired").wait_for()
     page.wait_for_load_state("networkidle")
     problems += axe_problems(page, "rules:editor (tester results)", width)
+
+    # The run page with its pre-step step's rules table opened (loaded by htmx).
+    page.goto(PAGES["agents:run_detail"].path(demo_objects))
+    page.locator("details.prestep-rules-details summary").first.click()
+    page.locator(".prestep-rules table.rules-table").first.wait_for()
+    problems += axe_problems(page, "agents:run_detail (pre-step rules)", width)
 
     # The 403 page, as a viewer.
     page.context.clear_cookies()
