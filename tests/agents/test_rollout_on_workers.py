@@ -16,6 +16,7 @@ pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True), pyt
 QUERY = "주문 조회 부탁해 A-1001"
 
 
+@pytest.mark.slow  # 20 s or more in the parallel suite: scheduled first, so the workers finish together
 def test_a_rollout_chooses_the_version_and_the_shadow_records_divergences(redis_publisher) -> None:
     call_command("load_demo", "--no-runs", verbosity=0)
     agent = Agent.objects.get(name="seed-demo")

@@ -78,6 +78,7 @@ def test_a_tool_result_with_nan_keeps_its_step(agent, viewer_client) -> None:
     assert viewer_client.get(f"/api/runs/{run.pk}/steps").status_code == 200
 
 
+@pytest.mark.slow  # 20 s or more in the parallel suite: scheduled first, so the workers finish together
 @pytest.mark.services
 @pytest.mark.timeout(120)
 @pytest.mark.django_db(transaction=True)

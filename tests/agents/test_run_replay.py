@@ -30,6 +30,7 @@ def _tool_steps(run: Run) -> list[tuple[str, str, object, str]]:
     return [(s.kind, s.tool_name, s.output, s.status) for s in steps]
 
 
+@pytest.mark.slow  # 20 s or more in the parallel suite: scheduled first, so the workers finish together
 @pytest.mark.services
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.timeout(240)

@@ -73,6 +73,7 @@ def _sessions(agent: Agent, prefix: str, count: int) -> list[Run]:
     return runs
 
 
+@pytest.mark.slow  # 20 s or more in the parallel suite: scheduled first, so the workers finish together
 def test_on_the_shipped_demo_a_10_percent_rollout_serves_a_share_and_roll_back_ends_it(
     page, logged_in
 ) -> None:

@@ -41,18 +41,40 @@ def routing() -> tuple[ModuleType, object, object]:
     return sets, drawn, rules
 
 
-@pytest.mark.parametrize("chars", [1_000, 10_000, MAX_QUERY_CHARS])
-def test_long_queries_and_big_dataparts_do_not_fail_on_the_budget(routing, chars: int) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.slow  # compiling the 10,000 rules: once, for every query length (one test process)
+def test_long_queries_and_big_dataparts_do_not_fail_on_the_budget(routing, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     sets, drawn, rules = routing
-    rng = random.Random(chars)
     backend = StaticToolBackend(drawn.tools)
-    for _ in range(2):
-        request = sets.draw_request(rng, drawn, query_chars=chars)
-        request["a2a_data"] = [*request["a2a_data"], {"blob": "가" * 60_000, "items": list(range(2_000))}]
-        outcome = run_prestep(rules, AgentRequest(**request), backend=backend, dry_run=True)
-        errors = [rec for rec in outcome.records if rec.status is RuleStatus.ERROR]
-        assert errors == [], errors[:3]
-        assert [(rec.rule, rec.params) for rec in outcome.fired] == _plain_python(drawn, request)
+    for chars in (1_000, 10_000, MAX_QUERY_CHARS):
+        rng = random.Random(chars)
+        for _ in range(2):
+            request = sets.draw_request(rng, drawn, query_chars=chars)
+            request["a2a_data"] = [*request["a2a_data"], {"blob": "가" * 60_000, "items": list(range(2_000))}]
+            outcome = run_prestep(rules, AgentRequest(**request), backend=backend, dry_run=True)
+            errors = [rec for rec in outcome.records if rec.status is RuleStatus.ERROR]
+            assert errors == [], (chars, errors[:3])
+            assert [(rec.rule, rec.params) for rec in outcome.fired] == _plain_python(drawn, request), chars
+
+    # What the meter is charged for 10,000 rules on a query at the cap and ~190 KB of data: the
+    # work done (each literal searched once, each evaluated rule its own nodes), not a sum of
+    # every rule's worst case.
+    import llamon_agent.expr as expr
+
+    meters: list[CostMeter] = []
+
+    class Recorded(CostMeter):
+        def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+            super().__init__(*args, **kwargs)
+            meters.append(self)
+
+    monkeypatch.setattr(expr, "CostMeter", Recorded)
+    request = sets.draw_request(random.Random(7), drawn, query_chars=MAX_QUERY_CHARS)
+    request["a2a_data"] = [*request["a2a_data"], {"blob": "가" * 60_000, "items": list(range(2_000))}]
+    outcome = run_prestep(
+        rules, AgentRequest(**request), backend=StaticToolBackend(drawn.tools), dry_run=True
+    )
+    assert outcome.ok
+    assert len(meters) == 1 and meters[0].spent < DEFAULT_REQUEST_BUDGET // 4
 
 
 def _plain_python(drawn, request) -> list:  # type: ignore[no-untyped-def]
@@ -73,27 +95,3 @@ def _plain_python(drawn, request) -> list:  # type: ignore[no-untyped-def]
         if eval(rule.when, scope):  # noqa: S307  # the generator's own text
             fired.append((rule.name, eval(rule.params, scope)))  # noqa: S307
     return fired
-
-
-def test_what_a_long_request_spends_stays_far_from_the_request_budget(routing, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    # What the meter is charged for 10,000 rules on a query at the cap and ~190 KB of data: the
-    # work done (each literal searched once, each evaluated rule its own nodes), not a sum of
-    # every rule's worst case.
-    import llamon_agent.expr as expr
-
-    sets, drawn, rules = routing
-    meters: list[CostMeter] = []
-
-    class Recorded(CostMeter):
-        def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
-            super().__init__(*args, **kwargs)
-            meters.append(self)
-
-    monkeypatch.setattr(expr, "CostMeter", Recorded)
-    request = sets.draw_request(random.Random(7), drawn, query_chars=MAX_QUERY_CHARS)
-    request["a2a_data"] = [*request["a2a_data"], {"blob": "가" * 60_000, "items": list(range(2_000))}]
-    outcome = run_prestep(
-        rules, AgentRequest(**request), backend=StaticToolBackend(drawn.tools), dry_run=True
-    )
-    assert outcome.ok
-    assert len(meters) == 1 and meters[0].spent < DEFAULT_REQUEST_BUDGET // 4
