@@ -9,6 +9,7 @@ from django import forms
 from django.utils.translation import gettext_lazy as _
 
 from core.json_messages import json_error_reason
+from core.models import AuditEvent
 from core.userinput import FilterDateTimeField
 from llamon_agent import strictjson
 from llamon_agent.a2a import A2AFormatError, to_request
@@ -297,14 +298,21 @@ class PublishForm(forms.Form):
     reason = change_reason_field()
 
 
+def _audit_column(name: str) -> int:
+    """The length of an audit column: a longer filter text can match nothing (the API says the same)."""
+    return AuditEvent._meta.get_field(name).max_length or 0
+
+
 class AuditFilterForm(forms.Form):
-    actor = forms.CharField(required=False, label=_("Actor"))
-    object_type = forms.CharField(required=False, label=_("Object type"))
-    action = forms.CharField(required=False, label=_("Action"))
+    actor = forms.CharField(required=False, label=_("Actor"), max_length=_audit_column("actor_name"))
+    object_type = forms.CharField(
+        required=False, label=_("Object type"), max_length=_audit_column("object_type")
+    )
+    action = forms.CharField(required=False, label=_("Action"), max_length=_audit_column("action"))
     since = FilterDateTimeField(
         required=False, label=_("Since"), widget=forms.DateTimeInput(attrs={"type": "datetime-local"})
     )
     until = FilterDateTimeField(
         required=False, label=_("Until"), widget=forms.DateTimeInput(attrs={"type": "datetime-local"})
     )
-    query = forms.CharField(required=False, label=_("Object"))
+    query = forms.CharField(required=False, label=_("Object"), max_length=_audit_column("object_repr"))

@@ -372,11 +372,12 @@ class AuditPageOut(Schema):
 
 
 class AuditFilterIn(Schema):
-    actor: str = Field("", max_length=150)
-    object_type: str = Field("", max_length=64)
-    action: str = Field("", max_length=64)
+    # As long as the columns (a longer text matches nothing): the audit page's form says the same.
+    actor: str = Field("", max_length=AuditEvent._meta.get_field("actor_name").max_length)
+    object_type: str = Field("", max_length=AuditEvent._meta.get_field("object_type").max_length)
+    action: str = Field("", max_length=AuditEvent._meta.get_field("action").max_length)
     since: FilterDateTime | None = None
     until: FilterDateTime | None = None
-    q: str = Field("", max_length=200)
+    q: str = Field("", max_length=AuditEvent._meta.get_field("object_repr").max_length)
     limit: int = Field(50, ge=1, le=500)
     offset: int = Field(0, ge=0, le=10**9)

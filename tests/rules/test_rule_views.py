@@ -326,6 +326,17 @@ def test_audit_page_filters_and_returns_a_partial_for_htmx(viewer_client, rule_s
     assert 'id="audit-table"' in partial and "<html" not in partial and "rule_set.create" in partial
 
 
+@pytest.mark.parametrize("field", ["query", "actor", "object_type", "action"])
+def test_an_audit_filter_longer_than_its_column_is_refused_not_sent_to_the_database(
+    viewer_client, rule_set, field
+) -> None:
+    # 100,000 characters in a LIKE made SQLite fail ("LIKE or GLOB pattern too complex"): a 5xx.
+    response = viewer_client.get(reverse("rules:audit"), {field: "%" * 100_000})
+    assert response.status_code == 200 and "rule_set.create" in response.content.decode()
+    api = viewer_client.get("/api/audit", {"q" if field == "query" else field: "x" * 201})
+    assert api.status_code == 422  # the API's bound is the same column length
+
+
 def test_a_rule_on_an_unknown_server_or_tool_is_refused_by_the_form(editor_client, rule_set) -> None:
     response = editor_client.post(
         reverse("rules:rule_create", args=[rule_set.pk]),
