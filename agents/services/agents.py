@@ -11,11 +11,11 @@ from django.db import transaction
 from django.utils.translation import gettext as _
 
 from agents.errors import (
-    AgentConflictError,
     AgentError,
     ChangeRequested,
 )
 from agents.models import Agent, ModelConnection
+from agents.services.editing import locked_for_edit
 from agents.services.gate import change_gate, field_diff, gated_atomic
 from agents.services.rollout import rollout_keep
 from core.audit import audit_record
@@ -238,14 +238,13 @@ def agent_save(
     creating = agent.pk is None
     before = None
     if not creating:
-        current = Agent.objects.select_for_update().get(pk=agent.pk)
-        if revision is not None and revision != current.revision:
-            raise AgentConflictError(
-                _(
-                    "Agent %(name)r was changed while you were editing (revision %(revision)s, yours was %(revision2)s). Nothing was overwritten: reload and apply your change again."
-                )
-                % {"name": current.name, "revision": current.revision, "revision2": revision}
-            )
+        current = locked_for_edit(
+            agent,
+            revision,
+            _(
+                "Agent %(name)r was changed while you were editing (revision %(revision)s, yours was %(revision2)s). Nothing was overwritten: reload and apply your change again."
+            ),
+        )
         before = _agent_snapshot(current)
         agent.revision = current.revision + 1
         rollout_keep(agent, current)

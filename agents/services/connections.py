@@ -17,6 +17,7 @@ from django.utils.translation import gettext as _
 from agents.checks import connection_check
 from agents.errors import AgentConflictError, AgentError
 from agents.models import Agent, ModelConnection
+from agents.services.editing import locked_for_edit
 from core.audit import audit_record
 
 CONNECTION_FIELDS = ("name", "provider", "base_url", "api_key_env", "model_names", "max_tokens")
@@ -74,14 +75,13 @@ def connection_save(
     creating = connection.pk is None
     before = None
     if not creating:
-        current = ModelConnection.objects.select_for_update().get(pk=connection.pk)
-        if revision is not None and revision != current.revision:
-            raise AgentConflictError(
-                _(
-                    "Connection %(name)r was changed while you were editing (revision %(revision)s, yours was %(revision2)s). Nothing was overwritten: reload and apply your change again."
-                )
-                % {"name": current.name, "revision": current.revision, "revision2": revision}
-            )
+        current = locked_for_edit(
+            connection,
+            revision,
+            _(
+                "Connection %(name)r was changed while you were editing (revision %(revision)s, yours was %(revision2)s). Nothing was overwritten: reload and apply your change again."
+            ),
+        )
         before = _snapshot(current)
         connection.revision = current.revision + 1
     connection.name = (values.get("name") or "").strip()
