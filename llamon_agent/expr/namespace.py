@@ -122,6 +122,7 @@ def build_namespace(
         if a2a_data and len(a2a_data) == 1 and type(a2a_data[0]) is dict:
             first = a2a_data[0]  # one DataPart (the usual request): itself, read-only as all data
         else:
+            part: Any
             for part in reversed(a2a_data or ()):  # the first DataPart holding a key wins
                 if type(part) is dict:
                     first.update(part)
