@@ -266,6 +266,7 @@ def run_document(run: Run) -> dict[str, Any]:
     ]
     step_fields = (
         "seq parent_seq kind name status mcp_id tool_name started_at duration_ms input output error tokens"
+        " warnings"
     )
     return {
         "format": "llamon-run/1",

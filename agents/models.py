@@ -348,6 +348,8 @@ class RunStep(models.Model):
     output = OrderedJSONField(null=True, blank=True)
     error = models.TextField(blank=True)
     tokens = OrderedJSONField(null=True, blank=True)
+    # Why a tool's result breaks its declared output schema (it was handed on; a warning, not an error).
+    warnings = OrderedJSONField(default=list, blank=True)
 
     class Meta:
         ordering = ["run_id", "seq"]  # by the column: "run" would join agents_run for its ordering

@@ -100,6 +100,8 @@ class DbStepSink:
             ),
             "error": self._redact(event.error or ""),
             "tokens": (event.meta or {}).get("usage") or (event.meta or {}).get("tokens"),
+            # Masked like the output: a schema problem quotes the value it is about.
+            "warnings": self._redact([str(w)[:1000] for w in (event.meta or {}).get("warnings") or ()][:5]),
         }
         if known is None:  # an end without a start: store it whole
             self._start(event)

@@ -100,6 +100,19 @@ class ToolBackend(Protocol):
         ...
 
 
+def call_checked(
+    backend: ToolBackend, mcp_id: str, tool_name: str, params: dict[str, Any]
+) -> tuple[Any, Sequence[str]]:
+    """One call through ``backend``: its result and the warnings about it. A backend may offer
+    ``call_tool_checked`` (same arguments, returns ``(result, warnings)``: the pool's says why a result
+    breaks the tool's output schema); without it, there are no warnings."""
+    checked = getattr(backend, "call_tool_checked", None)
+    if checked is None:
+        return backend.call_tool(mcp_id, tool_name, params), ()
+    result, warnings = checked(mcp_id, tool_name, params)
+    return result, tuple(warnings)
+
+
 class StaticToolBackend:
     """A backend over fixed tool lists, for dry runs and tests; ``call`` answers live calls."""
 
@@ -232,6 +245,8 @@ class RuleRecord:
     duration_ms: float | None = None
     error: str | None = None  # the short reason; PrestepOutcome.error holds the full message
     tool_exists: bool | None = None
+    # Why the tool's result breaks its declared output schema (a warning: the result was handed on).
+    warnings: Sequence[str] = ()
     # The expression's error when it has a message id (an ExprError, without its traceback): what an
     # application needs to say ``error`` in its own language. Not part of to_json (runs stay as they are).
     error_expr: Any = field(default=None, compare=False, repr=False)
@@ -248,7 +263,7 @@ class RuleRecord:
             "duration_ms": self.duration_ms,
             "error": self.error,
             "tool_exists": self.tool_exists,
-        }
+        } | ({"warnings": list(self.warnings)} if self.warnings else {})
 
 
 @dataclass
@@ -588,7 +603,7 @@ class _PrestepRun:
         s = self._rule_span(i, info, tool_name, params) if self.sink is not None else None
         t0 = time.perf_counter()
         try:
-            result = self.backend.call_tool(info.mcp_id, tool_name, params)
+            result, warnings = call_checked(self.backend, info.mcp_id, tool_name, params)
         except Exception as exc:
             duration = _ms_since(t0)
             reason = _reason(exc)
@@ -620,9 +635,20 @@ class _PrestepRun:
             result=result,
             duration_ms=duration,
             tool_exists=True,
+            warnings=warnings,
         )
+        if warnings:
+            logger.warning(
+                "pre-step rule '%s': the result of %s/%s does not fit its output schema: %s",
+                info.name,
+                info.mcp_id,
+                tool_name,
+                "; ".join(warnings),
+            )
         if s is not None:
             s.output = result
+            if warnings:
+                s.meta["warnings"] = list(warnings)
             s.finish()
         return True, False
 

@@ -18,9 +18,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from llamon_agent.mcp.schemas import schema_errors
 from llamon_agent.prestep import MCP_NOT_LOADED
 from servers.models import McpServer
-from servers.toolschema import schema_errors
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from llamon_agent.expr import (
     expression_rule,
 )
 from llamon_agent.expr.limits import CTX_ATTRS
+from llamon_agent.mcp.schemas import schema_errors
 from llamon_agent.prestep import (
     PrestepOutcome,
     RuleStatus,
@@ -37,7 +38,6 @@ from llamon_agent.prestep import (
 from llamon_agent.tools import AgentRequest, ToolInfo
 from rules.models import RuleSet
 from servers.models import McpServer
-from servers.toolschema import schema_errors
 
 SNAPSHOT_FIELDS = ("name", "description", "mcp_id", "tool_name", "when", "params", "stop", "enabled")
 DRY_RUN_RESULT = "(dry run: not called)"

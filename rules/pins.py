@@ -15,6 +15,7 @@ from typing import Any
 
 from django.utils.translation import gettext as _
 
+from llamon_agent.prestep import call_checked
 from rules.errors import RuleError, json_type_name
 from servers.messages import unknown_tool_message
 
@@ -135,11 +136,17 @@ class PinnedToolBackend:
         return self.tools.tools_for(mcp_id)
 
     def call_tool(self, mcp_id: str, tool_name: str, params: dict[str, Any]) -> Any:
+        return self.call_tool_checked(mcp_id, tool_name, params)[0]
+
+    def call_tool_checked(
+        self, mcp_id: str, tool_name: str, params: dict[str, Any]
+    ) -> tuple[Any, Sequence[str]]:
+        """A pinned call's recorded output (no warning: it was checked when recorded), or the inner call."""
         pin = pin_for(self.pins, mcp_id, tool_name, params)
         if pin is None:
-            return self.inner.call_tool(mcp_id, tool_name, params)
+            return call_checked(self.inner, mcp_id, tool_name, params)
         self.pinned_calls.append((mcp_id, tool_name, _canonical(params or {})))
-        return pin["output"]
+        return pin["output"], ()
 
     def was_pinned(self, mcp_id: str | None, tool_name: str | None, params: Any) -> bool:
         return (mcp_id, tool_name, _canonical(params or {})) in self.pinned_calls

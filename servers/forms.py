@@ -12,10 +12,10 @@ from django.utils.translation import gettext_lazy as _
 
 from core.json_messages import json_error_reason
 from llamon_agent import strictjson
+from llamon_agent.mcp.schemas import schema_errors
 from servers.models import McpServer
 from servers.selectors import command_line
 from servers.services import TIMEOUT_MAX_S, TIMEOUT_MIN_S
-from servers.toolschema import schema_errors
 
 _NAME_SPLIT = re.compile(r"[\s,]+")
 MAX_GENERATED_FIELDS = 50

@@ -72,7 +72,8 @@ def pretty_json(value: Any) -> str:
 
 
 def mcp_tool_views(*, server: McpServer) -> list[dict[str, Any]]:
-    """The server's stored tools for display: name, description, required names and the schema as JSON."""
+    """The server's stored tools for display: name, description, required names and the schemas as JSON
+    (``output_schema_json`` is "" for a tool that declares no output schema)."""
     views = []
     for tool in server.tools:
         schema = tool.get("input_schema") or {}
@@ -82,6 +83,7 @@ def mcp_tool_views(*, server: McpServer) -> list[dict[str, Any]]:
                 "description": tool.get("description", ""),
                 "required": list(schema.get("required") or []) if isinstance(schema, dict) else [],
                 "schema_json": pretty_json(schema),
+                "output_schema_json": pretty_json(tool["output_schema"]) if tool.get("output_schema") else "",
             }
         )
     return views

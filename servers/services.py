@@ -28,13 +28,15 @@ from core.env_policy import mcp_env_policy
 from llamon_agent.envnames import header_env_name
 from llamon_agent.mcp import McpError, McpServerSpec
 from llamon_agent.mcp.errors import McpConnectionError, McpTimeoutError
+from llamon_agent.mcp.results import output_problems
+from llamon_agent.mcp.schemas import schema_errors
 from llamon_agent.mcp.spec import ENV_NAME_RE, MCP_ID_RE
 from servers.errors import McpServerError
 from servers.messages import unknown_tool_message
 from servers.models import McpServer, ToolCallRecord
 from servers.pool import pool_for_server, pool_forget, stdio_refusal
 from servers.selectors import mcp_error_for
-from servers.toolschema import schema_errors, tools_hash
+from servers.toolschema import tool_record, tools_hash
 from servers.urlguard import UnsafeUrlError, check_mcp_url_configured
 
 TIMEOUT_MIN_S = 0.1
@@ -232,10 +234,7 @@ def _refresh_tools(
             _("Could not list the tools of %(mcp_id)s: %(exc)s")
             % {"mcp_id": server.mcp_id, "exc": _strip_where(exc)}
         ) from None
-    tools = [
-        {"name": t.name, "description": t.description or "", "input_schema": dict(t.inputSchema or {})}
-        for t in listed
-    ]
+    tools = [tool_record(t) for t in listed]
     too_many = _tools_over_cap(tools)
     if too_many:
         _record_health(server, error=too_many)
@@ -323,6 +322,8 @@ class ToolCall:
     result: Any
     raw: dict[str, Any]
     latency_ms: float
+    # Why the result breaks the tool's stored output schema (shown as a warning; the call succeeded).
+    warnings: list[str] = field(default_factory=list)
 
 
 def mcp_server_call_tool(
@@ -390,7 +391,8 @@ def mcp_server_call_tool(
     latency_ms = (time.perf_counter() - started) * 1000
     _record_health(server, error="")
     _record_call(actor, server, tool_name, wire, started, latency_ms=latency_ms)
-    return ToolCall(result=result, raw=_raw_json(raw), latency_ms=latency_ms)
+    warnings = output_problems(raw, tool.get("output_schema"))
+    return ToolCall(result=result, raw=_raw_json(raw), latency_ms=latency_ms, warnings=warnings)
 
 
 def _record_call(
@@ -483,7 +485,7 @@ def _raw_json(raw: Any, *, max_data_chars: int = 200) -> dict[str, Any]:
 
 
 def tools_diff(old: list[dict[str, Any]], new: list[dict[str, Any]], *, first: bool = False) -> ToolsDiff:
-    """Tools added, removed, and for each tool kept what changed in its description or input schema."""
+    """Tools added, removed, and for each tool kept what changed in its description or schemas."""
     before = {t["name"]: t for t in old}
     after = {t["name"]: t for t in new}
     diff = ToolsDiff(
@@ -495,6 +497,8 @@ def tools_diff(old: list[dict[str, Any]], new: list[dict[str, Any]], *, first: b
         )
         if (before[name].get("description") or "") != (after[name].get("description") or ""):
             changes.append("description changed")
+        if (before[name].get("output_schema") or {}) != (after[name].get("output_schema") or {}):
+            changes.append("output schema changed")
         if changes:
             diff.changed[name] = changes
     return diff

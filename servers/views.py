@@ -156,6 +156,7 @@ def tool_call(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         return render(request, CALL_TEMPLATE, context, status=404 if tool_name else 200)
     schema = tool.get("input_schema") or {}
     context["schema_json"] = pretty_json(schema)
+    context["output_schema_json"] = pretty_json(tool["output_schema"]) if tool.get("output_schema") else ""
     context["history"] = tool_call_history(server=server, user=request.user)
     context["history_max"] = HISTORY_MAX_ENTRIES
     data = request.POST if request.method == "POST" else None
@@ -181,6 +182,7 @@ def tool_call(request: HtmxHttpRequest, pk: int) -> HttpResponse:
             context["result_cut"] = truncation(call.result)  # over LLAMON_TOOL_RESULT_MAX_BYTES: cut
             context["raw_json"] = pretty_json(call.raw)
             context["latency_ms"] = call.latency_ms
+            context["result_warnings"] = call.warnings
     if request.htmx:
         context["oob_history"] = True
         return render(request, f"{CALL_TEMPLATE}#tool-call", context)

@@ -39,6 +39,13 @@ class PoolToolBackend:
         self._check(mcp_id)
         return self.pool.call_tool_sync(mcp_id, tool_name, params)
 
+    def call_tool_checked(
+        self, mcp_id: str, tool_name: str, params: dict[str, Any] | None
+    ) -> tuple[Normalized, list[str]]:
+        """:meth:`call_tool` plus why the result breaks the tool's output schema (the pre-step's warning)."""
+        self._check(mcp_id)
+        return self.pool.call_tool_checked_sync(mcp_id, tool_name, params)
+
     async def atools_for(self, mcp_id: str) -> list[BaseTool] | None:
         """Async :meth:`tools_for`."""
         if not self._bound(mcp_id):

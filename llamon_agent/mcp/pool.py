@@ -55,7 +55,13 @@ from llamon_agent.mcp.errors import (
     PoolUsageError,
     UnknownServerError,
 )
-from llamon_agent.mcp.results import Normalized, cap_result, max_result_bytes_from_env, normalize_result
+from llamon_agent.mcp.results import (
+    Normalized,
+    cap_result,
+    max_result_bytes_from_env,
+    normalize_result,
+    output_problems,
+)
 from llamon_agent.mcp.spec import McpServerSpec
 from llamon_agent.mcp.transports import (
     _GRACEFUL_EXIT_S,
@@ -202,8 +208,14 @@ class McpPool:
     async def call_tool(
         self, mcp_id: str, tool_name: str, params: dict[str, Any] | None = None, timeout: float | None = None
     ) -> Normalized:
-        """Call a tool and return its normalized result (dict, list or str); raises McpError subclasses."""
+        """Call a tool and return its normalized result (a JSON value); raises McpError subclasses."""
         return await self._on_loop(self._call_normalized, mcp_id, tool_name, params, timeout)
+
+    async def call_tool_checked(
+        self, mcp_id: str, tool_name: str, params: dict[str, Any] | None = None, timeout: float | None = None
+    ) -> tuple[Normalized, list[str]]:
+        """:meth:`call_tool` plus why the result breaks the tool's output schema (empty when it fits)."""
+        return await self._on_loop(self._call_checked, mcp_id, tool_name, params, timeout)
 
     async def call_tool_raw(
         self, mcp_id: str, tool_name: str, params: dict[str, Any] | None = None, timeout: float | None = None
@@ -238,6 +250,12 @@ class McpPool:
     ) -> Normalized:
         """Blocking :meth:`call_tool` for plain threads (Django views, Celery tasks)."""
         return self._blocking(self._call_normalized, mcp_id, tool_name, params, timeout)
+
+    def call_tool_checked_sync(
+        self, mcp_id: str, tool_name: str, params: dict[str, Any] | None = None, timeout: float | None = None
+    ) -> tuple[Normalized, list[str]]:
+        """Blocking :meth:`call_tool_checked`."""
+        return self._blocking(self._call_checked, mcp_id, tool_name, params, timeout)
 
     def call_tool_traced_sync(
         self,
@@ -521,10 +539,16 @@ class McpPool:
     async def _call_normalized(
         self, mcp_id: str, tool_name: str, params: dict[str, Any] | None, timeout: float | None
     ) -> Normalized:
+        return (await self._call_checked(mcp_id, tool_name, params, timeout))[0]
+
+    async def _call_checked(
+        self, mcp_id: str, tool_name: str, params: dict[str, Any] | None, timeout: float | None
+    ) -> tuple[Normalized, list[str]]:
         result = await self._call(mcp_id, tool_name, params, timeout)
         slot = self._slots.get(mcp_id)
         schema = slot.output_schema(tool_name) if slot is not None else None
-        return normalize_result(result, mcp_id=mcp_id, tool_name=tool_name, output_schema=schema)
+        value = normalize_result(result, mcp_id=mcp_id, tool_name=tool_name, output_schema=schema)
+        return value, output_problems(result, schema)
 
     async def _call_both(
         self,
@@ -594,7 +618,17 @@ class McpPool:
             link.tap.watch(request_id, wire)
         try:
             async with asyncio.timeout(timeout):
-                return await session.call_tool(tool_name, params)
+                # send_request, not ClientSession.call_tool: that one refuses a result that breaks the
+                # tool's output schema; here it is handed on, with the problems as a warning
+                # (_call_checked, the trace).
+                return await session.send_request(
+                    types.ClientRequest(
+                        types.CallToolRequest(
+                            params=types.CallToolRequestParams(name=tool_name, arguments=params)
+                        )
+                    ),
+                    types.CallToolResult,
+                )
         except TimeoutError:
             self._spawn(self._after_timeout(slot, session, link, request_id))
             raise McpTimeoutError.about(
@@ -621,9 +655,6 @@ class McpPool:
             raise McpProtocolError.about(
                 f"malformed tools/call reply: {_first_error(exc)}", mcp_id=mcp_id, tool_name=tool_name
             ) from None
-        except RuntimeError as exc:
-            # ClientSession raises RuntimeError when structured content breaks the output schema.
-            raise McpProtocolError.about(str(exc), mcp_id=mcp_id, tool_name=tool_name) from None
         finally:
             slot.inflight.pop(task, None)
             if request_id is not None:

@@ -1,11 +1,13 @@
-"""Turn an MCP ``CallToolResult`` into the plain value callers get: a dict, a list or a string.
+"""Turn an MCP ``CallToolResult`` into the plain value callers get: a JSON value (mostly a dict, a list
+or a string).
 
 Rules, in order:
 
 1. ``isError`` -> :class:`McpToolError` carrying the error's text.
 2. ``structuredContent`` present -> that dict. FastMCP wraps a non-object return value as
    ``{"result": value}`` and says so in the tool's output schema (one required property,
-   ``result``); when that output schema is passed in, the wrapper is removed.
+   ``result``); when that output schema is passed in, the wrapper is removed and the value keeps
+   its JSON type (``{"result": 42}`` gives the number 42, not the string "42").
 3. Only text blocks -> their text joined with newlines; if that text is a JSON object or
    array, the parsed value (a JSON scalar stays the string it came as).
 4. Any non-text block -> a list with one dict per block. Binary payloads are never
@@ -37,8 +39,10 @@ from mcp import types
 
 from llamon_agent.guardrails import safe_cut
 from llamon_agent.mcp.errors import McpProtocolError, McpToolError
+from llamon_agent.mcp.schemas import schema_errors
 
-Normalized = dict[str, Any] | list[Any] | str
+# dict | list | str, or a number, bool or None unwrapped from a scalar structured result.
+Normalized = Any
 
 _MAX_ERROR_CHARS = 2000
 
@@ -80,12 +84,19 @@ def is_wrapped_output_schema(schema: dict[str, Any] | None) -> bool:
 
 def _unwrap(structured: dict[str, Any], output_schema: dict[str, Any] | None) -> Normalized:
     if is_wrapped_output_schema(output_schema) and list(structured) == ["result"]:
-        value = structured["result"]
-        if isinstance(value, dict | list | str):
-            return value
-        # A wrapped number/bool/None: keep the caller's contract (dict | list | str).
-        return json.dumps(value)
+        return structured["result"]
     return structured
+
+
+def output_problems(result: types.CallToolResult, output_schema: dict[str, Any] | None) -> list[str]:
+    """Why a successful result does not fit the tool's declared output schema (empty when it does, or
+    when the tool declares none). A warning for the trace, never a failure: MCP's own client refuses
+    such a result outright, which would end a run over a server's slip in a field it may not need."""
+    if not output_schema or result.isError:
+        return []
+    if result.structuredContent is None:
+        return ["the tool declares an output schema but returned no structured content"]
+    return schema_errors(output_schema, result.structuredContent, what="output", limit=5)
 
 
 def _text_value(text: str) -> Normalized:

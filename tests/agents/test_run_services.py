@@ -225,6 +225,27 @@ def test_the_sink_redacts_what_it_stores(agent) -> None:
     assert "C-1001" not in str(stored) and "4111" not in str(stored)
 
 
+def test_a_result_off_its_output_schema_is_stored_masked_and_shown_as_a_warning(agent, admin_client) -> None:
+    from agents.privacy import redactor
+
+    run = Run.objects.create(agent=agent, query="q")
+    sink = DbStepSink(run, redact=redactor(patterns=[], presets=["card_number"]))
+    span = start_span(sink, "rule", "card_lookup", input={"mcp_id": "cards", "tool_name": "get_card"})
+    span.output = {"card": 4111111111111111}
+    span.meta["warnings"] = ["card: 4111111111111111 is not of type 'string'"]
+    span.finish()
+    step = RunStep.objects.get(run=run)
+    assert step.warnings and "4111" not in str(step.warnings)  # the message quotes the value: masked
+    url = reverse("agents:run_steps", args=[run.pk])
+    for language, phrase in (("en", "does not fit the tool's output schema"), ("ko", "출력 스키마")):
+        html = admin_client.get(url, HTTP_ACCEPT_LANGUAGE=language).content.decode()
+        assert 'class="warn small output-warnings"' in html and phrase in html, language
+    assert RunStep.objects.filter(run=run, warnings=[]).count() == 0
+    plain = Run.objects.create(agent=agent, query="q")
+    start_span(DbStepSink(plain), "rule", "fits").finish()
+    assert RunStep.objects.get(run=plain).warnings == []
+
+
 def test_agent_validation_refuses_bad_patterns_and_keeps_the_old_agent(agent) -> None:
     agent.input_blocked_patterns = ["(unclosed"]
     with pytest.raises(AgentError, match="not a valid regular expression") as info:

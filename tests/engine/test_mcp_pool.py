@@ -445,3 +445,51 @@ def test_prestep_runs_a_seed_rule_through_the_pool_backend(shared_pool: McpPool)
     assert outcome.ok and outcome.results[0]["result"] == {"sum": 42}
     unbound = prestep.run_prestep([add_rule], request, backend=PoolToolBackend(shared_pool, []))
     assert not unbound.ok and "MCP 'mis'" in unbound.error
+
+
+# ---------------------------------------------------------------------------- output schemas
+
+
+def test_a_scalar_structured_result_keeps_its_json_type(shared_pool: McpPool) -> None:
+    assert shared_pool.call_tool_sync("mis", "count", {"n": 42}) == 42
+    assert shared_pool.call_tool_checked_sync("mis", "count", {"n": 0}) == (0, [])
+
+
+def test_a_result_that_breaks_the_output_schema_is_handed_on_with_a_warning(shared_pool: McpPool) -> None:
+    # MCP's own client refuses such a result; the pool hands it on and says why it does not fit.
+    value, warnings = shared_pool.call_tool_checked_sync("mis", "off_schema", {}, timeout=10)
+    assert value == {"total": "twelve"}
+    assert warnings == ["total: 'twelve' is not of type 'integer'"]
+    assert shared_pool.call_tool_sync("mis", "off_schema", {}, timeout=10) == {"total": "twelve"}
+    backend = PoolToolBackend(shared_pool, ["mis"])
+    assert backend.call_tool_checked("mis", "off_schema", {}) == (value, warnings)
+    assert shared_pool.call_tool_sync("mis", "add", {"a": 1, "b": 1}) == {"sum": 2}  # the session lives on
+
+
+def test_the_prestep_records_the_warning_and_hands_the_result_on(shared_pool: McpPool, caplog) -> None:
+    from llamon_agent.prestep import run_prestep
+    from llamon_agent.tools import AgentRequest, deterministic_tool
+    from llamon_agent.trace import ListSink
+
+    @deterministic_tool(mcp_id="mis")
+    def totals(ctx):
+        return {"tool_name": "off_schema", "params": {}}
+
+    sink = ListSink()
+    outcome = run_prestep(
+        [totals], AgentRequest(query="합계"), backend=PoolToolBackend(shared_pool, ["mis"]), sink=sink
+    )
+    assert outcome.ok and outcome.results[0]["result"] == {"total": "twelve"}
+    (record,) = outcome.records
+    assert record.warnings == ("total: 'twelve' is not of type 'integer'",)
+    assert record.to_json()["warnings"] == ["total: 'twelve' is not of type 'integer'"]
+    (end,) = [e for e in sink.of_kind("rule") if e.status != "running"]
+    assert end.meta["warnings"] == ["total: 'twelve' is not of type 'integer'"]
+    assert "does not fit its output schema" in caplog.text
+
+    @deterministic_tool(mcp_id="mis")
+    def sums(ctx):
+        return {"tool_name": "add", "params": {"a": 1, "b": 2}}
+
+    fits = run_prestep([sums], AgentRequest(query="x"), backend=PoolToolBackend(shared_pool, ["mis"]))
+    assert "warnings" not in fits.records[0].to_json()  # runs that fit are stored as before

@@ -8,7 +8,7 @@ import pytest
 from mcp import types
 
 from llamon_agent.mcp.errors import McpProtocolError, McpToolError
-from llamon_agent.mcp.results import normalize_result
+from llamon_agent.mcp.results import normalize_result, output_problems
 
 WRAPPED_SCHEMA = {"type": "object", "properties": {"result": {"type": "string"}}, "required": ["result"]}
 
@@ -29,6 +29,41 @@ def test_fastmcp_wrapper_is_removed_when_the_output_schema_says_so() -> None:
     result = types.CallToolResult(content=[], structuredContent={"result": "hello"})
     assert normalize_result(result, output_schema=WRAPPED_SCHEMA) == "hello"
     assert normalize_result(result) == {"result": "hello"}
+
+
+@pytest.mark.parametrize("value", [42, 1.5, True, None])
+def test_a_wrapped_scalar_keeps_its_json_type(value: object) -> None:
+    schema = {"type": "object", "properties": {"result": {}}, "required": ["result"]}
+    result = types.CallToolResult(content=[], structuredContent={"result": value})
+    unwrapped = normalize_result(result, output_schema=schema)
+    assert unwrapped == value and type(unwrapped) is type(value)  # 42, not "42"
+
+
+def test_output_problems_say_why_a_result_breaks_the_declared_schema() -> None:
+    schema = {
+        "type": "object",
+        "properties": {"total": {"type": "integer"}, "items": {"type": "array"}},
+        "required": ["total"],
+    }
+
+    def problems(structured: dict | None, **kw: object) -> list[str]:
+        return output_problems(types.CallToolResult(content=[], structuredContent=structured, **kw), schema)
+
+    assert problems({"total": 3, "items": []}) == []
+    assert problems({"total": "3", "items": {}}) == [
+        "items: {} is not of type 'array'",
+        "total: '3' is not of type 'integer'",
+    ]
+    assert problems({}) == ["'total' is a required property"]
+    assert problems(None) == ["the tool declares an output schema but returned no structured content"]
+    assert problems({"total": "x"}, isError=True) == []  # an error result is not checked
+    assert output_problems(types.CallToolResult(content=[], structuredContent={"a": 1}), None) == []
+    broken = output_problems(
+        types.CallToolResult(content=[], structuredContent={"a": 1}), {"type": "no-such-type"}
+    )
+    assert len(broken) == 1 and broken[0].startswith("the tool's output schema is itself invalid")
+    long = problems({"total": "x" * 5000})
+    assert len(long) == 1 and len(long[0]) < 400  # a long value is cut in the message
 
 
 def test_text_that_is_a_json_object_is_parsed() -> None:

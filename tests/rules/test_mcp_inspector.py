@@ -301,3 +301,38 @@ def test_a_result_over_the_cap_is_shown_cut_with_its_full_size(admin, editor_cli
     assert "The tool returned 5,000,000 bytes: only the first 262,144 were kept" in html
     korean = editor_client.post(reverse("servers:call", args=[server.pk]), data, HTTP_ACCEPT_LANGUAGE="ko")
     assert "도구가 5,000,000바이트를 반환했습니다" in korean.content.decode()
+
+
+# --------------------------------------------------------------------------- 5. output schemas
+
+
+def test_output_schemas_are_stored_shown_and_a_result_off_its_schema_is_a_warning(
+    admin, admin_client, editor_client
+) -> None:
+    server = mcp_server_create(
+        actor=admin, mcp_id="mis", transport="stdio", command=sys.executable, args=[MISBEHAVING]
+    )
+    mcp_server_refresh_tools(actor=admin, server=server)
+    server.refresh_from_db()
+    tools = {t["name"]: t for t in server.tools}
+    assert tools["off_schema"]["output_schema"]["properties"] == {
+        "total": {"title": "Total", "type": "integer"}
+    }
+    assert "output_schema" not in tools["echo_text"]  # no schema declared: none stored
+    detail = admin_client.get(reverse("servers:detail", args=[server.pk])).content.decode()
+    assert detail.count('class="output-schema"') == sum(1 for t in server.tools if t.get("output_schema"))
+
+    url = reverse("servers:call", args=[server.pk])
+    page = editor_client.get(url, {"tool": "off_schema"}).content.decode()
+    assert 'id="output-schema"' in page and "&quot;total&quot;" in page
+    data = {"tool": "off_schema", "mode": "json", "arguments_raw": "{}"}
+    html = editor_client.post(url, data).content.decode()
+    assert (
+        'id="result-warnings"' in html
+        and "total: &#x27;twelve&#x27; is not of type &#x27;integer&#x27;" in html
+    )
+    assert "&quot;twelve&quot;" in html  # the result is shown as sent, not refused
+    korean = editor_client.post(url, data, HTTP_ACCEPT_LANGUAGE="ko").content.decode()
+    assert 'id="result-warnings"' in korean and "출력 스키마" in korean
+    scalar = editor_client.post(url, {"tool": "count", "mode": "json", "arguments_raw": '{"n": 7}'})
+    assert '<pre class="code result" id="result-json">7</pre>' in scalar.content.decode()

@@ -612,8 +612,8 @@ MISBEHAVING = str(ROOT / "tests" / "servers" / "misbehaving.py")
         (
             ["--extra-tools", "60"],
             {"LLAMON_MCP_MAX_TOOLS": 50},
-            "lists 72 tools and the limit is 50",
-        ),  # 60 + its own 12
+            "lists 74 tools and the limit is 50",
+        ),  # 60 + its own 14
         (
             ["--extra-tools", "3", "--tool-description-bytes", "4000"],
             {"LLAMON_MCP_MAX_TOOLS_BYTES": 8000},

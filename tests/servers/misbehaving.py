@@ -17,6 +17,7 @@ from typing import Any
 
 from mcp.server.fastmcp import Context, FastMCP
 from mcp.types import ImageContent
+from typing_extensions import TypedDict
 
 mcp = FastMCP("misbehaving")
 
@@ -86,6 +87,31 @@ def malformed(ctx: Context, kind: str = "bad_result") -> Any:
     sys.stdout.buffer.write(line.encode() + b"\n")
     sys.stdout.buffer.flush()
     return "the real reply (ignored: the client already got the malformed one)"
+
+
+@mcp.tool()
+def count(n: int) -> int:
+    """Return n: a scalar structured result ({"result": n}, the wrapper its output schema declares)."""
+    return n
+
+
+class Total(TypedDict):
+    total: int
+
+
+@mcp.tool()
+def off_schema(ctx: Context) -> Total:
+    """Declare ``{"total": integer}`` and answer ``{"total": "twelve"}`` (stdio only): a server whose
+    result breaks its own output schema, which FastMCP itself never sends (it checks its results)."""
+    rid = json.dumps(int(ctx.request_id) if ctx.request_id.isdigit() else ctx.request_id)
+    result = {
+        "content": [{"type": "text", "text": '{"total": "twelve"}'}],
+        "structuredContent": {"total": "twelve"},
+    }
+    line = json.dumps({"jsonrpc": "2.0", "id": "RID", "result": result}).replace('"RID"', rid)
+    sys.stdout.buffer.write(line.encode() + b"\n")
+    sys.stdout.buffer.flush()
+    return {"total": 12}  # the real reply (ignored: the client already took the one above)
 
 
 @mcp.tool()
