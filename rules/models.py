@@ -112,3 +112,40 @@ class TestCase(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class TesterInput(models.Model):
+    """One of a user's recent inputs to a rule set's live tester, offered back in the tester's picker.
+
+    Private to the user (never listed to anyone else), at most ``rules.tester.RECENT_KEPT`` per user
+    and rule set (the oldest dropped), each one a valid tester input within the tester's own caps.
+    A table rather than the session: recent inputs survive a logout and a second browser.
+    """
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    rule_set = models.ForeignKey(RuleSet, on_delete=models.CASCADE, related_name="+")
+    # The tester's fields as typed: query, context, data, files, pinned (texts, as the form takes them).
+    values = OrderedJSONField(default=dict)
+    digest = models.CharField(max_length=64)  # of ``values``: one row per distinct input
+    # Written by the live run as the user types: the next keystrokes within a short while replace it.
+    typing = models.BooleanField(default=True)
+    used_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-used_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["user", "rule_set", "digest"], name="tester_input_unique")
+        ]
+        indexes = [models.Index(fields=["user", "rule_set", "-used_at"], name="tester_input_recent")]
+
+    def __str__(self) -> str:
+        return f"{self.rule_set_id}/{self.user_id}: {self.digest[:12]}"
+
+    @property
+    def label(self) -> str:
+        """What the picker shows: the query, or else the first JSON box that holds something."""
+        for name in ("query", "context", "data", "files"):
+            text = " ".join(str(self.values.get(name) or "").split())
+            if text and text != "{}":
+                return text
+        return ""

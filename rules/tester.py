@@ -10,21 +10,34 @@ sample never shows to another.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+from llamon_agent.expr import MAX_QUERY_CHARS
 from llamon_agent.prestep import RuleRecord, RuleStatus
 from llamon_agent.tools import AgentRequest
 from rules import engine
 from rules.cases import case_expected_from_outcome
-from rules.models import RuleSet, RuleSetVersion
+from rules.errors import RuleError
+from rules.models import RuleSet, RuleSetVersion, TesterInput
 from rules.pins import PinnedToolBackend
 
 TESTER_FIELDS = ("query", "context", "data", "files", "pinned")
 # What one rule set's remembered inputs may weigh in the session (the form's own caps are a bit
 # lower: 32,000 query characters plus 200 KB of data); a bigger post is not remembered.
 MAX_REMEMBERED_CHARS = 300_000
+# Recent inputs (the tester's picker): how many a user keeps per rule set, and how long a live run
+# as the user types goes on replacing the newest one (so a burst of keystrokes is one input).
+RECENT_KEPT = 10
+RECENT_TYPING_SECONDS = 30
 # Skipped and not-reached rules listed before "show all": 2,000 rules made a 470 KB answer.
 SKIPPED_SHOWN = 20
 
@@ -152,23 +165,102 @@ def tester_inputs_store(
 
 
 def tester_inputs_put(
-    session: Any, rule_set_pk: int, values: Mapping[str, str], origin: dict[str, Any]
+    session: Any, rule_set_pk: int, values: Mapping[str, str], origin: dict[str, Any] | None
 ) -> None:
     """Load inputs into a rule set's tester ("Open in tester"): they replace what the user had there.
 
     ``origin`` says where they came from: ``{"run": pk, "masked": [[path, masked value], ...]}``;
     the tester warns about every masked value still in its inputs (see :func:`tester_masked_left`).
     """
-    session[_session_key(rule_set_pk)] = {
-        **{f: str(values.get(f) or "") for f in TESTER_FIELDS},
-        "origin": origin,
-    }
+    stored: dict[str, Any] = {f: str(values.get(f) or "") for f in TESTER_FIELDS}
+    if origin is not None:
+        stored["origin"] = origin
+    session[_session_key(rule_set_pk)] = stored
 
 
 def tester_origin_load(session: Any, rule_set_pk: int) -> dict[str, Any] | None:
     """Where the tester's inputs were loaded from (a run), or None."""
     origin = (session.get(_session_key(rule_set_pk)) or {}).get("origin")
     return origin if isinstance(origin, dict) else None
+
+
+def tester_recent_record(
+    *, user: Any, rule_set: RuleSet, values: Mapping[str, Any], typing: bool, origin: dict | None = None
+) -> TesterInput | None:
+    """Keep one tester input among the user's recent inputs for this rule set (the tester's picker).
+
+    ``values`` are the tester's fields as typed (query, context, data, files, pinned); the caller
+    records an input only once the tester took it (valid, evaluated). ``typing``: sent by the live
+    run as the user types; such an input replaces the newest one while the typing goes on (within
+    RECENT_TYPING_SECONDS), so a burst of keystrokes is one recent input, not one per letter. An
+    input the user already has moves to the top. At most RECENT_KEPT are kept, the oldest dropped.
+    ``origin`` (where inputs loaded from a run came from, with their masked values) is kept with it.
+    Not audited: like the session, it is the user's own working state. Returns None for an empty
+    input or an anonymous user; RuleError for an input that is not text or over the tester's caps.
+    """
+    if not getattr(user, "is_authenticated", False):
+        return None
+    kept: dict[str, Any] = {}
+    for name in TESTER_FIELDS:
+        value = values.get(name, "")
+        if not isinstance(value, str):
+            raise RuleError(
+                _("A recent input is kept as the tester's texts; %(field)s is not a text.") % {"field": name}
+            )
+        kept[name] = value
+    size = sum(len(v) for v in kept.values())
+    if len(kept["query"]) > MAX_QUERY_CHARS or size > MAX_REMEMBERED_CHARS:
+        raise RuleError(
+            _(
+                "The input is too big to keep among your recent inputs (%(size)s characters; the limit "
+                "is %(limit)s, and %(query)s for the query)."
+            )
+            % {"size": f"{size:,}", "limit": f"{MAX_REMEMBERED_CHARS:,}", "query": f"{MAX_QUERY_CHARS:,}"}
+        )
+    if not any(v.strip() for v in kept.values()):
+        return None
+    if isinstance(origin, dict):
+        kept["origin"] = origin
+    digest = hashlib.sha256(json.dumps(kept, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+    now = timezone.now()
+    try:
+        with transaction.atomic():
+            mine = TesterInput.objects.select_for_update().filter(user=user, rule_set=rule_set)
+            entry = mine.filter(digest=digest).first()
+            newest = mine.first()
+            if entry is not None:
+                entry.typing = entry.typing and typing
+            elif (
+                newest is not None
+                and newest.typing
+                and now - newest.used_at < timedelta(seconds=RECENT_TYPING_SECONDS)
+            ):
+                entry = newest  # the same burst of typing: the input it was becomes the input it is
+                entry.values, entry.digest, entry.typing = kept, digest, typing
+            else:
+                entry = TesterInput(user=user, rule_set=rule_set, values=kept, digest=digest, typing=typing)
+            entry.used_at = now
+            entry.save()
+            stale = list(mine.order_by("-used_at", "-id").values_list("pk", flat=True)[RECENT_KEPT:])
+            if stale:
+                TesterInput.objects.filter(pk__in=stale).delete()
+    except IntegrityError:  # the same input recorded at once by a second request: it is kept
+        return None
+    return entry
+
+
+def tester_recent_list(*, user: Any, rule_set: RuleSet) -> list[TesterInput]:
+    """The user's recent inputs to this rule set's tester, newest first (never another user's)."""
+    if not getattr(user, "is_authenticated", False):
+        return []
+    return list(TesterInput.objects.filter(user=user, rule_set=rule_set)[:RECENT_KEPT])
+
+
+def tester_recent_get(*, user: Any, rule_set: RuleSet, pk: int | None) -> TesterInput | None:
+    """One of the user's own recent inputs to this rule set (None for anyone else's, or none)."""
+    if pk is None or not getattr(user, "is_authenticated", False):
+        return None
+    return TesterInput.objects.filter(user=user, rule_set=rule_set, pk=pk).first()
 
 
 def masked_paths(real: Any, shown: Any, path: tuple = ()) -> list[tuple[tuple, Any]]:

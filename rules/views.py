@@ -28,11 +28,16 @@ from rules.errors import RuleError, StaleEditError
 from rules.forms import AuditFilterForm, PublishForm, RuleForm, RuleSetForm, TesterForm
 from rules.models import Rule, RuleSet, RuleSetVersion, TestCase
 from rules.tester import (
+    TESTER_FIELDS,
     tester_evaluate,
     tester_inputs_load,
+    tester_inputs_put,
     tester_inputs_store,
     tester_masked_left,
     tester_origin_load,
+    tester_recent_get,
+    tester_recent_list,
+    tester_recent_record,
     tester_rows,
 )
 from servers import selectors as server_selectors
@@ -127,6 +132,8 @@ def _editor_context(
         "case_count": rule_set.cases.count(),
         # The tester's picker: the saved cases one click away (the newest first, as many as fit).
         "recent_cases": list(rule_set.cases.order_by("-pk")[:CASES_PICKED]),
+        # ... and the user's own recent inputs (rules.tester.tester_recent_record).
+        "recent_inputs": tester_recent_list(user=request.user, rule_set=rule_set),
         "publish_form": PublishForm(initial={"revision": rule_set.revision}),
     }
 
@@ -154,6 +161,15 @@ def rule_set_editor(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     rule_set = get_object_or_404(RuleSet, pk=pk)
     selected = _selected_rule(rule_set, request.GET.get("rule"))
     case = _tester_case(rule_set, request.GET.get("case"))
+    if request.GET.get("recent") and case is None:
+        # One of the user's recent inputs, loaded into the tester as the user left it there.
+        recent = tester_recent_get(user=request.user, rule_set=rule_set, pk=db_id(request.GET["recent"]))
+        if recent is None:
+            raise Http404("No such recent input of yours in this rule set.")
+        origin = recent.values.get("origin")
+        tester_inputs_put(
+            request.session, rule_set.pk, recent.values, origin if isinstance(origin, dict) else None
+        )
     return render(
         request,
         "rules/rule_set_editor.html",
@@ -383,6 +399,16 @@ def rule_set_test(request: HtmxHttpRequest, pk: int) -> HttpResponse:
             status = 422
         else:
             context.update(_tester_results(request, rule_set, tester, execute=execute, origin=origin))
+            try:  # among the user's recent inputs; a keystroke's run goes on replacing the newest
+                tester_recent_record(
+                    user=request.user,
+                    rule_set=rule_set,
+                    values={f: request.POST.get(f"t-{f}", "") for f in TESTER_FIELDS},
+                    typing=bool(request.htmx) and "execute" not in request.POST,
+                    origin=origin,
+                )
+            except RuleError as exc:
+                context["recent_refused"] = exc.message
     if request.htmx:
         return render(request, "rules/_tester_results.html", context, status=status)
     selected = _selected_rule(rule_set, request.POST.get("rule"))

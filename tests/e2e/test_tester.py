@@ -146,6 +146,33 @@ def test_open_a_case_in_the_tester_edit_it_and_save_it(page, logged_in, make_use
     assert case.expected["must_fire"][0]["tool_name"] == "get_order"
 
 
+def test_recent_inputs_are_one_click_from_the_tester_in_english_and_korean(page, logged_in) -> None:
+    rule_set = RuleSet.objects.get(name="seed-rules")
+    logged_in("editor")
+    page.goto(f"/rules/{rule_set.pk}/")
+    for query in ("주문 조회 부탁해 A-1001", "환불 정책 검색해줘"):
+        page.fill("#id_t-query", query)
+        page.click("#tester-dry-run")  # a pressed run keeps its input among the recent ones
+        page.locator("#tester-outcome[data-mode='dry-run']").wait_for()
+        page.wait_for_load_state("networkidle")
+    page.reload()
+    page.click("#recent-picker summary")
+    picks = page.locator("#recent-picker a.pick-recent")
+    assert picks.all_inner_texts() == ["환불 정책 검색해줘", "주문 조회 부탁해 A-1001"]  # newest first
+    picks.nth(1).click()
+    assert page.input_value("#id_t-query") == "주문 조회 부탁해 A-1001"
+    page.locator("#tester-table tr[data-rule='route_order_lookup'] .status-fired").wait_for()
+    page.click("#recent-picker summary")
+    screenshot(page, "tester-recent-inputs", element=page.locator("#tester"))
+    from django.contrib.auth import get_user_model
+
+    from accounts.services import language_set
+
+    language_set(user=get_user_model().objects.get(username__startswith="editor-"), language="ko")
+    page.reload()
+    assert page.locator("#recent-picker summary").inner_text() == "내 최근 입력 (2)"
+
+
 def test_the_case_tables_fit_a_1440_px_window(page, logged_in, make_user) -> None:
     rule_set = RuleSet.objects.get(name="seed-rules")
     from rules.cases import case_create

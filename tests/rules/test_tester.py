@@ -371,3 +371,66 @@ def test_the_page_and_the_api_give_the_same_answer_for_the_same_input(
         (record,) = [r for r in api["records"] if r["rule"] == "route_order"]
         assert record["result"] == {"order": "A-1001"}
         assert 'data-source="pinned"' in page
+
+
+def test_recent_inputs_are_the_users_own_capped_and_one_click_from_the_tester(
+    editor_client, rule_set, make_user
+) -> None:
+    from django.test import Client
+
+    from rules.models import TesterInput
+    from rules.tester import RECENT_KEPT
+
+    url = reverse("rules:editor", args=[rule_set.pk])
+    # A burst of keystrokes (the live run, no button) is one recent input: the one typed last.
+    for typed in ("주", "주문", "주문 A-1"):
+        _test(editor_client, rule_set, {"t-query": typed}, **HX)
+    assert [e.values["query"] for e in TesterInput.objects.all()] == ["주문 A-1"]
+    # A press of Dry run keeps its input; RECENT_KEPT are kept, the oldest dropped.
+    for n in range(RECENT_KEPT + 1):
+        _test(
+            editor_client,
+            rule_set,
+            {"t-query": f"주문 {n}", "t-context": json.dumps({"n": n}), "execute": "0"},
+            **HX,
+        )
+    kept = TesterInput.objects.filter(rule_set=rule_set)
+    queries = {entry.values["query"]: entry for entry in kept}  # (a json column: no lookups on PostgreSQL)
+    assert len(queries) == RECENT_KEPT and "주문 A-1" not in queries and "주문 0" not in queries
+    first = queries["주문 1"]
+    page = _text(editor_client.get(url))
+    assert 'id="recent-picker"' in page and f"?recent={first.pk}" in page and "주문 0" not in page
+    # One click loads it back, as typed, and the live run then answers on it.
+    loaded = _text(editor_client.get(f"{url}?recent={first.pk}"))
+    assert (
+        re.search(r"<textarea[^>]*t-query[^>]*>\s*주문 1</textarea>", loaded)
+        and '{"n": 1}</textarea>' in loaded
+    )
+    # Another user never sees them, nor can load one by its id.
+    client = Client()
+    client.force_login(make_user("editor", username="someone-else"))
+    assert "recent-picker" not in _text(client.get(url))
+    assert client.get(f"{url}?recent={first.pk}").status_code == 404
+    _test(client, rule_set, {"t-query": "남의 입력", "execute": "0"}, **HX)
+    assert "남의 입력" not in _text(editor_client.get(url))
+
+
+def test_an_invalid_or_oversized_input_is_not_kept_and_says_so(editor_client, rule_set, make_user) -> None:
+    from rules.errors import RuleError
+    from rules.models import TesterInput
+    from rules.tester import MAX_REMEMBERED_CHARS, tester_recent_record
+
+    assert _test(editor_client, rule_set, {"t-context": "{", "execute": "0"}, **HX).status_code == 422
+    # Valid for the tester once its spaces are gone, but over what a recent input may weigh: refused in Korean.
+    padded = "{}" + " " * MAX_REMEMBERED_CHARS
+    answer = _test(
+        editor_client, rule_set, {"t-context": padded, "execute": "0"}, HTTP_ACCEPT_LANGUAGE="ko", **HX
+    )
+    assert answer.status_code == 200 and "최근 입력" in _text(answer).split('id="recent-refused"')[1][:300]
+    assert not TesterInput.objects.exists()
+    user = make_user("editor", username="service-user")
+    for values in ({"query": "x" * 40_000}, {"query": ["not", "text"]}):
+        with pytest.raises(RuleError):
+            tester_recent_record(user=user, rule_set=rule_set, values=values, typing=False)
+    assert tester_recent_record(user=user, rule_set=rule_set, values={"query": "  "}, typing=False) is None
+    assert not TesterInput.objects.exists()
