@@ -14,6 +14,7 @@ from agents.services import DEFAULT_SYSTEM_PROMPT
 from agents.services.agents import VALUE_FIELDS
 from core import userinput
 from core.json_messages import json_error_reason
+from core.library_messages import regex_error_text
 from core.templatetags.llamon import status_label
 from core.userinput import FilterDateTimeField
 from llamon_agent import strictjson
@@ -231,7 +232,7 @@ class PrivacyForm(forms.ModelForm):
             except re2.error as exc:
                 raise forms.ValidationError(
                     _("%(pattern)r is not a valid regular expression: %(exc)s")
-                    % {"pattern": pattern, "exc": exc}
+                    % {"pattern": pattern, "exc": regex_error_text(exc)}
                 ) from None
         return patterns
 

@@ -5,7 +5,8 @@ its ``params`` beside the English ``reason`` (llamon_agent/expr/messages.py). He
 same English template marked for translation; :func:`expr_reason` translates an error's reason and
 :func:`expr_text` adds its field and place, for forms, the REST API and the MCP endpoint (through
 rules.services), the expression editor and imports. An error without an id (a runtime failure of a
-helper) keeps its English reason. tests/rules/test_expr_messages.py checks that both tables agree.
+helper) keeps its English reason, except the ones :func:`engine_text` knows (an invalid regular
+expression, an unknown tool); Python's syntax-error details go through core.library_messages. tests/rules/test_expr_messages.py checks that both tables agree.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
+from core.library_messages import engine_regex_text, syntax_detail
 from llamon_agent.expr import ExprError
 
 EXPR_MESSAGES = {
@@ -159,11 +161,23 @@ def expr_reason(exc: ExprError) -> str:
     """Why the expression was refused, in the active language (English without a known id)."""
     template = EXPR_MESSAGES.get(exc.msg_id or "")
     if template is None:
-        return exc.reason
+        return engine_text(exc.reason)
+    params = exc.params
+    if exc.msg_id == "expr.syntax" and isinstance(params.get("detail"), str):
+        params = {**params, "detail": syntax_detail(params["detail"])}  # Python's own words
     try:
-        return str(template) % exc.params
+        return str(template) % params
     except (KeyError, ValueError, TypeError):  # a translation that lost a parameter: the English
         return exc.reason
+
+
+def engine_text(reason: str) -> str:
+    """A reason the engine gave without a message id, in the active language where it is known: an
+    invalid regular expression (RE2's message), a tool the server does not have (the pre-step at run
+    time). Anything else stays as the engine wrote it."""
+    from servers.mcp_messages import mcp_message
+
+    return engine_regex_text(reason) or mcp_message(reason)
 
 
 def expr_text(exc: ExprError) -> str:

@@ -331,3 +331,129 @@ def test_every_page_in_korean_shows_no_english_interface_string(client, make_use
     assert pages > 30 and english_pages > 8 and not silent_in_english, (
         f"the check finds no English in English on {silent_in_english}"
     )
+
+
+# Inside Korean frames, what the libraries said is Korean too (Python's syntax errors, RE2's, the MCP
+# client's), translated where it is shown; a library's own words left over are quoted and marked.
+_LIBRARY_QUOTE = re.compile(r"원문: “[^”]*”")
+
+
+def _english_shown(page: str, *data: str) -> list[str]:
+    allowed = {word.lower() for word in PRODUCT_NAMES} | {"s", "ms"}  # units
+    allowed |= {word.lower() for text in data for word in re.findall(r"[A-Za-z]+", text)}
+    return _english([_LIBRARY_QUOTE.sub(" ", s) for s in _visible_strings(page)], allowed)
+
+
+@pytest.fixture
+def orders_rule_set(make_user):
+    from django.utils import timezone
+
+    from rules import services
+    from servers.models import McpServer
+
+    McpServer.objects.create(
+        mcp_id="order-service",
+        transport="http",
+        url="http://127.0.0.1:9/mcp",
+        tools=[{"name": "get_order", "description": "", "input_schema": {"type": "object"}}],
+        tools_refreshed_at=timezone.now(),
+    )
+    return services.rule_set_create(actor=make_user("editor"), name="orders")
+
+
+@pytest.mark.django_db
+def test_a_bad_regex_and_a_python_syntax_error_say_why_in_korean(client, make_user, orders_rule_set) -> None:
+    client.force_login(make_user("editor"))
+    base = {
+        "rule-name": "r",
+        "rule-mcp_id": "order-service",
+        "rule-tool_name": "get_order",
+        "rule-params": "{}",
+    }
+    url = reverse("rules:validate", args=[orders_rule_set.pk])
+    for when, korean in [
+        ('re_search("(", query)', "잘못된 정규 표현식 '(': 닫는 )가 없습니다: ( (RE2 문법"),
+        ('re_search("a**", query)', "잘못된 반복 연산자: **"),
+        ('"주문" in query query', "잘못된 구문입니다. 쉼표를 빠뜨리지 않았나요?"),
+        ('("주문" in query', "'('가 닫히지 않았습니다"),
+        ('"주문', "문자열 리터럴이 끝나지 않았습니다(1행에서 발견)"),
+    ]:
+        page = html.unescape(
+            client.post(url, {**base, "rule-when": when}, HTTP_ACCEPT_LANGUAGE="ko").content.decode()
+        )
+        assert korean in page, (when, page)
+        assert not _english_shown(page, when, "re_search query"), (when, _english_shown(page, when))
+    # English pages keep the libraries' words as they were.
+    page = client.post(url, {**base, "rule-when": 're_search("(", query)'}, HTTP_ACCEPT_LANGUAGE="en").content
+    assert "missing ): ( (RE2 syntax" in html.unescape(page.decode())
+
+
+@pytest.mark.django_db
+def test_a_failed_health_check_and_an_unknown_tool_are_korean(client, make_user) -> None:
+    from django.utils import timezone
+
+    from rules.expr_messages import engine_text
+    from servers.models import McpServer
+
+    failures = {
+        "crm": "MCP server 'crm': refused to connect to http://127.0.0.1:9/mcp: ConnectError: All connection attempts failed",
+        "docs": "MCP server 'docs': no session within 10s",
+        "files": "MCP server 'files': tools/list got no answer within 2.5s",
+    }
+    for mcp_id, error in failures.items():
+        McpServer.objects.create(
+            mcp_id=mcp_id,
+            transport="http",
+            url="http://127.0.0.1:9/mcp",
+            last_error=error,
+            last_checked_at=timezone.now(),
+        )
+    client.force_login(make_user("admin"))
+    for mcp_id, korean in [
+        ("crm", "MCP 서버 'crm': http://127.0.0.1:9/mcp에 연결을 거부했습니다: MCP 클라이언트 원문: “"),
+        ("docs", "MCP 서버 'docs': 10초 안에 세션이 열리지 않았습니다"),
+        ("files", "tools/list 요청에 2.5초 안에 응답이 없었습니다"),
+    ]:
+        server = McpServer.objects.get(mcp_id=mcp_id)
+        page = html.unescape(
+            client.get(
+                reverse("servers:detail", args=[server.pk]), HTTP_ACCEPT_LANGUAGE="ko"
+            ).content.decode()
+        )
+        assert korean in page, (mcp_id, page[page.find('id="last-error"') :][:400])
+        assert not _english_shown(page, mcp_id, "mcp"), _english_shown(page, mcp_id, "mcp")
+    listing = client.get(reverse("servers:list"), HTTP_ACCEPT_LANGUAGE="ko").content.decode()
+    assert "10초 안에 세션이 열리지 않았습니다" in html.unescape(listing)  # the health cell's title
+    # The pre-step's own sentence at run time (the LLM still receives it in English).
+    with translation.override("ko"):
+        assert (
+            engine_text("MCP 'crm' has no tool 'get_ordr'")
+            == "MCP 서버 'crm'에 도구 'get_ordr'이(가) 없습니다"
+        )
+    with translation.override("en"):
+        assert engine_text("MCP 'crm' has no tool 'get_ordr'") == "MCP 'crm' has no tool 'get_ordr'"
+
+
+@pytest.mark.django_db
+def test_numbers_in_korean_pages_are_grouped_as_the_locale_writes_them(
+    viewer_client, orders_rule_set
+) -> None:
+    """A run's duration and a count of a thousand or more: digits grouped, in Korean as in English.
+    Dates stay ISO (2026-12-02 06:15) in both languages, on purpose (docs/development.md)."""
+    from agents.models import Run
+    from tests.support.recorded_runs import record_run
+
+    run = record_run(orders_rule_set, "주문 조회", snapshot=[])
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    start = timezone.now() - timedelta(hours=1)
+    Run.objects.filter(pk=run.pk).update(
+        started_at=start, finished_at=start + timedelta(milliseconds=12345.6)
+    )
+    for language in ("ko", "en"):
+        runs = viewer_client.get(reverse("agents:run_list"), HTTP_ACCEPT_LANGUAGE=language).content.decode()
+        assert "<td>12,346</td>" in runs, language
+        detail = viewer_client.get(reverse("agents:run_detail", args=[run.pk]), HTTP_ACCEPT_LANGUAGE=language)
+        assert "12,346" in detail.content.decode() and "12346" not in detail.content.decode(), language

@@ -19,6 +19,7 @@ from agents.services.editing import locked_for_edit
 from agents.services.gate import change_gate, field_diff, gated_atomic
 from agents.services.rollout import rollout_keep
 from core.audit import audit_record
+from core.library_messages import regex_error_text
 from llamon_agent.prestep import DEFAULT_PRESTEP_INSTRUCTION
 from rules.models import RuleSet, RuleSetVersion
 from servers.models import McpServer
@@ -189,7 +190,7 @@ def _agent_validate(agent: Agent) -> None:
             except re2.error as exc:
                 raise AgentError(
                     _("The pattern %(pattern)r is not a valid regular expression: %(exc)s")
-                    % {"pattern": pattern, "exc": exc},
+                    % {"pattern": pattern, "exc": regex_error_text(exc)},
                     field=field,
                 ) from None
     pinned = agent.pinned_version

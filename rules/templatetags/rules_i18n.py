@@ -6,18 +6,19 @@ from typing import Any
 
 from django import template
 
-from rules.expr_messages import expr_text
+from rules.expr_messages import engine_text, expr_text
 
 register = template.Library()
 
 
 @register.filter
 def expr_error(item: Any) -> str:
-    """The error of a RuleRecord or an explanation Part: translated when the engine gave it an id."""
+    """The error of a RuleRecord or an explanation Part in the user's language: by its message id, or
+    (no id) the engine's known English (an invalid regular expression, an unknown tool)."""
     exc = getattr(item, "error_expr", None)
-    if exc is not None and getattr(exc, "msg_id", None):
+    if exc is not None:
         return expr_text(exc)
-    return str(getattr(item, "error", "") or "")
+    return engine_text(str(getattr(item, "error", "") or ""))
 
 
 @register.filter
@@ -26,6 +27,8 @@ def outcome_error(outcome: Any) -> str:
     reason in the user's language (the LLM still receives the engine's text)."""
     error = str(getattr(outcome, "error", "") or "")
     for record in getattr(outcome, "records", ()):
-        if record.error and getattr(record, "error_expr", None) is not None and record.error in error:
-            return error.replace(record.error, expr_error(record), 1)
+        if record.error and record.error in error:
+            shown = expr_error(record)
+            if shown != record.error:
+                return error.replace(record.error, shown, 1)
     return error

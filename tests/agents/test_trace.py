@@ -297,7 +297,7 @@ def test_the_run_page_shows_the_waterfall_usage_and_the_llm_chat(settings, viewe
     assert 'data-offset-ms="1.200000" data-duration-ms="7540.000000"' in page  # the listing's bar
     assert 'style="' not in page  # the CSP forbids style attributes: trace.js places the bars
     assert (
-        '<span id="run-tokens-total">2400</span>' in page and '<span id="run-cost">$0.007400</span>' in page
+        '<span id="run-tokens-total">2,400</span>' in page and '<span id="run-cost">$0.007400</span>' in page
     )
     assert '<li class="chat-msg chat-user" data-role="user">' in page
     assert (
