@@ -15,7 +15,6 @@ live tester can show "would this case pass" without touching the database.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,9 +25,10 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from core.audit import audit_record
+from llamon_agent import cases as agent_cases
+from llamon_agent.cases import CaseResult, call_label, case_request, same_server
+from llamon_agent.cases import case_expected_from_outcome as case_expected_from_outcome
 from llamon_agent.expr import ExprError, request_size_error
-from llamon_agent.prestep import RuleStatus
-from llamon_agent.tools import AgentRequest
 from rules.engine import (
     compile_snapshot,
     evaluate,
@@ -42,7 +42,6 @@ from servers.models import McpServer
 
 MAX_CASE_NAME_CHARS = 200
 MAX_EXPECTATIONS = 100  # per list; a case checks a handful of calls, not a rule set's worth
-_VALUE_CHARS = 300  # how much of a params dict a problem sentence quotes
 
 EXPECTED_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -116,12 +115,12 @@ def case_expected_clean(expected: Any) -> dict[str, Any]:
     }
     for item in clean["must_not_fire"]:
         for wanted in clean["must_fire"]:
-            if wanted["tool_name"] == item["tool_name"] and _same_server(
+            if wanted["tool_name"] == item["tool_name"] and same_server(
                 wanted.get("mcp_id"), item.get("mcp_id")
             ):
                 raise RuleError(
                     _("The expected outcome says %(label)s must fire and must not fire; keep one.")
-                    % {"label": _label(item)},
+                    % {"label": call_label(item)},
                     field="expected",
                 )
     return clean
@@ -200,231 +199,12 @@ def _article(kind: str) -> str:
 
 # --- comparison -------------------------------------------------------------------------------
 
-
-@dataclass
-class CaseResult:
-    """Whether an outcome meets a case's expectation: plain-English problems and rows to show side by side."""
-
-    passed: bool
-    problems: list[str]
-    diff: list[dict[str, Any]]
-    outcome: dict[str, Any] | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"passed": self.passed, "problems": self.problems, "diff": self.diff}
-
-
-def case_expected_from_outcome(outcome_json: Mapping[str, Any]) -> dict[str, Any]:
-    """The expected outcome a case would have if what happens now is right (exact params)."""
-    error = outcome_json.get("error")
-    if error:
-        # A dry run continues past an error, but a real run stops there: the error is the outcome.
-        return {"must_fire": [], "must_not_fire": [], "error": error}
-    return {
-        "must_fire": [
-            {
-                "mcp_id": rec["mcp_id"],
-                "tool_name": rec["tool_name"],
-                "params": rec["params"],
-                "match": "exact",
-            }
-            for rec in _fired(outcome_json)
-        ],
-        "must_not_fire": [],
-        "error": None,
-    }
+# The comparison is the engine's (llamon_agent.cases), shared with ``llamon rules test``.
 
 
 def case_compare(expected: Mapping[str, Any], outcome_json: Mapping[str, Any]) -> CaseResult:
-    """Compare an evaluation's JSON with an expected outcome; never raises on a well-formed expectation."""
-    expected = case_expected_clean(expected)
-    fired = _fired(outcome_json)
-    problems: list[str] = []
-    diff: list[dict[str, Any]] = []
-    used: set[int] = set()
-
-    for want in expected["must_fire"]:
-        row = _match_must_fire(want, fired, used)
-        diff.append(row)
-        if not row["ok"]:
-            problems.append(row["message"])
-
-    for unwanted in expected["must_not_fire"]:
-        hit = next((rec for rec in fired if _same_call(unwanted, rec)), None)
-        label = _label(unwanted)
-        message = (
-            f"{label} should not have fired but did (rule {hit['rule']}, params {_show(hit['params'])})"
-            if hit
-            else f"{label} did not fire, as expected"
-        )
-        diff.append(
-            {
-                "check": "must_not_fire",
-                "label": label,
-                "ok": hit is None,
-                "expected": unwanted,
-                "actual": _call_view(hit),
-                "params_diff": [],
-                "message": message,
-            }
-        )
-        if hit:
-            problems.append(message)
-
-    row = _error_row(expected["error"], outcome_json.get("error"))
-    diff.append(row)
-    if not row["ok"]:
-        problems.append(row["message"])
-    return CaseResult(passed=not problems, problems=problems, diff=diff, outcome=dict(outcome_json))
-
-
-def _fired(outcome_json: Mapping[str, Any]) -> list[dict[str, Any]]:
-    return [rec for rec in outcome_json.get("records") or [] if rec.get("status") == str(RuleStatus.FIRED)]
-
-
-def _match_must_fire(want: dict[str, Any], fired: list[dict[str, Any]], used: set[int]) -> dict[str, Any]:
-    """The diff row of one must_fire expectation; a matching fired call is consumed (two calls need two)."""
-    label = _label(want)
-    partial = want["match"] == "partial"
-    candidates = [(i, rec) for i, rec in enumerate(fired) if i not in used and _same_call(want, rec)]
-    for i, rec in candidates:
-        if "params" not in want or not _params_diff(want["params"], rec["params"], partial=partial):
-            used.add(i)
-            return {
-                "check": "must_fire",
-                "label": label,
-                "ok": True,
-                "expected": want,
-                "actual": _call_view(rec),
-                "params_diff": [],
-                "message": f"{label} fired as expected (rule {rec['rule']})",
-            }
-    if candidates:
-        i, rec = candidates[0]
-        changes = _params_diff(want["params"], rec["params"], partial=partial)
-        how = "containing" if partial else ""
-        message = (
-            f"{label} fired with params {_show(rec['params'])}, expected {how + ' ' if how else ''}"
-            f"{_show(want['params'])}: {_describe(changes)}"
-        )
-        return {
-            "check": "must_fire",
-            "label": label,
-            "ok": False,
-            "expected": want,
-            "actual": _call_view(rec),
-            "params_diff": changes,
-            "message": message,
-        }
-    elsewhere = [rec for rec in fired if rec.get("tool_name") == want["tool_name"]]
-    message = f"{label} should have fired but did not"
-    if elsewhere and want.get("mcp_id"):
-        message += f" (it fired on {elsewhere[0]['mcp_id']} instead)"
-    return {
-        "check": "must_fire",
-        "label": label,
-        "ok": False,
-        "expected": want,
-        "actual": None,
-        "params_diff": [],
-        "message": message,
-    }
-
-
-def _error_row(wanted: str | None, actual: str | None) -> dict[str, Any]:
-    if wanted is None:
-        ok = actual is None
-        message = "the pre-step succeeded, as expected" if ok else f"the pre-step failed: {actual}"
-    elif actual is None:
-        ok = False
-        message = f"the pre-step should have failed with an error containing {wanted!r} but it succeeded"
-    else:
-        ok = wanted in actual
-        message = (
-            f"the pre-step failed as expected: {actual}"
-            if ok
-            else f"the pre-step failed with {actual!r}, expected an error containing {wanted!r}"
-        )
-    return {
-        "check": "error",
-        "label": "error",
-        "ok": ok,
-        "expected": wanted,
-        "actual": actual,
-        "params_diff": [],
-        "message": message,
-    }
-
-
-def _params_diff(expected: Any, actual: Any, *, partial: bool, path: str = "") -> list[dict[str, Any]]:
-    """Where ``actual`` differs from ``expected``; with ``partial``, keys absent from ``expected`` are ignored."""
-    if isinstance(expected, dict) and isinstance(actual, dict):
-        changes: list[dict[str, Any]] = []
-        for key, value in expected.items():
-            sub = _join(path, key)
-            if key not in actual:
-                changes.append({"path": sub, "kind": "missing", "expected": value, "actual": None})
-            else:
-                changes += _params_diff(value, actual[key], partial=partial, path=sub)
-        if not partial:
-            changes += [
-                {"path": _join(path, key), "kind": "unexpected", "expected": None, "actual": value}
-                for key, value in actual.items()
-                if key not in expected
-            ]
-        return changes
-    if isinstance(expected, list) and isinstance(actual, list) and len(expected) == len(actual):
-        changes = []
-        for i, (e, a) in enumerate(zip(expected, actual, strict=True)):
-            changes += _params_diff(e, a, partial=partial, path=f"{path}[{i}]")
-        return changes
-    if _same_value(expected, actual):
-        return []
-    return [{"path": path or "(params)", "kind": "changed", "expected": expected, "actual": actual}]
-
-
-def _same_value(a: Any, b: Any) -> bool:
-    """JSON equality: 1 == 1.0 (A2A 1.0 sends numbers as floats), but true is not 1."""
-    if isinstance(a, bool) or isinstance(b, bool):
-        return type(a) is type(b) and a == b
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        return a == b or (isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b))
-    return type(a) is type(b) and a == b
-
-
-def _join(path: str, key: str) -> str:
-    return f"{path}.{key}" if path else str(key)
-
-
-def _describe(changes: Sequence[Mapping[str, Any]]) -> str:
-    words = {"changed": "differs", "missing": "is missing", "unexpected": "is not expected"}
-    parts = [f"{c['path']!r} {words[c['kind']]}" for c in changes[:5]]
-    if len(changes) > 5:
-        parts.append(f"and {len(changes) - 5} more")
-    return ", ".join(parts)
-
-
-def _same_call(want: Mapping[str, Any], rec: Mapping[str, Any]) -> bool:
-    return rec.get("tool_name") == want["tool_name"] and _same_server(want.get("mcp_id"), rec.get("mcp_id"))
-
-
-def _same_server(a: str | None, b: str | None) -> bool:
-    return a is None or b is None or a == b
-
-
-def _label(item: Mapping[str, Any]) -> str:
-    return f"{item['tool_name']} on {item['mcp_id']}" if item.get("mcp_id") else str(item["tool_name"])
-
-
-def _call_view(rec: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    if rec is None:
-        return None
-    return {k: rec.get(k) for k in ("rule", "mcp_id", "tool_name", "params")}
-
-
-def _show(value: Any) -> str:
-    text = json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
-    return text if len(text) <= _VALUE_CHARS else text[: _VALUE_CHARS - 1] + "…"
+    """Compare an evaluation's JSON with an expected outcome (checked first); never raises on a well-formed one."""
+    return agent_cases.case_compare(case_expected_clean(expected), outcome_json)
 
 
 # --- running ----------------------------------------------------------------------------------
@@ -463,13 +243,7 @@ class _DryRunner:
                 "schema_errors": {},
                 "block": "",
             }
-        request = AgentRequest(
-            query=case_input["query"],
-            context=dict(case_input.get("context") or {}),
-            a2a_data=case_input.get("a2a_data"),
-            a2a_files=case_input.get("a2a_files"),
-        )
-        return evaluate(self.snapshot, request, servers=self.servers).to_json()
+        return evaluate(self.snapshot, case_request(case_input), servers=self.servers).to_json()
 
 
 @dataclass
