@@ -24,7 +24,7 @@ from llamon_agent.expr import (
 from llamon_agent.tools import AgentRequest
 from rules.errors import json_type_name
 from rules.expr_messages import expr_reason, expr_text
-from servers.messages import unknown_server_message, unknown_tool_message
+from servers.messages import unknown_server_message
 
 CODE = {"class": "code", "spellcheck": "false", "autocomplete": "off", "autocapitalize": "off"}
 
@@ -78,21 +78,16 @@ class RuleForm(forms.Form):
         return _compiled(self.cleaned_data["params"], compile_params)
 
     def clean(self) -> dict[str, Any]:
-        """The server must be registered, and the tool one of its tools once they are known."""
+        """The server must be registered (the tool is checked by the service, rules.services.rule_tool_check)."""
         cleaned = super().clean()
-        mcp_id, tool_name = cleaned.get("mcp_id"), cleaned.get("tool_name")
+        mcp_id = cleaned.get("mcp_id")
         if not mcp_id:
             return cleaned
         from servers.models import McpServer
 
-        server = McpServer.objects.filter(mcp_id=mcp_id).first()
-        if server is None:
+        if not McpServer.objects.filter(mcp_id=mcp_id).exists():
             known = list(McpServer.objects.order_by("mcp_id").values_list("mcp_id", flat=True))
             self.add_error("mcp_id", unknown_server_message(mcp_id, known))
-        elif tool_name and server.tools_refreshed_at and tool_name not in {t["name"] for t in server.tools}:
-            self.add_error(
-                "tool_name", unknown_tool_message(mcp_id, tool_name, [t["name"] for t in server.tools])
-            )
         return cleaned
 
 

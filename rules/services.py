@@ -14,6 +14,8 @@ from core.audit import audit_record, snapshot
 from llamon_agent.mcp.spec import MCP_ID_RE
 from rules.errors import STALE_MESSAGE, RuleError, StaleEditError
 from rules.models import Rule, RuleSet, RuleSetVersion
+from servers.messages import unknown_tool_message
+from servers.models import McpServer
 
 # --- Rule sets and rules -------------------------------------------------------------------
 
@@ -59,6 +61,21 @@ def rule_fields_check(*, name: str, mcp_id: str, tool_name: str, when: str, para
             raise RuleError(f"{field_name}: {expr_text(exc)}", field=field_name) from None
 
 
+def rule_tool_check(*, mcp_id: str, tool_name: str, server: McpServer | None | bool = False) -> None:
+    """The tool must be one of the server's tools once they are known (the server refreshed at least once).
+
+    An unregistered server, or one whose tools were never listed, is not checked here: the static
+    checks (rules.checks) report those. ``server`` is the server when the caller has looked it up
+    already (None: not registered); by default it is looked up.
+    """
+    if server is False:
+        server = McpServer.objects.filter(mcp_id=mcp_id).first()
+    if isinstance(server, McpServer) and server.tools_refreshed_at:
+        names = [t["name"] for t in server.tools]
+        if tool_name not in names:
+            raise RuleError(unknown_tool_message(mcp_id, tool_name, names), field="tool_name")
+
+
 def _check_revision(*, what: str, current: int, expected: int | None, who: str) -> None:
     if expected is not None and expected != current:
         raise StaleEditError(STALE_MESSAGE.format(what=what, who=who, theirs=current, yours=expected))
@@ -101,6 +118,7 @@ def rule_create(
     """Append a rule to the draft after validating its name and expressions."""
     rule_set = RuleSet.objects.select_for_update().get(pk=rule_set.pk)
     _rule_validate(rule_set=rule_set, name=name, mcp_id=mcp_id, tool_name=tool_name, when=when, params=params)
+    rule_tool_check(mcp_id=mcp_id, tool_name=tool_name)
     position = (rule_set.rules.aggregate(m=Max("position"))["m"] or 0) + 1
     rule = Rule.objects.create(
         rule_set=rule_set,
@@ -144,6 +162,9 @@ def rule_update(*, actor: Any, rule: Rule, revision: int | None, **fields: Any) 
         params=current.params,
         exclude_pk=current.pk,
     )
+    if (current.mcp_id, current.tool_name) != (before["mcp_id"], before["tool_name"]):
+        # Only a new target is checked: a rule whose tool has gone can still be edited or disabled.
+        rule_tool_check(mcp_id=current.mcp_id, tool_name=current.tool_name)
     after = snapshot(current, RULE_FIELDS)
     if after == before:
         return current

@@ -212,6 +212,12 @@ def test_an_editor_edits_runs_the_cases_and_publishes(live_server, secrets_by_ro
         ("create_rule", {"rule": {**SEED_RULES[2], "name": "x" * 101}}, "name"),
         # A required field missing.
         ("create_rule", {"rule": {"name": "only a name"}}, "mcp_id"),
+        # A tool the server does not offer (the service's check, as on the page).
+        (
+            "create_rule",
+            {"rule": {**SEED_RULES[0], "name": "typo", "tool_name": "get_ordr"}},
+            "did you mean 'get_order'",
+        ),
         # Ids must be database ids.
         ("get_rule_set", {"rule_set_id": 0}, "rule_set_id"),
         ("delete_rule", {"rule_id": 2**70}, "rule_id"),
