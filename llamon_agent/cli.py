@@ -1,10 +1,11 @@
 """The ``llamon`` command: ``new`` (scaffold a project), ``check`` (report its problems), ``run`` (serve it over A2A),
-``import-tools`` (read an ``app/tools.py`` as a rule set).
+``import-tools`` (read an ``app/tools.py`` as a rule set), ``rules`` (a workbench rule set as files in git).
 
     llamon new --template graph-sequential my-flow
     llamon check my-flow            # exit 0 clean, 1 problems, 2 cannot load
     llamon run my-flow --port 8001  # A2A on http://127.0.0.1:8001/
     llamon import-tools app/tools.py --out ruleset.json   # exit 0 all translated, 1 some left out, 2 unreadable
+    llamon rules pull support rules/   # rules as code (docs/rules-as-code.md); also push, diff, test
 
 See docs/cli.md.
 """
@@ -16,6 +17,7 @@ import asyncio
 import logging
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 logger = logging.getLogger("llamon_agent")
 
@@ -60,7 +62,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     imp.add_argument("--name", help="the rule set's name in that file (default: the module's name)")
     imp.add_argument("--json", action="store_true", help="print the preview as JSON")
 
+    rules = commands.add_parser(
+        "rules",
+        help="a workbench rule set as files in git: pull, push, diff, test (docs/rules-as-code.md)",
+        description="The API token is read from LLAMON_TOKEN, never from the command line.",
+    )
+    rules_commands = rules.add_subparsers(dest="rules_command", required=True, metavar="ACTION")
+    url_help = "the workbench's URL (default: $LLAMON_URL); the API token comes from $LLAMON_TOKEN"
+    pull = rules_commands.add_parser("pull", help="write a rule set into a directory (one file a rule)")
+    pull.add_argument("set", help="the rule set's name (or id)")
+    pull.add_argument("directory")
+    pull.add_argument("--url", help=url_help)
+    push = rules_commands.add_parser(
+        "push", help="replace the set's draft with the directory; refused when the set changed since the pull"
+    )
+    push.add_argument("directory")
+    push.add_argument("--url", help=url_help)
+    rdiff = rules_commands.add_parser(
+        "diff", help="what a push would change on the workbench (exit 1 when something would)"
+    )
+    rdiff.add_argument("directory")
+    rdiff.add_argument("--url", help=url_help)
+    rtest = rules_commands.add_parser(
+        "test", help="run the directory's test cases with the engine alone, no server (exit 1 on a failure)"
+    )
+    rtest.add_argument("directory")
+    rtest.add_argument("--junit-xml", metavar="PATH", help="also write the results as JUnit XML")
+
     args = parser.parse_args(argv)
+    if args.command == "rules":
+        return _rules(args)
     if args.command == "import-tools":
         return _import_tools(args)
     if args.command == "new":
@@ -110,7 +141,6 @@ def _check(args: argparse.Namespace) -> int:
 
 def _import_tools(args: argparse.Namespace) -> int:
     import json
-    from pathlib import Path
 
     from llamon_agent.tools_import import MAX_SOURCE_BYTES, ToolsImportError, translate_tools_module
 
@@ -146,6 +176,97 @@ def _import_tools(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return EXIT_PROBLEMS if result.untranslatable else EXIT_OK
+
+
+def _rules(args: argparse.Namespace) -> int:
+    from llamon_agent import rules_code
+
+    directory = Path(args.directory)
+    try:
+        if args.rules_command == "test":
+            return _rules_test(directory, args.junit_xml)
+        workbench = rules_code.workbench_from_env(args.url)
+        try:
+            if args.rules_command == "pull":
+                found = workbench.find_set(args.set)
+                content = workbench.content(int(found["id"]))
+                count = rules_code.write_tree(directory, content)
+                print(
+                    f"pulled rule set {content['name']!r} at revision {content['revision']} into {directory} "
+                    f"({len(content['document']['rules'])} rules, {len(content['document']['cases'])} cases, {count} files)"
+                )
+                return EXIT_OK
+            tree = rules_code.read_tree(directory)
+            found = workbench.find_set(tree.name)
+            content = workbench.content(int(found["id"]))
+            changes = rules_code.document_diff(content["document"], tree.document)
+            if args.rules_command == "diff":
+                for line in changes:
+                    print(line)
+                if content["revision"] != tree.revision:
+                    print(
+                        f"note: the set is at revision {content['revision']} on the workbench, the directory "
+                        f"was pulled at {tree.revision}: a push would be refused",
+                        file=sys.stderr,
+                    )
+                return EXIT_PROBLEMS if changes else EXIT_OK
+            if content["revision"] != tree.revision:
+                raise rules_code.RulesCodeError(
+                    f"the rule set {tree.name!r} changed on the workbench since the pull (revision "
+                    f"{content['revision']}, the directory has {tree.revision}); pull into a clean checkout, "
+                    "merge your edits and push again"
+                )
+            if not changes:
+                print(f"nothing to push: {directory} is what the workbench has (revision {tree.revision})")
+                return EXIT_OK
+            saved = workbench.request(
+                "PUT",
+                f"/api/rule-sets/{found['id']}/content",
+                {"data": tree.document, "revision": tree.revision},
+            )
+            # The directory is now what the workbench has: a next push starts from the new revision.
+            meta_path = directory / "ruleset.json"
+            meta_path.write_text(
+                rules_code.dump({**tree.meta, "revision": saved["revision"]}), encoding="utf-8"
+            )
+            for line in changes:
+                print(line)
+            print(
+                f"pushed {directory} to rule set {tree.name!r}: revision {saved['revision']} (the draft; publish it to serve it)"
+            )
+            return EXIT_OK
+        finally:
+            workbench.close()
+    except rules_code.RulesCodeError as exc:
+        print(f"llamon rules {args.rules_command}: {exc}", file=sys.stderr)
+        return EXIT_CANNOT_LOAD
+    except OSError as exc:  # the directory cannot be written (a file in the way, no permission, a full disk)
+        print(
+            f"llamon rules {args.rules_command}: {exc.filename or directory}: {exc.strerror or exc}",
+            file=sys.stderr,
+        )
+        return EXIT_CANNOT_LOAD
+
+
+def _rules_test(directory: Path, junit_path: str | None) -> int:
+    from llamon_agent import rules_code
+
+    tree = rules_code.read_tree(directory)
+    run = rules_code.run_tests(tree)
+    for case in run.cases:
+        print(f"{'ok  ' if case.result.passed else 'FAIL'} {case.name}")
+        for problem in case.result.problems:
+            print(f"       {problem}")
+    print(
+        f"{len(run.cases) - len(run.failed)} passed, {len(run.failed)} failed "
+        f"({tree.name}, {len(tree.document['rules'])} rules, {run.seconds:.2f} s)"
+    )
+    if junit_path:
+        try:
+            Path(junit_path).write_bytes(rules_code.junit_xml(run))
+        except OSError as exc:
+            raise rules_code.RulesCodeError(f"{junit_path}: {exc.strerror or exc}") from None
+    return EXIT_PROBLEMS if run.failed else EXIT_OK
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -26,6 +26,8 @@ from rules.schemas import (
     CaseIn,
     CaseOut,
     CasePatchIn,
+    ContentIn,
+    ContentOut,
     DiffOut,
     EvaluateIn,
     EvaluateOut,
@@ -330,6 +332,34 @@ def _side(rule_set: RuleSet, value: str) -> tuple[str, list[dict[str, Any]]]:
 def export_rule_set(request: HttpRequest, rule_set_id: DbId) -> Any:
     """The draft and its cases as a llamon-ruleset/1 document (imports back exactly)."""
     return exporting.rule_set_export_json(_rule_set(rule_set_id))
+
+
+@router.get(
+    "/rule-sets/{rule_set_id}/content",
+    response={200: ContentOut, **error_responses(404)},
+    auth=VIEWER,
+    tags=SETS,
+)
+def get_rule_set_content(request: HttpRequest, rule_set_id: DbId) -> Any:
+    """The draft and cases with the revision they are at and the servers' tool lists (``llamon rules pull``)."""
+    return exporting.rule_set_content(_rule_set(rule_set_id))
+
+
+@router.put(
+    "/rule-sets/{rule_set_id}/content",
+    response={200: RuleSetOut, **error_responses(404, 409)},
+    auth=EDITOR,
+    tags=SETS,
+)
+def put_rule_set_content(request: HttpRequest, rule_set_id: DbId, payload: ContentIn) -> Any:
+    """Replace the draft's rules and the cases with a document, all or nothing (editor; ``llamon rules push``).
+
+    ``revision`` must be the set's current one (409 otherwise: it changed since the pull). Cases
+    the document does not name are deleted. The draft is edited; publishing stays its own step.
+    """
+    return exporting.rule_set_content_replace(
+        actor=request.auth, rule_set=_rule_set(rule_set_id), data=payload.data, revision=payload.revision
+    )
 
 
 @router.get(

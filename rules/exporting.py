@@ -34,12 +34,13 @@ from core.models import AuditEvent
 from llamon_agent import strictjson
 from llamon_agent.expr import ExprError, check_rule_name, expression_rule
 from llamon_agent.mcp.spec import MCP_ID_RE
-from rules.cases import case_create, case_expected_clean, case_input_clean, case_update
+from rules.cases import case_create, case_delete, case_expected_clean, case_input_clean, case_update
 from rules.engine import SNAPSHOT_FIELDS, rule_set_snapshot
 from rules.errors import STALE_MESSAGE, RuleError, StaleEditError, json_type_name
 from rules.expr_messages import expr_reason, expr_text
 from rules.models import Rule, RuleSet, RuleSetVersion
-from rules.services import RULE_FIELDS, rule_fields_check, rule_set_create
+from rules.services import RULE_FIELDS, rule_fields_check, rule_set_create, rule_tool_check
+from servers.models import McpServer
 
 FORMAT = "llamon-ruleset/1"
 MAX_IMPORT_BYTES = 2 * 1024 * 1024
@@ -87,6 +88,50 @@ def rule_set_export_json(rule_set: RuleSet) -> dict[str, Any]:
     }
 
 
+def rule_set_content(rule_set: RuleSet) -> dict[str, Any]:
+    """What ``llamon rules pull`` writes: the export, the revision it is at, and its servers' tool lists.
+
+    The servers are those the rules name that are registered: ``enabled`` and the tools (name,
+    description, input schema) that a dry run binds, so the set's cases run with the engine alone.
+    """
+    with transaction.atomic():  # the revision and the document read together
+        current = RuleSet.objects.get(pk=rule_set.pk)
+        document = rule_set_export_json(current)
+        ids = sorted({rule["mcp_id"] for rule in document["rules"]})
+        servers = {
+            server.mcp_id: {
+                "enabled": server.enabled,
+                "tools": [
+                    {
+                        "name": tool["name"],
+                        "description": tool.get("description") or "",
+                        "input_schema": tool.get("input_schema") or {},
+                    }
+                    for tool in server.tools
+                ],
+            }
+            for server in McpServer.objects.filter(mcp_id__in=ids).order_by("mcp_id")
+        }
+    return {
+        "rule_set": current.pk,
+        "name": current.name,
+        "revision": current.revision,
+        "document": document,
+        "servers": servers,
+    }
+
+
+def rule_set_content_replace(
+    *, actor: Any, rule_set: RuleSet, data: Mapping[str, Any], revision: int
+) -> RuleSet:
+    """Replace the whole draft and the cases with ``data`` (a llamon-ruleset/1 document): ``llamon rules push``.
+
+    The import with ``replace``, and the cases the document does not name are deleted; refused
+    (StaleEditError) when ``revision`` is not the set's current one. All or nothing.
+    """
+    return rule_set_import_json(actor=actor, data=data, replace=rule_set, revision=revision, prune_cases=True)
+
+
 def rule_set_import_json(
     *,
     actor: Any,
@@ -94,6 +139,7 @@ def rule_set_import_json(
     name: str | None = None,
     replace: RuleSet | None = None,
     revision: int | None = None,
+    prune_cases: bool = False,
 ) -> RuleSet:
     """Create a rule set from an export (or replace the draft rules of ``replace``); all or nothing, audited.
 
@@ -101,7 +147,8 @@ def rule_set_import_json(
     new set. With ``replace``, the set keeps its name (the file's and ``name`` are ignored), the
     file's description replaces its own, the file's cases are added or, when a case of that
     name exists, update it; other cases stay. ``revision`` (optional) is the set revision
-    the user saw: a stale one is refused like any concurrent edit.
+    the user saw: a stale one is refused like any concurrent edit. With ``prune_cases``, the set's
+    cases the file does not name are deleted (the file is the whole suite).
     """
     doc = _load(data)
     rules, cases = _checked_document(doc)
@@ -111,6 +158,7 @@ def rule_set_import_json(
     # editors' saves wait until they failed with "database is locked".
     for i, rule in enumerate(rules):
         _check_rule(index=i, rule=rule)
+    _check_tools(rules)
 
     with transaction.atomic():
         if replace is None:
@@ -142,6 +190,10 @@ def rule_set_import_json(
                     % {"value": i + 1, "name": case["name"], "message": exc.message},
                     field=f"cases.{i}.{exc.field or ''}".rstrip("."),
                 ) from None
+        if prune_cases:
+            keep = {case["name"].strip() for case in cases}
+            for stale in target.cases.exclude(name__in=keep).order_by("name", "id"):
+                case_delete(actor=actor, case=stale)
         target.refresh_from_db()
         audit_record(
             actor=actor,
@@ -353,6 +405,22 @@ def _clear_set(
     )
     locked.refresh_from_db()
     return locked, before
+
+
+def _check_tools(rules: list[dict[str, Any]]) -> None:
+    """Each rule's tool is one its server offers, as a rule save checks it (one query for all)."""
+    servers = {s.mcp_id: s for s in McpServer.objects.filter(mcp_id__in={r["mcp_id"] for r in rules})}
+    for i, rule in enumerate(rules):
+        try:
+            rule_tool_check(
+                mcp_id=rule["mcp_id"], tool_name=rule["tool_name"], server=servers.get(rule["mcp_id"])
+            )
+        except RuleError as exc:
+            raise RuleError(
+                _("Rule %(value)s %(name)r: %(message)s")
+                % {"value": i + 1, "name": rule["name"], "message": exc.message},
+                field=f"rules.{i}.{exc.field}",
+            ) from None
 
 
 def _check_rule(*, index: int, rule: dict[str, Any]) -> None:

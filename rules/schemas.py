@@ -193,6 +193,32 @@ class ExportOut(Schema):
     cases: list[ExportCaseOut]
 
 
+class ContentServerOut(Schema):
+    enabled: bool
+    tools: list[dict[str, Any]] = Field(description="Each tool's name, description and input_schema.")
+
+
+class ContentOut(Schema):
+    """A rule set as ``llamon rules pull`` reads it: the export at one revision and its servers' tools."""
+
+    rule_set: int
+    name: str
+    revision: int = Field(description="The revision the document is at; send it back with the push.")
+    document: ExportOut
+    servers: dict[str, ContentServerOut] = Field(
+        description="The registered servers the rules name: what a dry run binds (docs/rules-as-code.md)."
+    )
+
+
+class ContentIn(Schema):
+    data: dict[str, Any] = Field(
+        description="The whole set as a llamon-ruleset/1 document (rules and cases)."
+    )
+    revision: Revision = Field(
+        description="The rule set revision the document was pulled at; a stale one is refused with 409."
+    )
+
+
 class ToolsPyOut(Schema):
     filename: str
     source: str

@@ -97,6 +97,32 @@ def test_a_stale_rule_revision_is_a_409_and_nothing_is_overwritten(editor_api, s
     assert rule.description == "first"
 
 
+def test_a_tool_the_server_does_not_offer_is_refused_with_a_did_you_mean(editor_api, sample) -> None:
+    """The rule service checks the tool (not only the page's form): create, update and push refuse it."""
+    rule_set = sample["rule_set"]
+    created = editor_api.post(f"/api/rule-sets/{rule_set.pk}/rules", _rule(name="typo", tool_name="get_ordr"))
+    assert created.status_code == 422 and created.json()["field"] == "tool_name"
+    assert "order-service has no tool 'get_ordr'; did you mean 'get_order'?" in created.json()["detail"]
+    korean = editor_api.post(
+        f"/api/rule-sets/{rule_set.pk}/rules",
+        _rule(name="typo", tool_name="get_ordr"),
+        headers={"Accept-Language": "ko"},
+    )
+    assert "order-service에는 도구 'get_ordr'이(가) 없습니다" in korean.json()["detail"]
+    rule = sample["rule"]
+    url = f"/api/rule-sets/{rule_set.pk}/rules/{rule.pk}"
+    updated = editor_api.patch(url, {"revision": rule.revision, "tool_name": "get_ordr"})
+    assert updated.status_code == 422 and "did you mean 'get_order'" in updated.json()["detail"]
+    document = editor_api.get(f"/api/rule-sets/{rule_set.pk}/export").json()
+    document["rules"][0]["tool_name"] = "get_ordr"
+    rule_set.refresh_from_db()
+    pushed = editor_api.call(
+        "put", f"/api/rule-sets/{rule_set.pk}/content", json={"data": document, "revision": rule_set.revision}
+    )
+    assert pushed.status_code == 422 and "did you mean 'get_order'" in pushed.json()["detail"]
+    assert rule_set.rules.filter(tool_name="get_ordr").count() == 0
+
+
 def test_an_expression_error_names_the_field_with_line_and_column(editor_api, sample) -> None:
     response = editor_api.post(
         f"/api/rule-sets/{sample['rule_set'].pk}/rules", _rule(name="typo", when='"주문" in ctx.qeury +')
