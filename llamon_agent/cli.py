@@ -46,6 +46,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     check = commands.add_parser("check", help="load a project and report its problems")
     check.add_argument("path", nargs="?", default=".")
+    check.add_argument(
+        "--offline",
+        action="store_true",
+        help="do not ask the MCP servers for their tools (tool names go unchecked)",
+    )
 
     run = commands.add_parser("run", help="serve a project over A2A")
     run.add_argument("path", nargs="?", default=".")
@@ -125,7 +130,7 @@ def _check(args: argparse.Namespace) -> int:
     from llamon_agent.project import ProjectLoadError, check_project
 
     try:
-        report = asyncio.run(check_project(args.path))
+        report = asyncio.run(check_project(args.path, ask_servers=not args.offline))
     except ProjectLoadError as exc:
         print(f"llamon check: {exc}", file=sys.stderr)
         return EXIT_CANNOT_LOAD

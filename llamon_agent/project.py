@@ -18,6 +18,7 @@ import importlib
 import inspect
 import os
 import sys
+import textwrap
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -343,8 +344,18 @@ class CheckReport:
         return 1 if self.problems else 0
 
 
-async def check_project(path: str | os.PathLike[str], settings: Settings | None = None) -> CheckReport:
-    """Load a project and report its problems (unlisted rules, unknown mcp_ids, broken modules, ...)."""
+TOOL_LIST_TIMEOUT_S = 10.0  # per server; one that does not answer in time is a warning, not a problem
+
+
+async def check_project(
+    path: str | os.PathLike[str], settings: Settings | None = None, *, ask_servers: bool = True
+) -> CheckReport:
+    """Load a project and report its problems (unlisted rules, unknown mcp_ids and tools, broken modules, ...).
+
+    With ``ask_servers`` the registry's MCP servers are asked for their tool lists (concurrently,
+    TOOL_LIST_TIMEOUT_S each), and a rule returning a ``tool_name`` its server does not offer is a
+    problem; a server that cannot be reached is a note (its tool names go unchecked).
+    """
     from llamon_agent.mcp.registry import registry_from_settings
 
     root = Path(path).resolve()
@@ -400,7 +411,101 @@ async def check_project(path: str | os.PathLike[str], settings: Settings | None 
                     line,
                 )
             )
+    if ask_servers and project.kind == "react":
+        calls = [c for c in _rule_tool_calls(root, project) if c[2] in known]
+        if calls:
+            await _check_tool_names(report, calls, {c[2]: known[c[2]] for c in calls}, settings)
     return report
+
+
+async def _check_tool_names(
+    report: CheckReport,
+    calls: list[tuple[str, int | None, str, str, str]],
+    specs: dict[str, Any],
+    settings: Settings,
+) -> None:
+    """Ask each server for its tools; a rule's literal ``tool_name`` that is not among them is a problem."""
+    import asyncio
+
+    from llamon_agent.expr.messages import close_matches, quoted_list
+    from llamon_agent.served_pool import served_pool
+
+    pool = served_pool(settings)
+    try:
+        for spec in specs.values():
+            pool.register(spec)
+
+        async def names(mcp_id: str) -> list[str]:
+            tools = await asyncio.wait_for(pool.list_tools(mcp_id), TOOL_LIST_TIMEOUT_S)
+            return [tool.name for tool in tools]
+
+        ids = sorted(specs)
+        answers = await asyncio.gather(*(names(mcp_id) for mcp_id in ids), return_exceptions=True)
+    finally:
+        await pool.aclose()
+    offered: dict[str, list[str]] = {}
+    for mcp_id, answer in zip(ids, answers, strict=True):
+        if isinstance(answer, BaseException):
+            reason = (
+                f"no answer within {TOOL_LIST_TIMEOUT_S:.0f} s"
+                if isinstance(answer, TimeoutError)
+                else str(answer) or type(answer).__name__
+            )
+            report.notes.append(
+                f"{mcp_id}: its tools could not be listed ({reason}); its tool names were not checked"
+            )
+        else:
+            offered[mcp_id] = answer
+    for file, line, mcp_id, tool_name, rule in calls:
+        tools = offered.get(mcp_id)
+        if tools is None or tool_name in tools:
+            continue
+        close = close_matches(tool_name, tools)
+        hint = f"; did you mean {quoted_list(close)}?" if close else ""
+        report.problems.append(
+            Problem(
+                f"rule {rule} calls tool {tool_name!r}, which {mcp_id} does not offer{hint} "
+                f"(its tools: {', '.join(sorted(tools)) or 'none'})",
+                file,
+                line,
+            )
+        )
+
+
+def _rule_tool_calls(root: Path, project: Project) -> list[tuple[str, int | None, str, str, str]]:
+    """(file, line, mcp_id, tool_name, rule) for each tool name a rule states literally.
+
+    An expression rule has its ``tool_name``; a function rule's are the string values of the
+    ``"tool_name"`` keys of the dicts it builds (a name computed at run time cannot be checked).
+    """
+    out: list[tuple[str, int | None, str, str, str]] = []
+    for rule in project.rules:
+        info = rule_info(rule)
+        tool_name = getattr(rule, "tool_name", None)
+        if isinstance(tool_name, str):
+            out.append(("app/tools.py", None, info.mcp_id, tool_name, info.name))
+            continue
+        if not inspect.isfunction(rule):
+            continue
+        try:
+            lines, start = inspect.getsourcelines(rule)
+            file = inspect.getsourcefile(rule)
+            tree = ast.parse(textwrap.dedent("".join(lines)))
+        except (OSError, TypeError, SyntaxError):
+            continue
+        where = _rel(root, Path(file)) if file else "app/tools.py"
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Dict):
+                continue
+            for key, value in zip(node.keys, node.values, strict=True):
+                if (
+                    isinstance(key, ast.Constant)
+                    and key.value == "tool_name"
+                    and isinstance(value, ast.Constant)
+                    and isinstance(value.value, str)
+                ):
+                    out.append((where, start + value.lineno - 1, info.mcp_id, value.value, info.name))
+    return out
 
 
 def _react_mcp_ids(

@@ -25,8 +25,11 @@ def _isolated(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         del sys.modules[name]
 
 
-def _check(path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, list[str], str]:
-    code = main(["check", str(path)])
+def _check(
+    path: Path, capsys: pytest.CaptureFixture[str], *, offline: bool = True
+) -> tuple[int, list[str], str]:
+    # Offline unless the test is about tool names: asking starts the demo servers (a second of CPU each).
+    code = main(["check", *(["--offline"] if offline else []), str(path)])
     out, err = capsys.readouterr()
     return code, out.splitlines(), err
 
@@ -81,6 +84,29 @@ def test_rule_on_an_mcp_id_the_registry_does_not_know(
         and len(lines) == 1
     )
     assert "known: customer-crm, knowledge-base, order-service" in lines[0]
+
+
+def test_a_tool_name_the_server_does_not_offer_is_reported_with_a_did_you_mean(
+    react: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The servers are asked for their tools; one that cannot be reached is a note, not a problem."""
+    tools = react / "app" / "tools.py"
+    tools.write_text(tools.read_text().replace('"get_order"', '"get_ordr"'), encoding="utf-8")
+    registry = react / "registry.yaml"
+    text = registry.read_text(encoding="utf-8")
+    head, _, _ = text.partition("knowledge-base:")
+    registry.write_text(
+        head + "knowledge-base:\n  transport: http\n  url: http://127.0.0.1:9/mcp\n", encoding="utf-8"
+    )
+    code, lines, err = _check(react, capsys, offline=False)
+    assert code == 1
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("app/tools.py:") and lines[0].split(":")[1].isdigit()
+    assert "rule route_order_lookup calls tool 'get_ordr', which order-service does not offer" in lines[0]
+    assert "did you mean 'get_order'?" in lines[0]
+    assert "note: knowledge-base: its tools could not be listed" in err
+    # Offline, nothing is asked and the typo passes (as every check did before).
+    assert _check(react, capsys)[0] == 0
 
 
 def test_flow_mcp_id_is_checked_against_the_registry(flow: Path, capsys: pytest.CaptureFixture[str]) -> None:
