@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.db import InterfaceError, OperationalError
 from django.utils.translation import gettext_lazy
 
 
@@ -29,3 +30,20 @@ DATABASE_UNAVAILABLE = gettext_lazy(
     "The database is not answering (stopped, restarting or overloaded). Nothing was changed; "
     "try again in a moment."
 )
+
+# SQLite reports a query the schema cannot answer (a migration not applied, a bad statement) as an
+# OperationalError too; that is a defect to fix, not an outage to wait out.
+_SQLITE_QUERY_ERRORS = ("no such table", "no such column", "has no column", "syntax error", "no such function")
+
+
+def database_unavailable(exc: BaseException) -> bool:
+    """Whether ``exc`` means the database could not be reached or could not serve now (stopped,
+    restarting, overloaded, locked): what every route answers 503 with DATABASE_UNAVAILABLE. A query
+    error is not (PostgreSQL raises those as ProgrammingError; SQLite as OperationalError, told
+    apart by its message): it stays a 500, logged with its traceback."""
+    if isinstance(exc, InterfaceError):
+        return True
+    if not isinstance(exc, OperationalError):
+        return False
+    text = str(exc).lower()
+    return not any(marker in text for marker in _SQLITE_QUERY_ERRORS)

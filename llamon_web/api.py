@@ -24,7 +24,7 @@ from accounts.api import router as accounts_router
 from agents.api import router as agents_router
 from agents.errors import AgentConflictError, AgentError, BrokerUnavailableError, ChangeRequested
 from core.api import FormInvalid
-from core.errors import DATABASE_UNAVAILABLE, DomainError
+from core.errors import DATABASE_UNAVAILABLE, DomainError, database_unavailable
 from core.userinput import StrictParser, UserInputError
 from governance.api import router as governance_router
 from rules.api import router as rules_router
@@ -157,6 +157,8 @@ def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
 @api.exception_handler(OperationalError)
 @api.exception_handler(InterfaceError)
 def _database_unavailable(request: HttpRequest, exc: Exception) -> HttpResponse:
+    if not database_unavailable(exc):
+        raise exc  # a query error: Django's 500, logged with its traceback
     response = _error(request, 503, str(DATABASE_UNAVAILABLE))
     response["Retry-After"] = "5"
     return response

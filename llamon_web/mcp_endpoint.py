@@ -24,7 +24,6 @@ import anyio
 from asgiref.sync import async_to_sync, sync_to_async
 from django.core.exceptions import PermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db import InterfaceError, OperationalError
 from django.db.models import ProtectedError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
@@ -49,7 +48,7 @@ from agents.schemas import (
     RunStepOut,
 )
 from core.api import DbId, FormInvalid
-from core.errors import DATABASE_UNAVAILABLE
+from core.errors import DATABASE_UNAVAILABLE, database_unavailable
 from llamon_agent import strictjson
 from rules import api as rules_api
 from rules import engine
@@ -105,7 +104,7 @@ def _message(exc: Exception) -> str | None:
         return "; ".join(exc.messages) or "The input is not valid."
     if isinstance(exc, Http404 | PermissionDenied | HttpError):
         return str(exc) or "Not allowed or not found."
-    if isinstance(exc, OperationalError | InterfaceError):
+    if database_unavailable(exc):
         return str(DATABASE_UNAVAILABLE)
     return None
 

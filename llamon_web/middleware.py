@@ -9,13 +9,12 @@ from typing import Any
 
 from django.contrib import messages
 from django.core.signals import got_request_exception
-from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
 from django.template.loader import render_to_string
 from django.utils.html import escape
 
 from accounts.services import language_of
-from core.errors import DATABASE_UNAVAILABLE
+from core.errors import DATABASE_UNAVAILABLE, database_unavailable
 from core.userinput import NUL_MESSAGE
 
 logger = logging.getLogger(__name__)
@@ -83,7 +82,8 @@ class RefuseNulMiddleware:
 def _note_database_error(sender: Any, request: HttpRequest | None = None, **kwargs: Any) -> None:
     """Django turns an exception into a 500 inside whichever middleware it passes through; note on
     the request that the database was the cause, for the outermost middleware to answer 503."""
-    if request is not None and isinstance(sys.exc_info()[1], OperationalError | InterfaceError):
+    exc = sys.exc_info()[1]
+    if request is not None and exc is not None and database_unavailable(exc):
         request.database_unavailable = True  # type: ignore[attr-defined]
 
 

@@ -86,3 +86,30 @@ def test_a_database_outage_answers_503_on_pages_api_and_mcp_never_a_traceback(
         text = response.content.decode()
         assert "database is not answering" in text and "Traceback" not in text and "5432" not in text
         assert response["Retry-After"] == "5"
+
+
+def test_a_query_error_is_a_500_not_an_outage(viewer_client, viewer_api, monkeypatch) -> None:
+    # SQLite reports a missing table (a migration not applied) as an OperationalError as well: telling
+    # the user to wait for the database would send them the wrong way.
+    def missing(self, *args, **kwargs):
+        raise OperationalError("no such table: agents_run")
+
+    monkeypatch.setattr(BaseDatabaseWrapper, "_cursor", missing)
+    viewer_client.raise_request_exception = viewer_api.client.raise_request_exception = False
+    for client, path in [(viewer_client, "/agents/runs/"), (viewer_api, "/api/runs")]:
+        response = client.get(path)
+        assert response.status_code == 500, (path, response.status_code)
+        assert "database is not answering" not in response.content.decode()
+
+
+def test_what_counts_as_the_database_not_answering() -> None:
+    from django.db import InterfaceError
+
+    from core.errors import database_unavailable
+
+    assert database_unavailable(OperationalError("connection to server failed: Connection refused"))
+    assert database_unavailable(OperationalError("database is locked"))
+    assert database_unavailable(InterfaceError("connection already closed"))
+    assert not database_unavailable(OperationalError("no such column: agents_run.foo"))
+    assert not database_unavailable(OperationalError('near "SELEC": syntax error'))
+    assert not database_unavailable(ValueError("connection refused"))
