@@ -33,7 +33,13 @@ DATABASE_UNAVAILABLE = gettext_lazy(
 
 # SQLite reports a query the schema cannot answer (a migration not applied, a bad statement) as an
 # OperationalError too; that is a defect to fix, not an outage to wait out.
-_SQLITE_QUERY_ERRORS = ("no such table", "no such column", "has no column", "syntax error", "no such function")
+_SQLITE_QUERY_ERRORS = (
+    "no such table",
+    "no such column",
+    "has no column",
+    "syntax error",
+    "no such function",
+)
 
 
 def database_unavailable(exc: BaseException) -> bool:
