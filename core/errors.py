@@ -39,6 +39,7 @@ _SQLITE_QUERY_ERRORS = (
     "has no column",
     "syntax error",
     "no such function",
+    "pattern too complex",  # LIKE or GLOB pattern too complex: the query's own limit
 )
 
 

@@ -112,4 +112,5 @@ def test_what_counts_as_the_database_not_answering() -> None:
     assert database_unavailable(InterfaceError("connection already closed"))
     assert not database_unavailable(OperationalError("no such column: agents_run.foo"))
     assert not database_unavailable(OperationalError('near "SELEC": syntax error'))
+    assert not database_unavailable(OperationalError("LIKE or GLOB pattern too complex"))
     assert not database_unavailable(ValueError("connection refused"))
