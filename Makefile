@@ -7,9 +7,11 @@ unexport PYTHONDONTWRITEBYTECODE
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-# a2a-sdk 0.3 cannot live beside the project's 1.x: the test of 0.3 clients runs it from its own venv.
-A2A03 := var/venvs/a2a-sdk-0.3
-A2A03_STAMP := $(A2A03)/llamon-ready
+# Side venvs (tests/support/side_venvs.py) for packages that cannot live beside the project's own:
+# a2a-sdk 0.3 (the project runs 1.x) for the test of 0.3 clients, mcp 2 (the project runs 1.x) for
+# the test servers built on it. Each is built from its lock; its stamp holds the lock it installed.
+A2A03_STAMP := var/venvs/a2a-sdk-0.3/llamon-ready
+MCP2_STAMP := var/venvs/mcp-2/llamon-ready
 # Test processes for `make test` and `make test-postgres` (pytest-xdist; each its own database, Redis,
 # broker folder and ports: docs/development.md). More than the 2 cores, since many tests wait on
 # subprocesses; on 2 cores 3 measured 9:01 and 4 9:19 for `make test` (each process collects the suite).
@@ -18,7 +20,7 @@ TEST_WORKERS ?= 3
 .PHONY: install run test test-postgres test-engine screenshots lint fmt bench bench-scale lock clean editor-bundle
 
 # Everything `make test` needs from a package index, so that the tests themselves never reach one.
-install: $(STAMP) $(A2A03_STAMP)
+install: $(STAMP) $(A2A03_STAMP) $(MCP2_STAMP)
 
 # The venv is rebuilt from the lock file whenever the lock or pyproject.toml changes.
 $(STAMP): requirements.lock pyproject.toml
@@ -29,9 +31,11 @@ $(STAMP): requirements.lock pyproject.toml
 	touch $(STAMP)
 
 $(A2A03_STAMP): requirements-a2a-0.3.lock
-	rm -rf $(A2A03) && $(PYTHON) -m venv $(A2A03)
-	$(A2A03)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-a2a-0.3.lock
-	cp requirements-a2a-0.3.lock $(A2A03_STAMP)
+$(MCP2_STAMP): requirements-mcp-2.lock
+$(A2A03_STAMP) $(MCP2_STAMP):
+	rm -rf $(@D) && $(PYTHON) -m venv $(@D)
+	$(@D)/bin/python -m pip install --quiet --disable-pip-version-check -r $<
+	cp $< $@
 
 run: install
 	LLAMON_ENV=dev $(PY) manage.py devrun

@@ -3,7 +3,7 @@
 A react project made by ``llamon new`` is served by a real ``llamon run`` subprocess (demo
 MCP servers over stdio from its registry.yaml). Two real clients talk to it:
 
-* a2a-sdk 0.3.x, in its own virtualenv (tests/support/a2a_venv.py), runs
+* a2a-sdk 0.3.x, in its own virtualenv (tests/support/side_venvs.py), runs
   tests/servers/a2a_v03_client.py: its card resolver validates the card with the 0.3 model
   (which requires ``url``), then it sends ``message/send`` and reads the answer;
 * this project's a2a-sdk 1.x: ``create_client`` + ``SendMessage``.
@@ -25,7 +25,7 @@ import httpx
 import pytest
 
 from tests.conftest import free_port
-from tests.support.a2a_venv import a2a_v03_python
+from tests.support.side_venvs import A2A_03
 
 ROOT = Path(__file__).resolve().parents[2]
 CLIENT_V03 = ROOT / "tests" / "servers" / "a2a_v03_client.py"
@@ -84,7 +84,7 @@ def test_the_card_has_a_10_and_a_03_interface(served: str) -> None:
 
 
 def test_an_a2a_03_client_loads_the_card_and_gets_the_answer(served: str) -> None:
-    python = a2a_v03_python()
+    python = A2A_03.python()
     result = subprocess.run(
         [str(python), str(CLIENT_V03), served, "주문 조회 A-1001 부탁해", json.dumps({"userId": "C-1001"})],
         capture_output=True,
