@@ -14,7 +14,6 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from llamon_agent.mcp.pool import McpPool
@@ -73,16 +72,20 @@ def wait_until(predicate: Callable[[], bool], timeout_s: float = 15.0, what: str
 
 
 class HttpServer:
-    """tests/servers/misbehaving.py over streamable HTTP on a free loopback port; restartable."""
+    """A test server over streamable HTTP on a free loopback port (endpoint ``/mcp``); restartable.
 
-    def __init__(self) -> None:
+    By default tests/servers/misbehaving.py run by this interpreter; ``command`` is another server's
+    argument list, to which ``--http PORT`` is appended."""
+
+    def __init__(self, command: list[str] | None = None) -> None:
+        self.command = command or [sys.executable, str(MISBEHAVING)]
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}/mcp"
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, str(MISBEHAVING), "--http", str(self.port)],
+            [*self.command, "--http", str(self.port)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
@@ -91,9 +94,10 @@ class HttpServer:
             if self.process.poll() is not None:
                 raise RuntimeError(f"the HTTP test server exited with {self.process.returncode}")
             try:
-                httpx.get(self.url, timeout=0.5)  # any HTTP answer means it is listening
+                # Listening once it accepts a connection (a GET can open a stream that never ends).
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
                 return
-            except httpx.HTTPError:
+            except OSError:
                 time.sleep(0.1)
         raise RuntimeError("the HTTP test server did not start within 20s")
 
