@@ -99,6 +99,7 @@ class HttpServer:
                 return
             except OSError:
                 time.sleep(0.1)
+        self.kill()  # not left running behind the failure
         raise RuntimeError("the HTTP test server did not start within 20s")
 
     def kill(self) -> None:
