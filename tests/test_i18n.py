@@ -452,8 +452,21 @@ def test_numbers_in_korean_pages_are_grouped_as_the_locale_writes_them(
     Run.objects.filter(pk=run.pk).update(
         started_at=start, finished_at=start + timedelta(milliseconds=12345.6)
     )
+    from rules.models import Rule
+
+    Rule.objects.bulk_create(  # counts in plural sentences ("1,234 rules", "1,234 problems") and a table
+        Rule(rule_set=orders_rule_set, name=f"r{i}", mcp_id="order-service", tool_name="nope", when="True")
+        for i in range(1234)
+    )
     for language in ("ko", "en"):
+        home = viewer_client.get(reverse("home"), HTTP_ACCEPT_LANGUAGE=language).content.decode()
+        sets = viewer_client.get(reverse("rules:list"), HTTP_ACCEPT_LANGUAGE=language).content.decode()
+        assert "1,234" in home and "1234" not in home and "<td>1,234</td>" in sets, language
         runs = viewer_client.get(reverse("agents:run_list"), HTTP_ACCEPT_LANGUAGE=language).content.decode()
         assert "<td>12,346</td>" in runs, language
         detail = viewer_client.get(reverse("agents:run_detail", args=[run.pk]), HTTP_ACCEPT_LANGUAGE=language)
         assert "12,346" in detail.content.decode() and "12346" not in detail.content.decode(), language
+    editor = viewer_client.get(reverse("rules:editor", args=[orders_rule_set.pk]), HTTP_ACCEPT_LANGUAGE="ko")
+    shown = editor.content.decode()
+    problems = re.search(r'class="bad">([^<]*)<', shown)  # in Korean: two problems a rule, no such tool
+    assert problems and re.search(r"\d,\d{3}", problems[1]) and not re.search(r"\d{4}", problems[1]), problems

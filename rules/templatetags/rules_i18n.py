@@ -32,3 +32,9 @@ def outcome_error(outcome: Any) -> str:
             if shown != record.error:
                 return error.replace(record.error, shown, 1)
     return error
+
+
+@register.filter
+def engine_error(text: Any) -> str:
+    """An error the engine wrote as text (no message id kept), in the user's language where known."""
+    return engine_text(str(text or ""))

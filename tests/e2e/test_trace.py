@@ -78,12 +78,12 @@ def test_the_trace_of_a_real_run_shows_where_the_time_went_tokens_cost_and_the_c
     assert page.locator("#waterfall .wf-kind-listing .wf-label").first.inner_text().startswith("MCP tools of")
 
     # Tokens and cost: the scripted model's usage, priced by the table: (2700*3 + 65*15) / 1e6 = $0.009075.
-    assert page.locator("#run-tokens-in").inner_text() == "2700"
+    assert page.locator("#run-tokens-in").inner_text() == "2,700"
     assert page.locator("#run-tokens-out").inner_text() == "65"
-    assert page.locator("#run-tokens-total").inner_text() == "2765"
+    assert page.locator("#run-tokens-total").inner_text() == "2,765"
     assert page.locator("#run-cost").inner_text() == "$0.009075"
     first_llm = page.locator("#timeline li[data-kind=llm]").first
-    assert first_llm.locator(".tokens-total").inner_text() == "1240"
+    assert first_llm.locator(".tokens-total").inner_text() == "1,240"
     assert first_llm.locator(".llm-cost").inner_text() == "$0.004200"
     assert page.locator("#tools-called").inner_text().startswith("get_order")
     assert "get_order" in page.locator("#tools-offered").inner_text()
