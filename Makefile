@@ -23,11 +23,11 @@ TEST_WORKERS ?= 3
 install: $(STAMP) $(A2A03_STAMP) $(MCP2_STAMP)
 
 # The venv is rebuilt from the lock file whenever the lock or pyproject.toml changes.
-$(STAMP): requirements.lock pyproject.toml
+$(STAMP): requirements.lock pyproject.toml sdk/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.lock
-	$(PY) -m pip install --quiet --no-deps -e .
+	$(PY) -m pip install --quiet --no-deps -e ./sdk -e .
 	touch $(STAMP)
 
 $(A2A03_STAMP): requirements-a2a-0.3.lock
@@ -102,7 +102,7 @@ bench-scale: install
 # Re-resolve the dependencies from pyproject.toml into requirements.lock.
 lock:
 	rm -rf /tmp/llamon-lock && $(PYTHON) -m venv /tmp/llamon-lock
-	/tmp/llamon-lock/bin/pip install --quiet -e '.[test,postgres]'
+	/tmp/llamon-lock/bin/pip install --quiet -e ./sdk -e '.[test,postgres]'
 	/tmp/llamon-lock/bin/pip freeze --exclude-editable | grep -v '^llamon' > requirements.lock
 
 # Rebuild the vendored CodeMirror bundle of the expression editor (needs node and npm; tests and CI

@@ -108,7 +108,7 @@ REGEX_MESSAGES: dict[str, Any] = {
     "pattern too large - compile failed": _("pattern too large"),
 }
 
-# The engine's own sentences around RE2's message (llamon_agent/expr/helpers.py, guardrails.py).
+# The engine's own sentences around RE2's message (sdk/src/llamon_agent/expr/helpers.py, guardrails.py).
 _INVALID_REGEX = re.compile(
     r"invalid regular expression (?P<pattern>'.*'|\".*\"): (?P<detail>.*) "
     r"\(RE2 syntax: no look-around or backreferences\)",

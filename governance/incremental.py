@@ -6,7 +6,7 @@ request, so only the candidate's new or edited rules need evaluating: most reque
 candidates of their keyword index. The report must be exactly what the full replay gives, so this
 path is taken only where the pre-step's semantics make the rules independent; every other run is
 replayed in full (``IncrementalPlan.replay`` returns None). What couples rules in the pre-step
-(llamon_agent/prestep.py) and how each coupling is handled:
+(sdk/src/llamon_agent/prestep.py) and how each coupling is handled:
 
 - order and ``stop``: the decisions are merged in the candidate's order and the walk ends at the
   first firing stop rule, kept or evaluated, as the pre-step does. A kept rule the recorded run

@@ -1,7 +1,7 @@
 """The expression checker's messages in the user's language: one function every route calls.
 
 The engine (llamon_agent, which never imports Django) raises ExprError with a stable ``msg_id`` and
-its ``params`` beside the English ``reason`` (llamon_agent/expr/messages.py). Here each id has the
+its ``params`` beside the English ``reason`` (sdk/src/llamon_agent/expr/messages.py). Here each id has the
 same English template marked for translation; :func:`expr_reason` translates an error's reason and
 :func:`expr_text` adds its field and place, for forms, the REST API and the MCP endpoint (through
 rules.services), the expression editor and imports. An error without an id (a runtime failure of a

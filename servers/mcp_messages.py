@@ -19,7 +19,7 @@ from core.library_messages import english_shown, library_text
 
 _CAUSE = "cause"  # a group holding a lower library's own words
 
-# What follows "MCP server 'x'[, tool 'y']: " (llamon_agent/mcp/pool.py, transports.py).
+# What follows "MCP server 'x'[, tool 'y']: " (sdk/src/llamon_agent/mcp/pool.py, transports.py).
 REASONS: list[tuple[re.Pattern[str], Any]] = [
     (re.compile(p, re.S), t)
     for p, t in [

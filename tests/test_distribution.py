@@ -1,28 +1,40 @@
-"""The distribution holds the whole product: a wheel built from the checkout, installed into a fresh
-virtualenv outside it, passes `django check` and `migrate` there (docs/deploy.md installs it so).
+"""The two distributions, built from the checkout and installed outside it.
 
-Offline: the wheel is built without build isolation (setuptools comes with `make install`) and
-installed without its dependencies, which the new virtualenv reads from this one's site-packages.
+- llamon-web (the root) with the SDK wheel beside it, in a fresh virtualenv: `django check` and
+  `migrate` pass there (docs/deploy.md installs them so).
+- llamon-agent (sdk/) alone, in a virtualenv that can import only the SDK's own dependencies (no
+  Django, no Celery): `llamon new`, `check` and `run` work, and the seed page's own tests pass.
+
+Offline: the wheels are built without build isolation (setuptools comes with `make install`) and
+installed without their dependencies, which the new virtualenvs read from this one's site-packages
+(all of it for the web; only the SDK's dependency closure, linked one distribution at a time, for
+the SDK).
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import sysconfig
+import time
+import tomllib
 import venv
 import zipfile
 from pathlib import Path
 
+import httpx
 import pytest
+from packaging.requirements import Requirement
 
 from tests.conftest import ROOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
-APPS = ("llamon_agent", "llamon_web", "core", "accounts", "servers", "rules", "agents", "governance")
+APPS = ("llamon_web", "core", "accounts", "servers", "rules", "agents", "governance")
 COPY_IGNORE = (
     ".git",
     ".venv",
@@ -42,13 +54,7 @@ def _run(cmd: list[str], **kwargs) -> subprocess.CompletedProcess[str]:
     return result
 
 
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The wheel, built from a copy of the checkout: setuptools builds in the source folder, and a
-    build/ folder left from an earlier build would add files the checkout no longer has."""
-    source = tmp_path_factory.mktemp("source") / "llamon-web"
-    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(*COPY_IGNORE))
-    out = tmp_path_factory.mktemp("dist")
+def _build(source: Path, out: Path) -> None:
     _run(
         [
             sys.executable,
@@ -64,14 +70,80 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
         ],
         env={**os.environ, "PIP_NO_INPUT": "1"},
     )
-    (found,) = out.glob("llamon_web-*.whl")
-    return found
 
 
-def test_the_wheel_holds_every_app_its_templates_and_static_files(wheel: Path) -> None:
-    names = zipfile.ZipFile(wheel).namelist()
+@pytest.fixture(scope="module")
+def wheels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Both wheels, built from a copy of the checkout: setuptools builds in the source folder, and a
+    build/ folder left from an earlier build would add files the checkout no longer has."""
+    source = tmp_path_factory.mktemp("source") / "llamon-web"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(*COPY_IGNORE))
+    out = tmp_path_factory.mktemp("dist")
+    _build(source, out)
+    _build(source / "sdk", out)
+    (web,) = out.glob("llamon_web-*.whl")
+    (sdk,) = out.glob("llamon_agent-*.whl")
+    return {"web": web, "sdk": sdk}
+
+
+def _venv(target: Path) -> tuple[Path, Path]:
+    """A fresh virtualenv without pip: its python and its site-packages."""
+    venv.EnvBuilder(with_pip=False).create(target)
+    python = target / "bin" / "python"
+    site = Path(
+        _run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip()
+    )
+    return python, site
+
+
+def _install(python: Path, *wheel_files: Path) -> None:
+    _run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index"]
+        + [str(w) for w in wheel_files]
+    )
+
+
+def _closure(roots: list[str]) -> set[str]:
+    """The installed distributions these requirements need, markers and extras followed."""
+    seen: set[str] = set()
+    todo = [Requirement(r) for r in roots]
+    while todo:
+        req = todo.pop()
+        name = req.name.lower().replace("_", "-")
+        if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+            continue
+        key = f"{name}[{','.join(sorted(req.extras))}]"
+        if key in seen:
+            continue
+        seen.add(key)
+        for line in importlib.metadata.requires(name) or ():
+            sub = Requirement(line)
+            wanted = sub.marker is None or any(
+                sub.marker.evaluate({"extra": extra}) for extra in ("", *req.extras)
+            )
+            if wanted:
+                sub.marker = None
+                todo.append(sub)
+    return {key.split("[")[0] for key in seen}
+
+
+def _link_distributions(names: set[str], into: Path) -> None:
+    """Symlink each distribution's top-level files and its metadata folder from this venv into ``into``."""
+    into.mkdir()
+    site = Path(sysconfig.get_paths()["purelib"])
+    for name in sorted(names):
+        dist = importlib.metadata.distribution(name)
+        tops = {Path(str(f)).parts[0] for f in dist.files or () if not str(f).startswith("..")}
+        for top in tops:
+            source = site / top
+            if source.exists() and not (into / top).exists() and not top.startswith("__pycache__"):
+                (into / top).symlink_to(source)
+
+
+def test_the_wheels_hold_every_app_its_templates_and_static_files(wheels: dict[str, Path]) -> None:
+    names = zipfile.ZipFile(wheels["web"]).namelist()
     tops = {name.split("/")[0] for name in names}
-    assert set(APPS) <= tops
+    assert set(APPS) <= tops and "llamon_agent" not in tops  # the SDK is its own distribution
     for app in ("llamon_web", "accounts", "servers", "rules", "agents", "governance"):
         assert any(n.startswith(f"{app}/templates/") and n.endswith(".html") for n in names), app
     for app in ("llamon_web", "core", "accounts", "servers", "rules", "agents", "governance"):
@@ -79,31 +151,23 @@ def test_the_wheel_holds_every_app_its_templates_and_static_files(wheel: Path) -
     assert "llamon_web/templates/base.html" in names
     assert "llamon_web/static/js/trace.js" in names
     assert "llamon_web/static/vendor/codemirror/editor.bundle.js" in names
+    sdk = zipfile.ZipFile(wheels["sdk"])
+    assert {name.split("/")[0] for name in sdk.namelist()} == {"llamon_agent", "llamon_agent-0.1.0.dist-info"}
+    assert "llamon_agent/flow/templates/react/app/tools.py.tmpl" in sdk.namelist()
+    metadata = sdk.read("llamon_agent-0.1.0.dist-info/METADATA").decode()
+    requires = [line for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
+    assert any(r.startswith("Requires-Dist: mcp") for r in requires)
+    assert not [r for r in requires if "django" in r.lower() or "celery" in r.lower()], requires
 
 
-def test_the_installed_wheel_checks_and_migrates_outside_the_checkout(wheel: Path, tmp_path: Path) -> None:
-    target = tmp_path / "venv"
-    venv.EnvBuilder(with_pip=False).create(target)
-    python = target / "bin" / "python"
-    site = Path(
-        _run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip()
-    )
+def test_the_installed_wheels_check_and_migrate_outside_the_checkout(
+    wheels: dict[str, Path], tmp_path: Path
+) -> None:
+    python, site = _venv(tmp_path / "venv")
     # The dependencies: this virtualenv's site-packages as a plain path (its .pth files, such as
-    # the editable install of the checkout, are not processed from there).
+    # the editable installs of the checkout, are not processed from there).
     (site / "dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    _run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "--python",
-            str(python),
-            "install",
-            "--no-deps",
-            "--no-index",
-            str(wheel),
-        ]
-    )
+    _install(python, wheels["sdk"], wheels["web"])
     work = tmp_path / "elsewhere"
     work.mkdir()
     env = {
@@ -115,7 +179,11 @@ def test_the_installed_wheel_checks_and_migrates_outside_the_checkout(wheel: Pat
         LLAMON_ENV="dev", LLAMON_VAR_DIR=str(tmp_path / "var"), DJANGO_SETTINGS_MODULE="llamon_web.settings"
     )
     where = _run(
-        [str(python), "-c", "import llamon_web, agents; print(llamon_web.__file__, agents.__file__)"],
+        [
+            str(python),
+            "-c",
+            "import llamon_web, agents, llamon_agent; print(llamon_web.__file__, agents.__file__, llamon_agent.__file__)",
+        ],
         cwd=work,
         env=env,
     )
@@ -124,3 +192,67 @@ def test_the_installed_wheel_checks_and_migrates_outside_the_checkout(wheel: Pat
     migrated = _run([str(python), "-m", "django", "migrate", "--no-input"], cwd=work, env=env)
     assert "Applying agents.0001" in migrated.stdout
     assert (tmp_path / "var" / "llamon.sqlite3").exists()
+
+
+def test_the_sdk_alone_makes_checks_and_serves_a_project_and_passes_the_seeds_tests(
+    wheels: dict[str, Path], tmp_path: Path
+) -> None:
+    python, site = _venv(tmp_path / "venv")
+    sdk = tomllib.loads((ROOT / "sdk" / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    needed = _closure([*sdk["dependencies"], "pytest"])  # pytest: the seed's and the project's tests
+    assert "django" not in needed and "celery" not in needed, sorted(needed)
+    _link_distributions(needed, tmp_path / "deps")
+    (site / "dependencies.pth").write_text(str(tmp_path / "deps") + "\n")
+    _install(python, wheels["sdk"])
+    bin_dir = python.parent
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("LLAMON_", "DJANGO_", "PYTEST_")) and k not in ("MCP_ID", "PYTHONPATH")
+    }
+    env.update(PATH=f"{bin_dir}:{env.get('PATH', '')}", PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")
+
+    missing = subprocess.run([str(python), "-c", "import django"], capture_output=True, text=True, env=env)
+    assert missing.returncode != 0 and "No module named 'django'" in missing.stderr
+    where = _run([str(python), "-c", "import llamon_agent; print(llamon_agent.__file__)"], env=env)
+    assert str(site) in where.stdout, where.stdout
+
+    seed = _run(
+        [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+        cwd=ROOT / "examples" / "seed_project",
+        env=env,
+    )
+    assert "2 passed" in seed.stdout
+
+    project = tmp_path / "bank-agent"
+    _run([str(bin_dir / "llamon"), "new", "--template", "react", str(project)], env=env)
+    _run([str(bin_dir / "llamon"), "check", str(project)], env=env)
+    tested = _run([str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=project, env=env)
+    assert " passed" in tested.stdout and "failed" not in tested.stdout
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    log = tmp_path / "run.log"
+    served = subprocess.Popen(
+        [str(bin_dir / "llamon"), "run", str(project), "--port", str(port)],
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert served.poll() is None, log.read_text()
+            try:
+                card = httpx.get(f"http://127.0.0.1:{port}/.well-known/agent-card.json", timeout=1)
+                if card.status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+        assert card.json()["name"]
+    finally:
+        served.terminate()
+        served.wait(timeout=20)

@@ -37,7 +37,7 @@ def test_the_cycle_contract_covers_every_package_of_the_product() -> None:
 
 
 def test_the_engine_bans_django_and_every_app() -> None:
-    engine = tomllib.loads((ROOT / "llamon_agent" / "ruff.toml").read_text(encoding="utf-8"))
+    engine = tomllib.loads((ROOT / "sdk" / "src" / "llamon_agent" / "ruff.toml").read_text(encoding="utf-8"))
     banned = set(engine["lint"]["flake8-tidy-imports"]["banned-api"])
     assert banned == {"django", *CONFIG["root_packages"]} - {"llamon_agent"}
 

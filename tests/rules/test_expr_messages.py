@@ -1,7 +1,7 @@
 """Every message the expression checker and the rule form can give, in Korean with its values; and
 "did you mean" for names, servers and tools.
 
-The engine's messages (llamon_agent/expr/messages.py) are enumerated there by id; the workbench
+The engine's messages (sdk/src/llamon_agent/expr/messages.py) are enumerated there by id; the workbench
 translates them through rules/expr_messages.py. Both tables must agree, every id must be raised
 somewhere in the engine (no dead entry) and every raise of the checker must use an id."""
 

@@ -22,7 +22,7 @@ IGNORE = [
     ".venv/*",
     "var/*",
     "node_modules/*",
-    "llamon_agent/*",
+    "sdk/*",
     "examples/*",
     "tests/*",
     "benchmarks/*",
