@@ -35,7 +35,7 @@ class ScaffoldError(Exception):
 
 def default_demo_dir() -> Path | None:
     """``examples/mcp_servers`` of the llamon-web checkout this package runs from, when there is one."""
-    candidate = Path(__file__).resolve().parents[2] / "examples" / "mcp_servers"
+    candidate = Path(__file__).resolve().parents[4] / "examples" / "mcp_servers"  # sdk/src/llamon_agent/flow
     return candidate if (candidate / DEMO_SCRIPTS["order-service"]).is_file() else None
 
 
