@@ -254,6 +254,8 @@ def test_the_agent_card(ingest: FakeIngest) -> None:
     ]
     assert card["url"] == "http://127.0.0.1:8001/"  # the 0.3 field a 0.3 client requires
     assert card["skills"][0]["id"] == "react"
+    # Streams for 1.0 and 0.3 clients (tests/engine/test_serve_tasks.py); no push notifications.
+    assert card["capabilities"] == {"streaming": True, "pushNotifications": False}
 
 
 def test_a_served_agents_exported_spans_are_masked_like_its_answer() -> None:

@@ -10,10 +10,15 @@ registry (a file or a llamon-web), and every A2A message goes through
 * flow projects: ``build_graph(settings)`` once at start-up, then
   :func:`llamon_agent.flow.arun_flow` per request (node steps in the trace).
 
-The reply is one agent ``Message`` holding the answer, or the error text for a failed run
-(the seed: a failed pre-step *answers* with its error message); its metadata says
-``{"status": ..., "error": ...}``. With a trace URL each run is also sent to llamon-web
-(:mod:`llamon_agent.trace_http`).
+A blocking ``SendMessage``/``message/send`` is answered with one agent ``Message`` holding the
+answer, or the error text for a failed run (the seed: a failed pre-step *answers* with its error
+message); its metadata says ``{"status": ..., "error": ..., "errorKind": ...}``. A client that
+streams (``SendStreamingMessage``/``message/stream``) or does not wait (``returnImmediately``;
+0.3: ``blocking: false``) gets a ``Task`` instead, driven through a2a-sdk's ``TaskUpdater``:
+submitted -> working (-> working "Deterministic pre-step 완료: N건") -> completed (the answer as
+an artifact and as the final status message, with the same metadata), failed or canceled.
+``tasks/get`` reads it from a :class:`BoundedTaskStore` while it is kept; ``tasks/cancel`` cancels
+the run. With a trace URL each run is also sent to llamon-web (:mod:`llamon_agent.trace_http`).
 """
 
 from __future__ import annotations
@@ -21,15 +26,22 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from a2a.server.context import ServerCallContext
+from a2a.server.tasks import InMemoryTaskStore, TaskStore
+from a2a.types import ListTasksRequest, ListTasksResponse, Task, TaskState
 
 from llamon_agent.a2a import A2AFormatError, to_request
 from llamon_agent.mcp.errors import McpError, RegistryError, UnknownServerError
 from llamon_agent.otel import otel_sink, shutdown_tracer_provider
 from llamon_agent.served_pool import served_pool
+from llamon_agent.settings import DEFAULT_A2A_TASK_TTL_S, DEFAULT_A2A_TASKS_KEPT
 from llamon_agent.tools import AgentRequest
-from llamon_agent.trace import MultiSink, TraceSink
+from llamon_agent.trace import MultiSink, TraceEvent, TraceSink
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
@@ -45,6 +57,16 @@ A2A_PROTOCOL_VERSION = "1.0"
 # ``preferredTransport``, ``protocolVersion``) that 0.3 clients require; ``/`` answers both.
 A2A_COMPAT_PROTOCOL_VERSION = "0.3"
 FinishStatus = Literal["succeeded", "failed", "timed_out", "cancelled"]
+# The JSON-RPC methods (1.0, 0.3) whose caller reads a stream of task events.
+STREAMING_METHODS = frozenset({"SendStreamingMessage", "message/stream"})
+TERMINAL_STATES = frozenset(
+    {
+        TaskState.TASK_STATE_COMPLETED,
+        TaskState.TASK_STATE_CANCELED,
+        TaskState.TASK_STATE_FAILED,
+        TaskState.TASK_STATE_REJECTED,
+    }
+)
 
 
 class ServeError(Exception):
@@ -250,7 +272,11 @@ def trace_exporter(settings: Settings) -> HttpTraceExporter | None:
 
 
 def agent_card(runner: Runner, url: str) -> Any:
-    """The agent card of a served project: JSON-RPC at ``url`` for A2A 1.0 and 0.3 clients."""
+    """The agent card of a served project: JSON-RPC at ``url`` for A2A 1.0 and 0.3 clients.
+
+    ``streaming``: ``SendStreamingMessage`` (1.0) and ``message/stream`` (0.3) answer with a
+    stream of task events. No push notifications, no extended card.
+    """
     from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill
 
     return AgentCard(
@@ -261,7 +287,7 @@ def agent_card(runner: Runner, url: str) -> Any:
             AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version=version)
             for version in (A2A_PROTOCOL_VERSION, A2A_COMPAT_PROTOCOL_VERSION)
         ],
-        capabilities=AgentCapabilities(streaming=False),
+        capabilities=AgentCapabilities(streaming=True, push_notifications=False),
         default_input_modes=["text/plain", "application/json"],
         default_output_modes=["text/plain"],
         skills=[
@@ -275,71 +301,237 @@ def agent_card(runner: Runner, url: str) -> Any:
     )
 
 
+class BoundedTaskStore(TaskStore):
+    """a2a-sdk's ``InMemoryTaskStore`` that forgets finished tasks: at most ``kept`` of them, none
+    older than ``ttl_s`` seconds (oldest first), so a long-running server does not grow without bound.
+
+    A running task is never evicted. Eviction happens on each save and read (no timer).
+    """
+
+    def __init__(
+        self,
+        kept: int = DEFAULT_A2A_TASKS_KEPT,
+        ttl_s: float = DEFAULT_A2A_TASK_TTL_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.kept = kept
+        self.ttl_s = ttl_s
+        self._clock = clock
+        self._store = InMemoryTaskStore()
+        # task id -> (when it finished, a context naming its owner), oldest first
+        self._finished: OrderedDict[str, tuple[float, ServerCallContext]] = OrderedDict()
+
+    def __len__(self) -> int:
+        """How many finished tasks are kept (running ones are not counted)."""
+        return len(self._finished)
+
+    async def save(self, task: Task, context: ServerCallContext) -> None:
+        await self._store.save(task, context)
+        if task.status.state in TERMINAL_STATES and task.id not in self._finished:
+            # Only who owns it: the request's state (headers, ...) is not kept.
+            owner = ServerCallContext(user=context.user, tenant=context.tenant)
+            self._finished[task.id] = (self._clock(), owner)
+        await self._evict()
+
+    async def get(self, task_id: str, context: ServerCallContext) -> Task | None:
+        await self._evict()
+        return await self._store.get(task_id, context)
+
+    async def list(self, params: ListTasksRequest, context: ServerCallContext) -> ListTasksResponse:
+        await self._evict()
+        return await self._store.list(params, context)
+
+    async def delete(self, task_id: str, context: ServerCallContext) -> None:
+        self._finished.pop(task_id, None)
+        await self._store.delete(task_id, context)
+
+    async def _evict(self) -> None:
+        cutoff = self._clock() - self.ttl_s
+        while self._finished:
+            task_id, (finished_at, owner) = next(iter(self._finished.items()))
+            if len(self._finished) <= self.kept and finished_at > cutoff:
+                break
+            del self._finished[task_id]
+            await self._store.delete(task_id, owner)
+
+
+def _wants_task(context: Any) -> bool:
+    """A Task for a streaming caller, a caller that does not wait, or a message to an existing task."""
+    configuration = context.configuration
+    if configuration is not None and configuration.return_immediately:
+        return True
+    if context.current_task is not None:
+        return True
+    return context.call_context.state.get("method") in STREAMING_METHODS
+
+
+class _PrestepProgress:
+    """A trace sink that turns the pre-step's end into a "working" status line of the task.
+
+    The pre-step runs on a worker thread: the line is handed to the event loop's queue.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, lines: asyncio.Queue[str | None]) -> None:
+        self.loop = loop
+        self.lines = lines
+
+    def emit(self, event: TraceEvent) -> None:
+        if event.kind != "prestep" or event.phase != "end" or event.error:
+            return
+        calls = (event.output or {}).get("calls") if isinstance(event.output, dict) else None
+        if isinstance(calls, int):
+            from llamon_agent.prestep import LOG_DONE
+
+            self.loop.call_soon_threadsafe(self.lines.put_nowait, LOG_DONE % calls)
+
+
 def _executor(runner: Runner, exporter: HttpTraceExporter | None) -> Any:
-    from a2a.helpers import new_text_message
+    from a2a.helpers import new_task, new_text_message, new_text_part
     from a2a.server.agent_execution import AgentExecutor
+    from a2a.server.tasks import TaskUpdater
     from a2a.utils.errors import InvalidParamsError
 
+    async def answer(request: AgentRequest, progress: TraceSink | None) -> Outcome:
+        """Run the request with its trace sinks; never raises but for cancellation."""
+        started = time.perf_counter()
+        sink = (
+            exporter.sink(source=runner.source, agent_name=runner.name, request=request)
+            if exporter is not None
+            else None
+        )
+        # None unless configured; message content (when captured) masked like the answer.
+        exported = otel_sink(
+            agent_name=runner.name, source=runner.source, redact=served_redactor(runner, request)
+        )
+        sinks = [s for s in (sink, exported, progress) if s is not None]
+        try:
+            outcome = await runner.answer(
+                request, MultiSink(*sinks) if len(sinks) > 1 else next(iter(sinks), None)
+            )
+        except asyncio.CancelledError:  # tasks/cancel: close the traced run, then let it propagate
+            if sink is not None:
+                sink.finish("cancelled", error="cancelled by the A2A client", error_kind="cancelled")
+            if exported is not None:
+                exported.finish("cancelled", error="cancelled by the A2A client")
+            logger.info(
+                "cancelled %s request after %.0f ms", runner.kind, (time.perf_counter() - started) * 1000.0
+            )
+            raise
+        except Exception as exc:  # a runner bug: still answer, and close the traced run
+            logger.exception("request failed inside the %s runner", runner.kind)
+            outcome = Outcome("failed", "", f"internal error: {type(exc).__name__}: {exc}", "internal")
+        if sink is not None:
+            sink.finish(
+                outcome.status, answer=outcome.answer, error=outcome.error, error_kind=outcome.error_kind
+            )
+        if exported is not None:
+            exported.finish(outcome.status, error=outcome.error)
+        logger.info(
+            "answered %s request: %s in %.0f ms",
+            runner.kind,
+            outcome.status,
+            (time.perf_counter() - started) * 1000.0,
+        )
+        return outcome
+
+    def metadata(outcome: Outcome) -> dict[str, Any]:
+        return {"status": outcome.status, "error": outcome.error, "errorKind": outcome.error_kind}
+
     class LlamonExecutor(AgentExecutor):
-        """Answers each A2A message with one agent message (the answer, or the run's error)."""
+        """Answers a blocking message with one agent message, anything else with a Task."""
 
         async def execute(self, context: Any, event_queue: Any) -> None:
             try:
                 request = to_request(context.message)
             except A2AFormatError as exc:
                 raise InvalidParamsError(message=str(exc)) from exc
-            started = time.perf_counter()
-            sink = (
-                exporter.sink(source=runner.source, agent_name=runner.name, request=request)
-                if exporter is not None
-                else None
-            )
-            # None unless configured; message content (when captured) masked like the answer.
-            exported = otel_sink(
-                agent_name=runner.name, source=runner.source, redact=served_redactor(runner, request)
-            )
-            sinks = [s for s in (sink, exported) if s is not None]
-            try:
-                outcome = await runner.answer(
-                    request, MultiSink(*sinks) if len(sinks) > 1 else sink or exported
-                )
-            except Exception as exc:  # a runner bug: still answer, and close the traced run
-                logger.exception("request failed inside the %s runner", runner.kind)
-                outcome = Outcome("failed", "", f"internal error: {type(exc).__name__}: {exc}", "internal")
-            if sink is not None:
-                sink.finish(
-                    outcome.status, answer=outcome.answer, error=outcome.error, error_kind=outcome.error_kind
-                )
-            if exported is not None:
-                exported.finish(outcome.status, error=outcome.error)
-            logger.info(
-                "answered %s request: %s in %.0f ms",
-                runner.kind,
-                outcome.status,
-                (time.perf_counter() - started) * 1000.0,
-            )
-            message = new_text_message(outcome.text, context_id=context.context_id, task_id=context.task_id)
-            message.metadata.update(
-                {"status": outcome.status, "error": outcome.error, "errorKind": outcome.error_kind}
-            )
+            if _wants_task(context):
+                await self._run_task(context, event_queue, request)
+                return
+            outcome = await answer(request, None)
+            # No task id: this reply is not a task, and tasks/get would not find one.
+            message = new_text_message(outcome.text, context_id=context.context_id)
+            message.metadata.update(metadata(outcome))
             await event_queue.enqueue_event(message)
 
+        async def _run_task(self, context: Any, event_queue: Any, request: AgentRequest) -> None:
+            if context.current_task is None:
+                await event_queue.enqueue_event(
+                    new_task(
+                        context.task_id,
+                        context.context_id,
+                        TaskState.TASK_STATE_SUBMITTED,
+                        history=[context.message],
+                    )
+                )
+            updater = TaskUpdater(event_queue, context.task_id, context.context_id)
+            await updater.start_work()
+            lines: asyncio.Queue[str | None] = asyncio.Queue()
+
+            async def forward() -> None:
+                while (line := await lines.get()) is not None:
+                    await updater.start_work(updater.new_agent_message([new_text_part(line)]))
+
+            forwarder = asyncio.create_task(forward())
+            try:
+                outcome = await answer(request, _PrestepProgress(asyncio.get_running_loop(), lines))
+            except BaseException:
+                forwarder.cancel()
+                raise
+            lines.put_nowait(None)
+            await forwarder
+            reply = updater.new_agent_message([new_text_part(outcome.text)], metadata=metadata(outcome))
+            if outcome.status == "succeeded":
+                await updater.add_artifact(
+                    [new_text_part(outcome.answer)], name="answer", metadata=metadata(outcome)
+                )
+                await updater.complete(reply)
+            elif outcome.status == "cancelled":
+                await updater.cancel(reply)
+            else:
+                await updater.failed(reply)
+
         async def cancel(self, context: Any, event_queue: Any) -> None:
-            return None  # one reply per message: nothing long-running to cancel
+            """tasks/cancel on a running task: mark it canceled; the handler then cancels the run."""
+            updater = TaskUpdater(event_queue, context.task_id, context.context_id)
+            await updater.cancel(
+                updater.new_agent_message(
+                    [new_text_part("cancelled by the A2A client")],
+                    metadata={
+                        "status": "cancelled",
+                        "error": "cancelled by the A2A client",
+                        "errorKind": "cancelled",
+                    },
+                )
+            )
 
     return LlamonExecutor()
 
 
-def build_app(runner: Runner, url: str, exporter: HttpTraceExporter | None = None) -> Starlette:
-    """The Starlette app: the agent card, and JSON-RPC at ``/`` for A2A 1.0 and 0.3 clients."""
+def build_app(
+    runner: Runner,
+    url: str,
+    exporter: HttpTraceExporter | None = None,
+    *,
+    tasks_kept: int = DEFAULT_A2A_TASKS_KEPT,
+    task_ttl_s: float = DEFAULT_A2A_TASK_TTL_S,
+    task_store: BoundedTaskStore | None = None,
+) -> Starlette:
+    """The Starlette app: the agent card, and JSON-RPC at ``/`` for A2A 1.0 and 0.3 clients.
+
+    Tasks live in a :class:`BoundedTaskStore` (``task_store``, else one keeping ``tasks_kept``
+    finished tasks for ``task_ttl_s`` seconds).
+    """
     from a2a.server.request_handlers import DefaultRequestHandler
     from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
-    from a2a.server.tasks import InMemoryTaskStore
     from starlette.applications import Starlette
 
     card = agent_card(runner, url)
+    store = task_store if task_store is not None else BoundedTaskStore(tasks_kept, task_ttl_s)
     handler = DefaultRequestHandler(
-        agent_executor=_executor(runner, exporter), task_store=InMemoryTaskStore(), agent_card=card
+        agent_executor=_executor(runner, exporter),
+        task_store=store,
+        agent_card=card,
     )
     routes = [
         *create_agent_card_routes(card),
@@ -358,7 +550,9 @@ async def serve(
     runner = await prepare_runner(project, settings)
     exporter = trace_exporter(settings)
     url = f"http://{host}:{port}/"
-    app = build_app(runner, url, exporter)
+    app = build_app(
+        runner, url, exporter, tasks_kept=settings.a2a_tasks_kept, task_ttl_s=settings.a2a_task_ttl_s
+    )
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off"))
 
     async def announce() -> None:

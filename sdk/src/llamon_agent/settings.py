@@ -44,6 +44,9 @@ def _check_http_url(value: str | None) -> str | None:
 DEFAULT_EXPR_COST_BUDGET = 250_000
 DEFAULT_REQUEST_COST_BUDGET = 2_500_000
 _MAX_COST_BUDGET = 10**10
+# A served agent's finished A2A tasks: how many are kept for tasks/get, and for how long.
+DEFAULT_A2A_TASKS_KEPT = 1_000
+DEFAULT_A2A_TASK_TTL_S = 3_600.0
 
 
 class CostBudgets(BaseSettings):
@@ -94,6 +97,10 @@ class Settings(CostBudgets):
     mcp_env_names: str = "LLAMON_MCP_*"
     mcp_allow_private: bool = True
     registry_allow_http: bool = False
+    # ``llamon run``'s A2A task store (docs/cli.md): finished tasks kept for tasks/get, at most
+    # this many (oldest forgotten first) and for at most this long.
+    a2a_tasks_kept: int = Field(default=DEFAULT_A2A_TASKS_KEPT, ge=0, le=1_000_000)
+    a2a_task_ttl_s: float = Field(default=DEFAULT_A2A_TASK_TTL_S, gt=0, le=7 * 86_400)
 
     def __init__(self, **values: Any) -> None:
         try:
