@@ -236,7 +236,7 @@ def test_tasks_cancel_cancels_the_run() -> None:
     run(app, scenario)
 
 
-def test_a_1x_client_can_resubscribe_to_a_running_task_and_list_tasks() -> None:
+def test_a_client_can_resubscribe_to_a_running_task_but_not_list_tasks() -> None:
     runner = HeldRunner(hold_s=0.2)
     app = build_app(runner, URL)
 
@@ -246,8 +246,13 @@ def test_a_1x_client_can_resubscribe_to_a_running_task_and_list_tasks() -> None:
         events = [e["result"] for e in await rpc.stream("SubscribeToTask", {"id": task_id})]
         assert events[0]["task"]["id"] == task_id
         assert events[-1]["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
-        listed = (await rpc("ListTasks", {}))["result"]["tasks"]
-        assert [t["id"] for t in listed] == [task_id]
+        params03 = {"message": message(v03=True), "configuration": {"blocking": False}}
+        task03 = (await rpc("message/send", params03, v03=True))["result"]["id"]
+        events03 = [e["result"] for e in await rpc.stream("tasks/resubscribe", {"id": task03}, v03=True)]
+        assert events03[0]["kind"] == "task" and events03[-1]["status"]["state"] == "completed"
+        # No caller identities: a list would show everyone's requests and answers to anyone.
+        refused = (await rpc("ListTasks", {}))["error"]
+        assert refused["code"] == -32004 and "GetTask" in refused["message"]
 
     run(app, scenario)
 

@@ -524,11 +524,23 @@ def build_app(
     """
     from a2a.server.request_handlers import DefaultRequestHandler
     from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
+    from a2a.utils.errors import UnsupportedOperationError
     from starlette.applications import Starlette
+
+    class Handler(DefaultRequestHandler):
+        """a2a-sdk's handler without ListTasks: the server has no callers' identities, so a list
+        would show every caller's requests and answers to anyone; a task is read by its id."""
+
+        async def on_list_tasks(
+            self, params: ListTasksRequest, context: ServerCallContext
+        ) -> ListTasksResponse:
+            raise UnsupportedOperationError(
+                message="ListTasks is not served: read a task by its id (GetTask / tasks/get)"
+            )
 
     card = agent_card(runner, url)
     store = task_store if task_store is not None else BoundedTaskStore(tasks_kept, task_ttl_s)
-    handler = DefaultRequestHandler(
+    handler = Handler(
         agent_executor=_executor(runner, exporter),
         task_store=store,
         agent_card=card,
