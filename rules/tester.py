@@ -249,6 +249,12 @@ def tester_recent_record(
     return entry
 
 
+def tester_recent_delete_before(cutoff: Any) -> int:
+    """Forget every user's recent tester inputs last used before ``cutoff`` (the runs' retention
+    period applies to them too: an input typed into the tester may hold a customer's data)."""
+    return TesterInput.objects.filter(used_at__lt=cutoff).delete()[0]
+
+
 def tester_recent_list(*, user: Any, rule_set: RuleSet) -> list[TesterInput]:
     """The user's recent inputs to this rule set's tester, newest first (never another user's)."""
     if not getattr(user, "is_authenticated", False):

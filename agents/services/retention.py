@@ -1,4 +1,5 @@
-"""Retention: delete finished runs older than the privacy settings' period, in batches."""
+"""Retention: delete finished runs older than the privacy settings' period, in batches, and the
+tester's recent inputs last used before it."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from django.utils import timezone
 from agents.evidence import runs_deletion
 from agents.models import Run
 from agents.privacy import privacy_get
+from rules.tester import tester_recent_delete_before
 
 logger = logging.getLogger(__name__)
 
@@ -27,6 +29,11 @@ def runs_delete_expired(*, now: datetime | None = None, batch: int = RETENTION_B
     """
     days = privacy_get().retention_days
     cutoff = (now or timezone.now()) - timedelta(days=days)
+    forgotten = tester_recent_delete_before(cutoff)
+    if forgotten:
+        logger.info(
+            "retention: forgot %d recent tester inputs last used before %s", forgotten, cutoff.isoformat()
+        )
     expired = Run.objects.filter(status__in=Run.FINISHED, finished_at__lt=cutoff).order_by(
         "finished_at", "id"
     )

@@ -434,3 +434,23 @@ def test_an_invalid_or_oversized_input_is_not_kept_and_says_so(editor_client, ru
             tester_recent_record(user=user, rule_set=rule_set, values=values, typing=False)
     assert tester_recent_record(user=user, rule_set=rule_set, values={"query": "  "}, typing=False) is None
     assert not TesterInput.objects.exists()
+
+
+def test_recent_inputs_older_than_the_retention_period_are_forgotten(rule_set, make_user) -> None:
+    # An input typed into the tester may hold a customer's data: the runs' retention applies to it.
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from agents.services import runs_delete_expired
+    from rules.models import TesterInput
+    from rules.tester import tester_recent_record
+
+    editor = make_user("editor", username="retention-editor")
+    for query in ("카드 4111 1111 1111 1111", "주문 A-1001"):
+        tester_recent_record(user=editor, rule_set=rule_set, values={"query": query}, typing=False)
+    old = TesterInput.objects.get(values__query="카드 4111 1111 1111 1111")
+    old.used_at = timezone.now() - timedelta(days=31)  # the default period is 30 days
+    old.save()
+    runs_delete_expired()
+    assert [e.values["query"] for e in TesterInput.objects.all()] == ["주문 A-1001"]
