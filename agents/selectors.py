@@ -17,6 +17,8 @@ from agents.changes import change_request_stale
 from agents.models import Agent, ChangeRequest, ChangeReview, ModelConnection, Run, RunStep, WorkerHeartbeat
 from agents.privacy import RUN_INPUT_FIELDS, redactor, redactor_active
 from core.models import ChainRecord
+from llamon_agent.prestep import PRESTEP_FAILED
+from rules.expr_messages import engine_text
 from rules.models import RuleSetVersion
 
 
@@ -255,6 +257,19 @@ def run_step_page(*, run: Run, after: int = 0) -> StepPage:
     return StepPage(steps, len(rows) > STEP_PAGE, last_seq, not running)
 
 
+def run_error_text(text: str) -> str:
+    """A run's or a step's stored error in the viewer's language where the engine's words are known
+    (an MCP call's failure, a missing tool, an invalid regex): the engine stores them in English.
+    The seed's Korean prefix of a failed pre-step and the rule's name stay as stored."""
+    text = str(text or "")
+    prefix = f"{PRESTEP_FAILED}: "
+    if text.startswith(prefix):
+        rule, sep, reason = text[len(prefix) :].partition(": ")
+        if sep:
+            return f"{prefix}{rule}: {engine_text(reason)}"
+    return engine_text(text)
+
+
 def run_diagnostics(*, run: Run) -> list[dict[str, str]]:
     """What the trace suggests: repeated calls, rules that raised, tools that were missing."""
     # Only rule steps, and the tool steps that called a tool a rule already called, matter here;
@@ -282,9 +297,16 @@ def run_diagnostics(*, run: Run) -> list[dict[str, str]]:
                 found.append(
                     {
                         "level": "warning",
-                        "message": f"The LLM called {step.tool_name} with the same params the pre-step rule "
-                        f"{prestep_calls[key]} already used. Tell it to use the pre-step results first: add the "
-                        'seed\'s line to the system prompt (제공된 "확정 호출 결과"가 있으면 그 내용을 우선 사용하여 답변하고, ...).',
+                        "message": _(
+                            "The LLM called %(tool)s with the same params the pre-step rule %(rule)s already "
+                            "used. Tell it to use the pre-step results first: add the seed's line to the "
+                            "system prompt (%(line)s)."
+                        )
+                        % {
+                            "tool": step.tool_name,
+                            "rule": prestep_calls[key],
+                            "line": '제공된 "확정 호출 결과"가 있으면 그 내용을 우선 사용하여 답변하고, ...',
+                        },
                     }
                 )
         if step.kind == RunStep.Kind.RULE and step.status == "error":
@@ -292,14 +314,25 @@ def run_diagnostics(*, run: Run) -> list[dict[str, str]]:
                 found.append(
                     {
                         "level": "error",
-                        "message": f"Rule {step.name} named a tool its server does not have: {step.error}",
+                        "message": _("Rule %(rule)s named a tool its server does not have: %(error)s")
+                        % {"rule": step.name, "error": run_error_text(step.error)},
                     }
                 )
             else:
-                found.append({"level": "error", "message": f"Rule {step.name} raised: {step.error}"})
+                found.append(
+                    {
+                        "level": "error",
+                        "message": _("Rule %(rule)s raised: %(error)s")
+                        % {"rule": step.name, "error": run_error_text(step.error)},
+                    }
+                )
     if run.error and "tool이 로드되지 않음" in run.error:
         found.append(
-            {"level": "error", "message": f"{run.error}: register the server or fix the rule's mcp_id."}
+            {
+                "level": "error",
+                "message": _("%(error)s: register the server or fix the rule's mcp_id.")
+                % {"error": run.error},
+            }
         )
     return found
 

@@ -470,3 +470,42 @@ def test_numbers_in_korean_pages_are_grouped_as_the_locale_writes_them(
     shown = editor.content.decode()
     problems = re.search(r'class="bad">([^<]*)<', shown)  # in Korean: two problems a rule, no such tool
     assert problems and re.search(r"\d,\d{3}", problems[1]) and not re.search(r"\d{4}", problems[1]), problems
+
+
+@pytest.mark.django_db
+def test_a_runs_stored_mcp_error_reads_in_korean_and_keeps_the_seeds_prefix(client, make_user) -> None:
+    from datetime import UTC, datetime
+
+    from agents.models import Agent, Run, RunStep
+    from llamon_agent.prestep import PRESTEP_FAILED
+
+    reason = "MCP server 'crm', tool 'get_order': no answer within 30s; the request was cancelled"
+    run = Run.objects.create(
+        agent=Agent.objects.create(name="support"),
+        query="주문 조회",
+        status=Run.Status.FAILED,
+        error=f"{PRESTEP_FAILED}: route_order_lookup: {reason}",
+    )
+    RunStep.objects.create(
+        run=run,
+        seq=1,
+        kind="rule",
+        name="route_order_lookup",
+        status="error",
+        started_at=datetime.now(UTC),
+        error=reason,
+    )
+    client.force_login(make_user("viewer"))
+    korean = "MCP 서버 'crm', 도구 'get_order': 30초 안에 응답이 없어 요청을 취소했습니다"
+    page = html.unescape(
+        client.get(reverse("agents:run_detail", args=[run.pk]), HTTP_ACCEPT_LANGUAGE="ko").content.decode()
+    )
+    assert f"{PRESTEP_FAILED}: route_order_lookup: " in page  # the seed's sentence, byte for byte
+    steps = html.unescape(
+        client.get(reverse("agents:run_steps", args=[run.pk]), HTTP_ACCEPT_LANGUAGE="ko").content.decode()
+    )
+    english = html.unescape(
+        client.get(reverse("agents:run_steps", args=[run.pk]), HTTP_ACCEPT_LANGUAGE="en").content.decode()
+    )
+    assert reason in english and reason not in steps
+    assert korean in page or korean in steps, (page[page.find('id="run-error"') :][:300], steps[:600])

@@ -19,6 +19,8 @@ from django.utils import formats
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext
 
+from agents import selectors
+
 register = template.Library()
 _TENTH = Decimal("0.1")
 
@@ -76,3 +78,9 @@ def kind_label(value: str) -> str:
     from agents.trace import KIND_LABELS
 
     return gettext("node") if value == "node" else str(KIND_LABELS.get(value) or value)
+
+
+@register.filter
+def run_error_text(text: str) -> str:
+    """A run's or a step's stored error in the viewer's language (agents.selectors.run_error_text)."""
+    return selectors.run_error_text(text)
