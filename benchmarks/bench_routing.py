@@ -21,7 +21,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, os.environ.get("LLAMON_BENCH_CODE") or str(Path(__file__).resolve().parents[1]))
+# The SDK of this checkout, or of another one (the "before" of a comparison): <checkout>/sdk/src.
+sys.path.insert(
+    0, str(Path(os.environ.get("LLAMON_BENCH_CODE") or Path(__file__).resolve().parents[1]) / "sdk" / "src")
+)
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import ahocorasick  # noqa: E402

@@ -149,6 +149,9 @@ class CompiledRules:
         "rules",
         "infos",
         "fast",
+        "whens",
+        "costs",
+        "servers",
         "first_fast",
         "mcp_ids",
         "has_index",
@@ -160,14 +163,23 @@ class CompiledRules:
     def __init__(self, rules: Sequence[Any], *, use_index: bool = True) -> None:
         self.rules: tuple[Any, ...] = tuple(rules)
         self.infos: tuple[RuleInfo, ...] = tuple(_checked_info(r) for r in self.rules)
-        # Expression rules evaluate against a namespace built once per server and request.
-        # Called as fast[i](rule, namespace): the class's function, one object for all its rules.
-        self.fast: tuple[Callable[[Any, dict[str, Any]], Any] | None, ...] = tuple(
-            _fast_path(r) for r in self.rules
+        # Expression rules evaluate against a namespace built once per server and request:
+        # INLINE for an ExpressionRule (the loop calls its `when` function itself), else
+        # fast[i](rule, namespace), the class's function, one object for all its rules.
+        self.fast: tuple[Any, ...] = tuple(_fast_path(r) for r in self.rules)
+        # For INLINE rules, read here rather than from the rule in the loop: its `when` function,
+        # and (static cost, query reads, metered) as evaluate_ns reads them (None for others).
+        self.whens: tuple[Any, ...] = tuple(
+            r.when_fn if f is INLINE else None for r, f in zip(self.rules, self.fast, strict=True)
+        )
+        self.costs: tuple[Any, ...] = tuple(
+            _costs(r.static, r.reads, r.metered) if f is INLINE else None
+            for r, f in zip(self.rules, self.fast, strict=True)
         )
         # The first expression rule is where an unindexed run builds its first namespace.
         self.first_fast: int | None = next((i for i, f in enumerate(self.fast) if f is not None), None)
-        self.mcp_ids: tuple[str, ...] = tuple(dict.fromkeys(info.mcp_id for info in self.infos))
+        self.servers: tuple[str, ...] = tuple(info.mcp_id for info in self.infos)  # rule i's mcp_id
+        self.mcp_ids: tuple[str, ...] = tuple(dict.fromkeys(self.servers))
         self._all = range(len(self.rules))
         self.has_index = use_index
         self._index: _RequestIndex | None = _RequestIndex(self.rules, self.infos) if use_index else None
@@ -220,10 +232,26 @@ def _checked_info(rule: Any) -> RuleInfo:
     return info
 
 
-def _fast_path(rule: Any) -> Callable[[Any, dict[str, Any]], Any] | None:
+# CompiledRules.fast of a rule whose `when` the pre-step's loop calls itself: an expression rule
+# (expr.rules.ExpressionRule: when_fn, static, reads, metered, then; see its evaluate_ns).
+INLINE = object()
+
+
+_COSTS: dict[tuple[int, int, bool], tuple[int, int, bool]] = {}
+
+
+def _costs(static: int, reads: int, metered: bool) -> tuple[int, int, bool]:
+    """One shared tuple per distinct costs (a rule set has few): not one kept per rule."""
+    key = (static, reads, metered)
+    return _COSTS.setdefault(key, key)
+
+
+def _fast_path(rule: Any) -> Any:
     fast = getattr(rule, "evaluate_ns", None)
     if not callable(fast):
         return None
+    if all(hasattr(rule, attr) for attr in ("when_fn", "static", "reads", "metered", "then")):
+        return INLINE
     if getattr(fast, "__self__", None) is rule and hasattr(fast, "__func__"):
         return fast.__func__  # type: ignore[no-any-return]  # not a bound method kept per rule
     return lambda _rule, namespace: fast(namespace)
@@ -413,6 +441,7 @@ class _PrestepRun:
         self.unbound: dict[str, str] = {}  # mcp_id -> MCP_NOT_LOADED message
         self.contexts: dict[str, DeterministicContext] = {}
         self.namespaces: dict[str, dict[str, Any]] = {}
+        self.argsets: dict[str, tuple[Any, ...]] = {}  # per server: request_args(namespace)
         self.tool_names: dict[str, frozenset[str]] = {}
         self.evaluated: dict[int, RuleRecord] = {}
         self.results: list[dict[str, Any]] = []
@@ -524,38 +553,76 @@ class _PrestepRun:
         return False
 
     def _evaluate_all(self, order: Sequence[int]) -> None:
-        """The hot loop: most rules return None, so that path stays inline and allocation-free."""
+        """The hot loop: most rules return None, so that path stays inline and allocation-free.
+
+        An expression rule's `when` is called here, with the request's values (argsets), after
+        the same static charge as ExpressionRule.evaluate_ns makes; its ``then`` evaluates the
+        params when it holds. Change both together.
+        """
         compiled = self.compiled
         infos, rules, fast = compiled.infos, compiled.rules, compiled.fast
+        whens, costs, servers = compiled.whens, compiled.costs, compiled.servers
         contexts, namespaces, unbound = self.contexts, self.namespaces, self.unbound
+        argsets = self.argsets
+        meter = self.meter  # the request's CostMeter, one for every server's namespace
         self.reached = len(rules) - 1
         probe = self.probe
         for i in order:
-            info = infos[i]
-            mcp_id = info.mcp_id
+            mcp_id = servers[i]
             if i == probe:
+                info = infos[i]
                 self.probe = None
                 if not self._probe_failed(i, info):
                     continue
                 failed, fired = True, False
             elif unbound and mcp_id in unbound:
+                info = infos[i]
                 self._fail(i, info, unbound[mcp_id], full=unbound[mcp_id])
                 failed, fired = True, False
             else:
                 try:
-                    evaluate = fast[i]
-                    if evaluate is None:
+                    when = whens[i]
+                    if when is not None:
+                        args = argsets.get(mcp_id)
+                        if args is None:
+                            args = self._args(mcp_id)
+                            meter = self.meter
+                        pool = meter.pool
+                        if pool < 0:
+                            meter.request_exceeded()
+                        static, reads, metered = costs[i]
+                        if reads:
+                            static += reads * meter.rcost
+                        meter.pool = pool - static
+                        try:
+                            if metered:
+                                meter.left = left = meter.expr_budget - static
+                                try:
+                                    value = when(*args)
+                                finally:
+                                    meter.pool -= left - meter.left
+                            else:
+                                value = when(*args)
+                        except Exception as exc:
+                            raise rules[i].compiled_when.failed(exc)  # noqa: B904  # failed() sets the cause
+                        if not value:
+                            continue
+                        left = meter.left if metered else meter.expr_budget - static
+                        value = rules[i].then(namespaces[mcp_id], left)
+                    elif (evaluate := fast[i]) is None:
                         ctx = contexts.get(mcp_id)
                         value = rules[i](ctx if ctx is not None else self._context(mcp_id))
                     else:
                         ns = namespaces.get(mcp_id)
                         value = evaluate(rules[i], ns if ns is not None else self._namespace(mcp_id))
                 except Exception as exc:
+                    info = infos[i]
                     self._fail(i, info, _reason(exc), traced=True, exc=exc)
                     failed, fired = True, False
                 else:
                     if value is None:  # a skip leaves no record: PrestepOutcome.records infers it
                         continue
+                    info = infos[i]
                     fired, failed = self._handle_call(i, info, value)
             if failed and self.dry_run and self.namespace_failed and self.indexed:
                 # Unindexed, every later expression rule would fail the same way; go on
@@ -726,6 +793,13 @@ class _PrestepRun:
                 self.namespace_failed = True
                 raise
         return ns
+
+    def _args(self, mcp_id: str) -> tuple[Any, ...]:
+        """The request's values an expression's function takes, for ``mcp_id``'s namespace."""
+        from llamon_agent.expr.compiled import request_args
+
+        args = self.argsets[mcp_id] = request_args(self._namespace(mcp_id))
+        return args
 
     def _tool_names(self, mcp_id: str) -> frozenset[str]:
         names = self.tool_names.get(mcp_id)

@@ -11,8 +11,9 @@ conditions paste in unchanged, checked once when saved and then run as bytecode:
 3. a rewrite of the operations whose cost depends on data (``+``, ``join``, ``replace``,
    slices, comparisons, method calls, builtins, helpers, comprehension loops, ...) into
    size-checked hidden helpers that also charge a run-time cost budget (:class:`CostMeter`);
-4. ``compile()`` into the code of a function whose globals are one per-request namespace
-   (``build_namespace``) with empty ``__builtins__``.
+4. ``compile()`` into one function per expression, of the request's values (the names of the
+   per-request namespace, ``build_namespace``), whose globals are the helpers with empty
+   ``__builtins__``.
 
 Time and memory are bounded by counting, never by signals: caps bound what one operation
 may build, the cost budget bounds how much work one evaluation and one request may do

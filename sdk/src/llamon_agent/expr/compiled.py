@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import ast
 import math
+import operator
 import types
 from collections.abc import Callable
 from typing import Any
 
 import llamon_agent.expr.shapes as shapes
 from llamon_agent.expr.budget import (
+    _BASE_NAMESPACE,
     _METER,
     BUILT_CHARS_PER_UNIT,
     READ_CHARS_PER_UNIT,
@@ -18,7 +20,7 @@ from llamon_agent.expr.budget import (
 )
 from llamon_agent.expr.checker import _parse
 from llamon_agent.expr.errors import ExprError, _Source, _type_name
-from llamon_agent.expr.guard import _compile
+from llamon_agent.expr.guard import REQUEST_NAMES, _compile
 from llamon_agent.expr.helpers import check_regex, regex_size
 from llamon_agent.expr.hints import _options, _requirement
 from llamon_agent.expr.limits import _FILENAME, MAX_DATA_BYTES, MAX_DEPTH
@@ -158,16 +160,21 @@ class _Own:
         self.src = src
 
 
+# The request's values an expression's function takes, from a build_namespace result, in order.
+request_args: Callable[[dict[str, Any]], tuple[Any, ...]] = operator.itemgetter(*REQUEST_NAMES)
+
+
 class CompiledExpr:
     """A checked, compiled expression: call it with a ctx, or ``evaluate`` a prebuilt namespace.
 
-    A rule set keeps one per distinct text (tens of thousands), so it keeps five references and
+    A rule set keeps one per distinct text (tens of thousands), so it keeps six references and
     derives the rest: ``kind``, the costs and the source map from ``_meta`` (its shape's
     Template, or an :class:`_Own`), and the index hints from ``_hints`` (a tuple, or ``_FILL``:
     made from the template's symbolic hints when asked, as the index does once per compile).
+    ``fn`` is its function, made once: ``fn(*request_args(namespace))`` evaluates it (guard).
     """
 
-    __slots__ = ("source", "_code", "_defaults", "_meta", "_hints")
+    __slots__ = ("source", "fn", "_code", "_defaults", "_meta", "_hints")
 
     def __init__(
         self,
@@ -178,8 +185,10 @@ class CompiledExpr:
         hints: Any,
     ) -> None:
         self.source = source
-        self._code = code
-        # Code shared by shape (see shapes): this expression's text literals, its arguments.
+        # Code shared by shape (see shapes) gets this expression's text literals as the defaults
+        # of its last arguments. The globals are the helpers only, the same for every request.
+        self.fn = types.FunctionType(code, _BASE_NAMESPACE, None, defaults)
+        self._code = code  # kept beside fn: reading fn.__code__ raises an audit event
         self._defaults = defaults
         self._meta = meta
         # (required keywords, index options, cost line) or _FILL; see the properties below.
@@ -248,9 +257,11 @@ class CompiledExpr:
     def run(self, namespace: dict[str, Any]) -> Any:
         """:meth:`evaluate` on what the meter has left (ExpressionRule runs when and params on one budget)."""
         try:
-            # A fresh function per run binds this request's globals; no eval(), so no
-            # "exec" audit event and names resolve with the fast global lookup.
-            value = types.FunctionType(self._code, namespace, None, self._defaults)()
+            # No eval(), so no "exec" audit event. The namespace is the globals too, as given:
+            # a hand-made one without a helper must not find it elsewhere. (ExpressionRule and
+            # the pre-step call ``fn``, whose globals are the helpers build_namespace copies.)
+            fn = types.FunctionType(self._code, namespace, None, self._defaults)
+            value = fn(*request_args(namespace))
         except Exception as exc:  # anything else becomes an ExprError (the pre-step's error path)
             raise self.failed(exc)  # noqa: B904  # failed() sets the cause
         if self._meta.kind == "when":

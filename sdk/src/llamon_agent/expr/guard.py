@@ -317,20 +317,40 @@ class _Lift(ast.NodeTransformer):
         return ast.copy_location(ast.Name(id=f"__llamon_k{index}", ctx=ast.Load()), node)
 
 
+# What an expression reads of one request, in the order its function takes them: the namespace's
+# per-request names (namespace.build_namespace). Everything else it names (helpers, builtins) is
+# the same for every request and read from the function's globals, budget._BASE_NAMESPACE. So
+# each expression is one function made when it is compiled, called with the request's values
+# (no function object made per evaluation), and those names are fast locals in its code.
+REQUEST_NAMES = (
+    "ctx",
+    "query",
+    "context",
+    "a2a_data",
+    "a2a_files",
+    "tool_names",
+    LOWERED,
+    FIRST,
+    IN_QUERY,
+    IN_LOWERED,
+    _METER,
+)
+
+
 def _compile(
     tree: ast.Expression, name: str, lift: dict[int, int] | None = None, meter_all: bool = False
 ) -> tuple[types.CodeType, int, int, bool]:
-    """The expression as the code of a function without arguments to pass (run with per-request
-    globals), with its static cost and whether it charges the meter: (code, nodes, query scans,
+    """The expression as the code of a function of the request's values (REQUEST_NAMES, in that
+    order), with its static cost and whether it charges the meter: (code, nodes, query scans,
     metered), see :class:`_Guard`. ``lift`` maps ``id()`` of text literals of ``tree`` to the
     index of the argument they become (:class:`_Lift`), given as defaults when it runs."""
     nodes = sum(1 for _ in ast.walk(tree.body))
     guard = _Guard(meter_all)
     body = guard.visit(tree).body
-    params: list[ast.arg] = []
+    params = [ast.arg(arg=arg) for arg in REQUEST_NAMES]
     if lift:
         body = _Lift(lift).visit(body)
-        params = [ast.arg(arg=f"__llamon_k{i}") for i in range(len(lift))]
+        params += [ast.arg(arg=f"__llamon_k{i}") for i in range(len(lift))]
     func = ast.FunctionDef(
         name=name,
         args=ast.arguments(

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import keyword
-from types import FunctionType
 from typing import Any
 
 from llamon_agent.expr.budget import _METER, READ_CHARS_PER_UNIT
-from llamon_agent.expr.compiled import CompiledExpr, compile_params, compile_when
+from llamon_agent.expr.compiled import CompiledExpr, compile_params, compile_when, request_args
 from llamon_agent.expr.errors import ExprError
 from llamon_agent.expr.limits import MAX_RULE_NAME_CHARS
 from llamon_agent.expr.messages import Message as M
@@ -78,11 +77,10 @@ class ExpressionRule:
         "tool_name",
         "compiled_when",
         "compiled_params",
-        "_static",
-        "_reads",
-        "_plain",
-        "_code",
-        "_defaults",
+        "static",
+        "reads",
+        "metered",
+        "when_fn",
         "__llamon_rule__",
         "__weakref__",
     )
@@ -106,11 +104,11 @@ class ExpressionRule:
         self.compiled_when = compiled_when
         self.compiled_params = compiled_params
         # Charged per evaluation: every node, and each plain read of the query (its length).
-        self._static = compiled_when.static_cost + compiled_params.static_cost
-        self._reads = compiled_when.query_reads + compiled_params.query_reads
-        # An unmetered when runs inline, from its code (CompiledExpr.run, without the calls).
-        self._plain = not compiled_when.metered
-        self._code, self._defaults = compiled_when._code, compiled_when._defaults
+        self.static = compiled_when.static_cost + compiled_params.static_cost
+        self.reads = compiled_when.query_reads + compiled_params.query_reads
+        # Whether the when charges the meter at run time (else static and reads bound it).
+        self.metered = compiled_when.metered
+        self.when_fn = compiled_when.fn  # called with request_args(namespace)
         self.__llamon_rule__: RuleInfo = _ExprRuleInfo(name, mcp_id, bool(stop), compiled_when)
 
     @property
@@ -168,27 +166,45 @@ class ExpressionRule:
         in one charge; what their metered operations spend comes out of one evaluation budget,
         what is left of ``expr_budget`` after it, and is then taken from the request's budget
         too. Once that is spent, it raises CostBudgetExceeded before evaluating anything.
+
+        The pre-step's loop (prestep._PrestepRun._evaluate_all) does the same inline up to a
+        falsy ``when``, and calls :meth:`then` when it is truthy: change both together.
         """
         meter = namespace[_METER]
         pool = meter.pool
         if pool < 0:
             meter.request_exceeded()
-        static = self._static + self._reads * meter.rcost
+        static = self.static + self.reads * meter.rcost
         meter.pool = pool - static
-        if self._plain:  # nothing to meter: the hot path, when.run(namespace) inline
+        if self.metered:
+            meter.left = left = meter.expr_budget - static
             try:
-                value = FunctionType(self._code, namespace, None, self._defaults)()
+                value = self.when_fn(*request_args(namespace))
             except Exception as exc:
                 raise self.compiled_when.failed(exc)  # noqa: B904  # failed() sets the cause
-            if not value:
-                return None
-        meter.left = budget = meter.expr_budget - static
+            finally:
+                meter.pool -= left - meter.left
+            left = meter.left
+        else:
+            try:
+                value = self.when_fn(*request_args(namespace))
+            except Exception as exc:
+                raise self.compiled_when.failed(exc)  # noqa: B904  # failed() sets the cause
+            left = meter.expr_budget - static
+        if not value:
+            return None
+        return self.then(namespace, left)
+
+    def then(self, namespace: dict[str, Any], left: int) -> dict[str, Any]:
+        """The tool call once ``when`` held: ``params`` evaluated on what is ``left`` of this
+        evaluation's budget (``expr_budget`` less the static charge and what ``when`` spent),
+        what it spends taken from the request's budget."""
+        meter = namespace[_METER]
+        meter.left = left
         try:
-            if not (self._plain or self.compiled_when.run(namespace)):
-                return None
             return {"tool_name": self.tool_name, "params": self.compiled_params.run(namespace)}
         finally:
-            meter.pool -= budget - meter.left
+            meter.pool -= left - meter.left
 
     def __call__(self, ctx: DeterministicContext) -> dict[str, Any] | None:
         return self.evaluate_ns(build_namespace(ctx))
