@@ -1,0 +1,85 @@
+"""The pre-step's loop calls an expression rule's `when` function itself (prestep._evaluate_all):
+it must charge the request's budget exactly as ExpressionRule.evaluate_ns does, rule by rule,
+plain and metered `when`s, firing or not, up to the rule where the budget runs out."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import llamon_agent.expr as expr
+from llamon_agent.expr import CostMeter, build_namespace, expression_rule
+from llamon_agent.prestep import RuleStatus, StaticToolBackend, run_prestep
+from llamon_agent.tools import AgentRequest
+
+WHENS = [
+    'data_get("amount", 0) > 100',  # plain
+    'data_get("a", 0) + data_get("b", 0) > 3',  # metered (+)
+    '"주문" in query and data_get("region") in ["서울", "부산"]',  # plain, reads the query
+    "len([w for w in query.split() if w]) > 2",  # metered (a loop)
+    'query.lower().startswith("urgent")',  # plain
+    'data_get("amount", 0) * 12 > data_get("income", 1) * 3',  # plain
+]
+PARAMS = ['{"q": query[:20]}', '{"n": data_get("amount", 0)}']
+
+
+def _rules() -> list[Any]:
+    return [
+        expression_rule(
+            name=f"r{i}",
+            mcp_id="crm",
+            tool_name="lookup",
+            when=WHENS[i % len(WHENS)],
+            params=PARAMS[i % len(PARAMS)],
+        )
+        for i in range(60)
+    ]
+
+
+REQUEST = AgentRequest(
+    query="urgent 주문 배송 문의 please help " * 3,
+    context={"tier": "gold"},
+    a2a_data=[{"amount": 150, "a": 2, "b": 5, "region": "서울", "income": 10}],
+)
+
+
+def _reference(rules: list[Any], request_budget: int) -> tuple[list[str], str | None, int]:
+    """evaluate_ns rule by rule on one namespace: (fired, first failing rule, units spent)."""
+    meter = CostMeter(expr_budget=10_000, request_budget=request_budget)
+    namespace = build_namespace(REQUEST.to_context(["lookup"]), meter=meter)
+    fired, failed = [], None
+    for rule in rules:
+        try:
+            if rule.evaluate_ns(namespace) is not None:
+                fired.append(rule.name)
+        except expr.ExprError:
+            failed = failed or rule.name
+    return fired, failed, meter.spent
+
+
+@pytest.mark.parametrize("request_budget", [10**9, 1_500])
+def test_the_loop_charges_as_evaluate_ns(request_budget: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    meters: list[CostMeter] = []
+
+    class Recorded(CostMeter):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            meters.append(self)
+
+    monkeypatch.setattr(expr, "CostMeter", Recorded)
+    rules = _rules()
+    outcome = run_prestep(
+        rules,
+        REQUEST,
+        backend=StaticToolBackend({"crm": ["lookup"]}),
+        dry_run=True,
+        expr_budget=10_000,
+        request_budget=request_budget,
+    )
+    fired, failed, spent = _reference(rules, request_budget)
+    assert [rec.rule for rec in outcome.fired] == fired and fired
+    errors = [rec.rule for rec in outcome.records if rec.status is RuleStatus.ERROR]
+    assert (errors[0] if errors else None) == failed
+    assert (failed is not None) == (request_budget < 10**9)  # the small budget runs out midway
+    assert len(meters) == 1 and meters[0].spent == spent
