@@ -484,7 +484,9 @@ class _PrestepRun:
                                 try:
                                     value = when(*args)
                                 finally:
-                                    meter.pool -= left - meter.left
+                                    spent = left - meter.left
+                                    if spent:  # numbers added or compared: often nothing
+                                        meter.pool -= spent
                             else:
                                 value = when(*args)
                         except Exception as exc:
