@@ -26,7 +26,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, os.environ.get("LLAMON_BENCH_CODE") or str(Path(__file__).resolve().parents[1]))
+# The SDK of this checkout, or of another one (the "before" of a comparison): <checkout>/sdk/src.
+sys.path.insert(
+    0, str(Path(os.environ.get("LLAMON_BENCH_CODE") or Path(__file__).resolve().parents[1]) / "sdk" / "src")
+)
 
 import re2  # noqa: E402
 from peers import measure, zen_table_decision  # noqa: E402

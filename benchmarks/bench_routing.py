@@ -3,6 +3,8 @@ side with the plain-lambda floor, a small hand-written index and zen-engine, int
 
     .venv/bin/python benchmarks/bench_routing.py            # 1,000 / 10,000 / 50,000 rules, budget rows
     .venv/bin/python benchmarks/bench_routing.py --quick    # 10,000 rules only
+    LLAMON_BENCH_CODE=/path/to/other/checkout .venv/bin/python benchmarks/bench_routing.py
+        # the same script against another checkout's llamon_agent (the "before" of a comparison)
 
 Every contender must give the same fired rules, in the same order, with the same params, on
 every measured request (checked before timing: the disagreement count is printed).
