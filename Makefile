@@ -41,7 +41,7 @@ run: install
 	LLAMON_ENV=dev $(PY) manage.py devrun
 
 test: install
-	$(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 # Every test that can reach the database, on a throwaway PostgreSQL cluster (needs Debian's
 # `postgresql` package; psycopg comes with `make install`). The tests that cannot (the engine, the
@@ -56,7 +56,7 @@ test-postgres: install
 	LLAMON_TEST_DATABASE_ONLY=1 \
 	LLAMON_FUZZ_EXAMPLES=$${LLAMON_FUZZ_EXAMPLES:-$(LLAMON_PG_FUZZ_EXAMPLES)} \
 	LLAMON_FUZZ_FORM_EXAMPLES=$${LLAMON_FUZZ_FORM_EXAMPLES:-$(LLAMON_PG_FUZZ_FORM_EXAMPLES)} \
-	.ci/with-postgres $(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	.ci/with-postgres $(VENV)/bin/pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 # Redraw docs/screenshots/ (the browser tests write there only when asked; `make test` keeps the tree clean).
 screenshots: install

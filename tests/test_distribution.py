@@ -32,7 +32,7 @@ from packaging.requirements import Requirement
 
 from tests.conftest import ROOT
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("distribution"), pytest.mark.timeout(300)]  # one wheel build
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 APPS = ("llamon_web", "core", "accounts", "servers", "rules", "agents", "governance")
 COPY_IGNORE = (

@@ -31,8 +31,6 @@ ROOT = Path(__file__).resolve().parents[2]
 CLIENT_V03 = ROOT / "tests" / "servers" / "a2a_v03_client.py"
 VENV_LLAMON = Path(sys.executable).with_name("llamon")
 LLAMON = [str(VENV_LLAMON)] if VENV_LLAMON.exists() else [sys.executable, "-m", "llamon_agent.cli"]
-# One worker for the module: its `llamon run` server is a module fixture (see test_cli_templates.py).
-pytestmark = pytest.mark.xdist_group("a2a_card_versions")
 
 
 @pytest.fixture(scope="module")

@@ -29,9 +29,7 @@ import pytest
 
 from llamon_agent.flow.scaffold import TEMPLATES
 
-# One worker for the module: its projects and their `llamon run` servers are module fixtures, which
-# xdist's scheduling would otherwise set up once on every worker that gets one of its tests.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("cli_templates"), pytest.mark.timeout(300)]
+pytestmark = pytest.mark.timeout(300)
 
 VENV_LLAMON = Path(sys.executable).with_name("llamon")
 LLAMON = [str(VENV_LLAMON)] if VENV_LLAMON.exists() else [sys.executable, "-m", "llamon_agent.cli"]
