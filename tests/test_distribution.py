@@ -72,18 +72,23 @@ def _build(source: Path, out: Path) -> None:
     )
 
 
-@pytest.fixture(scope="module")
-def wheels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Both wheels, built from a copy of the checkout: setuptools builds in the source folder, and a
-    build/ folder left from an earlier build would add files the checkout no longer has."""
-    source = tmp_path_factory.mktemp("source") / "llamon-web"
-    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(*COPY_IGNORE))
-    out = tmp_path_factory.mktemp("dist")
+def _sdk_wheel(out: Path) -> Path:
+    """The SDK's wheel, built from a copy of sdk/ (small; for the same reason as the web's)."""
+    source = out.parent / "llamon-agent"
+    shutil.copytree(ROOT / "sdk", source, ignore=shutil.ignore_patterns(*COPY_IGNORE))
     _build(source, out)
-    _build(source / "sdk", out)
-    (web,) = out.glob("llamon_web-*.whl")
     (sdk,) = out.glob("llamon_agent-*.whl")
-    return {"web": web, "sdk": sdk}
+    return sdk
+
+
+def _web_wheel(source_root: Path, out: Path) -> Path:
+    """The web's wheel, built from a copy of the checkout: setuptools builds in the source folder, and
+    a build/ folder left from an earlier build would add files the checkout no longer has."""
+    source = source_root / "llamon-web"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(*COPY_IGNORE))
+    _build(source, out)
+    (web,) = out.glob("llamon_web-*.whl")
+    return web
 
 
 def _venv(target: Path) -> tuple[Path, Path]:
@@ -140,7 +145,8 @@ def _link_distributions(names: set[str], into: Path) -> None:
                 (into / top).symlink_to(source)
 
 
-def test_the_wheels_hold_every_app_its_templates_and_static_files(wheels: dict[str, Path]) -> None:
+def test_the_wheels_hold_every_app_and_check_and_migrate_outside_the_checkout(tmp_path: Path) -> None:
+    wheels = {"web": _web_wheel(tmp_path, tmp_path / "dist"), "sdk": _sdk_wheel(tmp_path / "dist")}
     names = zipfile.ZipFile(wheels["web"]).namelist()
     tops = {name.split("/")[0] for name in names}
     assert set(APPS) <= tops and "llamon_agent" not in tops  # the SDK is its own distribution
@@ -159,10 +165,6 @@ def test_the_wheels_hold_every_app_its_templates_and_static_files(wheels: dict[s
     assert any(r.startswith("Requires-Dist: mcp") for r in requires)
     assert not [r for r in requires if "django" in r.lower() or "celery" in r.lower()], requires
 
-
-def test_the_installed_wheels_check_and_migrate_outside_the_checkout(
-    wheels: dict[str, Path], tmp_path: Path
-) -> None:
     python, site = _venv(tmp_path / "venv")
     # The dependencies: this virtualenv's site-packages as a plain path (its .pth files, such as
     # the editable installs of the checkout, are not processed from there).
@@ -194,9 +196,8 @@ def test_the_installed_wheels_check_and_migrate_outside_the_checkout(
     assert (tmp_path / "var" / "llamon.sqlite3").exists()
 
 
-def test_the_sdk_alone_makes_checks_and_serves_a_project_and_passes_the_seeds_tests(
-    wheels: dict[str, Path], tmp_path: Path
-) -> None:
+def test_the_sdk_alone_makes_checks_and_serves_a_project_and_passes_the_seeds_tests(tmp_path: Path) -> None:
+    wheels = {"sdk": _sdk_wheel(tmp_path / "dist")}
     python, site = _venv(tmp_path / "venv")
     sdk = tomllib.loads((ROOT / "sdk" / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     needed = _closure([*sdk["dependencies"], "pytest"])  # pytest: the seed's and the project's tests

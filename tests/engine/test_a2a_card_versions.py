@@ -73,17 +73,29 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             process.kill()
 
 
-def test_the_card_has_a_10_and_a_03_interface(served: str) -> None:
-    card = httpx.get(served + ".well-known/agent-card.json").json()
-    assert card["supportedInterfaces"] == [
-        {"url": served, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
-        {"url": served, "protocolBinding": "JSONRPC", "protocolVersion": "0.3"},
-    ]
-    # The 0.3 shape, which the SDK adds for a 0.3 interface: a 0.3 client requires `url`.
-    assert (card["url"], card["preferredTransport"], card["protocolVersion"]) == (served, "JSONRPC", "0.3")
+@pytest.mark.slow
+def test_a_10_and_a_03_client_get_the_card_and_the_answer(served: str, subtests: pytest.Subtests) -> None:
+    """One test for the one `llamon run` server (a module fixture is set up again on every test
+    process that runs one of its tests)."""
+    with subtests.test("the card has a 1.0 and a 0.3 interface"):
+        card = httpx.get(served + ".well-known/agent-card.json").json()
+        assert card["supportedInterfaces"] == [
+            {"url": served, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
+            {"url": served, "protocolBinding": "JSONRPC", "protocolVersion": "0.3"},
+        ]
+        # The 0.3 shape, which the SDK adds for a 0.3 interface: a 0.3 client requires `url`.
+        assert (card["url"], card["preferredTransport"], card["protocolVersion"]) == (
+            served,
+            "JSONRPC",
+            "0.3",
+        )
+    with subtests.test("an a2a-sdk 0.3 client loads the card and gets the answer"):
+        _v03_client_gets_the_answer(served)
+    with subtests.test("an a2a-sdk 1.x client still gets the answer"):
+        _1x_client_gets_the_answer(served)
 
 
-def test_an_a2a_03_client_loads_the_card_and_gets_the_answer(served: str) -> None:
+def _v03_client_gets_the_answer(served: str) -> None:
     python = A2A_03.python()
     result = subprocess.run(
         [str(python), str(CLIENT_V03), served, "주문 조회 A-1001 부탁해", json.dumps({"userId": "C-1001"})],
@@ -101,7 +113,7 @@ def test_an_a2a_03_client_loads_the_card_and_gets_the_answer(served: str) -> Non
     assert "확정 호출 결과" in reply["text"] and "A-1001" in reply["text"]
 
 
-def test_an_a2a_1x_client_still_gets_the_answer(served: str) -> None:
+def _1x_client_gets_the_answer(served: str) -> None:
     from a2a.client import ClientConfig, create_client
     from a2a.helpers import get_message_text, new_text_part
     from a2a.types import Message, Role, SendMessageRequest

@@ -27,7 +27,7 @@ from urllib.parse import parse_qs, urlparse
 import httpx
 import pytest
 
-from llamon_agent.flow.scaffold import TEMPLATES
+from llamon_agent.flow.scaffold import TEMPLATES, new_project
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -87,21 +87,15 @@ def external_api() -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def projects(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """One project per template, made by `llamon new`."""
+    """One project per template, made as `llamon new` makes them (in process: the command itself is
+    run by tests/test_distribution.py, from the SDK's own wheel)."""
     root = tmp_path_factory.mktemp("projects")
-    made: dict[str, Path] = {}
-    for template in TEMPLATES:
-        target = root / template
-        result = subprocess.run(
-            [*LLAMON, "new", "--template", template, str(target)],
-            capture_output=True,
-            text=True,
-            env=clean_env(),
-            timeout=60,
-        )
-        assert result.returncode == 0, result.stderr
-        made[template] = target
-    return made
+    return {template: _made(template, root / template) for template in TEMPLATES}
+
+
+def _made(template: str, target: Path) -> Path:
+    new_project(template, target)
+    return target
 
 
 @pytest.fixture(scope="module")
@@ -242,60 +236,48 @@ def test_layout_follows_design(projects: dict[str, Path]) -> None:
 # --------------------------------------------------------------------------- `llamon run` over A2A
 
 
-def test_react_agent_answers_from_the_prestep(served: dict[str, Served]) -> None:
-    s = served["react"]
-    text, meta = send(s.url, "주문 조회 A-1001 부탁해", userId="C-1001", chatbotId="premium-support")
-    assert meta["status"] == "succeeded"
-    assert "확정 호출 결과" in text and "A-1001" in text and "김민지" in text
-    # The seed's integration check: one log line per request, N = calls made.
-    _wait_for(lambda: "Deterministic pre-step 완료: 2건" in s.output(), s)
-
-
-def test_react_agent_answers_a2a_03_message_send(served: dict[str, Served]) -> None:
-    s = served["react"]
-    result = send_v03(s.url, "환불 규정 검색해줘")
-    assert result["kind"] == "message" and result["role"] == "agent"
-    assert "search_docs" in result["parts"][0]["text"]
-    _wait_for(lambda: "Deterministic pre-step 완료: 1건" in s.output(), s)
-
-
-def test_react_agent_without_a_match_logs_zero_calls(served: dict[str, Served]) -> None:
-    s = served["react"]
-    text, meta = send(s.url, "안녕하세요")
-    assert meta["status"] == "succeeded"  # the offline model says politely it has nothing to go on
-    assert "오프라인" in text
-    _wait_for(lambda: "Deterministic pre-step 완료: 0건" in s.output(), s)
-
-
-def test_agent_card_is_served(served: dict[str, Served]) -> None:
-    card = httpx.get(served["graph-sequential"].url + ".well-known/agent-card.json", timeout=10).json()
-    assert card["name"] == "graph-sequential"
-    assert card["supportedInterfaces"][0]["url"] == served["graph-sequential"].url
-    assert card["supportedInterfaces"][0]["protocolVersion"] == "1.0"
-
-
-def test_sequential_flow_answers(served: dict[str, Served]) -> None:
-    text, meta = send(served["graph-sequential"].url, "주문 A-1002 상태 알려줘")
-    assert meta["status"] == "succeeded"
-    assert "A-1002" in text and "delivered" in text
-
-
-def test_parallel_flow_answers_from_both_servers(served: dict[str, Served]) -> None:
-    text, _ = send(served["graph-parallel"].url, "환불 규정", userId="C-1003")
-    assert "A-1004" in text and "관련 도움말" in text
-
-
-def test_conditional_flow_takes_the_branch_the_input_asks_for(served: dict[str, Served]) -> None:
-    url = served["graph-conditional"].url
-    assert "processing" in send(url, "A-1003 언제 와요?")[0]
-    assert "A-1001" in send(url, "내 주문 보여줘", userId="C-1001")[0]
-    assert "주문번호" in send_v03(url, "안녕하세요")["parts"][0]["text"]
-
-
-def test_http_pipeline_calls_the_external_api_then_mcp(served: dict[str, Served]) -> None:
-    text, meta = send(served["graph-http-pipeline"].url, "John Park 고객 주문")
-    assert meta["status"] == "succeeded"
-    assert "C-1002" in text and "A-1003" in text
+@pytest.mark.slow
+def test_each_served_project_answers_over_a2a(served: dict[str, Served], subtests: pytest.Subtests) -> None:
+    """Every served check in one test: the five `llamon run` servers are started once (a module
+    fixture is set up again on every test process that runs one of its tests)."""
+    react = served["react"]
+    with subtests.test("react agent answers from the pre-step"):
+        text, meta = send(react.url, "주문 조회 A-1001 부탁해", userId="C-1001", chatbotId="premium-support")
+        assert meta["status"] == "succeeded"
+        assert "확정 호출 결과" in text and "A-1001" in text and "김민지" in text
+        # The seed's integration check: one log line per request, N = calls made.
+        _wait_for(lambda: "Deterministic pre-step 완료: 2건" in react.output(), react)
+    with subtests.test("react agent answers an A2A 0.3 message/send"):
+        result = send_v03(react.url, "환불 규정 검색해줘")
+        assert result["kind"] == "message" and result["role"] == "agent"
+        assert "search_docs" in result["parts"][0]["text"]
+        _wait_for(lambda: "Deterministic pre-step 완료: 1건" in react.output(), react)
+    with subtests.test("react agent without a match logs zero calls"):
+        text, meta = send(react.url, "안녕하세요")
+        assert meta["status"] == "succeeded"  # the offline model says politely it has nothing to go on
+        assert "오프라인" in text
+        _wait_for(lambda: "Deterministic pre-step 완료: 0건" in react.output(), react)
+    with subtests.test("the agent card is served"):
+        card = httpx.get(served["graph-sequential"].url + ".well-known/agent-card.json", timeout=10).json()
+        assert card["name"] == "graph-sequential"
+        assert card["supportedInterfaces"][0]["url"] == served["graph-sequential"].url
+        assert card["supportedInterfaces"][0]["protocolVersion"] == "1.0"
+    with subtests.test("the sequential flow answers"):
+        text, meta = send(served["graph-sequential"].url, "주문 A-1002 상태 알려줘")
+        assert meta["status"] == "succeeded"
+        assert "A-1002" in text and "delivered" in text
+    with subtests.test("the parallel flow answers from both servers"):
+        text, _ = send(served["graph-parallel"].url, "환불 규정", userId="C-1003")
+        assert "A-1004" in text and "관련 도움말" in text
+    with subtests.test("the conditional flow takes the branch the input asks for"):
+        url = served["graph-conditional"].url
+        assert "processing" in send(url, "A-1003 언제 와요?")[0]
+        assert "A-1001" in send(url, "내 주문 보여줘", userId="C-1001")[0]
+        assert "주문번호" in send_v03(url, "안녕하세요")["parts"][0]["text"]
+    with subtests.test("the http pipeline calls the external API, then MCP"):
+        text, meta = send(served["graph-http-pipeline"].url, "John Park 고객 주문")
+        assert meta["status"] == "succeeded"
+        assert "C-1002" in text and "A-1003" in text
 
 
 def _wait_for(predicate: Any, s: Served, timeout_s: float = 10.0) -> None:
