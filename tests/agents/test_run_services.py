@@ -240,7 +240,6 @@ def test_a_result_off_its_output_schema_is_stored_masked_and_shown_as_a_warning(
     for language, phrase in (("en", "does not fit the tool's output schema"), ("ko", "출력 스키마")):
         html = admin_client.get(url, HTTP_ACCEPT_LANGUAGE=language).content.decode()
         assert 'class="warn small output-warnings"' in html and phrase in html, language
-    assert RunStep.objects.filter(run=run, warnings=[]).count() == 0
     plain = Run.objects.create(agent=agent, query="q")
     start_span(DbStepSink(plain), "rule", "fits").finish()
     assert RunStep.objects.get(run=plain).warnings == []
