@@ -39,6 +39,7 @@ from rules.engine import SNAPSHOT_FIELDS, rule_set_snapshot
 from rules.errors import STALE_MESSAGE, RuleError, StaleEditError, json_type_name
 from rules.expr_messages import expr_reason, expr_text
 from rules.models import Rule, RuleSet, RuleSetVersion
+from rules.selectors import draft_state
 from rules.services import RULE_FIELDS, rule_fields_check, rule_set_create, rule_tool_check
 from servers.models import McpServer
 
@@ -97,6 +98,7 @@ def rule_set_content(rule_set: RuleSet) -> dict[str, Any]:
     with transaction.atomic():  # the revision and the document read together
         current = RuleSet.objects.get(pk=rule_set.pk)
         document = rule_set_export_json(current)
+        published_as = draft_state(rule_set=current).published_as
         ids = sorted({rule["mcp_id"] for rule in document["rules"]})
         servers = {
             server.mcp_id: {
@@ -116,6 +118,7 @@ def rule_set_content(rule_set: RuleSet) -> dict[str, Any]:
         "rule_set": current.pk,
         "name": current.name,
         "revision": current.revision,
+        "published_as": published_as,
         "document": document,
         "servers": servers,
     }
@@ -413,7 +416,10 @@ def _check_tools(rules: list[dict[str, Any]]) -> None:
     for i, rule in enumerate(rules):
         try:
             rule_tool_check(
-                mcp_id=rule["mcp_id"], tool_name=rule["tool_name"], server=servers.get(rule["mcp_id"])
+                mcp_id=rule["mcp_id"],
+                tool_name=rule["tool_name"],
+                server=servers.get(rule["mcp_id"]),
+                registered=False,
             )
         except RuleError as exc:
             raise RuleError(

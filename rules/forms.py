@@ -24,7 +24,6 @@ from llamon_agent.expr import (
 from llamon_agent.tools import AgentRequest
 from rules.errors import json_type_name
 from rules.expr_messages import expr_reason, expr_text
-from servers.messages import unknown_server_message
 
 CODE = {"class": "code", "spellcheck": "false", "autocomplete": "off", "autocapitalize": "off"}
 
@@ -76,19 +75,6 @@ class RuleForm(forms.Form):
 
     def clean_params(self) -> str:
         return _compiled(self.cleaned_data["params"], compile_params)
-
-    def clean(self) -> dict[str, Any]:
-        """The server must be registered (the tool is checked by the service, rules.services.rule_tool_check)."""
-        cleaned = super().clean()
-        mcp_id = cleaned.get("mcp_id")
-        if not mcp_id:
-            return cleaned
-        from servers.models import McpServer
-
-        if not McpServer.objects.filter(mcp_id=mcp_id).exists():
-            known = list(McpServer.objects.order_by("mcp_id").values_list("mcp_id", flat=True))
-            self.add_error("mcp_id", unknown_server_message(mcp_id, known))
-        return cleaned
 
 
 def _compiled(source: str, compiler: Any) -> str:

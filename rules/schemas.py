@@ -204,6 +204,9 @@ class ContentOut(Schema):
     rule_set: int
     name: str
     revision: int = Field(description="The revision the document is at; send it back with the push.")
+    published_as: int | None = Field(
+        description="The latest version's number when the draft has its content (nothing to publish), else null."
+    )
     document: ExportOut
     servers: dict[str, ContentServerOut] = Field(
         description="The registered servers the rules name: what a dry run binds (docs/rules-as-code.md)."

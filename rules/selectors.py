@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from django.db.models import Count, Max, QuerySet
 
+from core.content_hash import sha256
 from core.models import AuditEvent
 from rules import engine
 from rules.checks import Problem, rule_set_problems
@@ -31,6 +33,29 @@ def rule_list(*, rule_set: RuleSet) -> QuerySet[Rule]:
 
 def version_list(*, rule_set: RuleSet) -> QuerySet[RuleSetVersion]:
     return rule_set.versions.select_related("author").order_by("-number")
+
+
+@dataclass(frozen=True)
+class DraftState:
+    """The draft as a publish would freeze it, beside the latest published version."""
+
+    content: list[dict[str, Any]]
+    content_hash: str
+    latest: RuleSetVersion | None
+
+    @property
+    def published_as(self) -> int | None:
+        """The latest version's number when the draft has its content (nothing to publish), else None."""
+        if self.latest is not None and self.latest.content_hash == self.content_hash:
+            return self.latest.number
+        return None
+
+
+def draft_state(*, rule_set: RuleSet) -> DraftState:
+    content = engine.rule_set_snapshot(rule_set)
+    return DraftState(
+        content=content, content_hash=sha256(content), latest=rule_set.versions.order_by("-number").first()
+    )
 
 
 def agents_following_latest(*, rule_set: RuleSet, protected: bool | None = None) -> list[str]:

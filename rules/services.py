@@ -14,7 +14,7 @@ from core.audit import audit_record, snapshot
 from llamon_agent.mcp.spec import MCP_ID_RE
 from rules.errors import STALE_MESSAGE, RuleError, StaleEditError
 from rules.models import Rule, RuleSet, RuleSetVersion
-from servers.messages import unknown_tool_message
+from servers.messages import unknown_server_message, unknown_tool_message
 from servers.models import McpServer
 
 # --- Rule sets and rules -------------------------------------------------------------------
@@ -61,15 +61,22 @@ def rule_fields_check(*, name: str, mcp_id: str, tool_name: str, when: str, para
             raise RuleError(f"{field_name}: {expr_text(exc)}", field=field_name) from None
 
 
-def rule_tool_check(*, mcp_id: str, tool_name: str, server: McpServer | None | bool = False) -> None:
-    """The tool must be one of the server's tools once they are known (the server refreshed at least once).
+def rule_tool_check(
+    *, mcp_id: str, tool_name: str, server: McpServer | None | bool = False, registered: bool = True
+) -> None:
+    """The rule's server must be registered (``registered``) and its tool one of the server's tools once
+    they are known (the server refreshed at least once). Every rule save calls it, whatever the route.
 
-    An unregistered server, or one whose tools were never listed, is not checked here: the static
-    checks (rules.checks) report those. ``server`` is the server when the caller has looked it up
-    already (None: not registered); by default it is looked up.
+    An import passes ``registered=False``: a set moved from another workbench may name servers not
+    registered here yet; the static checks (rules.checks) report those, and a server whose tools
+    were never listed. ``server`` is the server when the caller has looked it up already (None: not
+    registered); by default it is looked up.
     """
     if server is False:
         server = McpServer.objects.filter(mcp_id=mcp_id).first()
+    if server is None and registered:
+        known = McpServer.objects.order_by("mcp_id").values_list("mcp_id", flat=True)
+        raise RuleError(unknown_server_message(mcp_id, known), field="mcp_id")
     if isinstance(server, McpServer) and server.tools_refreshed_at:
         names = [t["name"] for t in server.tools]
         if tool_name not in names:
@@ -264,22 +271,21 @@ def rule_set_publish(
 def _rule_set_publish(
     *, actor: Any, rule_set: RuleSet, message: str, revision: int | None, reason: str
 ) -> RuleSetVersion | Exception:
-    from core.content_hash import sha256
-    from rules.engine import rule_set_snapshot, servers_by_id, snapshot_mcp_ids, tool_schema_hash
+    from rules.engine import servers_by_id, snapshot_mcp_ids, tool_schema_hash
+    from rules.selectors import draft_state
 
     rule_set = RuleSet.objects.select_for_update().get(pk=rule_set.pk)
     _check_revision(
         what=f"Rule set {rule_set.name!r}", current=rule_set.revision, expected=revision, who="someone else"
     )
-    content = rule_set_snapshot(rule_set)
+    draft = draft_state(rule_set=rule_set)
+    content, content_hash, latest = draft.content, draft.content_hash, draft.latest
     if not content:
         raise RuleError(_("An empty rule set cannot be published: add a rule first."))
-    content_hash = sha256(content)
-    latest = rule_set.versions.order_by("-number").first()
-    if latest is not None and latest.content_hash == content_hash:
+    if draft.published_as is not None:
         raise RuleError(
             _("Nothing changed since v%(number)s: the draft has the same content.")
-            % {"number": latest.number}
+            % {"number": draft.published_as}
         )
     for gate in PUBLISH_GATES:
         gated = gate(

@@ -123,6 +123,35 @@ def test_a_tool_the_server_does_not_offer_is_refused_with_a_did_you_mean(editor_
     assert rule_set.rules.filter(tool_name="get_ordr").count() == 0
 
 
+def test_a_server_that_is_not_registered_is_refused_on_save_but_not_on_import(editor_api, sample) -> None:
+    """Create and update refuse an unregistered server with a did-you-mean, in the user's language; an
+    import may name one (a set moved from another workbench; the static checks report it)."""
+    rule_set, rule = sample["rule_set"], sample["rule"]
+    created = editor_api.post(
+        f"/api/rule-sets/{rule_set.pk}/rules", _rule(name="typo", mcp_id="order-servce")
+    )
+    assert created.status_code == 422 and created.json()["field"] == "mcp_id"
+    assert "did you mean 'order-service'?" in created.json()["detail"]
+    korean = editor_api.post(
+        f"/api/rule-sets/{rule_set.pk}/rules",
+        _rule(name="typo", mcp_id="order-servce"),
+        headers={"Accept-Language": "ko"},
+    )
+    assert "'order-service'을(를) 뜻하셨나요?" in korean.json()["detail"]
+    url = f"/api/rule-sets/{rule_set.pk}/rules/{rule.pk}"
+    updated = editor_api.patch(url, {"revision": rule.revision, "mcp_id": "elsewhere"})
+    assert updated.status_code == 422 and updated.json()["field"] == "mcp_id"
+    assert rule_set.rules.filter(mcp_id__in=["order-servce", "elsewhere"]).count() == 0
+    document = editor_api.get(f"/api/rule-sets/{rule_set.pk}/export").json()
+    document["rules"][0]["mcp_id"] = "elsewhere"
+    rule_set.refresh_from_db()
+    pushed = editor_api.call(
+        "put", f"/api/rule-sets/{rule_set.pk}/content", json={"data": document, "revision": rule_set.revision}
+    )
+    assert pushed.status_code == 200, pushed.json()
+    assert rule_set.rules.filter(mcp_id="elsewhere").count() == 1
+
+
 def test_an_expression_error_names_the_field_with_line_and_column(editor_api, sample) -> None:
     response = editor_api.post(
         f"/api/rule-sets/{sample['rule_set'].pk}/rules", _rule(name="typo", when='"주문" in ctx.qeury +')

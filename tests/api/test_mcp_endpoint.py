@@ -218,6 +218,12 @@ def test_an_editor_edits_runs_the_cases_and_publishes(live_server, secrets_by_ro
             {"rule": {**SEED_RULES[0], "name": "typo", "tool_name": "get_ordr"}},
             "did you mean 'get_order'",
         ),
+        # A server that is not registered (the service's check, as on the page).
+        (
+            "create_rule",
+            {"rule": {**SEED_RULES[0], "name": "typo", "mcp_id": "order-servce"}},
+            "did you mean 'order-service'",
+        ),
         # Ids must be database ids.
         ("get_rule_set", {"rule_set_id": 0}, "rule_set_id"),
         ("delete_rule", {"rule_id": 2**70}, "rule_id"),

@@ -192,15 +192,16 @@ def test_an_expected_error_must_happen_and_contain_the_text(demo_rule_set) -> No
 
 def test_an_unbound_server_is_an_expected_error(editor, demo_servers) -> None:
     rule_set = services.rule_set_create(actor=editor, name="ghost")
-    services.rule_create(
+    rule = services.rule_create(
         actor=editor,
         rule_set=rule_set,
         name="ghostly",
-        mcp_id="ghost",
-        tool_name="boo",
+        mcp_id="order-service",
+        tool_name="get_order",
         when="True",
         params="{}",
     )
+    Rule.objects.filter(pk=rule.pk).update(mcp_id="ghost")  # its server was unregistered since
     outcome = _outcome(rule_set, "anything")
     assert case_compare({"error": "MCP 'ghost'의 tool이 로드되지 않음"}, outcome).passed
 

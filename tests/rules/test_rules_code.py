@@ -112,3 +112,45 @@ def test_a_rule_set_round_trips_through_a_git_repository(
     assert "has no rule set 'suport'; did you mean 'support'?" in capsys.readouterr().err
     assert main(["rules", "pull", "support", str(tmp_path / "x"), "--url", "http://127.0.0.1:9"]) == 2
     assert "cannot reach the workbench at http://127.0.0.1:9" in capsys.readouterr().err
+
+
+def test_push_with_publish_publishes_or_opens_a_change_request_on_a_protected_agent(
+    live_server, demo_servers, make_user, monkeypatch, tmp_path, capsys
+) -> None:
+    from agents import services as agent_services
+    from agents.models import Agent, ChangeRequest
+
+    author = make_user("editor")
+    rule_set = build_rule_set(author, "support", SEED_RULES)
+    monkeypatch.setenv("LLAMON_URL", live_server.url)
+    monkeypatch.setenv("LLAMON_TOKEN", token_create(actor=author, name="ci").secret)
+    tree = tmp_path / "rules-support"
+    assert main(["rules", "pull", "support", str(tree)]) == 0
+
+    # Nothing to push, the draft never published: --publish publishes it.
+    capsys.readouterr()
+    assert main(["rules", "push", str(tree), "--publish", "--message", "from git"]) == 0
+    assert "published v1" in capsys.readouterr().out
+    assert rule_set.versions.get().message == "from git"
+    assert main(["rules", "push", str(tree), "--publish"]) == 0  # again: nothing to publish, no error
+    assert "nothing to publish: the draft is v1" in capsys.readouterr().out
+
+    # A protected agent serves the set's latest version: the publish becomes a change request.
+    agent = Agent.objects.create(
+        name="bank-bot", system_prompt="p", rule_set=rule_set, rule_set_mode="latest"
+    )
+    agent_services.agent_protect(actor=make_user("admin"), agent=agent, protected=True, approvals_required=1)
+    rule_file = tree / "rules/010-route_order_lookup.json"
+    rule = json.loads(rule_file.read_text(encoding="utf-8"))
+    rule["when"] = '"주문" in ctx.query'
+    rule_file.write_text(
+        json.dumps(rule, ensure_ascii=False, indent=2, sort_keys=True) + "\n", encoding="utf-8"
+    )
+    assert main(["rules", "push", str(tree), "--publish", "--reason", "x" * 2001]) == 2
+    assert "refused it" in capsys.readouterr().err  # the reason is bounded; the draft was saved
+    assert main(["rules", "push", str(tree), "--publish", "--reason", "ticket BANK-12"]) == 0
+    out = capsys.readouterr().out
+    change = ChangeRequest.objects.get()
+    assert f"change request #{change.pk}" in out and f"{live_server.url}/" in out
+    assert change.action == "rule_set.publish" and change.reason == "ticket BANK-12"
+    assert rule_set.versions.count() == 1  # nothing published until it is approved

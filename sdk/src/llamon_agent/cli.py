@@ -83,6 +83,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     push.add_argument("directory")
     push.add_argument("--url", help=url_help)
+    push.add_argument(
+        "--publish",
+        action="store_true",
+        help="then publish the draft; on a protected agent this opens a change request instead",
+    )
+    push.add_argument("--message", default="", help="the version's message (with --publish)")
+    push.add_argument(
+        "--reason", default="", help="why, for the approvers of a change request (with --publish)"
+    )
     rdiff = rules_commands.add_parser(
         "diff", help="what a push would change on the workbench (exit 1 when something would)"
     )
@@ -223,22 +232,36 @@ def _rules(args: argparse.Namespace) -> int:
                 )
             if not changes:
                 print(f"nothing to push: {directory} is what the workbench has (revision {tree.revision})")
-                return EXIT_OK
-            saved = workbench.request(
-                "PUT",
-                f"/api/rule-sets/{found['id']}/content",
-                {"data": tree.document, "revision": tree.revision},
-            )
-            # The directory is now what the workbench has: a next push starts from the new revision.
-            meta_path = directory / "ruleset.json"
-            meta_path.write_text(
-                rules_code.dump({**tree.meta, "revision": saved["revision"]}), encoding="utf-8"
-            )
-            for line in changes:
-                print(line)
-            print(
-                f"pushed {directory} to rule set {tree.name!r}: revision {saved['revision']} (the draft; publish it to serve it)"
-            )
+            else:
+                saved = workbench.request(
+                    "PUT",
+                    f"/api/rule-sets/{found['id']}/content",
+                    {"data": tree.document, "revision": tree.revision},
+                )
+                # The directory is now what the workbench has: a next push starts from the new revision.
+                meta_path = directory / "ruleset.json"
+                meta_path.write_text(
+                    rules_code.dump({**tree.meta, "revision": saved["revision"]}), encoding="utf-8"
+                )
+                for line in changes:
+                    print(line)
+                print(
+                    f"pushed {directory} to rule set {tree.name!r}: revision {saved['revision']}"
+                    + ("" if args.publish else " (the draft; publish it to serve it, or push with --publish)")
+                )
+                content = workbench.content(int(found["id"]))
+            if args.publish:
+                if content.get("published_as") is not None:
+                    print(f"nothing to publish: the draft is v{content['published_as']}")
+                else:
+                    print(
+                        workbench.publish(
+                            int(found["id"]),
+                            revision=int(content["revision"]),
+                            message=args.message,
+                            reason=args.reason,
+                        )
+                    )
             return EXIT_OK
         finally:
             workbench.close()

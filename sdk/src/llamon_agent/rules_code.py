@@ -152,6 +152,22 @@ class Workbench:
             raise RulesCodeError(f"the content of rule set {rule_set_id} is not what llamon expects")
         return data
 
+    def publish(self, rule_set_id: int, *, revision: int, message: str, reason: str) -> str:
+        """Publish the draft at ``revision``; the line to print: the new version, or the change request
+        a protected agent turned the publish into (the workbench answers 202 and changes nothing yet)."""
+        answer = self.request(
+            "POST",
+            f"/api/rule-sets/{rule_set_id}/publish",
+            {"revision": revision, "message": message, "reason": reason},
+        )
+        if isinstance(answer, dict) and "change_request" in answer:
+            url = str(answer.get("url") or "")
+            link = f"{self.url}{url}" if url.startswith("/") else url
+            return f"{answer.get('detail') or 'change request opened'} {link}".strip()
+        if isinstance(answer, dict) and "number" in answer:
+            return f"published v{answer['number']}"
+        raise RulesCodeError(f"the publish answer of {self.url} is not what llamon expects")
+
 
 class NotFound(RulesCodeError):
     """A 404: the caller says what was not found."""
