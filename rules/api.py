@@ -383,7 +383,11 @@ def export_tools_py(request: HttpRequest, rule_set_id: DbId) -> Any:
     tags=SETS,
 )
 def evaluate_rule_set(request: HttpRequest, rule_set_id: DbId, payload: EvaluateIn) -> Any:
-    """The pre-step of the draft on one request, as the live tester shows it; ``execute`` needs the editor role."""
+    """The pre-step of the draft on one request, as the live tester shows it; ``execute`` needs the editor role.
+
+    Lists every rule that fired or failed, and of the others (skipped, not reached) the first 20,
+    counted beyond (``counts``, ``omitted``); ``detail: "all"`` pages them 500 at a time (``offset``).
+    """
     rule_set = _rule_set(rule_set_id)
     if payload.execute:
         require_api_role(request, "editor", "executing calls real tools.")
@@ -401,8 +405,10 @@ def evaluate_rule_set(request: HttpRequest, rule_set_id: DbId, payload: Evaluate
         draft=draft,
         original_name=payload.original_name,
         pins=form.cleaned_data.get("pinned") or [],
+        detail=payload.detail,
+        offset=payload.offset,
     )
-    return {**result.evaluation.to_json(), "request": result.sample.to_json(), "expected": result.expected}
+    return result.answer()
 
 
 def _tester_form(payload: EvaluateIn) -> TesterForm:

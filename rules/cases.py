@@ -230,7 +230,8 @@ class _DryRunner:
             self.compile_error = f"the rule set does not compile: {exc}"
 
     def evaluate(self, case_input: Mapping[str, Any]) -> dict[str, Any]:
-        """The evaluation JSON for one input, as ``Evaluation.to_json()`` gives it."""
+        """The evaluation JSON for one input, as ``Evaluation.answer()`` gives it (stored as the case's
+        last outcome: every rule that fired or failed, the others counted, as the tester lists them)."""
         if self.compile_error is not None:
             return {
                 "ok": False,
@@ -243,7 +244,7 @@ class _DryRunner:
                 "schema_errors": {},
                 "block": "",
             }
-        return evaluate(self.snapshot, case_request(case_input), servers=self.servers).to_json()
+        return evaluate(self.snapshot, case_request(case_input), servers=self.servers).answer()
 
 
 @dataclass

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
@@ -29,6 +29,7 @@ from llamon_agent.expr.limits import CTX_ATTRS
 from llamon_agent.mcp.schemas import schema_errors
 from llamon_agent.prestep import (
     PrestepOutcome,
+    RuleRecord,
     RuleStatus,
     StaticToolBackend,
     compile_rules,
@@ -36,6 +37,8 @@ from llamon_agent.prestep import (
     run_prestep,
 )
 from llamon_agent.tools import AgentRequest, ToolInfo
+from llamon_agent.trace import jsonable
+from rules.errors import RuleError
 from rules.models import RuleSet
 from servers.models import McpServer
 
@@ -111,10 +114,96 @@ class Evaluation:
     block: str
 
     def to_json(self) -> dict[str, Any]:
+        """Every rule's record (for code that needs them all; an answer to a client is :meth:`answer`)."""
         data = self.outcome.to_json()
         data["schema_errors"] = self.schema_errors
         data["block"] = self.block
         return data
+
+    def answer(self, *, detail: str = "summary", offset: int = 0) -> dict[str, Any]:
+        """What a client is told (the tester's API, the MCP endpoint, a stored case outcome): the
+        outcome with the records :func:`records_shown` chooses and the counts of every status."""
+        shown = records_shown(self.outcome.records, detail=detail, offset=offset)
+        out = self.outcome
+        return {
+            "ok": out.ok,
+            "error": out.error,
+            "dry_run": out.dry_run,
+            "calls": out.calls,
+            "duration_ms": out.duration_ms,
+            "results": jsonable(out.results),
+            "records": [rec.to_json() for rec in shown.records],
+            "counts": shown.counts,
+            "omitted": shown.omitted,
+            "detail": detail,
+            "next_offset": shown.next_offset,
+            "schema_errors": self.schema_errors,
+            "block": self.block,
+        }
+
+
+# What one answer about an evaluation lists, for every route alike (the tester's page, its API and the
+# MCP endpoint, stored case outcomes): every rule that fired or failed, in full, and of the others
+# (skipped, not reached) the first QUIET_SHOWN, counted beyond that. 2,000 rules made a 355 KB API
+# answer (470 KB on the page) when each had its record. ``detail="all"`` lists the others too, a page
+# of QUIET_PAGE at a time from ``offset`` (``next_offset`` is where the next page starts).
+DETAILS = ("summary", "all")
+QUIET_SHOWN = 20
+QUIET_PAGE = 500
+_QUIET = (RuleStatus.SKIPPED, RuleStatus.NOT_REACHED)
+
+
+def detail_check(detail: Any, offset: Any) -> None:
+    """RuleError unless ``detail`` is one of DETAILS and ``offset`` a whole number >= 0 (with "all" only)."""
+    if detail not in DETAILS:
+        raise RuleError(
+            gettext('detail must be "summary" or "all", not %(value)s.')
+            % {"value": json.dumps(detail, ensure_ascii=False, default=str)[:60]},
+            field="detail",
+        )
+    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+        raise RuleError(gettext("offset must be a whole number, 0 or more."), field="offset")
+    if offset and detail != "all":
+        raise RuleError(
+            gettext(
+                'offset pages the skipped and not-reached rules of detail "all"; send detail "all" with it.'
+            ),
+            field="offset",
+        )
+
+
+@dataclass
+class RecordsShown:
+    """The records an answer lists, in evaluation order, and what it leaves out."""
+
+    records: list[RuleRecord] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)  # every rule, by status
+    omitted: dict[str, int] = field(default_factory=dict)  # the skipped and not-reached ones not listed
+    next_offset: int | None = None  # detail="all": where the next page of the others starts
+
+
+def records_shown(records: Sequence[RuleRecord], *, detail: str = "summary", offset: int = 0) -> RecordsShown:
+    """Choose the records an answer lists: fired and failed always, the others from ``offset`` on,
+    QUIET_SHOWN of them (``summary``) or QUIET_PAGE (``all``). RuleError for a detail or offset
+    that is not one of these (``offset`` pages ``all`` only)."""
+    detail_check(detail, offset)
+    limit = QUIET_PAGE if detail == "all" else QUIET_SHOWN
+    shown = RecordsShown(counts={str(s): 0 for s in RuleStatus}, omitted={str(s): 0 for s in _QUIET})
+    quiet = 0
+    for rec in records:
+        status = str(rec.status)
+        shown.counts[status] += 1
+        if rec.status not in _QUIET:
+            shown.records.append(rec)
+            continue
+        if offset <= quiet < offset + limit:
+            shown.records.append(rec)
+        else:
+            shown.omitted[status] += 1
+        quiet += 1
+    if detail == "all" and offset + limit < quiet:
+        shown.next_offset = offset + limit
+    return shown
 
 
 def evaluate(

@@ -10,6 +10,7 @@ from core.api import DbId, PatchIn, Revision
 from core.models import AuditEvent
 from core.userinput import FilterDateTime
 from llamon_agent.expr import MAX_QUERY_CHARS
+from rules.engine import QUIET_PAGE, QUIET_SHOWN
 from rules.models import Rule, RuleSet, RuleSetVersion, TestCase
 
 # --- MCP servers ----------------------------------------------------------------------------------
@@ -310,6 +311,19 @@ class EvaluateIn(Schema):
         description="With execute: calls answered from a recorded output instead of the tool, as in the "
         'live tester: [{"mcp_id", "tool_name", "params" (optional: any call of the tool), "output"}]',
     )
+    detail: Literal["summary", "all"] = Field(
+        "summary",
+        description=f"Which records the answer lists. summary: every rule that fired or failed, and the first "
+        f"{QUIET_SHOWN} of the others (skipped, not reached), the rest counted in `omitted`, as the live "
+        f"tester's page shows them. all: the others too, {QUIET_PAGE} at a time from `offset`.",
+    )
+    offset: int = Field(
+        0,
+        ge=0,
+        le=10**9,
+        description='With detail "all": the first skipped or not-reached rule listed (in evaluation order, '
+        "counting those only); the answer's `next_offset` starts the next page.",
+    )
 
 
 class RuleRecordOut(Schema):
@@ -331,7 +345,21 @@ class EvaluateOut(Schema):
     calls: int
     duration_ms: float
     results: list[dict[str, Any]]
-    records: list[RuleRecordOut]
+    records: list[RuleRecordOut] = Field(
+        description="In evaluation order: every rule that fired or failed, and the skipped and "
+        "not-reached rules `detail` and `offset` chose."
+    )
+    counts: dict[str, int] = Field(
+        description="Every rule of the set by status: fired, skipped, error, not_reached."
+    )
+    omitted: dict[str, int] = Field(
+        description="The skipped and not-reached rules `records` does not list, by status."
+    )
+    detail: Literal["summary", "all"]
+    next_offset: int | None = Field(
+        description='With detail "all": the offset of the next page of skipped and not-reached rules '
+        "(null: this page is the last)."
+    )
     schema_errors: dict[str, list[str]]
     block: str
     request: dict[str, Any]

@@ -38,8 +38,8 @@ MAX_REMEMBERED_CHARS = 300_000
 # as the user types goes on replacing the newest one (so a burst of keystrokes is one input).
 RECENT_KEPT = 10
 RECENT_TYPING_SECONDS = 30
-# Skipped and not-reached rules listed before "show all": 2,000 rules made a 470 KB answer.
-SKIPPED_SHOWN = 20
+# Skipped and not-reached rules listed before "show all" (rules.engine.records_shown, every route).
+SKIPPED_SHOWN = engine.QUIET_SHOWN
 
 
 @dataclass
@@ -56,10 +56,22 @@ class TesterResult:
     # Testing a published version (the one that served a run): the draft's decisions that differ.
     version: RuleSetVersion | None = None
     draft_differs: list[dict[str, Any]] = field(default_factory=list)
+    # Which records an answer lists (rules.engine.records_shown): checked before evaluating.
+    detail: str = "summary"
+    offset: int = 0
 
     def explain(self, rules: Sequence[str]) -> dict[str, Any]:
         """Why each of these rules was skipped (or failed in its own `when`): the operand that said no."""
         return engine.explain_rules(self.snapshot, self.sample, list(rules), servers=self.servers)
+
+    def answer(self) -> dict[str, Any]:
+        """The answer the API and the MCP endpoint give: the evaluation as the page lists it
+        (:func:`rules.engine.records_shown`), the request as parsed and the case it proposes."""
+        return {
+            **self.evaluation.answer(detail=self.detail, offset=self.offset),
+            "request": self.sample.to_json(),
+            "expected": self.expected,
+        }
 
     def was_pinned(self, record: RuleRecord) -> bool:
         """Whether the record's call was answered from a pinned output rather than the tool."""
@@ -77,6 +89,8 @@ def tester_evaluate(
     original_name: str | None = None,
     pins: Sequence[Mapping[str, Any]] = (),
     version: RuleSetVersion | None = None,
+    detail: str = "summary",
+    offset: int = 0,
 ) -> TesterResult:
     """The pre-step of the rule set's draft on one sample, as every tester shows it.
 
@@ -86,7 +100,11 @@ def tester_evaluate(
     ``draft`` is an unsaved rule edit (a RuleForm's cleaned data) replacing ``original_name`` (or
     appended). ``execute`` calls the tools, except the calls ``pins`` answer from recorded
     outputs. The proposed expectation always comes from a dry run: a case always runs dry, so it
-    expects the calls, never a live tool's failure that no later dry run could reproduce."""
+    expects the calls, never a live tool's failure that no later dry run could reproduce.
+
+    ``detail`` and ``offset`` say which skipped and not-reached rules the answer lists (every
+    fired and failed one always): see :func:`rules.engine.records_shown`; RuleError when invalid."""
+    engine.detail_check(detail, offset)
     saved = engine.rule_set_snapshot(rule_set)
     draft_snapshot = saved
     if draft is not None:
@@ -114,6 +132,8 @@ def tester_evaluate(
         edited=draft_snapshot != saved,
         version=version,
         draft_differs=differs,
+        detail=detail,
+        offset=offset,
     )
 
 
@@ -312,30 +332,37 @@ def tester_masked_left(origin: Mapping[str, Any] | None, request_json: Mapping[s
 
 @dataclass
 class TesterRows:
-    """The rows shown: every fired and failed rule, the first skipped ones, and a count of the rest."""
+    """The page's rows, as :func:`rules.engine.records_shown` chooses them for every route, and the
+    count of the rest (``more_offset``: where the page's "list more" button starts, None: no button)."""
 
     rows: list[tuple[RuleRecord, list[str] | None, Any]] = field(default_factory=list)
     hidden_skipped: int = 0
     hidden_not_reached: int = 0
+    more_offset: int | None = None
+    more_count: int = 0
+    more_is_all: bool = False  # the button lists every rule (they fit in one page)
 
     @property
     def hidden(self) -> int:
         return self.hidden_skipped + self.hidden_not_reached
 
 
-def tester_rows(
-    records: Sequence[RuleRecord], schema_errors: Mapping[str, list[str]], *, show_all: bool
-) -> TesterRows:
-    """Choose the rows: fired and error rows always, skipped/not-reached ones up to SKIPPED_SHOWN."""
-    out = TesterRows()
-    quiet = 0
-    for rec in records:
-        if rec.status in (RuleStatus.FIRED, RuleStatus.ERROR) or show_all or quiet < SKIPPED_SHOWN:
-            if rec.status not in (RuleStatus.FIRED, RuleStatus.ERROR):
-                quiet += 1
-            out.rows.append((rec, schema_errors.get(rec.rule), None))
-        elif rec.status is RuleStatus.SKIPPED:
-            out.hidden_skipped += 1
-        else:
-            out.hidden_not_reached += 1
+def tester_rows(result: TesterResult) -> TesterRows:
+    """Choose the page's rows: fired and error rows always, the others as the API lists them."""
+    detail, evaluation = result.detail, result.evaluation
+    shown = engine.records_shown(evaluation.outcome.records, detail=detail, offset=result.offset)
+    schema_errors = evaluation.schema_errors
+    out = TesterRows(
+        rows=[(rec, schema_errors.get(rec.rule), None) for rec in shown.records],
+        hidden_skipped=shown.omitted[str(RuleStatus.SKIPPED)],
+        hidden_not_reached=shown.omitted[str(RuleStatus.NOT_REACHED)],
+    )
+    if detail != "all" and out.hidden:
+        out.more_offset = 0
+    elif shown.next_offset is not None:
+        out.more_offset = shown.next_offset
+    if out.more_offset is not None:
+        quiet = shown.counts[str(RuleStatus.SKIPPED)] + shown.counts[str(RuleStatus.NOT_REACHED)]
+        out.more_count = min(engine.QUIET_PAGE, quiet - out.more_offset)
+        out.more_is_all = out.more_offset == 0 and quiet <= engine.QUIET_PAGE
     return out

@@ -398,7 +398,11 @@ def rule_set_test(request: HtmxHttpRequest, pk: int) -> HttpResponse:
             ) % {"fields": ", ".join(masked_left), "run": (origin or {}).get("run")}
             status = 422
         else:
-            context.update(_tester_results(request, rule_set, tester, execute=execute, origin=origin))
+            try:
+                context.update(_tester_results(request, rule_set, tester, execute=execute, origin=origin))
+            except RuleError as exc:  # a hand-made "list more" post (offset): said, nothing lost
+                context["error"], status = exc.message, 422
+        if status == 200 and "evaluation" in context:
             try:  # among the user's recent inputs; a keystroke's run goes on replacing the newest
                 tester_recent_record(
                     user=request.user,
@@ -439,6 +443,9 @@ def _tester_results(
             draft, original_name = edit.cleaned_data, request.POST.get("rule-original") or None
         else:
             draft_note = _("The rule you are editing has errors, so the tester uses its saved version.")
+    offset: Any = request.POST.get("offset") or "0"
+    if offset.isascii() and offset.isdigit() and len(offset) <= 18:
+        offset = int(offset)  # anything else is refused by the service, with its message
     result = tester_evaluate(
         rule_set=rule_set,
         sample=tester.to_request(),
@@ -447,13 +454,13 @@ def _tester_results(
         original_name=original_name,
         pins=tester.cleaned_data.get("pinned") or [],
         version=_served_version(rule_set, origin),
+        detail="all" if request.POST.get("show") == "all" else "summary",
+        offset=offset,
     )
     if result.edited:
         draft_note = _("Includes your unsaved edit of this rule.")
     evaluation = result.evaluation
-    shown = tester_rows(
-        evaluation.outcome.records, evaluation.schema_errors, show_all=request.POST.get("show") == "all"
-    )
+    shown = tester_rows(result)
     # Skipped rules, and rules whose own `when` failed (no call): which operand said no, or failed.
     skipped = [
         rec.rule

@@ -235,7 +235,7 @@ def _tester_answer(rule_set: RuleSet, fields: dict[str, str]) -> dict[str, Any]:
     form = rule_forms.TesterForm(fields)
     assert form.is_valid(), form.errors
     snapshot = engine.rule_set_snapshot(rule_set)
-    return engine.evaluate(snapshot, form.to_request()).to_json()
+    return engine.evaluate(snapshot, form.to_request()).answer()
 
 
 A2A_MESSAGE = {

@@ -128,12 +128,14 @@ def test_a_body_that_is_not_json_rpc_is_a_json_rpc_error(live_server, secrets_by
 
 def test_a_viewer_reads_and_tests_but_cannot_edit(live_server, secrets_by_role, rule_set) -> None:
     before = _state(rule_set)
-    listed, read, tested, create, publish = call(
+    listed, read, tested, everything, bad_detail, create, publish = call(
         live_server,
         secrets_by_role["viewer"],
         ("list_rule_sets", {}),
         ("get_rule_set", {"rule_set_id": rule_set.pk}),
         ("test_rule_set", {"rule_set_id": rule_set.pk, "sample": {"query": "주문 조회 A-1001"}}),
+        ("test_rule_set", {"rule_set_id": rule_set.pk, "sample": {"query": "주문", "detail": "all"}}),
+        ("test_rule_set", {"rule_set_id": rule_set.pk, "sample": {"query": "주문", "detail": "every"}}),
         ("create_rule", {"rule_set_id": rule_set.pk, "rule": {**SEED_RULES[2]}}),
         ("publish_rule_set", {"rule_set_id": rule_set.pk, "publish": {"message": "v1"}}),
     )
@@ -143,6 +145,10 @@ def test_a_viewer_reads_and_tests_but_cannot_edit(live_server, secrets_by_role, 
     assert all("revision" in r and "problems" in r for r in detail["rules"])
     fired = [r for r in data(tested)["records"] if r["status"] == "fired"]
     assert [r["rule"] for r in fired] == [SEED_RULES[0]["name"]]
+    # The REST API's answer (rules.engine.records_shown): counts of every status, the opt-in, its refusal.
+    assert data(tested)["counts"] == {"fired": 1, "skipped": 1, "error": 0, "not_reached": 0}
+    assert (data(everything)["detail"], data(everything)["next_offset"]) == ("all", None)
+    assert "'summary' or 'all'" in error(bad_detail)
     assert "needs the editor role" in error(create)
     assert "needs the editor role" in error(publish)
     assert _state(rule_set) == before

@@ -490,7 +490,7 @@ def test_the_suite_runner_gives_exactly_what_the_tester_shows(demo_rule_set, dem
     ]
     for case_input in inputs:
         ours = runner.evaluate(case_input)
-        theirs = engine.evaluate(snapshot, AgentRequest(**case_input), servers=demo_servers).to_json()
+        theirs = engine.evaluate(snapshot, AgentRequest(**case_input), servers=demo_servers).answer()
         ours.pop("duration_ms"), theirs.pop("duration_ms")
         assert ours == theirs
     # The schema check is part of it: limit "x" is not an integer for search_docs.

@@ -455,3 +455,102 @@ def test_recent_inputs_older_than_the_retention_period_are_forgotten(rule_set, m
     old.save()
     runs_delete_expired()
     assert [e.values["query"] for e in TesterInput.objects.all()] == ["주문 A-1001"]
+
+
+def test_at_2000_rules_every_route_lists_fired_and_failed_and_counts_the_rest(
+    editor_client, rule_set, make_user
+) -> None:
+    """The API (and the MCP endpoint, which calls its handler) answers as the page lists: every rule
+    that fired or failed in full, the first SKIPPED_SHOWN others, the rest counted; ``detail: "all"``
+    pages the others QUIET_PAGE at a time. 2,000 rules made a 355 KB answer when each had its record."""
+    from django.test import Client
+
+    from accounts.token_services import token_create
+    from rules.engine import QUIET_PAGE
+    from rules.models import Rule
+
+    fire, fail, stop = {3, 400, 999, 1500, 1800}, {10, 1234}, 1900  # rules after the stop: not reached
+    Rule.objects.filter(rule_set=rule_set).delete()
+    Rule.objects.bulk_create(
+        Rule(
+            rule_set=rule_set,
+            name=f"r{i}",
+            mcp_id="order-service",
+            tool_name="get_order",
+            when='context["missing"] == 1' if i in fail else f'"kw{i}x" in query',
+            params='{"query": query}',
+            stop=i == stop,
+            position=i,
+        )
+        for i in range(2000)
+    )
+    query = " ".join(f"kw{i}x" for i in (*sorted(fire), stop, 1950))  # 1950: after the stop
+    secret = token_create(actor=make_user("editor", "big"), name="big").secret
+    api = Client(headers={"authorization": f"Bearer {secret}"})
+    url = f"/api/rule-sets/{rule_set.pk}/evaluate"
+
+    def ask(**body):
+        return api.post(url, json.dumps({"query": query, **body}), content_type="application/json")
+
+    answer = ask()
+    assert answer.status_code == 200, answer.content[:500]
+    assert len(answer.content) <= 30_000, len(answer.content)
+    got = answer.json()
+    fired = [r for r in got["records"] if r["status"] == "fired"]
+    assert [r["rule"] for r in fired] == [f"r{i}" for i in (*sorted(fire), stop)]
+    assert all(r["params"] == {"query": query} and r["tool_name"] == "get_order" for r in fired)
+    failed = [r for r in got["records"] if r["status"] == "error"]
+    assert [r["rule"] for r in failed] == ["r10", "r1234"] and all(r["error"] for r in failed)
+    assert got["counts"] == {"fired": 6, "skipped": 1893, "error": 2, "not_reached": 99}
+    assert got["omitted"] == {"skipped": 1893 - SKIPPED_SHOWN, "not_reached": 99}
+    assert (got["detail"], got["next_offset"]) == ("summary", None)
+    quiet = [r["rule"] for r in got["records"] if r["status"] in ("skipped", "not_reached")]
+    assert len(quiet) == SKIPPED_SHOWN
+    # The page lists the same rows, and offers the first page of the rest.
+    page = _text(_test(editor_client, rule_set, {"t-query": query}, **HX))
+    assert re.findall(r'<tr class="status-\w+" data-rule="([^"]+)"', page) == [
+        r["rule"] for r in got["records"]
+    ]
+    assert '"offset": "0"' in page and f"List {QUIET_PAGE} more rules (dry run)" in page
+
+    # Opt-in: every skipped and not-reached rule, one bounded page at a time, in evaluation order.
+    pages, offset, answers = [], 0, {}
+    while offset is not None:
+        part = answers[offset] = ask(detail="all", offset=offset).json()
+        assert (
+            part["counts"] == got["counts"]
+            and [r for r in part["records"] if r["status"] == "fired"] == fired
+        )
+        pages.append([r["rule"] for r in part["records"] if r["status"] in ("skipped", "not_reached")])
+        assert len(pages[-1]) <= QUIET_PAGE
+        offset = part["next_offset"]
+    assert [len(p) for p in pages] == [500, 500, 500, 492]
+    everyone = [f"r{i}" for i in range(2000) if i not in fire | fail | {stop}]
+    assert [name for p in pages for name in p] == everyone
+    # The page's "list more" pages the same way.
+    second = _text(_test(editor_client, rule_set, {"t-query": query, "show": "all", "offset": "500"}, **HX))
+    rows = re.findall(r'<tr class="status-\w+" data-rule="([^"]+)"', second)
+    assert rows == [r["rule"] for r in answers[500]["records"]]
+    assert '"offset": "1000"' in second
+
+    # Hostile: refused with a message naming the field, nothing evaluated.
+    for body, field, says in [
+        ({"detail": "everything"}, "detail", "'summary' or 'all'"),
+        ({"detail": None}, "detail", "'summary' or 'all'"),
+        ({"detail": "all", "offset": -1}, "offset", "greater than or equal to 0"),
+        ({"detail": "all", "offset": "x"}, "offset", "integer"),
+        ({"offset": 20}, "offset", 'send detail "all" with it'),
+    ]:
+        refused = ask(**body)
+        assert refused.status_code == 422, (body, refused.content)
+        assert refused.json()["field"].endswith(field) and says in refused.json()["detail"], refused.json()
+    korean = api.post(
+        url,
+        json.dumps({"query": query, "offset": 20}),
+        content_type="application/json",
+        HTTP_ACCEPT_LANGUAGE="ko",
+    )
+    assert korean.status_code == 422 and "detail" in korean.json()["detail"]
+    assert "send detail" not in korean.json()["detail"]  # said in Korean
+    bad_page = _test(editor_client, rule_set, {"t-query": query, "show": "all", "offset": "-5"}, **HX)
+    assert bad_page.status_code == 422 and "offset must be a whole number, 0 or more." in _text(bad_page)
