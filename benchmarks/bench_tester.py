@@ -2,12 +2,14 @@
 
 Prints p50/p95 of: the whole htmx request (form parsing, snapshot from the database, compile,
 pre-step, schema checks, template), the evaluation alone, and the evaluation with the keyword
-index switched off. Run: .venv/bin/python benchmarks/bench_tester.py [--rules 200] [--n 200]
+index switched off; and the size of the tester's API answer (``POST /api/rule-sets/{id}/evaluate``)
+beside the page's. Run: .venv/bin/python benchmarks/bench_tester.py [--rules 200] [--n 200]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -119,6 +121,9 @@ def main() -> None:
     user, rule_set = setup(args.rules)
     client = Client(SERVER_NAME="127.0.0.1")
     client.force_login(user)
+    from accounts.token_services import token_create
+
+    bearer = f"Bearer {token_create(actor=user, name=f'bench-{time.time_ns()}').secret}"
 
     from llamon_agent.expr import expression_rule
     from llamon_agent.prestep import compile_rules, run_prestep
@@ -133,6 +138,8 @@ def main() -> None:
         "evaluation, compiled every request": [],
     }
     sizes: list[int] = []
+    api_sizes: list[int] = []
+    api_fired: list[int] = []
     snapshot = engine.rule_set_snapshot(rule_set)
     servers = engine.servers_by_id(["order-service"])
     backend = engine.dry_backend(servers)
@@ -166,8 +173,17 @@ def main() -> None:
         ]  # the naive way: no compile cache
         run_prestep(compile_rules(fresh), AgentRequest(query=query), backend=backend, dry_run=True)
         t4 = time.perf_counter()
+        answer = client.post(
+            f"/api/rule-sets/{rule_set.pk}/evaluate",
+            json.dumps({"query": query, "context": {"userId": "C-1001"}}),
+            content_type="application/json",
+            HTTP_AUTHORIZATION=bearer,
+        )
+        assert answer.status_code == 200, answer.content[:300]
         if i >= 10:  # warm-up
             sizes.append(len(response.content))
+            api_sizes.append(len(answer.content))
+            api_fired.append(sum(1 for r in answer.json()["records"] if r["status"] == "fired"))
             timings["whole tester request (htmx)"].append((t1 - t0) * 1000)
             timings["evaluation alone"].append((t2 - t1) * 1000)
             timings["evaluation, index off"].append((t3 - t2) * 1000)
@@ -177,6 +193,11 @@ def main() -> None:
     # Fired and failed rules are all listed, skipped ones up to rules.tester.SKIPPED_SHOWN.
     print(
         f"response size: median {statistics.median(sizes) / 1024:.1f} KB, largest {max(sizes) / 1024:.1f} KB"
+    )
+    print(
+        f"API answer size: median {statistics.median(api_sizes) / 1024:.1f} KB, largest "
+        f"{max(api_sizes) / 1024:.1f} KB (fired rules a request: median {statistics.median(api_fired)}, "
+        f"most {max(api_fired)})"
     )
     print(f"{'what':34} {'p50':>8} {'p95':>8} {'mean':>8}")
     for name, values in timings.items():
