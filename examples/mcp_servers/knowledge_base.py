@@ -20,6 +20,7 @@ from typing import Any
 
 from mcp.server.fastmcp import FastMCP
 from mcp.server.fastmcp.exceptions import ToolError
+from pydantic import BaseModel
 
 SERVER_NAME = "knowledge-base"
 DEFAULT_PORT = 8767
@@ -67,7 +68,24 @@ def _score(terms: list[str], doc: dict[str, Any]) -> int:
     return total
 
 
-def search_docs(q: str, limit: int = 3) -> dict[str, Any]:
+class Hit(BaseModel):
+    doc_id: str
+    title: str
+    lang: str
+    score: int
+    snippet: str
+
+
+class SearchResult(BaseModel):
+    """The tool's declared result (its outputSchema): a rule author sees this shape before calling."""
+
+    query: str
+    terms: list[str]
+    count: int
+    results: list[Hit]
+
+
+def search_docs(q: str, limit: int = 3) -> SearchResult:
     """Search the help articles (Korean and English) for q; best matches first, at most limit (1-10)."""
     if not q.strip():
         raise ToolError("search_docs needs a non-empty query q.")
@@ -77,16 +95,16 @@ def search_docs(q: str, limit: int = 3) -> dict[str, Any]:
     scored = [(_score(terms, doc), doc) for doc in _data()["docs"]]
     hits = sorted((pair for pair in scored if pair[0] > 0), key=lambda pair: (-pair[0], pair[1]["doc_id"]))
     results = [
-        {
-            "doc_id": doc["doc_id"],
-            "title": doc["title"],
-            "lang": doc["lang"],
-            "score": score,
-            "snippet": doc["body"][:SNIPPET_CHARS],
-        }
+        Hit(
+            doc_id=doc["doc_id"],
+            title=doc["title"],
+            lang=doc["lang"],
+            score=score,
+            snippet=doc["body"][:SNIPPET_CHARS],
+        )
         for score, doc in hits[:limit]
     ]
-    return {"query": q, "terms": terms, "count": len(results), "results": results}
+    return SearchResult(query=q, terms=terms, count=len(results), results=results)
 
 
 def build_server(host: str = "127.0.0.1", port: int = DEFAULT_PORT) -> FastMCP:

@@ -8,7 +8,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from django.contrib.auth import get_user_model
 from playwright.sync_api import expect
+
+from accounts.services import language_set
 
 from servers import pool as rules_pool
 from servers.models import McpServer
@@ -61,6 +64,11 @@ def test_admin_adds_refreshes_and_calls_the_knowledge_base(page, logged_in) -> N
     schema = page.locator("#server-tools pre.schema").first.inner_text()
     assert '"q"' in schema and '"required"' in schema
     screenshot(page, "mcp-server-detail")
+    # The tool's declared result shape (outputSchema), shown before anything is called.
+    output = page.locator("#server-tools details.output-schema").first
+    output.locator("summary").click()
+    assert '"doc_id"' in output.locator("pre.schema").inner_text()
+    screenshot(page, "mcp-tool-output-schema", element=page.locator("#server-tools article").first)
 
     page.click("#server-tools a:has-text('Call')")
     page.wait_for_url("**/call/?tool=search_docs")
@@ -75,6 +83,13 @@ def test_admin_adds_refreshes_and_calls_the_knowledge_base(page, logged_in) -> N
     page.get_by_text("Raw reply").click()
     assert '"structuredContent"' in page.locator("#raw-json").inner_text()
     screenshot(page, "mcp-call-tool")
+    assert page.locator("#output-schema summary").inner_text() == "Output schema (the shape of its result)"
+
+    language_set(user=get_user_model().objects.get(username__startswith="admin-"), language="ko")
+    page.reload()
+    assert page.locator("#output-schema summary").inner_text() == "출력 스키마 (결과의 형태)"
+    page.locator("#output-schema summary").click()
+    assert '"doc_id"' in page.locator("#output-schema pre.schema").inner_text()
 
 
 def test_inspector_lists_tools_on_save_and_calls_with_raw_json_and_history(page, logged_in) -> None:
