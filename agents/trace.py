@@ -442,19 +442,17 @@ class PrestepRules:
     version_number: int | None = None  # the published version that served the run; None: the draft
     draft_changed: bool = False  # a draft run whose draft is no longer what ran
     mismatch: bool = False  # the step's stored names do not fit these rules: statuses may be wrong
-    hidden_skipped: int = 0
-    hidden_not_reached: int = 0
-    counts: dict[str, int] | None = None
+    shown: Any = None  # rules.engine.RecordsShown: what is listed, counted, and the "list more" button
     missing: str = ""  # why there is no table ("no-prestep", "no-rules")
 
-    @property
-    def hidden(self) -> int:
-        return self.hidden_skipped + self.hidden_not_reached
 
-
-def prestep_rules(*, run: Run, seq: int | None = None, show_all: bool = False) -> PrestepRules:
-    """Every rule the run's pre-step had, in order, with its status in this run; the first skipped
-    ones (rules.tester.SKIPPED_SHOWN, as in the tester) explained, the rest counted.
+def prestep_rules(
+    *, run: Run, seq: int | None = None, detail: str = "summary", offset: int = 0
+) -> PrestepRules:
+    """Every rule the run's pre-step had, in order, with its status in this run, listed as the tester
+    lists its rules (rules.engine.records_shown: fired and failed always, ``detail`` and ``offset``
+    for the others; RuleError when they are not valid); the first skipped ones
+    (rules.tester.SKIPPED_SHOWN) explained.
 
     The rules are the version that served the run (its snapshot), or the agent's draft when the
     draft served it; the explanation runs on the run's stored request with the servers' tools as
@@ -495,8 +493,7 @@ def prestep_rules(*, run: Run, seq: int | None = None, show_all: bool = False) -
         version_number=version.number if version is not None else None,
         draft_changed=version is None and bool(run.rule_set_hash) and sha256(snapshot) != run.rule_set_hash,
     )
-    counts = dict.fromkeys((str(s) for s in RuleStatus), 0)
-    quiet = 0
+    every: list[RuleRow] = []
     for i, rule in enumerate(enabled):
         name = str(rule["name"])
         if i >= reached:
@@ -507,28 +504,21 @@ def prestep_rules(*, run: Run, seq: int | None = None, show_all: bool = False) -
             status = RuleStatus.ERROR
         else:
             status = RuleStatus.SKIPPED
-        counts[str(status)] += 1
-        if status in (RuleStatus.FIRED, RuleStatus.ERROR) or show_all or quiet < SKIPPED_SHOWN:
-            if status not in (RuleStatus.FIRED, RuleStatus.ERROR):
-                quiet += 1
-            out.rows.append(
-                RuleRow(
-                    i + 1,
-                    name,
-                    str(rule["mcp_id"]),
-                    str(rule.get("tool_name") or ""),
-                    bool(rule.get("stop")),
-                    str(status),
-                )
+        every.append(
+            RuleRow(
+                i + 1,
+                name,
+                str(rule["mcp_id"]),
+                str(rule.get("tool_name") or ""),
+                bool(rule.get("stop")),
+                str(status),
             )
-        elif status is RuleStatus.SKIPPED:
-            out.hidden_skipped += 1
-        else:
-            out.hidden_not_reached += 1
-    out.counts = counts
+        )
+    out.shown = engine.records_shown(every, detail=detail, offset=offset)
+    out.rows = out.shown.records
     seen = {r["name"] for r in enabled[:reached]}
-    out.mismatch = not (fired | errors) <= seen or counts["skipped"] != summary.get(
-        "skipped_count", counts["skipped"]
+    out.mismatch = not (fired | errors) <= seen or out.shown.counts["skipped"] != summary.get(
+        "skipped_count", out.shown.counts["skipped"]
     )
     # The tester's bound: the first SKIPPED_SHOWN skipped rows are explained, also when all are listed.
     explain = [r.name for r in out.rows if r.status == RuleStatus.SKIPPED][:SKIPPED_SHOWN]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.http import HttpResponse, JsonResponse
@@ -38,6 +40,7 @@ from agents.privacy import privacy_get
 from core.chain import chain_last_check
 from core.http import HtmxHttpRequest
 from core.userinput import db_id
+from rules.errors import RuleError
 from rules.tester import tester_inputs_put
 
 # --- Agents -------------------------------------------------------------------------------------
@@ -434,9 +437,18 @@ def run_steps(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 def run_rules(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     """The rules table of a pre-step step (``?step=seq``; default the first), loaded when the step is opened."""
     run = get_object_or_404(Run.objects.select_related("agent__rule_set", "rule_set_version"), pk=pk)
-    table = traces.prestep_rules(
-        run=run, seq=db_id(request.GET.get("step")), show_all=request.GET.get("show") == "all"
-    )
+    offset: Any = request.GET.get("offset") or "0"
+    if offset.isascii() and offset.isdigit() and len(offset) <= 18:
+        offset = int(offset)  # anything else is refused by records_shown, with its message
+    try:
+        table = traces.prestep_rules(
+            run=run,
+            seq=db_id(request.GET.get("step")),
+            detail="all" if request.GET.get("show") == "all" else "summary",
+            offset=offset,
+        )
+    except RuleError as exc:
+        return HttpResponse(exc.message, status=422, content_type="text/plain; charset=utf-8")
     return render(request, "agents/_prestep_rules.html", {"run": run, "table": table})
 
 

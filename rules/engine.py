@@ -9,7 +9,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
@@ -29,7 +29,6 @@ from llamon_agent.expr.limits import CTX_ATTRS
 from llamon_agent.mcp.schemas import schema_errors
 from llamon_agent.prestep import (
     PrestepOutcome,
-    RuleRecord,
     RuleStatus,
     StaticToolBackend,
     compile_rules,
@@ -151,6 +150,7 @@ DETAILS = ("summary", "all")
 QUIET_SHOWN = 20
 QUIET_PAGE = 500
 _QUIET = (RuleStatus.SKIPPED, RuleStatus.NOT_REACHED)
+R = TypeVar("R", bound="HasStatus")
 
 
 def detail_check(detail: Any, offset: Any) -> None:
@@ -172,28 +172,71 @@ def detail_check(detail: Any, offset: Any) -> None:
         )
 
 
+class HasStatus(Protocol):
+    @property
+    def status(self) -> str: ...  # a RuleStatus (a str enum) or its value
+
+
 @dataclass
-class RecordsShown:
+class RecordsShown(Generic[R]):
     """The records an answer lists, in evaluation order, and what it leaves out."""
 
-    records: list[RuleRecord] = field(default_factory=list)
+    detail: str
+    records: list[R] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)  # every rule, by status
     omitted: dict[str, int] = field(default_factory=dict)  # the skipped and not-reached ones not listed
     next_offset: int | None = None  # detail="all": where the next page of the others starts
 
+    @property
+    def hidden_skipped(self) -> int:
+        return self.omitted[RuleStatus.SKIPPED]
 
-def records_shown(records: Sequence[RuleRecord], *, detail: str = "summary", offset: int = 0) -> RecordsShown:
+    @property
+    def hidden_not_reached(self) -> int:
+        return self.omitted[RuleStatus.NOT_REACHED]
+
+    @property
+    def hidden(self) -> int:
+        return self.hidden_skipped + self.hidden_not_reached
+
+    @property
+    def more_offset(self) -> int | None:
+        """Where a page's "list more" starts (None: no such button): the first page of ``all`` after
+        the summary, then each next page."""
+        if self.detail != "all":
+            return 0 if self.hidden else None
+        return self.next_offset
+
+    @property
+    def more_count(self) -> int:
+        """How many rules that button lists."""
+        if self.more_offset is None:
+            return 0
+        quiet = self.counts[RuleStatus.SKIPPED] + self.counts[RuleStatus.NOT_REACHED]
+        return min(QUIET_PAGE, quiet - self.more_offset)
+
+    @property
+    def more_is_all(self) -> bool:
+        """The button lists every rule (they fit in one page)."""
+        quiet = self.counts[RuleStatus.SKIPPED] + self.counts[RuleStatus.NOT_REACHED]
+        return self.more_offset == 0 and quiet <= QUIET_PAGE
+
+
+def records_shown(records: Sequence[R], *, detail: str = "summary", offset: int = 0) -> RecordsShown[R]:
     """Choose the records an answer lists: fired and failed always, the others from ``offset`` on,
     QUIET_SHOWN of them (``summary``) or QUIET_PAGE (``all``). RuleError for a detail or offset
-    that is not one of these (``offset`` pages ``all`` only)."""
+    that is not one of these (``offset`` pages ``all`` only). The tester's answers and the run
+    page's rules table both list through it."""
     detail_check(detail, offset)
     limit = QUIET_PAGE if detail == "all" else QUIET_SHOWN
-    shown = RecordsShown(counts={str(s): 0 for s in RuleStatus}, omitted={str(s): 0 for s in _QUIET})
+    shown: RecordsShown[R] = RecordsShown(
+        detail=detail, counts={str(s): 0 for s in RuleStatus}, omitted={str(s): 0 for s in _QUIET}
+    )
     quiet = 0
     for rec in records:
         status = str(rec.status)
         shown.counts[status] += 1
-        if rec.status not in _QUIET:
+        if status not in _QUIET:
             shown.records.append(rec)
             continue
         if offset <= quiet < offset + limit:

@@ -330,39 +330,6 @@ def tester_masked_left(origin: Mapping[str, Any] | None, request_json: Mapping[s
     return left
 
 
-@dataclass
-class TesterRows:
-    """The page's rows, as :func:`rules.engine.records_shown` chooses them for every route, and the
-    count of the rest (``more_offset``: where the page's "list more" button starts, None: no button)."""
-
-    rows: list[tuple[RuleRecord, list[str] | None, Any]] = field(default_factory=list)
-    hidden_skipped: int = 0
-    hidden_not_reached: int = 0
-    more_offset: int | None = None
-    more_count: int = 0
-    more_is_all: bool = False  # the button lists every rule (they fit in one page)
-
-    @property
-    def hidden(self) -> int:
-        return self.hidden_skipped + self.hidden_not_reached
-
-
-def tester_rows(result: TesterResult) -> TesterRows:
-    """Choose the page's rows: fired and error rows always, the others as the API lists them."""
-    detail, evaluation = result.detail, result.evaluation
-    shown = engine.records_shown(evaluation.outcome.records, detail=detail, offset=result.offset)
-    schema_errors = evaluation.schema_errors
-    out = TesterRows(
-        rows=[(rec, schema_errors.get(rec.rule), None) for rec in shown.records],
-        hidden_skipped=shown.omitted[str(RuleStatus.SKIPPED)],
-        hidden_not_reached=shown.omitted[str(RuleStatus.NOT_REACHED)],
-    )
-    if detail != "all" and out.hidden:
-        out.more_offset = 0
-    elif shown.next_offset is not None:
-        out.more_offset = shown.next_offset
-    if out.more_offset is not None:
-        quiet = shown.counts[str(RuleStatus.SKIPPED)] + shown.counts[str(RuleStatus.NOT_REACHED)]
-        out.more_count = min(engine.QUIET_PAGE, quiet - out.more_offset)
-        out.more_is_all = out.more_offset == 0 and quiet <= engine.QUIET_PAGE
-    return out
+def tester_rows(result: TesterResult) -> engine.RecordsShown[RuleRecord]:
+    """The page's rows: fired and error rows always, the others as the API lists them."""
+    return engine.records_shown(result.evaluation.outcome.records, detail=result.detail, offset=result.offset)

@@ -464,11 +464,11 @@ def _tester_results(
     # Skipped rules, and rules whose own `when` failed (no call): which operand said no, or failed.
     skipped = [
         rec.rule
-        for rec, _, _ in shown.rows
+        for rec in shown.records
         if rec.status is RuleStatus.SKIPPED or (rec.status is RuleStatus.ERROR and rec.tool_name is None)
     ]
     why = result.explain(skipped)
-    shown.rows = [(rec, errors, why.get(rec.rule)) for rec, errors, _ in shown.rows]
+    rows = [(rec, evaluation.schema_errors.get(rec.rule), why.get(rec.rule)) for rec in shown.records]
     backend = result.backend
     pins = tester.cleaned_data.get("pinned") or []
     return {
@@ -479,12 +479,12 @@ def _tester_results(
         "execute": execute,
         "draft_note": draft_note,
         "request_json": json.dumps(result.sample.to_json(), ensure_ascii=False),
-        "rows": shown.rows,
+        "rows": rows,
         "shown": shown,
         "expected_json": json.dumps(result.expected, ensure_ascii=False),
         "can_edit": has_role(request.user, "editor"),
         "pinned_rules": {
-            rec.rule for rec, _, _ in shown.rows if rec.status is RuleStatus.FIRED and result.was_pinned(rec)
+            rec.rule for rec in shown.records if rec.status is RuleStatus.FIRED and result.was_pinned(rec)
         },
         "pinned_count": len(backend.pinned_calls) if backend is not None else 0,
         "live_count": evaluation.outcome.calls - len(backend.pinned_calls) if backend is not None else 0,

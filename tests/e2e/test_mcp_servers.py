@@ -12,7 +12,6 @@ from django.contrib.auth import get_user_model
 from playwright.sync_api import expect
 
 from accounts.services import language_set
-
 from servers import pool as rules_pool
 from servers.models import McpServer
 from tests.e2e.conftest import screenshot
