@@ -36,7 +36,7 @@ from a2a.server.tasks import InMemoryTaskStore, TaskStore
 from a2a.types import ListTasksRequest, ListTasksResponse, Task, TaskState
 
 from llamon_agent.a2a import A2AFormatError, to_request
-from llamon_agent.mcp.errors import McpError, RegistryError, UnknownServerError
+from llamon_agent.mcp.errors import McpError, RegistryError
 from llamon_agent.otel import otel_sink, shutdown_tracer_provider
 from llamon_agent.served_pool import served_pool
 from llamon_agent.settings import DEFAULT_A2A_TASK_TTL_S, DEFAULT_A2A_TASKS_KEPT
@@ -206,40 +206,15 @@ async def prepare_runner(project: Project, settings: Settings) -> ReactRunner | 
 
 
 async def _bind_servers(mcp_ids: list[str], settings: Settings, pool: Any) -> list[str]:
-    """Register each server the registry knows and open its session; an unknown id is logged, not fatal.
-
-    Not fatal on purpose: the pre-step then fails each request with the seed's
-    ``MCP '<id>'의 tool이 로드되지 않음``, which is what the seed's troubleshooting table expects.
-    """
+    """The registry of the settings, and the project's servers bound in ``pool`` (bind_servers)."""
     if not mcp_ids:
         return []
-    from llamon_agent.mcp.registry import registry_from_settings
+    from llamon_agent.mcp.registry import bind_servers, registry_from_settings
 
     try:
-        registry = registry_from_settings(settings)
+        return await bind_servers(registry_from_settings(settings), mcp_ids, pool)
     except RegistryError as exc:
         raise ServeError(str(exc)) from exc
-    bound: list[str] = []
-    for mcp_id in mcp_ids:
-        try:
-            spec = (await registry.get([mcp_id]))[mcp_id]
-        except UnknownServerError as exc:
-            logger.error("MCP server %r is not in the registry: %s", mcp_id, exc)
-            continue
-        except RegistryError as exc:
-            raise ServeError(str(exc)) from exc
-        pool.register(spec)
-        try:
-            tools = await pool.list_tools(mcp_id)
-        except McpError as exc:
-            # Registered anyway: the pool reconnects, and a request gets the call's own error.
-            logger.error("MCP server %r did not start: %s", mcp_id, exc)
-        else:
-            logger.info(
-                "bound MCP server %s (%d tools: %s)", mcp_id, len(tools), ", ".join(t.name for t in tools)
-            )
-        bound.append(mcp_id)
-    return bound
 
 
 def _description(project: Project) -> str:

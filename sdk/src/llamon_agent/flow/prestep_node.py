@@ -34,13 +34,12 @@ The trace is found, not passed: ``config["configurable"]["llamon_trace"]`` (a
 # No ``from __future__ import annotations``: LangGraph passes ``config`` to a node only when the
 # parameter's annotation is the RunnableConfig type itself, not its name as a string.
 import asyncio
-import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from langchain_core.runnables import RunnableConfig
 
-from llamon_agent.mcp.errors import McpError, UnknownServerError
+from llamon_agent.mcp.registry import bind_servers
 from llamon_agent.prestep import CompiledRules, arun_prestep, compile_rules
 from llamon_agent.tools import AgentRequest
 from llamon_agent.trace import current_trace
@@ -52,7 +51,6 @@ if TYPE_CHECKING:
 
 __all__ = ["TRACE_CONFIG_KEY", "PrestepFailedError", "PrestepNode", "prestep_node"]
 
-logger = logging.getLogger("llamon_agent")
 
 TRACE_CONFIG_KEY = "llamon_trace"  # config={"configurable": {"llamon_trace": sink}}
 
@@ -83,7 +81,7 @@ class PrestepNode:
         """Register the rules' servers from the registry and open their sessions (once); the bound ids."""
         async with self._lock:
             if self._bound is None:
-                self._bound = await _bind(self.registry, list(self.compiled.mcp_ids), self.pool)
+                self._bound = await bind_servers(self.registry, list(self.compiled.mcp_ids), self.pool)
             return self._bound
 
     async def __call__(
@@ -165,21 +163,3 @@ def _as_registry(registry: Any) -> "Registry":
         "prestep_node needs a MultiServerMCPClient connection dict or a registry (FileRegistry, HttpRegistry, "
         f"ConnectionsRegistry), not {type(registry).__name__}"
     )
-
-
-async def _bind(registry: "Registry", mcp_ids: list[str], pool: "McpPool") -> list[str]:
-    bound: list[str] = []
-    for mcp_id in mcp_ids:
-        try:
-            spec = (await registry.get([mcp_id]))[mcp_id]
-        except UnknownServerError as exc:
-            # Not fatal, as in `llamon run`: each request then fails with the seed's MCP_NOT_LOADED.
-            logger.error("MCP server %r is not in the registry: %s", mcp_id, exc)
-            continue
-        pool.register(spec)
-        try:
-            await pool.list_tools(mcp_id)
-        except McpError as exc:
-            logger.error("MCP server %r did not start: %s", mcp_id, exc)  # the pool reconnects per call
-        bound.append(mcp_id)
-    return bound

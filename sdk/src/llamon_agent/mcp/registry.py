@@ -8,6 +8,7 @@ raises :class:`UnknownServerError` for an id the registry does not know.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -15,17 +16,49 @@ from urllib.parse import quote
 
 from pydantic import ValidationError
 
-from llamon_agent.mcp.errors import RegistryError, UnknownServerError
+from llamon_agent.mcp.errors import McpError, RegistryError, UnknownServerError
 from llamon_agent.mcp.spec import McpServerSpec
 
 if TYPE_CHECKING:
+    from llamon_agent.mcp.pool import McpPool
     from llamon_agent.urlguard import UrlPolicy
+
+logger = logging.getLogger("llamon_agent.mcp")
 
 
 class Registry(Protocol):
     """Anything that can turn mcp_ids into specs."""
 
     async def get(self, mcp_ids: Iterable[str]) -> dict[str, McpServerSpec]: ...
+
+
+async def bind_servers(registry: Registry, mcp_ids: Iterable[str], pool: McpPool) -> list[str]:
+    """Register each server the registry knows in ``pool`` and open its session; the ids bound.
+
+    An id the registry does not know is logged, not fatal, on purpose: the pre-step then fails each
+    request with the seed's ``MCP '<id>'의 tool이 로드되지 않음``, as the seed's troubleshooting table
+    expects. A server that does not start is registered anyway (the pool reconnects, and a request
+    gets the call's own error). Any other RegistryError (the registry itself unreachable) propagates.
+    ``llamon run`` and a flow's pre-step node both bind through here.
+    """
+    bound: list[str] = []
+    for mcp_id in mcp_ids:
+        try:
+            spec = (await registry.get([mcp_id]))[mcp_id]
+        except UnknownServerError as exc:
+            logger.error("MCP server %r is not in the registry: %s", mcp_id, exc)
+            continue
+        pool.register(spec)
+        try:
+            tools = await pool.list_tools(mcp_id)
+        except McpError as exc:
+            logger.error("MCP server %r did not start: %s", mcp_id, exc)
+        else:
+            logger.info(
+                "bound MCP server %s (%d tools: %s)", mcp_id, len(tools), ", ".join(t.name for t in tools)
+            )
+        bound.append(mcp_id)
+    return bound
 
 
 def spec_from_entry(mcp_id: str, entry: Any, *, source: str) -> McpServerSpec:
