@@ -109,7 +109,7 @@ def shadow_after_run(*, agent: Agent, run_id: int, request: Any, prestep: Any) -
         from rules import engine
 
         live = decided_calls(prestep.records)
-        evaluation = engine.evaluate(list(version.content), request, dry_run=True)
+        evaluation = engine.evaluate(engine.version_rules(version).snapshot, request, dry_run=True)
         shadow = decided_calls(evaluation.outcome.records)
         if not evaluation.outcome.ok:
             error = evaluation.outcome.error or "the shadow pre-step failed"

@@ -36,22 +36,43 @@ TIMED_OUT_MESSAGE = "The run took longer than {seconds} s and was stopped."
 
 @dataclass(frozen=True)
 class RulesRef:
-    """Which rules an agent runs: the snapshot and how the run records it."""
+    """Which rules an agent runs: the snapshot and how the run records it (``version``: a
+    published version's rules, kept per process; None for the draft)."""
 
     snapshot: list[dict[str, Any]]
     name: str
     ref: str
     content_hash: str
+    version: engine.VersionRules | None = None
+
+    def compiled(self) -> Any:
+        return self.version.compiled() if self.version is not None else engine.compile_snapshot(self.snapshot)
+
+    def mcp_ids(self) -> list[str]:
+        return self.version.mcp_ids if self.version is not None else engine.snapshot_mcp_ids(self.snapshot)
+
+
+def version_ref(name: str, version: RuleSetVersion) -> RulesRef:
+    """A published version as a run's rules (read and compiled once per process: engine.version_rules)."""
+    rules = engine.version_rules(version)
+    return RulesRef(rules.snapshot, name, f"v{version.number}", version.content_hash, rules)
 
 
 def agent_rules(agent: Agent) -> RulesRef:
     """The snapshot an agent runs now: its pinned version, the latest published one, or the draft."""
+    return _agent_rules(agent)[0]
+
+
+def _agent_rules(agent: Agent) -> tuple[RulesRef, RuleSetVersion | None]:
+    """agent_rules and the published version it is (None: the draft, or no rule set).
+
+    A version's content is read from the database only the first time this process runs it."""
     rule_set = agent.rule_set
     if rule_set is None:
-        return RulesRef([], "", "", "")
+        return RulesRef([], "", "", ""), None
     if agent.rule_set_mode == Agent.RuleSetMode.DRAFT:
         snapshot = engine.rule_set_snapshot(rule_set)
-        return RulesRef(snapshot, rule_set.name, f"draft@{rule_set.revision}", sha256(snapshot))
+        return RulesRef(snapshot, rule_set.name, f"draft@{rule_set.revision}", sha256(snapshot)), None
     if agent.rule_set_mode == Agent.RuleSetMode.PINNED:
         version = agent.pinned_version
         if version is None:
@@ -60,7 +81,7 @@ def agent_rules(agent: Agent) -> RulesRef:
                 % {"name": rule_set.name}
             )
     else:
-        version = rule_set.versions.order_by("-number").first()
+        version = rule_set.versions.order_by("-number").defer("content").first()
         if version is None:
             raise AgentError(
                 _(
@@ -68,7 +89,7 @@ def agent_rules(agent: Agent) -> RulesRef:
                 )
                 % {"name": rule_set.name}
             )
-    return RulesRef(list(version.content), rule_set.name, f"v{version.number}", version.content_hash)
+    return version_ref(rule_set.name, version), version
 
 
 @dataclass(frozen=True)
@@ -88,14 +109,8 @@ def run_rules(agent: Agent, run: Run) -> tuple[Any, Served]:
         and candidate.rule_set_id == agent.rule_set_id
         and rollout.serves_candidate(agent, session_id=run.session_id, chatbot_id=run.chatbot_id)
     ):
-        rules = RulesRef(
-            list(candidate.content), agent.rule_set.name, f"v{candidate.number}", candidate.content_hash
-        )
-        return rules, Served(candidate, True)
-    rules = agent_rules(agent)
-    version = None
-    if rules.ref.startswith("v") and agent.rule_set is not None:
-        version = agent.rule_set.versions.filter(number=int(rules.ref[1:])).first()
+        return version_ref(agent.rule_set.name, candidate), Served(candidate, True)
+    rules, version = _agent_rules(agent)
     return rules, Served(version, False)
 
 
@@ -108,7 +123,7 @@ def agent_spec(agent: Agent, rules: RulesRef):
     return AgentSpec(
         name=agent.name,
         system_prompt=agent.system_prompt,
-        rules=engine.compile_snapshot(rules.snapshot),
+        rules=rules.compiled(),
         model=ModelConfig(**model_settings(agent)),
         input_guardrail=InputGuardrail(
             max_chars=agent.input_max_chars, blocked_patterns=list(agent.input_blocked_patterns)
@@ -203,14 +218,23 @@ def execute_claimed_run(*, run_id: int) -> RunEnd:
     """Execute a run already claimed by this worker and say how it ended (the caller records it)."""
     from llamon_agent.react import run_agent
 
-    run = Run.objects.select_related(
-        "agent",
-        "agent__model_connection",
-        "agent__rule_set",
-        "agent__pinned_version",
-        "agent__rollout_version",
-        "agent__shadow_version",
-    ).get(pk=run_id)
+    run = (
+        Run.objects.select_related(
+            "agent",
+            "agent__model_connection",
+            "agent__rule_set",
+            "agent__pinned_version",
+            "agent__rollout_version",
+            "agent__shadow_version",
+        )
+        # A version's content is read once per process (engine.version_rules), not with each run.
+        .defer(
+            "agent__pinned_version__content",
+            "agent__rollout_version__content",
+            "agent__shadow_version__content",
+        )
+        .get(pk=run_id)
+    )
     agent = run.agent
     if agent is None:
         return RunEnd(Run.Status.FAILED, error="The agent of this run was deleted.", error_kind="config")
@@ -233,7 +257,7 @@ def execute_claimed_run(*, run_id: int) -> RunEnd:
     redact = run_redactor(run)  # what the input's masks hide stays hidden where tools echo it
     sink = DbStepSink(run, redact=redact)
     exported = otel_sink(agent_name=agent.name, run_id=run_id, source="worker", redact=redact)  # None: off
-    mcp_ids = set(engine.snapshot_mcp_ids(rules.snapshot)) | set(spec.react_mcp_ids)
+    mcp_ids = set(rules.mcp_ids()) | set(spec.react_mcp_ids)
     run_sink = MultiSink(sink, exported) if exported is not None else sink  # connect steps are spans too
     if run.replay_of_id is not None:  # a replay: the original's recorded outputs, no server (agents.replay)
         from agents.replay import replay_backend
@@ -332,9 +356,14 @@ def connect_cold_servers(pool: Any, mcp_ids: Iterable[str], sink: Any) -> None:
 def agent_servers() -> list[Any]:
     """The enabled MCP servers any agent uses now (its rules' servers and its ReAct servers)."""
     mcp_ids: set[str] = set()
-    for agent in Agent.objects.select_related("rule_set", "pinned_version").prefetch_related("react_servers"):
+    agents = (
+        Agent.objects.select_related("rule_set", "pinned_version")
+        .defer("pinned_version__content")
+        .prefetch_related("react_servers")
+    )
+    for agent in agents:
         try:
-            mcp_ids |= set(engine.snapshot_mcp_ids(agent_rules(agent).snapshot))
+            mcp_ids |= set(agent_rules(agent).mcp_ids())
         except AgentError:
             pass  # an agent that cannot run now has nothing to warm
         mcp_ids |= {server.mcp_id for server in agent.react_servers.all()}

@@ -6,6 +6,8 @@ Nothing here writes to the database; services and selectors call these functions
 from __future__ import annotations
 
 import json
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -38,7 +40,7 @@ from llamon_agent.prestep import (
 from llamon_agent.tools import AgentRequest, ToolInfo
 from llamon_agent.trace import jsonable
 from rules.errors import RuleError
-from rules.models import RuleSet
+from rules.models import RuleSet, RuleSetVersion
 from servers.models import McpServer
 
 SNAPSHOT_FIELDS = ("name", "description", "mcp_id", "tool_name", "when", "params", "stop", "enabled")
@@ -85,6 +87,51 @@ def _compiled_rules(key: tuple[tuple[str, str, str, str, str, bool], ...], use_i
 @lru_cache(maxsize=20_000)
 def _expression_rule(name: str, mcp_id: str, tool_name: str, when: str, params: str, stop: bool):
     return expression_rule(name=name, mcp_id=mcp_id, tool_name=tool_name, when=when, params=params, stop=stop)
+
+
+class VersionRules:
+    """A published version's rules as a run needs them: the snapshot (read-only: it is shared),
+    its servers, and its compiled rules (compiled on first use; a version that does not compile
+    raises each time it is asked, like compile_snapshot)."""
+
+    __slots__ = ("_compiled", "mcp_ids", "snapshot")
+
+    def __init__(self, snapshot: list[dict[str, Any]]) -> None:
+        self.snapshot = snapshot
+        self.mcp_ids = snapshot_mcp_ids(snapshot)
+        self._compiled: Any = None
+
+    def compiled(self) -> Any:
+        if self._compiled is None:
+            self._compiled = compile_snapshot(self.snapshot)
+        return self._compiled
+
+
+VERSION_CACHE_SIZE = 64  # published versions kept per process (a worker serves a few at a time)
+_versions: OrderedDict[tuple[int, Any, str], VersionRules] = OrderedDict()
+_versions_lock = threading.Lock()
+
+
+def version_rules(version: RuleSetVersion) -> VersionRules:
+    """The rules of a published version, read from the database and compiled once per process.
+
+    A version's content never changes (RuleSetVersion.save refuses an update), so its row is the
+    key: its id, when it was made and its content hash (the id alone can come back after a
+    rolled-back transaction, the hash alone is not checked against the content here). Pass the
+    version with ``content`` deferred and the content is read only the first time.
+    """
+    key = (version.pk, version.created_at, version.content_hash)
+    with _versions_lock:
+        found = _versions.get(key)
+        if found is not None:
+            _versions.move_to_end(key)
+            return found
+    found = VersionRules(list(version.content))
+    with _versions_lock:
+        _versions[key] = found
+        while len(_versions) > VERSION_CACHE_SIZE:
+            _versions.popitem(last=False)
+    return found
 
 
 def servers_by_id(mcp_ids: Iterable[str]) -> dict[str, McpServer]:

@@ -1,0 +1,76 @@
+"""What a worker keeps between runs, and how it writes a run's steps (docs/performance.md, "Worker path").
+
+In process: the published versions' rules a process keeps (read and compiled once, never another
+version's).
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from agents import runtime
+from agents.models import Agent
+from llamon_web.demo import SEED_RULES
+from rules import engine
+from rules import services as rule_services
+from rules.models import RuleSetVersion
+from tests.support.rule_sets import build_rule_set
+
+pytestmark = pytest.mark.django_db
+CONTENT_COLUMN = re.compile(r'"rules_rulesetversion"\."content"(?!_)')
+
+
+def test_a_version_is_read_once_a_new_one_is_picked_up_and_no_agent_gets_anothers_rules(
+    agent, versions, author
+) -> None:
+    v1, v2 = versions
+    follows = Agent.objects.create(
+        name="follows", system_prompt="p", rule_set=v1.rule_set, rule_set_mode="latest"
+    )
+    first = runtime.agent_rules(follows)
+    assert (first.ref, first.snapshot) == ("v2", v2.content)
+    with CaptureQueriesContext(connection) as queries:
+        again = runtime.agent_rules(Agent.objects.select_related("rule_set").get(pk=follows.pk))
+    assert again.version is first.version and again.compiled() is first.compiled()
+    assert not any(CONTENT_COLUMN.search(q["sql"]) for q in queries), "the content was read again"
+
+    # A version published since is what the next run gets.
+    rule_services.rule_create(
+        actor=author,
+        rule_set=v1.rule_set,
+        name="search_too",
+        mcp_id="knowledge-base",
+        tool_name="search_docs",
+        when='"검색" in ctx.query',
+        params='{"q": ctx.query}',
+    )
+    v3 = rule_services.rule_set_publish(actor=author, rule_set=v1.rule_set)
+    third = runtime.agent_rules(Agent.objects.select_related("rule_set").get(pk=follows.pk))
+    assert (third.ref, third.snapshot) == ("v3", v3.content) and third.compiled() is not first.compiled()
+    assert [info.name for info in third.compiled().infos][-1] == "search_too"
+
+    # The fixture's agent pins v1: v1's rules, whatever this process read before.
+    assert runtime.agent_rules(Agent.objects.get(pk=agent.pk)).snapshot == v1.content
+
+    # Another rule set, its v1 like ours: its own rules.
+    other_set = build_rule_set(author, "other", [SEED_RULES[1]])
+    other_v1 = rule_services.rule_set_publish(actor=author, rule_set=other_set)
+    other = Agent.objects.create(name="other", system_prompt="p", rule_set=other_set, rule_set_mode="latest")
+    theirs = runtime.agent_rules(other)
+    assert (theirs.ref, theirs.snapshot) == ("v1", other_v1.content)
+    assert [info.name for info in theirs.compiled().infos] == [SEED_RULES[1]["name"]]
+
+    # A row that comes with the id of one read before (after a rolled-back transaction) is not it.
+    stand_in = RuleSetVersion(
+        pk=v1.pk,
+        rule_set=other_set,
+        number=1,
+        content=other_v1.content,
+        content_hash=other_v1.content_hash,
+        created_at=other_v1.created_at,
+    )
+    assert engine.version_rules(stand_in).snapshot == other_v1.content
