@@ -255,7 +255,9 @@ def execute_claimed_run(*, run_id: int) -> RunEnd:
     )
 
     redact = run_redactor(run)  # what the input's masks hide stays hidden where tools echo it
-    sink = DbStepSink(run, redact=redact)
+    # Batched: local steps are written with the next call's step, the rest when the run ends
+    # (sink.flush below); a claimed run has no steps yet, and its created_at was just read.
+    sink = DbStepSink(run, redact=redact, batch=True, created_at=run.created_at)
     exported = otel_sink(agent_name=agent.name, run_id=run_id, source="worker", redact=redact)  # None: off
     mcp_ids = set(rules.mcp_ids()) | set(spec.react_mcp_ids)
     run_sink = MultiSink(sink, exported) if exported is not None else sink  # connect steps are spans too
@@ -275,15 +277,18 @@ def execute_claimed_run(*, run_id: int) -> RunEnd:
     request = AgentRequest(
         query=run.query, context=run.context, a2a_data=run.a2a_data, a2a_files=run.a2a_files
     )
-    with soft_limit_watch() as soft_limit:
-        result = run_agent(
-            spec,
-            request,
-            backend=backend,
-            react_tools=react_tools,
-            sink=run_sink,
-            should_cancel=should_cancel,
-        )
+    try:
+        with soft_limit_watch() as soft_limit:
+            result = run_agent(
+                spec,
+                request,
+                backend=backend,
+                react_tools=react_tools,
+                sink=run_sink,
+                should_cancel=should_cancel,
+            )
+    finally:
+        sink.flush()  # the steps it holds, before the run is finished
     if exported is not None:
         exported.finish(result.status, error=result.error)
     if served.version is None or served.version.pk != agent.shadow_version_id:

@@ -1,7 +1,14 @@
 """A trace sink that stores a run's steps as they happen.
 
-A start event inserts the step row at once (autocommit), before the call it describes begins,
+By default a start event inserts the step row at once, before the call it describes begins,
 so a worker killed mid-call leaves the step behind as evidence; the end event completes it.
+With ``batch=True`` (a worker's run) the writes are grouped: a step that waits on the outside
+(a rule's or a tool's call, a model call, a connect: every kind but the local ones below) is
+written at its start and at its end together with everything held before it, in one
+transaction; a local step (a guardrail, the pre-step's own node, the answer) waits for the next
+such write, or for :meth:`DbStepSink.flush`, which the runtime calls before the run is
+finished. So a worker killed during a call still leaves that call's step behind, ``running``,
+and every step before it; the demo's run of six steps commits five times instead of thirteen.
 A tool or rule step's output over LLAMON_TOOL_RESULT_MAX_BYTES is cut (with its full size) first.
 Everything stored passes through the privacy redaction, then through json_safe (a tool
 result may hold NaN or Infinity, which JSON columns refuse: they are stored as the strings
@@ -18,6 +25,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.conf import settings
+from django.db import transaction
 
 from agents.models import Run, RunStep, RunTool
 from llamon_agent.mcp.results import cap_value
@@ -26,10 +34,29 @@ from llamon_agent.trace import TraceEvent
 logger = logging.getLogger(__name__)
 
 
-class DbStepSink:
-    """TraceSink writing RunStep rows for one run (thread-safe; seq numbers in arrival order)."""
+# Kinds whose work stays in this process and is bounded (no call to a server or a model): with
+# batch=True their rows wait for the next write. Any other kind is written at once.
+LOCAL_KINDS = frozenset({"guardrail", "prestep", "answer", "error"})
 
-    def __init__(self, run: Run, *, redact: Callable[[Any], Any] | None = None, resume: bool = False) -> None:
+
+class DbStepSink:
+    """TraceSink writing RunStep rows for one run (thread-safe; seq numbers in arrival order).
+
+    ``batch``: hold the rows of local steps until the next step that waits on the outside, or
+    :meth:`flush` (see the module's docstring); the caller must flush before finishing the run.
+    ``created_at``: the run's stored ``created_at`` when the caller has just read the run (a
+    worker's fresh claim, which has no steps yet), saving two queries.
+    """
+
+    def __init__(
+        self,
+        run: Run,
+        *,
+        redact: Callable[[Any], Any] | None = None,
+        resume: bool = False,
+        batch: bool = False,
+        created_at: datetime | None = None,
+    ) -> None:
         self.run_id = run.pk
         # Tool results are cut by the pool as they arrive; a served agent's own (non-MCP) tools and
         # whatever a trace batch brings are cut here, the same way, before they are stored.
@@ -37,20 +64,27 @@ class DbStepSink:
         redact = redact or (lambda value: value)
         self._redact = lambda value: json_safe(redact(value))
         self._lock = threading.Lock()
-        self._seq = RunStep.objects.filter(run_id=run.pk).count()
-        self._rows: dict[str, tuple[int, int]] = {}  # event id -> (row pk, seq)
+        self._batch = batch
+        self._seq = 0 if created_at is not None else RunStep.objects.filter(run_id=run.pk).count()
+        self._rows: dict[str, int] = {}  # event id -> seq
         if resume:
             # Trace ingest: an end event may complete a step whose start came in an earlier batch.
-            self._rows = {
-                event_id: (pk, seq)
-                for event_id, pk, seq in RunStep.objects.filter(run_id=run.pk)
-                .exclude(event_id="")
-                .values_list("event_id", "pk", "seq")
-            }
+            self._rows = dict(
+                RunStep.objects.filter(run_id=run.pk).exclude(event_id="").values_list("event_id", "seq")
+            )
         self.counts = {"llm": 0, "tool": 0}
         # The stored value (not the caller's copy): the tool filter pages by it like the run list.
-        self._created_at = Run.objects.filter(pk=run.pk).values_list("created_at", flat=True).get()
+        self._created_at = (
+            created_at
+            if created_at is not None
+            else Run.objects.filter(pk=run.pk).values_list("created_at", flat=True).get()
+        )
         self._tools: set[str] = set()  # tools this sink recorded in RunTool already
+        # Held writes, in arrival order: rows to insert (by seq), ends of rows already written,
+        # tools to record.
+        self._new: dict[int, RunStep] = {}
+        self._ended: list[tuple[int, dict[str, Any]]] = []
+        self._new_tools: list[str] = []
 
     def emit(self, event: TraceEvent) -> None:
         with self._lock:
@@ -58,15 +92,22 @@ class DbStepSink:
                 self._start(event)
             else:
                 self._end(event)
+            if not self._batch or event.kind not in LOCAL_KINDS:
+                self._write()
+
+    def flush(self) -> None:
+        """Write whatever is held (one transaction)."""
+        with self._lock:
+            self._write()
 
     def _start(self, event: TraceEvent) -> None:
         self._seq += 1
         parent = self._rows.get(event.parent or "")
-        row = RunStep.objects.create(
+        row = RunStep(
             run_id=self.run_id,
             seq=self._seq,
             event_id=event.id,
-            parent_seq=parent[1] if parent else None,
+            parent_seq=parent,
             kind=event.kind,
             name=event.name[:200],
             status="running",
@@ -74,22 +115,19 @@ class DbStepSink:
             input=self._redact(event.input),
             **_call_fields(event),
         )
-        self._rows[event.id] = (row.pk, row.seq)
+        self._new[row.seq] = row
+        self._rows[event.id] = row.seq
         if (
             row.tool_name
             and row.kind in (RunStep.Kind.RULE, RunStep.Kind.TOOL)
             and row.tool_name not in self._tools
         ):
             self._tools.add(row.tool_name)
-            RunTool.objects.bulk_create(
-                [RunTool(run_id=self.run_id, tool_name=row.tool_name, created_at=self._created_at)],
-                ignore_conflicts=True,  # a resumed run may have recorded it before
-            )
+            self._new_tools.append(row.tool_name)
 
     def _end(self, event: TraceEvent) -> None:
         if event.kind in self.counts:
             self.counts[event.kind] += 1
-        known = self._rows.get(event.id)
         fields = {
             "status": event.status,
             "duration_ms": event.duration_ms,
@@ -103,10 +141,33 @@ class DbStepSink:
             # Masked like the output: a schema problem quotes the value it is about.
             "warnings": self._redact([str(w)[:1000] for w in (event.meta or {}).get("warnings") or ()][:5]),
         }
-        if known is None:  # an end without a start: store it whole
+        if event.id not in self._rows:  # an end without a start: store it whole
             self._start(event)
-            known = self._rows[event.id]
-        RunStep.objects.filter(pk=known[0]).update(**fields)
+        seq = self._rows[event.id]
+        held = self._new.get(seq)
+        if held is not None:  # not written yet: written complete
+            for name, value in fields.items():
+                setattr(held, name, value)
+        else:
+            self._ended.append((seq, fields))
+
+    def _write(self) -> None:
+        if not (self._new or self._ended or self._new_tools):
+            return
+        rows, ended, tools = list(self._new.values()), self._ended, self._new_tools
+        # Dropped whether or not the write succeeds, as an unbatched sink loses the one step whose
+        # write fails (trace.emit logs it): a row the database refuses must not block the next ones.
+        self._new, self._ended, self._new_tools = {}, [], []
+        with transaction.atomic():
+            if rows:
+                RunStep.objects.bulk_create(rows)
+            for seq, fields in ended:
+                RunStep.objects.filter(run_id=self.run_id, seq=seq).update(**fields)
+            if tools:
+                RunTool.objects.bulk_create(
+                    [RunTool(run_id=self.run_id, tool_name=t, created_at=self._created_at) for t in tools],
+                    ignore_conflicts=True,  # a resumed run may have recorded it before
+                )
 
 
 def json_safe(value: Any, _depth: int = 0) -> Any:

@@ -1,7 +1,8 @@
 """What a worker keeps between runs, and how it writes a run's steps (docs/performance.md, "Worker path").
 
 In process: the published versions' rules a process keeps (read and compiled once, never another
-version's).
+version's), and the batched step sink (a call's step is committed before the call, the local steps
+with it or when the run ends).
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from agents import runtime
-from agents.models import Agent
+from agents.models import Agent, Run, RunStep, RunTool
+from agents.sink import DbStepSink
+from llamon_agent.trace import start_span
 from llamon_web.demo import SEED_RULES
 from rules import engine
 from rules import services as rule_services
@@ -74,3 +77,49 @@ def test_a_version_is_read_once_a_new_one_is_picked_up_and_no_agent_gets_another
         created_at=other_v1.created_at,
     )
     assert engine.version_rules(stand_in).snapshot == other_v1.content
+
+
+def test_a_batched_sink_commits_a_calls_step_before_the_call_and_the_rest_with_the_next_write(
+    agent,
+) -> None:
+    run = Run.objects.create(agent=agent, query="q", status=Run.Status.RUNNING)
+    sink = DbStepSink(run, batch=True, created_at=run.created_at)
+
+    def stored() -> list[tuple[int, str, str, int | None]]:
+        return list(
+            RunStep.objects.filter(run=run).order_by("seq").values_list("seq", "kind", "status", "parent_seq")
+        )
+
+    start_span(sink, "guardrail", "input").finish()
+    prestep = start_span(sink, "prestep", "deterministic pre-step")
+    assert stored() == []  # local steps wait
+    rule = start_span(
+        sink,
+        "rule",
+        "route_order_lookup",
+        input={"mcp_id": "order-service", "tool_name": "get_order"},
+        parent=prestep.id,
+    )
+    # Before the call: the call's step, running, and everything before it.
+    assert stored() == [
+        (1, "guardrail", "ok", None),
+        (2, "prestep", "running", None),
+        (3, "rule", "running", 2),
+    ]
+    assert list(RunTool.objects.filter(run=run).values_list("tool_name", flat=True)) == ["get_order"]
+    rule.output = {"found": True}
+    rule.finish()
+    assert stored()[2] == (3, "rule", "ok", 2)  # a call's end is written at once too
+    prestep.finish()
+    start_span(sink, "answer", "answer").finish()
+    assert stored()[1] == (2, "prestep", "running", None)
+    sink.flush()
+    assert stored() == [
+        (1, "guardrail", "ok", None),
+        (2, "prestep", "ok", None),
+        (3, "rule", "ok", 2),
+        (4, "answer", "ok", None),
+    ]
+    assert RunStep.objects.get(run=run, seq=3).output == {"found": True}
+    sink.flush()  # nothing held: nothing written twice
+    assert RunStep.objects.filter(run=run).count() == 4
