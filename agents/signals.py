@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from celery.signals import worker_process_init, worker_process_shutdown
+from celery.signals import task_prerun, worker_process_init, worker_process_shutdown
 from django.utils import timezone
 
 logger = logging.getLogger(__name__)
@@ -28,6 +28,33 @@ def _on_worker_process_init(**_: object) -> None:
     from agents.runtime import warm_pool_in_background
 
     warm_pool_in_background()
+
+
+@task_prerun.connect
+def _on_task_prerun(**_: object) -> None:
+    """Keep this process's database connections from one task to the next (llamon_web/celery.py),
+    but close one that cannot serve the next task: after a database error, left in a
+    transaction, or not answering (``is_usable``: a round trip on PostgreSQL). The task then
+    connects again on its first query."""
+    from django.db import connections
+
+    for conn in connections.all(initialized_only=True):
+        if conn.connection is None:
+            continue
+        try:
+            usable = (
+                not conn.errors_occurred
+                and not conn.in_atomic_block
+                and conn.get_autocommit() == conn.settings_dict["AUTOCOMMIT"]
+                and conn.is_usable()
+            )
+        except Exception:
+            usable = False
+        if not usable:
+            try:
+                conn.close()
+            except Exception:  # closing a broken connection may fail too: it is gone either way
+                logger.warning("closing an unusable database connection failed", exc_info=True)
 
 
 @worker_process_shutdown.connect

@@ -1,8 +1,8 @@
 """What a worker keeps between runs, and how it writes a run's steps (docs/performance.md, "Worker path").
 
 In process: the published versions' rules a process keeps (read and compiled once, never another
-version's), and the batched step sink (a call's step is committed before the call, the local steps
-with it or when the run ends).
+version's), the batched step sink (a call's step is committed before the call, the local steps
+with it or when the run ends) and the database connection a worker keeps between tasks.
 """
 
 from __future__ import annotations
@@ -123,3 +123,23 @@ def test_a_batched_sink_commits_a_calls_step_before_the_call_and_the_rest_with_t
     assert RunStep.objects.get(run=run, seq=3).output == {"found": True}
     sink.flush()  # nothing held: nothing written twice
     assert RunStep.objects.filter(run=run).count() == 4
+
+
+def test_a_worker_keeps_its_database_connection_between_tasks_unless_it_cannot_serve(monkeypatch) -> None:
+    from django.db import connections
+
+    from agents.signals import _on_task_prerun
+    from llamon_web.celery import app
+
+    assert app.conf.get("CELERY_DB_REUSE_MAX")  # else Celery's fixup closes it around every task
+    kept, failed, left_open = (connections.create_connection("default") for _ in range(3))
+    for conn in (kept, failed, left_open):
+        conn.ensure_connection()
+    failed.errors_occurred = True  # what a database error leaves behind
+    left_open.set_autocommit(False)  # a task that left a transaction open
+    monkeypatch.setattr(connections, "all", lambda initialized_only=False: [kept, failed, left_open])
+    raw = kept.connection
+    _on_task_prerun()
+    assert kept.connection is raw
+    assert failed.connection is None and left_open.connection is None
+    kept.close()
