@@ -37,7 +37,7 @@ import threading
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine
 from contextlib import AsyncExitStack
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import httpx
@@ -855,30 +855,20 @@ atexit.register(close_all_pools)
 # --------------------------------------------------------------------------- LangChain tools
 
 
-class _PooledSession:
-    """The slice of ``ClientSession`` the adapters' tools call, routed to the pool's session."""
-
-    def __init__(self, pool: McpPool, mcp_id: str) -> None:
-        self._pool = pool
-        self._mcp_id = mcp_id
-
-    async def call_tool(
-        self, name: str, arguments: dict[str, Any] | None = None, *args: Any, **kwargs: Any
-    ) -> types.CallToolResult:
-        return await self._pool.call_tool_raw(self._mcp_id, name, arguments)
-
-
 def _langchain_tool(pool: McpPool, mcp_id: str, tool: types.Tool) -> BaseTool:
-    from langchain_mcp_adapters.tools import convert_mcp_tool_to_langchain_tool
+    from llamon_agent.mcp.lc_tools import langchain_tool
 
-    lc_tool: Any = convert_mcp_tool_to_langchain_tool(_PooledSession(pool, mcp_id), tool)  # type: ignore[arg-type]
+    async def call(name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+        return await pool.call_tool_raw(mcp_id, name, arguments)
+
+    lc_tool = langchain_tool(tool, call)
     coroutine = lc_tool.coroutine
+    assert coroutine is not None
 
-    # The adapters only give an async tool; a sync twin lets plain threads .invoke() it. It runs
-    # the same coroutine on the pool loop. wraps() keeps the injected `runtime` parameter visible.
+    # A sync twin lets plain threads .invoke() the tool: the same coroutine, run on the pool loop.
     @functools.wraps(coroutine)
     def run_sync(*args: Any, **kwargs: Any) -> Any:
         return pool._submit(coroutine(*args, **kwargs)).result()
 
     lc_tool.func = run_sync
-    return cast("BaseTool", lc_tool)
+    return lc_tool
