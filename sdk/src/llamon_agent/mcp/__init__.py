@@ -1,7 +1,9 @@
 """The MCP client side of the engine: pooled sessions, MCPHandle, registries, result normalization.
 
-Importing this package is cheap: the pool (mcp, httpx, anyio), the handle, the registries
-and the result helpers load on first attribute access.
+Importing this package is cheap: the pool (httpx, anyio), the handle, the registries and the
+result helpers load on first attribute access. The pool speaks MCP itself (:mod:`.session`,
+:mod:`.transports`, :mod:`.protocol`), so the SDK works with either major of the mcp library
+installed beside it.
 """
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ class ToolErrorResult(ToolException):
 def _on_tool_error(error: ToolException) -> Any:
     # LangChain passes only ToolExceptions here; a list of blocks becomes the ToolMessage's content.
     if isinstance(error, ToolErrorResult):
-        return error.blocks or [create_text_block(text=str(error))]
+        return error.blocks or [dict(create_text_block(text=str(error)))]
     raise error
 
 
@@ -126,5 +126,5 @@ def langchain_tool(tool: Any, call: ToolCaller) -> StructuredTool:
         coroutine=call_tool,
         response_format="content_and_artifact",
         metadata=metadata,
-        handle_tool_error=_on_tool_error,  # type: ignore[arg-type]
+        handle_tool_error=_on_tool_error,
     )

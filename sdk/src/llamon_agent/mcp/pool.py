@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
+import contextlib
 import functools
 import logging
 import os
@@ -37,15 +38,14 @@ import threading
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine
 from contextlib import AsyncExitStack
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import anyio
 import httpx
-from mcp import ClientSession, types
-from mcp.shared.exceptions import McpError as SdkMcpError
 from pydantic import ValidationError
 
 from llamon_agent.envnames import EnvNamePolicy, header_env_name
+from llamon_agent.mcp import protocol as types
 from llamon_agent.mcp.errors import (
     McpConnectionError,
     McpError,
@@ -62,10 +62,12 @@ from llamon_agent.mcp.results import (
     normalize_result,
     output_problems,
 )
+from llamon_agent.mcp.session import ClientSession, RpcError
 from llamon_agent.mcp.spec import McpServerSpec
 from llamon_agent.mcp.transports import (
     _GRACEFUL_EXIT_S,
     _KILL_WAIT_S,
+    SESSION_TERMINATED,
     STDERR_MARKER,
     HttpGuard,
     _http_transport,
@@ -81,7 +83,6 @@ T = TypeVar("T")
 StdioAllowed = Callable[[McpServerSpec], bool]
 _HEALTH_PING_S = 3.0  # after a timeout, a session that cannot answer a ping this fast is restarted
 _CANCEL_SEND_S = 1.0
-_SESSION_TERMINATED = 32600  # what mcp's HTTP transport reports when the server forgot our session
 
 
 class _Slot:
@@ -440,6 +441,7 @@ class McpPool:
             if slot.link is link:
                 slot.session = None
             self._doom_inflight(slot, link)
+            link.closed.set()
 
     def _transport(self, spec: McpServerSpec, link: _Link) -> Any:
         if self.env_policy is not None:
@@ -524,7 +526,7 @@ class McpPool:
                 raise McpTimeoutError.about(
                     f"tools/list got no answer within {slot.spec.timeout_s}s", mcp_id=slot.spec.mcp_id
                 ) from None
-            except (SdkMcpError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
+            except (RpcError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
                 link.finish(_describe_exception(exc))
                 if attempt == 2:
                     raise McpConnectionError.about(
@@ -610,25 +612,17 @@ class McpPool:
         mcp_id = slot.spec.mcp_id
         task = asyncio.current_task()
         assert task is not None
-        # mcp 1.x numbers requests from this counter; no await separates reading it from the
-        # call below taking it, so it is this request's id (needed to cancel it on the server).
-        request_id: types.RequestId | None = getattr(session, "_request_id", None)
+        # Our own id, chosen before sending: a timed-out request is cancelled on the server by it.
+        request_id: types.RequestId | None = session.new_request_id()
         slot.inflight[task] = link
         if wire is not None and request_id is not None:
             link.tap.watch(request_id, wire)
         try:
             async with asyncio.timeout(timeout):
-                # send_request, not ClientSession.call_tool: that one refuses a result that breaks the
-                # tool's output schema; here it is handed on, with the problems as a warning
-                # (_call_checked, the trace).
-                return await session.send_request(
-                    types.ClientRequest(
-                        types.CallToolRequest(
-                            params=types.CallToolRequestParams(name=tool_name, arguments=params)
-                        )
-                    ),
-                    types.CallToolResult,
-                )
+                raw = await session.call_tool(tool_name, params, request_id)
+            # A result that breaks the tool's output schema is handed on, with the problems as a
+            # warning (_call_checked, the trace); mcp's own client refuses it.
+            return types.CallToolResult.model_validate(raw)
         except TimeoutError:
             self._spawn(self._after_timeout(slot, session, link, request_id))
             raise McpTimeoutError.about(
@@ -643,8 +637,16 @@ class McpPool:
             self._doomed.discard(task)
             task.uncancel()
             return request_id, link.describe()
-        except SdkMcpError as exc:
-            return self._sdk_error(exc, link, request_id, mcp_id, tool_name)
+        except RpcError as exc:
+            if exc.code == types.CONNECTION_CLOSED:
+                # The connection ended first: wait for its teardown, so that the error names the
+                # child's exit code and last stderr lines (out of inflight: nothing to doom).
+                slot.inflight.pop(task, None)
+                link.finish("the connection closed" if exc.message == "Connection closed" else exc.message)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(link.closed.wait(), _GRACEFUL_EXIT_S + 2 * _KILL_WAIT_S + 1)
+                return request_id, link.describe()
+            return self._rpc_error(exc, link, request_id, mcp_id, tool_name)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
             # The session's write stream was already closed: this request never left the process.
             if request_id is not None:
@@ -660,19 +662,16 @@ class McpPool:
             if request_id is not None:
                 link.tap.unwatch(request_id)
 
-    def _sdk_error(
+    def _rpc_error(
         self,
-        exc: SdkMcpError,
+        exc: RpcError,
         link: _Link,
         request_id: types.RequestId | None,
         mcp_id: str,
         tool_name: str,
     ) -> tuple[types.RequestId | None, str]:
-        code, message = exc.error.code, exc.error.message
-        if code == types.CONNECTION_CLOSED:
-            link.finish("the connection closed")
-            return request_id, link.describe()
-        if code == _SESSION_TERMINATED and "terminated" in message.lower():
+        code, message = exc.code, exc.message
+        if code == SESSION_TERMINATED and "terminated" in message.lower():
             # The HTTP server no longer knows our session (it restarted): it did not run the call.
             if request_id is not None:
                 link.unsent.add(request_id)
@@ -696,7 +695,7 @@ class McpPool:
         slot.health = verdict
         try:
             with anyio.fail_after(_HEALTH_PING_S):
-                await session.send_ping()
+                await session.ping()
         except Exception:
             logger.warning(
                 "MCP server '%s' did not answer a ping after a timeout; restarting it", slot.spec.mcp_id
@@ -760,29 +759,20 @@ async def _as_coro(func: Callable[..., Awaitable[T]], *args: Any) -> T:
 
 
 async def _list_all_tools(session: ClientSession) -> list[types.Tool]:
-    tools: list[types.Tool] = []
-    cursor: str | None = None
-    for _ in range(1000):  # a server that keeps paginating forever is a broken server
-        page = await session.list_tools(cursor=cursor)
-        tools.extend(page.tools)
-        cursor = page.nextCursor
-        if not cursor:
-            return tools
-    raise McpProtocolError("tools/list kept returning a next cursor after 1000 pages")
+    try:
+        return await session.list_all_tools()
+    except ValueError as exc:
+        if isinstance(exc, ValidationError):
+            raise
+        raise McpProtocolError(str(exc)) from None
 
 
 async def _send_cancel(session: ClientSession, request_id: types.RequestId | None, reason: str) -> None:
     if request_id is None:
         return
-    notification = types.ClientNotification(
-        types.CancelledNotification(
-            method="notifications/cancelled",
-            params=types.CancelledNotificationParams(requestId=request_id, reason=reason),
-        )
-    )
     try:
         with anyio.move_on_after(_CANCEL_SEND_S):
-            await session.send_notification(notification)
+            await session.cancel(request_id, reason)
     except Exception:
         pass  # the session is gone: nothing is left to cancel
 
@@ -792,8 +782,8 @@ def _describe_exception(exc: BaseException) -> str:
         inner = [e for e in exc.exceptions if not isinstance(e, asyncio.CancelledError)]
         if inner:
             return _describe_exception(inner[0])
-    if isinstance(exc, SdkMcpError):
-        return exc.error.message
+    if isinstance(exc, RpcError):
+        return exc.message
     text = str(exc) or type(exc).__name__
     return f"{type(exc).__name__}: {text}" if isinstance(exc, httpx.HTTPError | OSError) else text
 
@@ -862,8 +852,7 @@ def _langchain_tool(pool: McpPool, mcp_id: str, tool: types.Tool) -> BaseTool:
         return await pool.call_tool_raw(mcp_id, name, arguments)
 
     lc_tool = langchain_tool(tool, call)
-    coroutine = lc_tool.coroutine
-    assert coroutine is not None
+    coroutine = cast("Callable[..., Coroutine[Any, Any, Any]]", lc_tool.coroutine)
 
     # A sync twin lets plain threads .invoke() the tool: the same coroutine, run on the pool loop.
     @functools.wraps(coroutine)

@@ -35,9 +35,10 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from mcp import types
+from pydantic import ValidationError
 
 from llamon_agent.guardrails import safe_cut
+from llamon_agent.mcp import protocol as types
 from llamon_agent.mcp.errors import McpProtocolError, McpToolError
 from llamon_agent.mcp.schemas import schema_errors
 
@@ -54,11 +55,15 @@ def normalize_result(
     tool_name: str | None = None,
     output_schema: dict[str, Any] | None = None,
 ) -> Normalized:
-    """The plain value of a tool result (see the module docstring); raises McpToolError / McpProtocolError."""
-    if not isinstance(result, types.CallToolResult):
+    """The plain value of a tool result (see the module docstring); raises McpToolError / McpProtocolError.
+
+    ``result`` is a :class:`llamon_agent.mcp.protocol.CallToolResult`, or one of mcp 1.x's or mcp 2's."""
+    try:
+        result = types.as_call_tool_result(result)
+    except (TypeError, ValidationError):
         raise McpProtocolError.about(
             f"expected a CallToolResult, got {type(result).__name__}", mcp_id=mcp_id, tool_name=tool_name
-        )
+        ) from None
     if result.isError:
         raise McpToolError.about(_error_text(result), mcp_id=mcp_id, tool_name=tool_name)
     if result.structuredContent is not None:
@@ -92,7 +97,10 @@ def output_problems(result: types.CallToolResult, output_schema: dict[str, Any] 
     """Why a successful result does not fit the tool's declared output schema (empty when it does, or
     when the tool declares none). A warning for the trace, never a failure: MCP's own client refuses
     such a result outright, which would end a run over a server's slip in a field it may not need."""
-    if not output_schema or result.isError:
+    if not output_schema:
+        return []
+    result = types.as_call_tool_result(result)
+    if result.isError:
         return []
     if result.structuredContent is None:
         return ["the tool declares an output schema but returned no structured content"]
@@ -195,6 +203,7 @@ def result_text_bytes(result: types.CallToolResult) -> int:
     """The UTF-8 size of what a result says in text: its text blocks and embedded texts, or its
     structured content as JSON when that is larger (servers send both, the text a rendering of the
     structure; binary payloads are never handed on, only their size: not counted)."""
+    result = types.as_call_tool_result(result)
     size = 0
     for block in result.content:
         if isinstance(block, types.TextContent):
@@ -214,11 +223,14 @@ def cap_result(result: types.CallToolResult, max_bytes: int | None) -> types.Cal
     is no longer JSON). Whatever reads the result after the call (the pre-step, the model, the run
     log, the inspector) gets the same cut value.
     """
-    if max_bytes is None or not isinstance(result, types.CallToolResult) or result.isError:
-        return result  # an error's text is cut to _MAX_ERROR_CHARS where it is read
+    if max_bytes is None:
+        return result
+    original, result = result, types.as_call_tool_result(result)
+    if result.isError:
+        return original  # an error's text is cut to _MAX_ERROR_CHARS where it is read
     size = result_text_bytes(result)
     if size <= max_bytes:
-        return result
+        return original
     parts = [block.text for block in result.content if isinstance(block, types.TextContent)]
     parts += [
         block.resource.text

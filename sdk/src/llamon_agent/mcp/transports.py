@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import re
+import signal
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -15,14 +16,11 @@ from typing import Any, cast
 
 import anyio
 import httpx
-from mcp import types
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.message import SessionMessage
-from pydantic import ValidationError
 
 from llamon_agent.mcp.errors import (
     McpConnectionError,
 )
+from llamon_agent.mcp.protocol import CONNECTION_CLOSED, PARSE_ERROR, RequestId
 from llamon_agent.mcp.spec import McpServerSpec
 from llamon_agent.mcp.wiretap import Wiretap
 from llamon_agent.net import DEFAULT_POLICY, DestinationRefused, guarded_async_client
@@ -45,9 +43,10 @@ class _Link:
     """What the pool knows about one open connection: liveness, why it ended, undelivered requests."""
 
     done: asyncio.Event = field(default_factory=asyncio.Event)
+    closed: asyncio.Event = field(default_factory=asyncio.Event)  # torn down: exit code and stderr are final
     cause: str = ""
     kill: bool = False  # end without the graceful stdin-close wait (the child is frozen)
-    unsent: set[types.RequestId] = field(default_factory=set)
+    unsent: set[RequestId] = field(default_factory=set)
     pid: int | None = None
     returncode: int | None = None
     stderr_tail: collections.deque[str] = field(
@@ -134,8 +133,8 @@ async def _stdio_transport(
             f"could not start {command[0]!r}: {exc.strerror or exc}", mcp_id=spec.mcp_id
         ) from None
     link.pid = process.pid
-    read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
-    write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
+    read_writer, read_stream = anyio.create_memory_object_stream[dict[str, Any] | Exception](0)
+    write_stream, write_reader = anyio.create_memory_object_stream[dict[str, Any]](0)
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(_pump_stdout, process, read_writer, link, max_message_bytes)
@@ -154,8 +153,6 @@ async def _stdio_transport(
 
 
 async def _stop_process(process: Any, link: _Link) -> None:
-    from mcp.os.posix.utilities import terminate_posix_process_tree
-
     if process.returncode is None:
         try:
             await process.stdin.aclose()
@@ -166,7 +163,7 @@ async def _stop_process(process: Any, link: _Link) -> None:
                 await process.wait()
     if process.returncode is None:
         try:
-            await terminate_posix_process_tree(process, _KILL_WAIT_S)
+            await _kill_group(process, _KILL_WAIT_S)
         except ProcessLookupError:
             pass
     with anyio.move_on_after(_KILL_WAIT_S):
@@ -197,39 +194,89 @@ async def _pump_stdout(process: Any, sink: Any, link: _Link, max_bytes: int) -> 
         await sink.aclose()
 
 
+async def _kill_group(process: Any, wait_s: float) -> None:
+    """SIGTERM the child's process group (it has its own: start_new_session), SIGKILL after ``wait_s``."""
+    try:
+        group = os.getpgid(process.pid)
+    except ProcessLookupError:
+        return
+    os.killpg(group, signal.SIGTERM)
+    with anyio.move_on_after(wait_s):
+        while True:
+            try:
+                os.killpg(group, 0)
+            except ProcessLookupError:
+                return
+            await anyio.sleep(0.05)
+    try:
+        os.killpg(group, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def message_problem(data: Any) -> str | None:
+    """Why ``data`` (parsed JSON) is not a JSON-RPC 2.0 message, or None when it is one."""
+    if not isinstance(data, dict):
+        return f"a JSON-RPC message is an object, not {type(data).__name__}"
+    if data.get("jsonrpc") != "2.0":
+        return 'jsonrpc must be "2.0"'
+    if "method" in data:
+        return None if isinstance(data["method"], str) else "method must be a string"
+    if not isinstance(data.get("id"), int | str) or isinstance(data.get("id"), bool):
+        return "a reply needs an id (a number or a string)"
+    if "error" in data:
+        error = data["error"]
+        ok = (
+            isinstance(error, dict)
+            and isinstance(error.get("code"), int)
+            and isinstance(error.get("message"), str)
+        )
+        return None if ok else "error must be an object with an integer code and a string message"
+    return None if "result" in data else "a reply needs a result or an error"
+
+
+def parse_message(text: str) -> dict[str, Any] | None:
+    """``text`` as a JSON-RPC message; for a malformed one that names a request id, a parse-error
+    reply to that request (so its caller fails now instead of timing out); else None."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        problem: str | None = f"not JSON: {exc.msg}"
+        data = None
+    else:
+        problem = message_problem(data)
+    if problem is None:
+        return cast(dict[str, Any], data)
+    request_id = _guess_request_id(text)
+    if request_id is None:
+        return None
+    return {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "error": {"code": PARSE_ERROR, "message": f"malformed JSON-RPC reply ({problem}): {text[:120]!r}"},
+    }
+
+
 async def _deliver_line(line: bytes, sink: Any) -> None:
     text = line.decode("utf-8", errors="replace").strip()
     if not text:
         return
-    try:
-        message = types.JSONRPCMessage.model_validate_json(text)
-    except ValidationError as exc:
-        request_id = _guess_request_id(text)
-        if request_id is None:
-            # mcp's own client skips such lines too (servers sometimes print banners on stdout).
-            logger.warning("ignored a line on an MCP server's stdout that is not JSON-RPC: %.200s", text)
-            return
-        reason = exc.errors()[0].get("msg", "invalid") if exc.errors() else str(exc)
-        message = types.JSONRPCMessage(
-            types.JSONRPCError(
-                jsonrpc="2.0",
-                id=request_id,
-                error=types.ErrorData(
-                    code=types.PARSE_ERROR, message=f"malformed JSON-RPC reply ({reason}): {text[:120]!r}"
-                ),
-            )
-        )
-    await sink.send(SessionMessage(message))
+    message = parse_message(text)
+    if message is None:
+        # mcp's own client skips such lines too (servers sometimes print banners on stdout).
+        logger.warning("ignored a line on an MCP server's stdout that is not JSON-RPC: %.200s", text)
+        return
+    await sink.send(message)
 
 
-def _guess_request_id(text: str) -> types.RequestId | None:
+def _guess_request_id(text: str) -> RequestId | None:
     """The id of a reply that failed to parse, so that its caller fails now instead of timing out."""
     try:
         data = json.loads(text)
     except ValueError:
         data = None
     if isinstance(data, dict) and isinstance(data.get("id"), int | str):
-        return cast(types.RequestId, data["id"])
+        return cast(RequestId, data["id"])
     match = _ID_RE.search(text)
     if match is None:
         return None
@@ -239,14 +286,13 @@ def _guess_request_id(text: str) -> types.RequestId | None:
 
 async def _pump_stdin(process: Any, source: Any, link: _Link) -> None:
     async with source:
-        async for session_message in source:
-            data = session_message.message.model_dump_json(by_alias=True, exclude_none=True) + "\n"
+        async for message in source:
+            data = json.dumps(message, ensure_ascii=False, separators=(",", ":")) + "\n"
             try:
                 await process.stdin.send(data.encode("utf-8"))
             except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-                root = session_message.message.root
-                if isinstance(root, types.JSONRPCRequest):
-                    link.unsent.add(root.id)
+                if "method" in message and "id" in message:
+                    link.unsent.add(message["id"])
                 link.finish("could not write to the server's stdin (the process exited)")
                 return
 
@@ -317,5 +363,182 @@ async def _http_transport(
         headers=spec.header_pairs(dict(os.environ)),
         timeout=httpx.Timeout(30.0, read=300.0),
     )
-    async with client, streamable_http_client(url, http_client=client) as (read_stream, write_stream, _):
-        yield read_stream, write_stream
+    async with client, _StreamableHttp(url, client).open() as streams:
+        yield streams
+
+
+_JSON = "application/json"
+_SSE = "text/event-stream"
+_SESSION_HEADER = "mcp-session-id"
+_TERMINATE_S = 2.0
+SESSION_TERMINATED = 32600  # the reply a request gets when the server answers 404: it forgot our session
+
+
+class _StreamableHttp:
+    """MCP's streamable HTTP transport, client side: each message POSTed to ``url``; a request's reply
+    comes back as JSON or on an SSE stream (with the server's own requests and notifications for it).
+
+    The session id the server hands out on ``initialize`` and the negotiated protocol revision go
+    with every later message; a 404 to a request means the server no longer knows the session
+    (it restarted). Sending ``notifications/cancelled`` also closes the cancelled request's stream,
+    so a server that cannot match the notification (a stateless one) sees the client leave. No GET
+    stream is opened: the pool uses nothing a server sends outside a request. The session is
+    ended with DELETE on close. A failed POST (connect error, non-2xx status) ends the transport,
+    as the SDK's own client does.
+    """
+
+    def __init__(self, url: str, client: httpx.AsyncClient) -> None:
+        self.url = url
+        self.client = client
+        self.session_id: str | None = None
+        self.protocol_version: str | None = None
+        self.streams: dict[RequestId, anyio.CancelScope] = {}
+
+    @asynccontextmanager
+    async def open(self) -> AsyncIterator[tuple[Any, Any]]:
+        read_writer, read_stream = anyio.create_memory_object_stream[dict[str, Any] | Exception](0)
+        write_stream, write_reader = anyio.create_memory_object_stream[dict[str, Any]](0)
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._writer, write_reader, read_writer, tg)
+                try:
+                    yield read_stream, write_stream
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        await self._terminate()
+                    tg.cancel_scope.cancel()
+        finally:
+            for stream in (read_writer, read_stream, write_stream, write_reader):
+                await stream.aclose()
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"accept": f"{_JSON}, {_SSE}", "content-type": _JSON}
+        if self.session_id:
+            headers[_SESSION_HEADER] = self.session_id
+        if self.protocol_version:
+            headers["mcp-protocol-version"] = self.protocol_version
+        return headers
+
+    async def _writer(self, source: Any, sink: Any, tg: Any) -> None:
+        async with source:
+            async for message in source:
+                if "method" in message and "id" in message:
+                    tg.start_soon(self._request, message, sink)
+                else:
+                    await self._post(message, sink)
+                    if message.get("method") == "notifications/cancelled":
+                        cancelled = (message.get("params") or {}).get("requestId")
+                        scope = self.streams.get(cancelled) if isinstance(cancelled, int | str) else None
+                        if scope is not None:
+                            scope.cancel()
+
+    async def _request(self, message: dict[str, Any], sink: Any) -> None:
+        with anyio.CancelScope() as scope:
+            self.streams[message["id"]] = scope
+            try:
+                await self._post(message, sink)
+            finally:
+                self.streams.pop(message["id"], None)
+
+    async def _post(self, message: dict[str, Any], sink: Any) -> None:
+        body = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode()
+        request_id = message["id"] if "method" in message and "id" in message else None
+        async with self.client.stream("POST", self.url, content=body, headers=self._headers()) as response:
+            if response.status_code == 202:
+                return
+            if response.status_code == 404:
+                if request_id is not None:
+                    await sink.send(_error_reply(request_id, SESSION_TERMINATED, "Session terminated"))
+                return
+            _raise_for_status(response)
+            if message.get("method") == "initialize":
+                self.session_id = response.headers.get(_SESSION_HEADER) or self.session_id
+            if request_id is None:
+                return  # a notification or a reply to the server: nothing comes back
+            kind = response.headers.get("content-type", "").lower()
+            handshake = message.get("method") == "initialize"
+            if kind.startswith(_JSON):
+                text = (await response.aread()).decode("utf-8", "replace")
+                await self._deliver(text, request_id, sink, handshake)
+            elif kind.startswith(_SSE):
+                async for data in _sse_messages(response):
+                    if await self._deliver(data, request_id, sink, handshake):
+                        return
+                await sink.send(
+                    _error_reply(
+                        request_id, CONNECTION_CLOSED, "the server ended the reply stream before answering"
+                    )
+                )
+            else:
+                await sink.send(
+                    _error_reply(request_id, PARSE_ERROR, f"unexpected content type {kind or '(none)'!r}")
+                )
+
+    async def _deliver(self, text: str, request_id: RequestId, sink: Any, handshake: bool = False) -> bool:
+        """Pass on the message(s) in ``text``; True once the reply to ``request_id`` has passed."""
+        try:
+            data = json.loads(text)
+        except ValueError:
+            data = None
+        items = data if isinstance(data, list) else [data]
+        if data is None or not items:
+            message = parse_message(text) or _error_reply(request_id, PARSE_ERROR, "malformed JSON-RPC reply")
+            items = [message]
+        answered = False
+        for item in items:
+            problem = message_problem(item)
+            if problem is not None:
+                item = _error_reply(
+                    request_id, PARSE_ERROR, f"malformed JSON-RPC reply ({problem}): {text[:120]!r}"
+                )
+            if item.get("id") == request_id and "method" not in item:
+                answered = True
+                if handshake and isinstance(item.get("result"), dict) and "protocolVersion" in item["result"]:
+                    self.protocol_version = str(item["result"]["protocolVersion"])
+            await sink.send(item)
+        return answered
+
+    async def _terminate(self) -> None:
+        if not self.session_id:
+            return
+        with anyio.move_on_after(_TERMINATE_S):
+            try:
+                await self.client.delete(self.url, headers=self._headers())
+            except Exception as exc:
+                logger.debug("ending the MCP HTTP session failed: %r", exc)
+
+
+def _error_reply(request_id: RequestId, code: int, message: str) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
+
+
+def _raise_for_status(response: httpx.Response) -> None:
+    if response.is_redirect:
+        location = response.headers.get("location", "")
+        raise httpx.HTTPStatusError(
+            f"Redirect to {location} not followed; use that URL as the endpoint if it is the intended server",
+            request=response.request,
+            response=response,
+        )
+    response.raise_for_status()
+
+
+async def _sse_messages(response: httpx.Response) -> AsyncIterator[str]:
+    """The data of each ``message`` event of an SSE stream (events of other types and empty ones skipped)."""
+    event, data = "message", list[str]()
+    async for line in response.aiter_lines():
+        if not line:
+            if event == "message" and "".join(data).strip():
+                yield "\n".join(data)
+            event, data = "message", []
+        elif line.startswith(":"):
+            continue
+        else:
+            name, _, value = line.partition(":")
+            value = value[1:] if value.startswith(" ") else value
+            if name == "event":
+                event = value
+            elif name == "data":
+                data.append(value)
+    if event == "message" and "".join(data).strip():
+        yield "\n".join(data)

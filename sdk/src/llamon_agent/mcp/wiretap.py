@@ -1,8 +1,7 @@
 """A tap on one session's transport streams: the JSON-RPC messages of the requests a caller watches.
 
-mcp's ``ClientSession(message_handler=...)`` sees only what the server sends on its own
-(notifications, server requests), never the replies to our requests nor what we send, so the
-pool wraps the two memory streams it hands the session instead. The wrappers only look: each
+The pool wraps the two memory streams it hands its session (:mod:`llamon_agent.mcp.session`), so
+the tap sees every message both ways without the session knowing. The wrappers only look: each
 message is passed on unchanged, and when nobody watches, the cost is one empty-dict check.
 
 A caller watches a request id (:meth:`Wiretap.watch`) and gets, in order, every message naming
@@ -12,11 +11,12 @@ sent before the reply), as JSON-ready dicts.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import anyio
-from mcp import types
-from mcp.shared.message import SessionMessage
+
+from llamon_agent.mcp.protocol import RequestId
 
 SENT = "sent"
 RECEIVED = "received"
@@ -26,38 +26,28 @@ class Wiretap:
     """The watched request ids of one session and where their messages go."""
 
     def __init__(self) -> None:
-        self._watched: dict[types.RequestId, list[dict[str, Any]]] = {}
+        self._watched: dict[RequestId, list[dict[str, Any]]] = {}
 
-    def watch(self, request_id: types.RequestId, sink: list[dict[str, Any]]) -> None:
+    def watch(self, request_id: RequestId, sink: list[dict[str, Any]]) -> None:
         """Append the messages of ``request_id`` to ``sink`` as ``{"direction", "message"}``."""
         self._watched[request_id] = sink
 
-    def unwatch(self, request_id: types.RequestId) -> None:
+    def unwatch(self, request_id: RequestId) -> None:
         self._watched.pop(request_id, None)
 
     def wrap(self, read_stream: Any, write_stream: Any) -> tuple[Any, Any]:
         """The session's streams with this tap on them."""
         return _TappedReceive(read_stream, self), _TappedSend(write_stream, self)
 
-    def seen(self, direction: str, item: SessionMessage | Exception) -> None:
-        if not self._watched or not isinstance(item, SessionMessage):
+    def seen(self, direction: str, item: dict[str, Any] | Exception) -> None:
+        if not self._watched or not isinstance(item, dict):
             return
-        root = item.message.root
-        request_id = getattr(root, "id", None)
-        if (
-            request_id is None
-            and isinstance(root, types.JSONRPCNotification)
-            and root.method == ("notifications/cancelled")
-        ):
-            request_id = (root.params or {}).get("requestId")
+        request_id = item.get("id")
+        if request_id is None and item.get("method") == "notifications/cancelled":
+            request_id = (item.get("params") or {}).get("requestId")
         sink = self._watched.get(request_id) if isinstance(request_id, int | str) else None
         if sink is not None:
-            sink.append(
-                {
-                    "direction": direction,
-                    "message": root.model_dump(mode="json", by_alias=True, exclude_none=True),
-                }
-            )
+            sink.append({"direction": direction, "message": copy.deepcopy(item)})
 
 
 class _TappedSend:
@@ -66,7 +56,7 @@ class _TappedSend:
     def __init__(self, inner: Any, tap: Wiretap) -> None:
         self._inner, self._tap = inner, tap
 
-    async def send(self, item: SessionMessage) -> None:
+    async def send(self, item: dict[str, Any]) -> None:
         self._tap.seen(SENT, item)
         await self._inner.send(item)
 
@@ -93,15 +83,15 @@ class _TappedReceive:
     def __init__(self, inner: Any, tap: Wiretap) -> None:
         self._inner, self._tap = inner, tap
 
-    async def receive(self) -> SessionMessage | Exception:
-        item: SessionMessage | Exception = await self._inner.receive()
+    async def receive(self) -> dict[str, Any] | Exception:
+        item: dict[str, Any] | Exception = await self._inner.receive()
         self._tap.seen(RECEIVED, item)
         return item
 
     def __aiter__(self) -> _TappedReceive:
         return self
 
-    async def __anext__(self) -> SessionMessage | Exception:
+    async def __anext__(self) -> dict[str, Any] | Exception:
         try:
             return await self.receive()
         except anyio.EndOfStream:

@@ -1,9 +1,10 @@
-"""An MCP server written for the mcp 2 Python SDK (``MCPServer``), for testing the pool against it.
+"""An MCP server for testing the pool against both majors of the mcp Python SDK: written for mcp 2
+(``MCPServer``), it also runs on mcp 1.x (``FastMCP``, the same tools and answers).
 
-It runs in var/venvs/mcp-2 (tests/support/side_venvs.py): the project itself is on mcp 1.x.
-Run: ``var/venvs/mcp-2/bin/python tests/servers/mcp2_server.py`` (stdio) or ``... --http PORT``
-(streamable HTTP on 127.0.0.1:PORT, endpoint ``/mcp``; ``--stateless`` for a server that keeps
-no session).
+On mcp 2 it runs in var/venvs/mcp-2 (tests/support/side_venvs.py); on mcp 1.x with the project's
+own python. Run: ``var/venvs/mcp-2/bin/python tests/servers/orders_server.py`` (stdio) or
+``... --http PORT`` (streamable HTTP on 127.0.0.1:PORT, endpoint ``/mcp``; ``--stateless`` for a
+server that keeps no session).
 """
 
 from __future__ import annotations
@@ -11,11 +12,21 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel
 
-mcp = MCPServer("orders-v2", log_level="WARNING")
+try:  # mcp 2
+    from mcp.server.mcpserver import Context, MCPServer
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    MCP_2 = True
+except ImportError:  # mcp 1.x
+    from mcp.server.fastmcp import Context
+    from mcp.server.fastmcp import FastMCP as MCPServer
+    from mcp.server.fastmcp.exceptions import ToolError
+
+    MCP_2 = False
+
+mcp = MCPServer("orders", log_level="WARNING")
 
 _ORDERS = {"A-1": ("shipped", 2, 39.5), "B-7": ("pending", 1, 12.0)}
 _cancelled: list[float] = []
@@ -57,7 +68,10 @@ async def slow_answer(seconds: float) -> str:
 @mcp.tool()
 def session_facts(ctx: Context) -> dict[str, object]:
     """The protocol version this call was made under and how many slow answers were cancelled."""
-    return {"protocol_version": ctx.protocol_version, "cancelled": len(_cancelled)}
+    version = getattr(ctx, "protocol_version", None)  # mcp 2
+    if version is None:  # mcp 1.x: what the client asked for in its handshake
+        version = ctx.session.client_params.protocolVersion
+    return {"protocol_version": version, "cancelled": len(_cancelled)}
 
 
 if __name__ == "__main__":
@@ -65,7 +79,14 @@ if __name__ == "__main__":
     parser.add_argument("--http", type=int, metavar="PORT", help="serve streamable HTTP on 127.0.0.1:PORT")
     parser.add_argument("--stateless", action="store_true", help="HTTP without sessions")
     args = parser.parse_args()
-    if args.http:
+    if args.http and MCP_2:
         mcp.run("streamable-http", host="127.0.0.1", port=args.http, stateless_http=args.stateless)
+    elif args.http:
+        mcp.settings.host, mcp.settings.port, mcp.settings.stateless_http = (
+            "127.0.0.1",
+            args.http,
+            args.stateless,
+        )
+        mcp.run("streamable-http")
     else:
         mcp.run()
