@@ -8,8 +8,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # Side venvs (tests/support/side_venvs.py) for packages that cannot live beside the project's own:
-# a2a-sdk 0.3 (the project runs 1.x) for the test of 0.3 clients, mcp 2 (the project runs 1.x) for
-# the test servers built on it. Each is built from its lock; its stamp holds the lock it installed.
+# a2a-sdk 0.3 (the project runs 1.x) for the test of 0.3 clients, mcp 2 (the web runs 1.x) for
+# the test servers built on it and the SDK's MCP pool run beside it. Each is built from its lock;
+# its stamp holds the lock it installed.
 A2A03_STAMP := var/venvs/a2a-sdk-0.3/llamon-ready
 MCP2_STAMP := var/venvs/mcp-2/llamon-ready
 # Test processes for `make test` and `make test-postgres` (pytest-xdist; each its own database, Redis,

@@ -3,8 +3,8 @@ run them in a subprocess.
 
 * ``var/venvs/a2a-sdk-0.3`` (``requirements-a2a-0.3.lock``): a2a-sdk 0.3 clients talking to
   ``llamon run`` (the project runs a2a-sdk 1.x).
-* ``var/venvs/mcp-2`` (``requirements-mcp-2.lock``): MCP servers built on mcp 2, for the pool (on
-  mcp 1.x).
+* ``var/venvs/mcp-2`` (``requirements-mcp-2.lock``): MCP servers built on mcp 2, and the SDK's
+  pool run from ``sdk/src`` with mcp 2 installed (the web runs mcp 1.x).
 
 `make install` builds each from its lock file (exact versions) and writes the lock into
 ``llamon-ready`` last, so `make test` never reaches a package index; a test that finds one missing
