@@ -140,8 +140,13 @@ class ImpactReport:
         old: Side,
         new: Side,
         mask: Callable[[Any], Any],
+        shown: Callable[[], tuple[Side, Side]] | None = None,
     ) -> list[RuleChange]:
-        """Count one replayed run; a sample is made (masked, via ``query()``) only when a group wants one."""
+        """Count one replayed run; a sample is made (masked, via ``query()``) only when a group wants one.
+
+        ``shown()``: the sides a sample shows, when ``old`` and ``new`` are not whole (a replay
+        masks only the calls that differ to count the changes, and the whole sides for a sample).
+        """
         self.replayed += 1
         changes = run_diff(old, new)
         if not changes:
@@ -164,7 +169,8 @@ class ImpactReport:
             group.runs += 1
             if len(group.samples) < SAMPLES_PER_RULE:
                 if sample is None:
-                    sample = _sample(run_id, created_at, query(), old, new, changes)
+                    old_shown, new_shown = shown() if shown is not None else (old, new)
+                    sample = _sample(run_id, created_at, query(), old_shown, new_shown, changes)
                 group.samples.append(sample)
         return changes
 

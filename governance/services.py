@@ -33,6 +33,7 @@ from governance.errors import ImpactError
 from governance.impact import Call, ImpactReport, Side, run_diff
 from governance.incremental import Decision, IncrementalPlan, memo_mask, stable_params
 from governance.models import ImpactAnalysis
+from governance.requests import NOT_DECODED, RequestKeys
 from llamon_agent.prestep import RuleStatus, run_prestep
 from llamon_agent.tools import AgentRequest
 from rules import engine
@@ -267,6 +268,10 @@ def impact_replay(
     # Incremental outcomes by what decides them (plan.outcome_key and the recorded steps): None
     # for unchanged, else the masked sides. Runs that repeat a request are decided once.
     outcomes: dict[Any, tuple[Side, Side] | None] = {}  # a missing key: not decided yet
+    request_keys = RequestKeys(snapshot)
+    decisions: dict[Any, _Decision] = {}  # the candidate's decision by request key
+    # By (request key, recorded steps): None when the runs are unchanged, else _compared's sides.
+    comparisons: dict[Any, Any] = {}
     for rows in selectors.recorded_chunks(runs=runs, limit=max_runs, chunk=chunk):
         last = (rows[-1][0], rows[-1][1])
         presteps = selectors.recorded_presteps(
@@ -279,12 +284,12 @@ def impact_replay(
                 report.skip()  # never reached a completed pre-step: blocked, queued or died in it
                 continue
             rule_steps = recorded.rules or []
-            request = _StoredRequest(query, context, a2a_data, a2a_files)
             sample_query = functools.partial(_masked_text, mask, query)
-            decision, key = None, None
             if plans is not None and recorded.status == "ok":
                 plan = plans.get(served_hash, created_at)
                 if plan is not None and plan.consult():
+                    request = _StoredRequest(query, context, a2a_data, a2a_files)
+                    decision, key = None, None
                     part = plan.outcome_key(query, request.context)
                     if part is not None:
                         key = (served_hash, part, tuple(recorded.key))
@@ -305,23 +310,40 @@ def impact_replay(
                     decision = plan.replay(
                         query=query, request=request, recorded=rule_steps, backend=backend, stable=stable
                     )
-            if decision is not None:
-                old, new = old_side(rule_steps), decision_side(decision)
-                if not run_diff(old, new):
-                    _remember(outcomes, key, None)
-                    report.add_unchanged()
-                    continue
-                old, new = old_side(rule_steps, mask), decision_side(decision, mask)
-                _remember(outcomes, key, (old, new))
-            else:
-                outcome = run_prestep(compiled, request(), backend=backend, dry_run=True)
-                old, new = old_side(rule_steps), new_side(outcome)
-                if not run_diff(old, new):
-                    report.add_unchanged()
-                    continue
-                # Only a run that differs as stored pays for masking (and for JSON-normalizing the
-                # candidate's params): equal before masking means equal after it.
-                old, new = old_side(rule_steps, mask), new_side(outcome, mask)
+                    if decision is not None:
+                        old, new = old_side(rule_steps), decision_side(decision)
+                        if not run_diff(old, new):
+                            _remember(outcomes, key, None)
+                            report.add_unchanged()
+                            continue
+                        old, new = old_side(rule_steps, mask), decision_side(decision, mask)
+                        _remember(outcomes, key, (old, new))
+                        report.add(
+                            run_id=run_id,
+                            created_at=created_at.isoformat(),
+                            query=sample_query,
+                            old=old,
+                            new=new,
+                            mask=mask,
+                        )
+                        continue
+            # The full replay: each distinct request is decided once, each distinct pair of a
+            # request and its recorded steps compared once; the other runs are counted from them.
+            request_key, decoded = request_keys(query, context, a2a_data, a2a_files)
+            pair = (request_key, tuple(recorded.key))
+            compared = comparisons.get(pair, _UNDECIDED)
+            if compared is _UNDECIDED:
+                full = decisions.get(request_key)
+                if full is None:
+                    request_made = stored_request(query, context, a2a_data, a2a_files, decoded=decoded)
+                    full = _Decision(run_prestep(compiled, request_made, backend=backend, dry_run=True))
+                    _remember(decisions, request_key, full)
+                compared = _compared(rule_steps, full, mask)
+                _remember(comparisons, pair, compared)
+            if compared is None:
+                report.add_unchanged()
+                continue
+            old, new, shown = compared
             report.add(
                 run_id=run_id,
                 created_at=created_at.isoformat(),
@@ -329,6 +351,7 @@ def impact_replay(
                 old=old,
                 new=new,
                 mask=mask,
+                shown=shown,
             )
         done += len(rows)
         if on_progress is not None:
@@ -343,9 +366,56 @@ def impact_replay(
     }
 
 
+def _compared(
+    rule_steps: list[tuple[str, str, str, str, Any]], decision: _Decision, mask: Callable[[Any], Any]
+) -> tuple[Side, Side, Callable[[], tuple[Side, Side]]] | None:
+    """A run's recorded side against the candidate's decision: None when they do not differ, else
+    the two sides to count the changes from and the whole masked sides a sample shows.
+
+    The sides are compared as stored, masked by the privacy settings; calls equal before masking
+    are equal after it, so only the calls that differ are masked to be compared.
+    """
+    old, new = old_side(rule_steps), decision.side
+    if not run_diff(old, new):
+        return None
+    old_calls: dict[str, Call] = {}
+    new_calls: dict[str, Call] = {}
+    for rule, call in old.calls.items():
+        same = new.calls.get(rule) == call
+        old_calls[rule] = call if same else Call(call.mcp_id, call.tool_name, mask(call.params))
+    for rule, call in new.calls.items():
+        same = old.calls.get(rule) == call
+        new_calls[rule] = call if same else _call_stored(call, mask)
+    error = mask(new.error) if new.error is not None else None
+    return (
+        Side(old_calls, old.error_rule),
+        Side(new_calls, new.error_rule, error),
+        lambda: (old_side(rule_steps, mask), decision.masked(mask)),
+    )
+
+
+class _Decision:
+    """The candidate's decision on one request: its side as the engine made it, and masked (once)."""
+
+    __slots__ = ("_masked", "side")
+
+    def __init__(self, outcome: Any) -> None:
+        self.side = new_side(outcome)
+        self._masked: Side | None = None
+
+    def masked(self, mask: Callable[[Any], Any]) -> Side:
+        """``new_side(outcome, mask)``: the params as the step sink stores them, the error masked."""
+        if self._masked is None:
+            side = self.side
+            calls = {rule: _call_stored(call, mask) for rule, call in side.calls.items()}
+            error = mask(side.error) if side.error is not None else None
+            self._masked = Side(calls, side.error_rule, error)
+        return self._masked
+
+
 _UNDECIDED = object()  # an outcome not remembered yet
 _UNPARSED = object()  # a stored context not decoded yet
-OUTCOMES = 50_000  # incremental outcomes remembered per replay
+OUTCOMES = 10_000  # decisions (and comparisons) remembered per replay
 
 
 def _remember(outcomes: dict[Any, Any], key: Any, outcome: Any) -> None:
@@ -371,6 +441,20 @@ class _StoredRequest:
     def __call__(self) -> AgentRequest:
         data, files = selectors.json_value(self.a2a_data), selectors.json_value(self.a2a_files)
         return AgentRequest(query=self.query, context=self.context() or {}, a2a_data=data, a2a_files=files)
+
+
+def stored_request(
+    query: str,
+    context: str | None,
+    a2a_data: str | None,
+    a2a_files: str | None,
+    *,
+    decoded: Any = NOT_DECODED,
+) -> AgentRequest:
+    """A run's request from its stored JSON texts (``decoded``: the context's, when already decoded)."""
+    value = selectors.json_value(context) if decoded is NOT_DECODED else decoded
+    data, files = selectors.json_value(a2a_data), selectors.json_value(a2a_files)
+    return AgentRequest(query=query, context=value or {}, a2a_data=data, a2a_files=files)
 
 
 class _Plans:
@@ -490,6 +574,10 @@ def new_side(outcome: Any, mask: Callable[[Any], Any] | None = None) -> Side:
 
 def _call(rec: Any, mask: Callable[[Any], Any] | None) -> Call:
     return Call(rec.mcp_id, rec.tool_name, rec.params if mask is None else _stored(rec.params, mask))
+
+
+def _call_stored(call: Call, mask: Callable[[Any], Any]) -> Call:
+    return Call(call.mcp_id, call.tool_name, _stored(call.params, mask))
 
 
 def _stored(params: Any, mask: Callable[[Any], Any]) -> Any:
