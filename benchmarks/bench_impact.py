@@ -9,8 +9,9 @@ rule disabled and one new rule, so a share of the runs change.
 - after: ``governance.services.impact_replay`` (incremental): the runs' recorded decisions of the
   rules the candidate kept, the changed rules evaluated alone (once per distinct query and context
   keys they read), runs in (created_at, id) keyset chunks, a chunk's steps in one query;
-- before: the same code with ``incremental=False``: the candidate's dry-run pre-step per request.
-  Both over every run, and their reports must be equal (every field and sample);
+- before: the same code with ``incremental=False``: the full replay, the candidate's dry-run
+  pre-step once per distinct request (what its rules read of it: the query, the data, the context
+  keys they name). Both over every run, and their reports must be equal (every field and sample);
 - naive: per run, ``Run.objects.get`` and its rule steps (whole rows), then ``rules.engine.evaluate``
   (the tester's dry run: finds the servers again, checks params against the tool schemas) and the
   same diff. Timed on NAIVE_RUNS runs and scaled to the whole set; after is also timed on those runs.
