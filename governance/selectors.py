@@ -12,14 +12,12 @@ from django.db.models import Case, Q, QuerySet, TextField, When
 from django.db.models.functions import Cast
 
 from agents.models import Agent, Run, RunStep
-from core.content_hash import sha256
 from governance.models import ImpactAnalysis
-from rules import engine
-from rules.models import RuleSet, RuleSetVersion
+from rules.models import RuleSet
 
 MICROSECOND = timedelta(microseconds=1)  # the resolution of stored times (SQLite and PostgreSQL)
 CHUNK = 2_000  # runs per keyset chunk (and per IN list of step ids: under SQLite's variable cap)
-RUN_FIELDS = ("id", "created_at", "query", "context", "a2a_data", "a2a_files", "rule_set_hash")
+RUN_FIELDS = ("id", "created_at", "query", "context", "a2a_data", "a2a_files")
 # The JSON columns come as their stored text: a replay decodes only what it uses (JsonTexts).
 _RUN_COLUMNS = tuple(
     Cast(name, TextField()) if name in ("context", "a2a_data", "a2a_files") else name for name in RUN_FIELDS
@@ -193,24 +191,3 @@ def recorded_presteps(
                 found.rules.append((name, status, mcp_id, tool_name, decode(text)))
                 found.key.append((name, status, mcp_id, tool_name, text))
     return out
-
-
-def served_snapshot(*, content_hash: str, rule_set_name: str) -> list[dict[str, Any]] | None:
-    """The rules a run with this ``Run.rule_set_hash`` ran: a published version's content, or the
-    rule set's current draft when it still has that hash (None: not known any more).
-
-    The hash is checked against the content itself, so a snapshot found is exactly the one served.
-    """
-    if not content_hash:
-        return None
-    for content in RuleSetVersion.objects.filter(content_hash=content_hash).values_list("content", flat=True)[
-        :5
-    ]:
-        if isinstance(content, list) and sha256(content) == content_hash:
-            return content
-    rule_set = RuleSet.objects.filter(name=rule_set_name).first()
-    if rule_set is not None:
-        draft = engine.rule_set_snapshot(rule_set)
-        if sha256(draft) == content_hash:
-            return draft
-    return None

@@ -14,7 +14,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
@@ -23,15 +23,13 @@ from django.utils.translation import gettext as _
 
 from agents.errors import BrokerUnavailableError
 from agents.models import Agent
-from agents.privacy import privacy_get, redactor
+from agents.privacy import redactor
 from agents.sink import json_safe
 from core.audit import audit_record
 from core.content_hash import sha256
-from core.models import AuditEvent
 from governance import dispatch, selectors
 from governance.errors import ImpactError
 from governance.impact import Call, ImpactReport, Side, run_diff
-from governance.incremental import Decision, IncrementalPlan, memo_mask, stable_params
 from governance.models import ImpactAnalysis
 from governance.requests import NOT_DECODED, RequestKeys
 from llamon_agent.prestep import RuleStatus, run_prestep
@@ -242,20 +240,17 @@ def impact_replay(
     on_progress: Callable[[int, int], Any] | None = None,
     max_runs: int = MAX_RUNS,
     chunk: int = selectors.CHUNK,
-    incremental: bool = True,
 ) -> dict[str, Any]:
     """Replay the candidate ``snapshot`` over the recorded runs; the report as JSON data.
 
-    ``incremental`` (the default) evaluates, for a run whose served rules are known and whose
-    pre-step allows it, only the rules the candidate changed (governance.incremental); the
-    report is the same as with ``incremental=False``, which replays every run in full.
+    Each distinct request (what the candidate can read of it: governance.requests) is decided
+    once by the candidate's pre-step, and each distinct pair of a request and its recorded steps
+    compared once; the other runs are counted from them.
     """
     started = time.perf_counter()
     compiled = engine.compile_snapshot(snapshot)  # once, with its keyword index
     backend = engine.dry_backend(engine.servers_by_id(engine.snapshot_mcp_ids(snapshot)))
     mask = memo_mask(redactor())
-    plans = _Plans(snapshot, compiled, backend, runs.rule_set_name) if incremental else None
-    stable = stable_params(mask)
     total = selectors.recorded_count(runs=runs, limit=max_runs + 1)
     truncated = total > max_runs
     total = min(total, max_runs)
@@ -265,9 +260,6 @@ def impact_replay(
         on_progress(0, total)
     after = None
     texts = selectors.JsonTexts()
-    # Incremental outcomes by what decides them (plan.outcome_key and the recorded steps): None
-    # for unchanged, else the masked sides. Runs that repeat a request are decided once.
-    outcomes: dict[Any, tuple[Side, Side] | None] = {}  # a missing key: not decided yet
     request_keys = RequestKeys(snapshot)
     decisions: dict[Any, _Decision] = {}  # the candidate's decision by request key
     # By (request key, recorded steps): None when the runs are unchanged, else _compared's sides.
@@ -278,57 +270,15 @@ def impact_replay(
             run_ids=selectors.chunk_runs(runs=runs, after=after, last=last), decode=texts
         )
         after = last
-        for run_id, created_at, query, context, a2a_data, a2a_files, served_hash in rows:
+        for run_id, created_at, query, context, a2a_data, a2a_files in rows:
             recorded = presteps.get(run_id)
             if recorded is None or recorded.status not in ("ok", "error"):
                 report.skip()  # never reached a completed pre-step: blocked, queued or died in it
                 continue
             rule_steps = recorded.rules or []
             sample_query = functools.partial(_masked_text, mask, query)
-            if plans is not None and recorded.status == "ok":
-                plan = plans.get(served_hash, created_at)
-                if plan is not None and plan.consult():
-                    request = _StoredRequest(query, context, a2a_data, a2a_files)
-                    decision, key = None, None
-                    part = plan.outcome_key(query, request.context)
-                    if part is not None:
-                        key = (served_hash, part, tuple(recorded.key))
-                        known = outcomes.get(key, _UNDECIDED)
-                        if known is None:
-                            report.add_unchanged()
-                            continue
-                        if isinstance(known, tuple):
-                            report.add(
-                                run_id=run_id,
-                                created_at=created_at.isoformat(),
-                                query=sample_query,
-                                old=known[0],
-                                new=known[1],
-                                mask=mask,
-                            )
-                            continue
-                    decision = plan.replay(
-                        query=query, request=request, recorded=rule_steps, backend=backend, stable=stable
-                    )
-                    if decision is not None:
-                        old, new = old_side(rule_steps), decision_side(decision)
-                        if not run_diff(old, new):
-                            _remember(outcomes, key, None)
-                            report.add_unchanged()
-                            continue
-                        old, new = old_side(rule_steps, mask), decision_side(decision, mask)
-                        _remember(outcomes, key, (old, new))
-                        report.add(
-                            run_id=run_id,
-                            created_at=created_at.isoformat(),
-                            query=sample_query,
-                            old=old,
-                            new=new,
-                            mask=mask,
-                        )
-                        continue
-            # The full replay: each distinct request is decided once, each distinct pair of a
-            # request and its recorded steps compared once; the other runs are counted from them.
+            # Each distinct request decided once, each distinct pair of a request and its recorded
+            # steps compared once; the other runs are counted from them.
             request_key, decoded = request_keys(query, context, a2a_data, a2a_files)
             pair = (request_key, tuple(recorded.key))
             compared = comparisons.get(pair, _UNDECIDED)
@@ -414,33 +364,12 @@ class _Decision:
 
 
 _UNDECIDED = object()  # an outcome not remembered yet
-_UNPARSED = object()  # a stored context not decoded yet
 OUTCOMES = 10_000  # decisions (and comparisons) remembered per replay
 
 
 def _remember(outcomes: dict[Any, Any], key: Any, outcome: Any) -> None:
     if key is not None and len(outcomes) < OUTCOMES:
         outcomes[key] = outcome
-
-
-class _StoredRequest:
-    """A run's request from its stored JSON text, decoded when first needed (its own objects:
-    the engine gets values no other run shares)."""
-
-    __slots__ = ("_context", "_parsed", "a2a_data", "a2a_files", "query")
-
-    def __init__(self, query: str, context: str | None, a2a_data: str | None, a2a_files: str | None) -> None:
-        self.query, self._context, self.a2a_data, self.a2a_files = query, context, a2a_data, a2a_files
-        self._parsed: Any = _UNPARSED
-
-    def context(self) -> Any:
-        if self._parsed is _UNPARSED:
-            self._parsed = selectors.json_value(self._context)
-        return self._parsed
-
-    def __call__(self) -> AgentRequest:
-        data, files = selectors.json_value(self.a2a_data), selectors.json_value(self.a2a_files)
-        return AgentRequest(query=self.query, context=self.context() or {}, a2a_data=data, a2a_files=files)
 
 
 def stored_request(
@@ -457,79 +386,47 @@ def stored_request(
     return AgentRequest(query=query, context=value or {}, a2a_data=data, a2a_files=files)
 
 
-class _Plans:
-    """The incremental plans of one replay, one per served snapshot (by ``Run.rule_set_hash``)."""
-
-    def __init__(
-        self, snapshot: list[dict[str, Any]], compiled: Any, backend: Any, rule_set_name: str
-    ) -> None:
-        from llamon_agent.settings import cost_budgets
-
-        self.snapshot, self.compiled, self.rule_set_name = snapshot, compiled, rule_set_name
-        self.plans: dict[str, IncrementalPlan | None] = {}
-        # A candidate server without tools fails every run at the bind check: nothing to keep.
-        self.tools: dict[str, frozenset[str]] | None = {}
-        for mcp_id in compiled.mcp_ids:
-            tools = backend.tools_for(mcp_id)
-            if tools is None:
-                self.tools = None
-                break
-            self.tools[mcp_id] = frozenset(t.name for t in tools)
-        budgets = cost_budgets()
-        self.budgets = (budgets.expr_cost_budget, budgets.request_cost_budget)
-        # Stored params were masked by the privacy settings of their time: only runs recorded since
-        # the masks last changed compare as stored.
-        self.masks_since = masks_since()
-
-    def get(self, served_hash: str, created_at: Any) -> IncrementalPlan | None:
-        if self.tools is None or not served_hash:
-            return None
-        if self.masks_since is not None and created_at < self.masks_since:
-            return None
-        if served_hash not in self.plans:
-            served = selectors.served_snapshot(content_hash=served_hash, rule_set_name=self.rule_set_name)
-            plan = None
-            if served is not None:
-                plan = IncrementalPlan(
-                    candidate=self.snapshot,
-                    compiled=self.compiled,
-                    served=served,
-                    tools=self.tools,
-                    expr_budget=self.budgets[0],
-                    request_budget=self.budgets[1],
-                )
-            self.plans[served_hash] = plan if plan is not None and plan.usable else None
-        return self.plans[served_hash]
+MASK_MEMO = 100_000  # masked strings remembered per replay
+MASK_MEMO_CHARS = 2_000  # longer strings are masked every time
 
 
-def _masks(data: Any) -> tuple[Any, Any]:
-    data = data if isinstance(data, dict) else {}
-    return data.get("redaction_patterns") or [], data.get("mask_presets") or []
+def memo_mask(mask: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``mask`` (``agents.privacy.redactor()``) with each distinct value masked once per replay.
 
-
-def masks_since() -> datetime | None:
-    """Since when the privacy masks have been what they are now (None: always).
-
-    The audited changes say when the masks last changed; a save not made through
-    ``privacy_update`` (its ``updated_at`` later than the last audit event) counts as a change
-    then. A row never audited with no masks is the defaults it was created with.
+    A string, and a dict or list as a whole (the redaction reads JSON-like data as one text, so a
+    card number split across a list's strings is found: ``guardrails.Redactor``), are remembered
+    by their text; a query and the params that repeat it, or a user id on thousands of runs, cost
+    one masking each.
     """
-    privacy = privacy_get()
-    current = (privacy.redaction_patterns or [], privacy.mask_presets or [])
-    events = AuditEvent.objects.filter(action="privacy.update").order_by("-created_at", "-id")
-    latest = events.values_list("created_at", flat=True).first()
-    if latest is None:
-        return None if current == ([], []) else privacy.updated_at
-    if latest < privacy.updated_at:
-        return privacy.updated_at
-    oldest_before = None
-    for at, before, after in events.values_list("created_at", "before", "after").iterator():
-        if _masks(before) != _masks(after):
-            return at
-        oldest_before = _masks(before)
-    # No audited change of the masks: they were the first event's "before" all along, which is
-    # only known to be always when those were the defaults.
-    return None if oldest_before == ([], []) else timezone.now()
+    known: dict[str, Any] = {}
+
+    def masked(value: Any) -> Any:
+        key = _memo_key(value)
+        if key is None:
+            return mask(value)
+        found = known.get(key, _MISSING)
+        if found is _MISSING:
+            found = mask(value)
+            if len(key) <= MASK_MEMO_CHARS and len(known) < MASK_MEMO:
+                known[key] = found
+        return found  # shared between runs with the same value: read, never changed
+
+    return masked
+
+
+_MISSING = object()
+
+
+def _memo_key(value: Any) -> str | None:
+    """The text a value is remembered by: a string as itself, a dict or list by its JSON."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict | list):
+        try:
+            return "\x00" + json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        except (TypeError, ValueError):  # not JSON (a tuple inside is fine; a set is not): not remembered
+            return None
+    return None
 
 
 def _masked_text(mask: Callable[[Any], Any], text: str) -> str:
@@ -583,13 +480,3 @@ def _call_stored(call: Call, mask: Callable[[Any], Any]) -> Call:
 def _stored(params: Any, mask: Callable[[Any], Any]) -> Any:
     """Params as the run's step sink stores them: JSON data (tuples become lists), masked, NaN as text."""
     return json_safe(mask(json.loads(json.dumps(params, ensure_ascii=False, default=str))))
-
-
-def decision_side(decision: Decision, mask: Callable[[Any], Any] | None = None) -> Side:
-    """``new_side`` of an incremental decision: kept calls are already stored values (never masked again)."""
-    calls = {
-        c.rule: Call(c.mcp_id, c.tool_name, c.params if mask is None or c.kept else _stored(c.params, mask))
-        for c in decision.calls
-    }
-    error = decision.error
-    return Side(calls, decision.error_rule, mask(error) if mask is not None and error is not None else error)

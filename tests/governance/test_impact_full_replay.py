@@ -115,8 +115,16 @@ def disable_stop(s):
     s[2]["enabled"] = False
 
 
+def stop_first(s):  # a stop rule added first: the calls recorded after it are gone
+    s.insert(0, {**_rule("r_first", '"주문" in query', '{"query": query}'), "stop": True})
+
+
+def tool_gone(s):  # a tool its server does not offer: an error, not a kept call
+    s[0]["tool_name"] = "no_such_tool"
+
+
 CHANGES = [edit_params, user_matters, reads_another_key, reads_the_whole_context, reads_the_data]
-CHANGES += [shows_the_user, fails_on_premium, disable_stop]
+CHANGES += [shows_the_user, fails_on_premium, disable_stop, stop_first, tool_gone]
 
 
 @pytest.fixture
@@ -214,7 +222,7 @@ def test_the_replay_reports_what_evaluating_every_run_in_full_reports(recorded, 
     change(candidate)
     expected = replay_each_run(candidate, window(recorded))
     monkeypatch.setattr(services, "run_prestep", counted)
-    got = services.impact_replay(snapshot=candidate, runs=window(recorded), incremental=False)
+    got = services.impact_replay(snapshot=candidate, runs=window(recorded))
     assert {k: got[k] for k in expected} == expected
     assert got["replayed"] == Run.objects.count() and got["changed"] > 0
     # Requests equal in what the rules read were decided once (the reference evaluated each run).
@@ -234,7 +242,7 @@ def test_samples_show_every_call_masked_by_the_current_settings(recorded, editor
     candidate = copy.deepcopy(list(recorded.versions.get(number=1).content))
     edit_params(candidate)
     expected = replay_each_run(candidate, window(recorded))
-    got = services.impact_replay(snapshot=candidate, runs=window(recorded), incremental=False)
+    got = services.impact_replay(snapshot=candidate, runs=window(recorded))
     assert {k: got[k] for k in expected} == expected
     assert "C-7" in str(list(Run.objects.values_list("steps__input", flat=True))) and "C-7" not in str(got)
 
@@ -265,3 +273,18 @@ def test_the_context_keys_an_expression_reads_are_found_in_its_syntax() -> None:
     assert requests.context_reads(rules) is None
     rules[1]["enabled"] = False  # a disabled rule reads nothing
     assert requests.context_reads(rules) == ("b", "a")
+
+
+@pytest.mark.django_db
+def test_small_chunks_split_runs_of_one_instant_and_read_each_run_once(recorded) -> None:
+    """Chunks narrow the window to themselves (selectors.chunk_runs): the runs of one instant that
+    straddle a chunk's end are read by the next one, with their steps, and none twice."""
+    Run.objects.update(created_at=timezone.now() - timedelta(hours=2))
+    candidate = copy.deepcopy(list(recorded.versions.get(number=1).content))
+    edit_params(candidate)
+    whole = services.impact_replay(snapshot=candidate, runs=window(recorded))
+    small = services.impact_replay(snapshot=candidate, runs=window(recorded), chunk=3)
+    whole.pop("duration_ms")
+    small.pop("duration_ms")
+    assert small == whole
+    assert (small["replayed"], small["skipped"]) == (Run.objects.count(), 0)
