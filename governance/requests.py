@@ -19,6 +19,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from llamon_agent.expr.hints import is_ctx_name
 from llamon_agent.expr.limits import MAX_DATA_BYTES, MAX_DATA_DEPTH
 
 # The attributes of ``ctx`` that are not the context (namespace._CtxView): all in the key, or
@@ -31,14 +32,7 @@ NOT_DECODED = object()
 
 def _is_context(node: ast.AST) -> bool:
     """``context`` or ``ctx.context``."""
-    if isinstance(node, ast.Name):
-        return node.id == "context"
-    return (
-        isinstance(node, ast.Attribute)
-        and node.attr == "context"
-        and isinstance(node.value, ast.Name)
-        and node.value.id == "ctx"
-    )
+    return is_ctx_name(node, "context")
 
 
 def _text_key(node: ast.AST) -> str | None:

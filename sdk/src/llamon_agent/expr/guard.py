@@ -15,7 +15,7 @@ from llamon_agent.expr.budget import (
     _METERED_CALLS,
 )
 from llamon_agent.expr.errors import ExprError
-from llamon_agent.expr.hints import _is_tool_names, _query_ref
+from llamon_agent.expr.hints import _is_tool_names, _query_ref, is_ctx_name
 from llamon_agent.expr.limits import _FILENAME, _GUARDED_METHODS
 from llamon_agent.expr.messages import Message as M
 
@@ -31,16 +31,7 @@ def _is_query(node: ast.AST) -> bool:
 
 def _is_dict_or_set(node: ast.AST) -> bool:
     """``context``/``ctx.context`` (a dict) or ``tool_names`` (a set): ``in`` is a hash lookup."""
-    if _is_tool_names(node):
-        return True
-    if isinstance(node, ast.Name):
-        return node.id == "context"
-    return (
-        isinstance(node, ast.Attribute)
-        and node.attr == "context"
-        and isinstance(node.value, ast.Name)
-        and node.value.id == "ctx"
-    )
+    return _is_tool_names(node) or is_ctx_name(node, "context")
 
 
 def _scalar(node: ast.AST) -> bool:

@@ -39,15 +39,20 @@ def _literal_words(node: ast.AST) -> list[str] | None:
     return None
 
 
-def _is_tool_names(node: ast.AST) -> bool:
+def is_ctx_name(node: ast.AST, name: str) -> bool:
+    """``name`` or ``ctx.<name>`` (``query``, ``context``, ``tool_names``...: the names cannot be rebound)."""
     if isinstance(node, ast.Name):
-        return node.id == "tool_names"
+        return node.id == name
     return (
         isinstance(node, ast.Attribute)
-        and node.attr == "tool_names"
+        and node.attr == name
         and isinstance(node.value, ast.Name)
         and node.value.id == "ctx"
     )
+
+
+def _is_tool_names(node: ast.AST) -> bool:
+    return is_ctx_name(node, "tool_names")
 
 
 def _is_safe_get(node: ast.AST) -> bool:
