@@ -493,3 +493,39 @@ def test_the_prestep_records_the_warning_and_hands_the_result_on(shared_pool: Mc
 
     fits = run_prestep([sums], AgentRequest(query="x"), backend=PoolToolBackend(shared_pool, ["mis"]))
     assert "warnings" not in fits.records[0].to_json()  # runs that fit are stored as before
+
+
+def test_the_react_loop_records_the_warning_and_hands_the_result_on(shared_pool: McpPool, caplog) -> None:
+    """A tool the model calls is checked against its output schema as a pre-step call is: the
+    result goes to the model as sent, the tool step carries the warning, a fitting one none."""
+    from llamon_agent.models import ModelConfig
+    from llamon_agent.react import AgentSpec, run_agent
+    from llamon_agent.tools import AgentRequest
+    from llamon_agent.trace import ListSink
+
+    script = [
+        {"tool_calls": [{"name": "off_schema", "args": {}, "id": "c1"}]},
+        {"tool_calls": [{"name": "add", "args": {"a": 1, "b": 2}, "id": "c2"}]},
+        {"content": "twelve, and 3"},
+    ]
+    spec = AgentSpec(
+        name="mis",
+        system_prompt="p",
+        rules=[],
+        model=ModelConfig(provider="scripted", script=script),
+        react_mcp_ids=["mis"],
+    )
+    sink = ListSink()
+    result = run_agent(
+        spec,
+        AgentRequest(query="합계"),
+        backend=PoolToolBackend(shared_pool, ["mis"]),
+        react_tools=shared_pool.langchain_tools_sync("mis"),
+        sink=sink,
+    )
+    assert result.status == "succeeded", result.error
+    off, fits = [e for e in sink.of_kind("tool") if e.phase == "end"]
+    assert off.status == "ok" and "twelve" in off.output
+    assert off.meta["warnings"] == ["total: 'twelve' is not of type 'integer'"]
+    assert "warnings" not in fits.meta
+    assert "tool off_schema: the result does not fit its output schema" in caplog.text

@@ -360,6 +360,14 @@ class _Run:
             s.output = _truncate(_content_text(result.content), TOOL_RESULT_CHAR_LIMIT)
             if result.status == "error":
                 s.fail(_truncate(_content_text(result.content), 500))
+            artifact = result.artifact if isinstance(result.artifact, dict) else {}
+            if warnings := artifact.get("schema_warnings"):  # an MCP tool's result off its output schema
+                s.meta["warnings"] = [str(w) for w in warnings]
+                logger.warning(
+                    "tool %s: the result does not fit its output schema: %s",
+                    result.name,
+                    "; ".join(s.meta["warnings"]),
+                )
         else:  # a Command from a tool that updates state
             s.output = jsonable(result)
         s.finish()

@@ -26,6 +26,8 @@ from typing import Any
 from langchain_core.messages.content import create_file_block, create_image_block, create_text_block
 from langchain_core.tools import StructuredTool, ToolException
 
+from llamon_agent.mcp.results import output_problems
+
 __all__ = ["ToolErrorResult", "convert_result", "langchain_tool"]
 
 ToolCaller = Callable[[str, dict[str, Any]], Awaitable[Any]]
@@ -97,13 +99,25 @@ def _block(content: Any) -> dict[str, Any]:
     raise ValueError(f"Unknown MCP content type: {kind!r}")
 
 
-def convert_result(result: Any) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
-    """A tool result as ``(content blocks, artifact)``; :class:`ToolErrorResult` for ``isError``."""
+def convert_result(
+    result: Any, output_schema: dict[str, Any] | None = None
+) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """A tool result as ``(content blocks, artifact)``; :class:`ToolErrorResult` for ``isError``.
+
+    The artifact holds the structured content (``structured_content``) and, when the result does
+    not fit the tool's declared ``output_schema``, why (``schema_warnings``: a warning for the
+    trace, never a failure; the check is the pool's own, ``results.output_problems``).
+    """
     blocks = [_block(content) for content in _field(result, "content") or []]
     if _field(result, "isError", "is_error"):
         raise ToolErrorResult(blocks)
+    artifact: dict[str, Any] = {}
     structured = _field(result, "structuredContent", "structured_content")
-    return blocks, ({"structured_content": structured} if structured is not None else None)
+    if structured is not None:
+        artifact["structured_content"] = structured
+    if output_schema and (problems := output_problems(result, output_schema)):
+        artifact["schema_warnings"] = problems
+    return blocks, artifact or None
 
 
 def langchain_tool(tool: Any, call: ToolCaller) -> StructuredTool:
@@ -111,8 +125,10 @@ def langchain_tool(tool: Any, call: ToolCaller) -> StructuredTool:
     and converts the raw result it returns."""
     name = str(_field(tool, "name"))
 
+    output_schema = _field(tool, "outputSchema", "output_schema")
+
     async def call_tool(**arguments: Any) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
-        return convert_result(await call(name, arguments))
+        return convert_result(await call(name, arguments), output_schema)
 
     annotations = _field(tool, "annotations")
     if annotations is not None and not isinstance(annotations, dict):
