@@ -681,3 +681,39 @@ def test_compiling_a_large_rule_set_through_the_sdk_freezes_it_out_of_the_collec
         assert gc.get_freeze_count() > 0
     finally:
         gc.unfreeze()
+
+
+def test_a_compiled_rule_set_sees_every_change_to_a_servers_tool_list() -> None:
+    # The compiled rules keep each server's tool names between requests; a list that changes,
+    # in place or for another one, must be read again (in `tool_names` and in the call's check).
+    from llamon_agent.expr import expression_rule
+
+    compiled = compile_rules(
+        [
+            expression_rule(name="if_b", mcp_id="kb", tool_name="b", when='"b" in tool_names', params="{}"),
+            expression_rule(name="always_b", mcp_id="kb", tool_name="b", when="True", params="{}"),
+        ]
+    )
+    request = AgentRequest(query="q")
+
+    def statuses(tools: list[Any]) -> list[tuple[str, str | None]]:
+        outcome = run_prestep(compiled, request, backend=StaticToolBackend({"kb": tools}), dry_run=True)
+        return [(str(r.status), r.error) for r in outcome.records]
+
+    no_b = [("skipped", None), ("error", "MCP 'kb' has no tool 'b'")]
+    has_b = [("fired", None), ("fired", None)]
+    tools: list[Any] = [ToolInfo("a")]
+    assert statuses(tools) == no_b
+    kept = compiled.tool_names["kb"]
+    assert statuses(tools) == no_b and compiled.tool_names["kb"] is kept  # the same tools: reused
+    tools.append(ToolInfo("b"))  # one tool more
+    assert statuses(tools) == has_b
+    tools[1] = ToolInfo("c")  # the same length, another tool
+    assert statuses(tools) == no_b
+    assert statuses([ToolInfo("a"), ToolInfo("b")]) == has_b  # another list
+    assert statuses([ToolInfo("a")]) == no_b
+    # Tools that are not frozen ToolInfo can be renamed under the same object: never kept.
+    named = {"name": "a"}
+    assert statuses([named]) == no_b
+    named["name"] = "b"
+    assert statuses([named]) == has_b

@@ -380,21 +380,24 @@ class _PrestepRun:
         self._log()
 
     def _bind(self) -> None:
+        traced = self.sink is not None  # the listings are only for the trace's span
+        tools_for = self.backend.tools_for
         for mcp_id in self.compiled.mcp_ids:
-            t0 = time.perf_counter()
+            t0 = time.perf_counter() if traced else 0.0
             try:
-                tools = self.backend.tools_for(mcp_id)
+                tools = tools_for(mcp_id)
             except Exception as exc:  # a backend that cannot list tools has not loaded them
                 logger.warning("tools_for(%r) failed: %s", mcp_id, _reason(exc))
                 tools = None
-            self.listings.append(
-                {
-                    "mcp_id": mcp_id,
-                    "offset_ms": round((t0 - self.t0) * 1000.0, 3),
-                    "duration_ms": _ms_since(t0),
-                    "tools": None if tools is None else len(tools),
-                }
-            )
+            if traced:
+                self.listings.append(
+                    {
+                        "mcp_id": mcp_id,
+                        "offset_ms": round((t0 - self.t0) * 1000.0, 3),
+                        "duration_ms": _ms_since(t0),
+                        "tools": None if tools is None else len(tools),
+                    }
+                )
             if tools is None:
                 self.unbound[mcp_id] = MCP_NOT_LOADED.format(mcp_id=mcp_id)
                 if self.error is None:
@@ -409,9 +412,8 @@ class _PrestepRun:
 
         Building an expression namespace can fail on the request alone (query or data over
         the expression caps). Unindexed, that ExprError surfaces at the first expression
-        rule; indexed, that rule may not be a candidate. Building the namespace at its
-        position keeps both runs identical (one build per request, reused when the server's
-        rules are candidates).
+        rule; indexed, that rule may not be a candidate. Checking at its position that the
+        namespace can be built (_namespace_parts, without building it) keeps both runs identical.
         """
         query = self.request.query
         found: list[Any] | None = None
@@ -428,9 +430,9 @@ class _PrestepRun:
         return order
 
     def _probe_failed(self, i: int, info: RuleInfo) -> bool:
-        """Build the probe rule's namespace; on failure record the rule's error."""
+        """Check that the probe rule's namespace can be built; on failure record the rule's error."""
         try:
-            self._namespace(info.mcp_id)
+            self._namespace_parts(info.mcp_id)
         except Exception as exc:
             self._fail(i, info, _reason(exc), traced=True, exc=exc)
             return True
@@ -649,10 +651,8 @@ class _PrestepRun:
     def _plain(self) -> Any:
         """The request's JSON-like copies, made once and shared by every server's namespace."""
         if self.plain is None:
-            from llamon_agent.expr.namespace import plain_request
-
             try:
-                self.plain = plain_request(self.request.to_context())
+                self.plain = _expr().namespace.plain_request(self.request)
             except Exception as exc:
                 self.plain = exc
         if isinstance(self.plain, Exception):
@@ -666,32 +666,59 @@ class _PrestepRun:
     def _namespace(self, mcp_id: str) -> dict[str, Any]:
         ns = self.namespaces.get(mcp_id)
         if ns is None:
-            # lazy: plain-function rule sets never need it
-            from llamon_agent.expr import CostMeter, build_namespace
-
-            try:
-                if self.meter is None:
-                    self.meter = CostMeter(*self.budgets)
-                ns = self.namespaces[mcp_id] = build_namespace(
-                    self._context(mcp_id), meter=self.meter, plain=self._plain(), found=self.found
-                )
-            except Exception:
-                self.namespace_failed = True
-                raise
+            plain, tools, names = self._namespace_parts(mcp_id)
+            ns = self.namespaces[mcp_id] = _expr().namespace.server_namespace(
+                plain, tools, names, meter=self.meter, found=self.found
+            )
         return ns
+
+    def _namespace_parts(self, mcp_id: str) -> tuple[Any, tuple[Any, ...], frozenset[str]]:
+        """Everything building ``mcp_id``'s namespace can fail on, in that order: the request's cost
+        meter, its plain copy, the server's tool names (server_namespace cannot fail after them).
+        The namespace probe only needs this: most requests never build the probe server's namespace."""
+        try:
+            if self.meter is None:
+                self.meter = _expr().expr.CostMeter(*self.budgets)
+            plain = self._plain()
+            tools, names = self._server_tools(mcp_id)
+        except Exception:
+            self.namespace_failed = True
+            raise
+        return plain, tools, names
 
     def _args(self, mcp_id: str) -> tuple[Any, ...]:
         """The request's values an expression's function takes, for ``mcp_id``'s namespace."""
-        from llamon_agent.expr.compiled import request_args
-
-        args = self.argsets[mcp_id] = request_args(self._namespace(mcp_id))
+        args: tuple[Any, ...] = _expr().compiled.request_args(self._namespace(mcp_id))
+        self.argsets[mcp_id] = args
         return args
 
     def _tool_names(self, mcp_id: str) -> frozenset[str]:
         names = self.tool_names.get(mcp_id)
         if names is None:
-            names = self.tool_names[mcp_id] = frozenset(_tool_name(t) for t in self.tools[mcp_id])
+            names = self._server_tools(mcp_id)[1]
         return names
+
+    def _server_tools(self, mcp_id: str) -> tuple[tuple[Any, ...], frozenset[str]]:
+        """The server's tools as listed for this request, and their names.
+
+        The names are kept on the compiled rules per server, with the tools they came from: a
+        request whose backend lists the very same tool objects reuses them; any other list (a tool
+        added, removed or replaced) is read again. Only lists of frozen ToolInfo are kept, whose
+        names cannot change under the same object (a dict's or a LangChain tool's could).
+        """
+        listed = self.tools[mcp_id]
+        ids = tuple(map(id, listed))
+        cache = self.compiled.tool_names
+        kept = cache.get(mcp_id)
+        if kept is not None and kept[0] == ids:
+            tools, names = kept[1], kept[2]
+        else:
+            tools = tuple(listed)
+            names = frozenset(_tool_name(t) for t in tools)
+            if all(type(t) is ToolInfo for t in tools):
+                cache[mcp_id] = (ids, tools, names)  # holds the tools: their ids stay theirs
+        self.tool_names[mcp_id] = names
+        return tools, names
 
     # -- reporting
 
@@ -745,6 +772,8 @@ class _PrestepRun:
 
     def _log(self) -> None:
         if self.dry_run:
+            if not logger.isEnabledFor(logging.DEBUG):
+                return
             logger.debug(
                 "Deterministic pre-step dry run: %d rule(s) would call a tool, error=%s",
                 sum(1 for r in self.evaluated.values() if r.status is RuleStatus.FIRED),
@@ -768,6 +797,31 @@ class _PrestepRun:
             _evaluated=self.evaluated,
             _reached=self.reached,
         )
+
+
+class _Expr:
+    """The expression modules the pre-step calls per request, imported on first use by
+    :func:`_expr` (plain-function rule sets never need llamon_agent.expr): an import statement
+    in the hot path costs microseconds each time it runs. Modules, not their functions, are kept:
+    what the pre-step calls is looked up on them at each call, as the imports did."""
+
+    loaded = False
+    expr: Any = None  # llamon_agent.expr (CostMeter)
+    namespace: Any = None  # llamon_agent.expr.namespace (plain_request, server_namespace)
+    compiled: Any = None  # llamon_agent.expr.compiled (request_args)
+
+
+def _expr() -> type[_Expr]:
+    if not _Expr.loaded:
+        import llamon_agent.expr
+        import llamon_agent.expr.compiled
+        import llamon_agent.expr.namespace
+
+        _Expr.expr = llamon_agent.expr
+        _Expr.namespace = llamon_agent.expr.namespace
+        _Expr.compiled = llamon_agent.expr.compiled
+        _Expr.loaded = True
+    return _Expr
 
 
 def _checked_call(value: Any) -> tuple[str, dict[str, Any]]:

@@ -252,12 +252,15 @@ class _RequestIndex:
             for intervals in self.numbers.values():
                 hits.update(intervals.everyone)
             return
-        from llamon_agent.expr.helpers import _data_get
+        global _data_get
+        if _data_get is None:  # imported once, not per request: plain rule sets never need expr
+            from llamon_agent.expr.helpers import _data_get
+        data_get = _data_get
 
         def read(source: str, key: str, default: Any) -> Any:
             if source == "len":
                 return len(query)
-            return context.get(key, default) if source == "context" else _data_get(parts, key, default)
+            return context.get(key, default) if source == "context" else data_get(parts, key, default)
 
         for (source, key, default), values in self.equalities.items():
             try:
@@ -269,6 +272,8 @@ class _RequestIndex:
         for where, intervals in self.numbers.items():
             intervals.hits(read(*where), hits)
 
+
+_data_get: Any = None  # llamon_agent.expr.helpers._data_get, imported by the first request that needs it
 
 SET_PATTERN_SIZE = 5_000  # regex_size of a pattern the index's RE2 set takes (others: evaluated)
 SET_TOTAL_SIZE = 2_000_000  # and of all of them together
@@ -369,6 +374,7 @@ class CompiledRules:
         "has_index",
         "_index",
         "_all",
+        "tool_names",
         "__weakref__",
     )
 
@@ -393,6 +399,9 @@ class CompiledRules:
         self.servers: tuple[str, ...] = tuple(info.mcp_id for info in self.infos)  # rule i's mcp_id
         self.mcp_ids: tuple[str, ...] = tuple(dict.fromkeys(self.servers))
         self._all = range(len(self.rules))
+        # Per server, the last tool list the pre-step saw and the names in it (prestep._server_tools):
+        # mcp_id -> (the tools' ids, the tools, their names). Checked against every request's list.
+        self.tool_names: dict[str, tuple[tuple[int, ...], tuple[Any, ...], frozenset[str]]] = {}
         self.has_index = use_index
         self._index: _RequestIndex | None = _RequestIndex(self.rules, self.infos) if use_index else None
 

@@ -57,6 +57,9 @@ class CostBudgetExceeded(ExprError):
     """An evaluation (or a request's evaluations together) did more work than its cost budget."""
 
 
+_settings: Any = None  # llamon_agent.settings, imported by the first meter that needs the defaults
+
+
 class CostMeter:
     """The cost budget of one request: ``expr_budget`` per evaluation, ``request_budget`` for all.
 
@@ -85,9 +88,10 @@ class CostMeter:
 
     def __init__(self, expr_budget: int | None = None, request_budget: int | None = None) -> None:
         if expr_budget is None or request_budget is None:
-            from llamon_agent.settings import cost_budgets
-
-            defaults = cost_budgets()
+            global _settings
+            if _settings is None:  # imported once: an import statement here costs microseconds per request
+                from llamon_agent import settings as _settings
+            defaults = _settings.cost_budgets()
             expr_budget = defaults.expr_cost_budget if expr_budget is None else expr_budget
             request_budget = defaults.request_cost_budget if request_budget is None else request_budget
         for name, value in (("expr_budget", expr_budget), ("request_budget", request_budget)):

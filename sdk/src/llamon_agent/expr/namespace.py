@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from llamon_agent.expr.budget import (
@@ -17,12 +18,12 @@ from llamon_agent.expr.guard import FIRST, IN_LOWERED, IN_QUERY, LOWERED
 from llamon_agent.expr.limits import MAX_DATA_BYTES, MAX_QUERY_CHARS
 from llamon_agent.expr.messages import Message as M
 from llamon_agent.expr.view import _Budget, _CtxView, _plain
-from llamon_agent.tools import DeterministicContext
+from llamon_agent.tools import AgentRequest, DeterministicContext
 
 PlainRequest = tuple[str, dict[str, Any], list[Any] | None, list[Any] | None]
 
 
-def plain_request(ctx: DeterministicContext) -> PlainRequest:
+def plain_request(ctx: DeterministicContext | AgentRequest) -> PlainRequest:
     """The JSON-like copies of a request an expression reads: (query, context, a2a_data, a2a_files).
 
     The same for every server of a request, so the pre-step makes them once and shares them
@@ -97,8 +98,23 @@ def build_namespace(
     ``plain`` is :func:`plain_request` of ``ctx``, when already made for another server.
     ``found``: the literals a long query holds, when the pre-step's index searched for them.
     """
-    query, context, a2a_data, a2a_files = plain_request(ctx) if plain is None else plain
-    view = _CtxView(query, context, a2a_data, a2a_files, list(ctx.mcp_tools or ()))
+    return server_namespace(
+        plain_request(ctx) if plain is None else plain, list(ctx.mcp_tools or ()), meter=meter, found=found
+    )
+
+
+def server_namespace(
+    plain: PlainRequest,
+    tools: Sequence[Any],
+    tool_names: frozenset[str] | None = None,
+    *,
+    meter: CostMeter | None = None,
+    found: Found | None = None,
+) -> dict[str, Any]:
+    """:func:`build_namespace` from the request's :func:`plain_request` and one server's tools
+    (never modified), with their names when already known: the pre-step keeps both per rule set."""
+    query, context, a2a_data, a2a_files = plain
+    view = _CtxView(query, context, a2a_data, a2a_files, tools, tool_names)
     namespace = _BASE_NAMESPACE.copy()
     namespace["ctx"] = view
     namespace["query"] = query

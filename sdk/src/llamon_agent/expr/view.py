@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from llamon_agent.expr.errors import ExprError
@@ -91,13 +91,14 @@ class _CtxView:
         context: dict[str, Any],
         a2a_data: list[Any] | None,
         a2a_files: list[Any] | None,
-        tools: list[Any],
+        tools: Sequence[Any],
+        tool_names: frozenset[str] | None = None,
     ) -> None:
         self.query = query
         self.context = context
         self.a2a_data = a2a_data
         self.a2a_files = a2a_files
-        self.tool_names = frozenset(_tool_name(t) for t in tools)
+        self.tool_names = frozenset(_tool_name(t) for t in tools) if tool_names is None else tool_names
         self._tools = tools
         self._mcp_tools: list[dict[str, Any]] | None = None
         self._mcp_error: ExprError | None = None
