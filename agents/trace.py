@@ -447,7 +447,7 @@ class PrestepRules:
 
 
 def prestep_rules(
-    *, run: Run, seq: int | None = None, detail: str = "summary", offset: int = 0
+    *, run: Run, seq: int | None = None, detail: str = "summary", offset: int | str = 0
 ) -> PrestepRules:
     """Every rule the run's pre-step had, in order, with its status in this run, listed as the tester
     lists its rules (rules.engine.records_shown: fired and failed always, ``detail`` and ``offset``

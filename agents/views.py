@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.http import HttpResponse, JsonResponse
@@ -39,7 +37,7 @@ from agents.models import Agent, ChangeRequest, ModelConnection, Run
 from agents.privacy import privacy_get
 from core.chain import chain_last_check
 from core.http import HtmxHttpRequest
-from core.userinput import db_id
+from core.userinput import db_id, typed_count
 from rules.errors import RuleError
 from rules.tester import tester_inputs_put
 
@@ -437,15 +435,12 @@ def run_steps(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 def run_rules(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     """The rules table of a pre-step step (``?step=seq``; default the first), loaded when the step is opened."""
     run = get_object_or_404(Run.objects.select_related("agent__rule_set", "rule_set_version"), pk=pk)
-    offset: Any = request.GET.get("offset") or "0"
-    if offset.isascii() and offset.isdigit() and len(offset) <= 18:
-        offset = int(offset)  # anything else is refused by records_shown, with its message
     try:
         table = traces.prestep_rules(
             run=run,
             seq=db_id(request.GET.get("step")),
             detail="all" if request.GET.get("show") == "all" else "summary",
-            offset=offset,
+            offset=typed_count(request.GET.get("offset")),
         )
     except RuleError as exc:
         return HttpResponse(exc.message, status=422, content_type="text/plain; charset=utf-8")

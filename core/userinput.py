@@ -40,6 +40,16 @@ def db_id(text: str | None) -> int | None:
     return value if 1 <= value <= MAX_DB_ID else None
 
 
+def typed_count(text: str | None) -> int | str:
+    """A whole number typed by a person (``?offset=500``) as an int (empty: 0), else the text as typed,
+    for the service that takes it to refuse with its own message (same digit rules as :func:`db_id`)."""
+    if not text:
+        return 0
+    if len(text) <= 18 and text.isascii() and text.isdigit():
+        return int(text)
+    return text
+
+
 NUL_MESSAGE = "Null characters are not allowed."  # Django's ProhibitNullCharactersValidator says the same
 
 

@@ -200,8 +200,9 @@ _QUIET = (RuleStatus.SKIPPED, RuleStatus.NOT_REACHED)
 R = TypeVar("R", bound="HasStatus")
 
 
-def detail_check(detail: Any, offset: Any) -> None:
-    """RuleError unless ``detail`` is one of DETAILS and ``offset`` a whole number >= 0 (with "all" only)."""
+def detail_check(detail: Any, offset: Any) -> int:
+    """``offset`` as checked: RuleError unless ``detail`` is one of DETAILS and ``offset`` a whole number
+    >= 0 (with "all" only; a text typed on a page is refused here, with this message)."""
     if detail not in DETAILS:
         raise RuleError(
             gettext('detail must be "summary" or "all", not %(value)s.')
@@ -217,6 +218,7 @@ def detail_check(detail: Any, offset: Any) -> None:
             ),
             field="offset",
         )
+    return offset
 
 
 class HasStatus(Protocol):
@@ -269,12 +271,12 @@ class RecordsShown(Generic[R]):
         return self.more_offset == 0 and quiet <= QUIET_PAGE
 
 
-def records_shown(records: Sequence[R], *, detail: str = "summary", offset: int = 0) -> RecordsShown[R]:
+def records_shown(records: Sequence[R], *, detail: str = "summary", offset: int | str = 0) -> RecordsShown[R]:
     """Choose the records an answer lists: fired and failed always, the others from ``offset`` on,
     QUIET_SHOWN of them (``summary``) or QUIET_PAGE (``all``). RuleError for a detail or offset
     that is not one of these (``offset`` pages ``all`` only). The tester's answers and the run
     page's rules table both list through it."""
-    detail_check(detail, offset)
+    offset = detail_check(detail, offset)
     limit = QUIET_PAGE if detail == "all" else QUIET_SHOWN
     shown: RecordsShown[R] = RecordsShown(
         detail=detail, counts={str(s): 0 for s in RuleStatus}, omitted={str(s): 0 for s in _QUIET}

@@ -90,7 +90,7 @@ def tester_evaluate(
     pins: Sequence[Mapping[str, Any]] = (),
     version: RuleSetVersion | None = None,
     detail: str = "summary",
-    offset: int = 0,
+    offset: int | str = 0,
 ) -> TesterResult:
     """The pre-step of the rule set's draft on one sample, as every tester shows it.
 
@@ -104,7 +104,7 @@ def tester_evaluate(
 
     ``detail`` and ``offset`` say which skipped and not-reached rules the answer lists (every
     fired and failed one always): see :func:`rules.engine.records_shown`; RuleError when invalid."""
-    engine.detail_check(detail, offset)
+    offset = engine.detail_check(detail, offset)
     saved = engine.rule_set_snapshot(rule_set)
     draft_snapshot = saved
     if draft is not None:

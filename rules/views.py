@@ -19,7 +19,7 @@ from accounts.roles import has_role, require_role
 from core.chain import chain_last_check
 from core.errors import PendingApproval
 from core.http import HtmxHttpRequest
-from core.userinput import db_id
+from core.userinput import db_id, typed_count
 from llamon_agent import strictjson
 from llamon_agent.prestep import RuleStatus
 from rules import cases, engine, exporting, selectors, services, tools_import
@@ -443,9 +443,6 @@ def _tester_results(
             draft, original_name = edit.cleaned_data, request.POST.get("rule-original") or None
         else:
             draft_note = _("The rule you are editing has errors, so the tester uses its saved version.")
-    offset: Any = request.POST.get("offset") or "0"
-    if offset.isascii() and offset.isdigit() and len(offset) <= 18:
-        offset = int(offset)  # anything else is refused by the service, with its message
     result = tester_evaluate(
         rule_set=rule_set,
         sample=tester.to_request(),
@@ -455,7 +452,7 @@ def _tester_results(
         pins=tester.cleaned_data.get("pinned") or [],
         version=_served_version(rule_set, origin),
         detail="all" if request.POST.get("show") == "all" else "summary",
-        offset=offset,
+        offset=typed_count(request.POST.get("offset")),
     )
     if result.edited:
         draft_note = _("Includes your unsaved edit of this rule.")
