@@ -152,9 +152,12 @@ def _zen_str(text: str) -> str:
     return '"' + text + '"'  # zen-engine strings keep backslashes as written; no text here has a quote
 
 
-def draw_rules(n: int, no_literal: float, seed: int = 0, unindexable: float = 0.03) -> RuleSet:
+def draw_rules(
+    n: int, no_literal: float, seed: int = 0, unindexable: float = 0.03, opaque_only: bool = False
+) -> RuleSet:
     """``n`` rules; ``no_literal`` of them without a text literal, ``unindexable`` of all of them
-    conditions no index narrows (arithmetic across fields)."""
+    arithmetic across fields (a third of those outside every atom kind, all of them with
+    ``opaque_only``)."""
     rng = random.Random(seed)
     tools = _servers()
     servers = list(tools)
@@ -172,7 +175,7 @@ def draw_rules(n: int, no_literal: float, seed: int = 0, unindexable: float = 0.
         params = rng.choice(['{"q": query[:50]}', '{"amount": data_get("amount", 0)}', "{}"])
         roll = rng.random()
         if roll < unindexable:
-            rules.append(_unindexable(rng, name, mcp_id, tool, params))
+            rules.append(_unindexable(rng, name, mcp_id, tool, params, opaque_only))
         elif roll < no_literal:
             rules.append(_no_literal(rng, name, mcp_id, tool, params, domain))
         else:
@@ -304,8 +307,25 @@ def _free_atom(rng: random.Random, kind: int, mcp_id: str, domain: str) -> tuple
     return f'data_get("product") == "{product}"', f'data.product == "{product}"', ("data", "product", product)
 
 
-def _unindexable(rng: random.Random, name: str, mcp_id: str, tool: str, params: str) -> Drawn:
-    if rng.random() < 0.5:
+def _unindexable(
+    rng: random.Random, name: str, mcp_id: str, tool: str, params: str, opaque_only: bool = False
+) -> Drawn:
+    """Arithmetic across fields. The sum against a threshold and the two products compared are
+    narrowed by the request index since its arithmetic terms (a term many rules share is computed
+    once per request); `abs(...)` of a difference is outside every atom kind: always evaluated."""
+    roll = 0.0 if opaque_only else rng.random()
+    if roll < 1 / 3:
+        tolerance = rng.randrange(1, 4)
+        return Drawn(
+            name,
+            mcp_id,
+            tool,
+            f'abs(data_get("a", 0) - data_get("b", 0)) < {tolerance}',
+            params,
+            literal=False,
+            zen=f"abs(data.a - data.b) < {tolerance}",
+        )
+    if roll < 2 / 3:
         limit = rng.randrange(200, 236)
         return Drawn(
             name,

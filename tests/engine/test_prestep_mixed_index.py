@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -52,14 +53,24 @@ WHENS = [
     'query.startswith("{w}")',
     'query.lower().startswith(("{w}", "{v}"))',
     'query.lower().startswith("{w}") and data_get("n", 0) > 1',
+    # arithmetic terms: computed once per request by the index
+    'data_get("n", 0) + context.get("n", 0) > 1',
+    'data_get("n", 0) * 2 - 1 <= 2 and "{w}" in query',
+    'data_get("n", 0) * 3 > context.get("n", 1) * 2',
+    'len(query) / data_get("n", 1) >= 2',  # raises on 0
+    '-data_get("n", 0) < -1',
+    'data_get("n", 0) - 1 >= 0.5 or "{v}" in query',
+    '1 < data_get("n", 0) * 2 <= 4',
 ]
 
 
 @st.composite
 def mixed_rule_sets(draw: st.DrawFn) -> list[Any]:
     rules = []
+    template = WHENS[0]
     for i in range(draw(st.integers(0, 10))):
-        template = draw(st.sampled_from(WHENS))
+        if not i or draw(st.booleans()):  # else the previous one again: shared terms and literals
+            template = draw(st.sampled_from(WHENS))
         when = template.format(w=draw(st.sampled_from(WORDS)), v=draw(st.sampled_from(WORDS)))
         rules.append(
             expression_rule(
@@ -95,7 +106,7 @@ data_parts = st.one_of(
             {},
             optional={
                 "orderId": st.sampled_from([*WORDS, 7]),
-                "n": st.sampled_from([1, True, 2, 2.5, 0.5, "2", None, float("nan"), [1]]),
+                "n": st.sampled_from([1, True, 2, 2.5, 0.5, "2", None, float("nan"), [1], 0, -3, 2**62, 1e308]),
             },
         ),
         max_size=3,
@@ -184,6 +195,86 @@ def test_numbers_memberships_and_prefixes_are_indexed_by_their_values() -> None:
     assert compiled.candidates("대출 문의", data(amount=6000)) == [1, 6]
     # a value the comparison cannot take: the rules are evaluated (and raise), never skipped
     assert compiled.candidates("hello there", data(amount="150")) == [0, 1]
+
+
+ARITHMETIC = [
+    'data_get("a", 0) + data_get("b", 0) > 200',
+    'data_get("a", 0) - data_get("b", 0) >= 10',
+    'data_get("a", 0) * 2 < 50',
+    'data_get("a", 0) / data_get("b", 1) <= 0.5',
+    '-data_get("a", 0) > -20',
+    'data_get("premium", 0) * 12 > data_get("income", 1) * 3',
+    '100 < data_get("a", 0) + len(query) <= 150',
+    'context.get("n", 0) * 2 >= data_get("a", 0)',
+]
+
+
+TERMS = [
+    'data_get("a", 0) + data_get("b", 0) > {k}',
+    'data_get("a", 0) - data_get("b", 0) <= {k}',
+    'data_get("a", 0) * {k} >= data_get("b", 1)',
+    'data_get("a", 0) / data_get("b", 1) < {k}',
+    '-data_get("a", 0) > -{k}',
+    '{k} < data_get("a", 0) + len(query) <= {k} + 50',
+    'data_get("a", 0) * 2 > context.get("n", 0) and "x" in query',
+]
+numbers = st.one_of(
+    st.integers(-5, 300),
+    st.sampled_from([0, 0.5, -0.0, 2**62, -(2**63), 10**20, 1e308, float("nan"), float("inf"), True, "7", None]),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    picks=st.lists(st.tuples(st.sampled_from(TERMS), st.integers(0, 200)), max_size=8),
+    a=numbers,
+    b=numbers,
+    n=numbers,
+    query=st.sampled_from(["", "x", "xx" * 30]),
+)
+def test_arithmetic_terms_narrow_exactly(picks: list[tuple[str, int]], a: Any, b: Any, n: Any, query: str) -> None:
+    rules = [rule(f"r{i}", when.format(k=k)) for i, (when, k) in enumerate(picks + picks[:3])]
+    part = {k: v for k, v in (("a", a), ("b", b)) if v is not None}
+    request = AgentRequest(query=query, context={"n": n}, a2a_data=[part])
+    indexed = run_prestep(compile_rules(rules), request, backend=StaticToolBackend(SERVERS), dry_run=True)
+    naive = run_prestep(rules, request, backend=StaticToolBackend(SERVERS), dry_run=True, use_index=False)
+    assert comparable(indexed) == comparable(naive)
+
+
+@pytest.mark.parametrize(
+    "part",
+    [
+        {"a": 150, "b": 60},
+        {"a": 10, "b": 0},  # a / 0 raises: that rule is evaluated
+        {"a": 21, "b": 1, "premium": 300_000, "income": 1_000_000},
+        {"a": 25, "b": 15},
+        {"a": 2**62, "b": 2**62},  # a + b is past 64 bits: the helpers raise
+        {"a": "x"},  # not a number: the rules raise
+        {"a": True, "b": 2.5},
+        {"a": float("nan")},
+        {"a": 1e308, "b": 1e-308},
+        {},
+    ],
+)
+def test_arithmetic_terms_are_computed_once_and_narrow_exactly(part: dict[str, Any]) -> None:
+    rules = [rule(f"r{i}", when) for i, when in enumerate(ARITHMETIC * 2)]  # each term shared by two rules
+    compiled = compile_rules(rules)
+    assert compiled._index is not None and compiled._index.always == ()
+    alone = compile_rules(rules[:1] + [rule("other", 'data_get("a", 0) * 3 > 1')])
+    assert alone._index is not None and alone._index.always == (0, 1)  # a term one rule reads: evaluated
+    request = AgentRequest(query="q" * 40, context={"n": 12}, a2a_data=[part])
+    indexed = run_prestep(compiled, request, backend=StaticToolBackend(SERVERS), dry_run=True)
+    naive = run_prestep(rules, request, backend=StaticToolBackend(SERVERS), dry_run=True, use_index=False)
+    assert comparable(indexed) == comparable(naive)
+    candidates = set(compiled.candidates(request.query, lambda: (request.context, request.a2a_data)))
+    # a rule that fires or fails is a candidate; one that is false without raising never is
+    # (beyond what a non-number makes every rule of its term)
+    for record in naive.records:
+        index = int(record.rule[1:])
+        if record.status.value != "skipped":
+            assert index in candidates
+        elif all(type(v) in (int, float) and v == v for v in part.values()) and part.get("b", 1) != 0:
+            assert index not in candidates, record.rule
 
 
 def test_an_and_is_indexed_on_its_rarest_literal_across_the_rule_set() -> None:

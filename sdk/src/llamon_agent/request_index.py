@@ -77,6 +77,10 @@ class _RequestIndex:
             return 1 + tested[atom[1:4]] * (0.1 if bounded else 0.5)
 
         for i, options in enumerate(per_rule):
+            if options is not None and any(a[0] == "num" and a[1] == "expr" for o in options for a in o):
+                # A term only one rule compares costs the index more to compute than the rule
+                # costs to evaluate: only shared terms are worth it.
+                options = tuple(o for o in options if all(_shared(a, tested) for a in o)) or None
             if options is None:
                 always.append(i)
                 continue
@@ -257,9 +261,14 @@ class _RequestIndex:
             from llamon_agent.expr.helpers import _data_get
         data_get = _data_get
 
-        def read(source: str, key: str, default: Any) -> Any:
+        def read(source: str, key: Any, default: Any) -> Any:
             if source == "len":
                 return len(query)
+            if source == "expr":
+                try:
+                    return _compute(key, read)
+                except (_NotANumber, ArithmeticError):  # the rule's own arithmetic raises: evaluate it
+                    return None
             return context.get(key, default) if source == "context" else data_get(parts, key, default)
 
         for (source, key, default), values in self.equalities.items():
@@ -274,6 +283,54 @@ class _RequestIndex:
 
 
 _data_get: Any = None  # llamon_agent.expr.helpers._data_get, imported by the first request that needs it
+
+
+def _shared(atom: _Atom, tested: Mapping[tuple[Any, ...], int]) -> bool:
+    return atom[0] != "num" or atom[1] != "expr" or tested[atom[1:4]] > 1
+
+
+class _NotANumber(Exception):
+    pass
+
+
+_NUMBERS = (int, float, bool)
+_MAX_INT = 2**63 - 1  # the expression helpers' int bound (expr.helpers.MAX_INT): past it they raise
+_CMP: dict[str, Callable[[Any, Any], bool]] = {
+    ">": lambda a, b: a > b,
+    ">=": lambda a, b: a >= b,
+    "<": lambda a, b: a < b,
+    "<=": lambda a, b: a <= b,
+}
+
+
+def _compute(term: tuple[Any, ...], read: Callable[[str, Any, Any], Any]) -> Any:
+    """The value of an arithmetic term (expr.hints) on this request, as the rule computes it;
+    _NotANumber (or ArithmeticError) where the rule's own evaluation would raise or may differ."""
+    kind = term[0]
+    if kind == "const":
+        return term[1]
+    if kind == "get" or kind == "len":
+        value = read(*term[1:]) if kind == "get" else read("len", "", None)
+        if type(value) not in _NUMBERS:
+            raise _NotANumber
+        return value
+    if kind == "neg":
+        value = -_compute(term[1], read)
+    elif kind == "cmp":
+        return _CMP[term[1]](_compute(term[2], read), _compute(term[3], read))
+    else:
+        left, right = _compute(term[1], read), _compute(term[2], read)
+        if kind == "+":
+            value = left + right
+        elif kind == "-":
+            value = left - right
+        elif kind == "*":
+            value = left * right
+        else:
+            value = left / right
+    if type(value) is int and not -_MAX_INT <= value <= _MAX_INT:
+        raise _NotANumber
+    return value
 
 SET_PATTERN_SIZE = 5_000  # regex_size of a pattern the index's RE2 set takes (others: evaluated)
 SET_TOTAL_SIZE = 2_000_000  # and of all of them together

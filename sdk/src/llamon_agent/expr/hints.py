@@ -195,8 +195,15 @@ def required_keywords(source_or_tree: str | ast.AST) -> frozenset[tuple[str, boo
 #   ("pre", lowered, text)                query (query.lower()) starts with text
 #   ("num", source, key, default, lo, lo_incl, hi, hi_incl)
 #                                         the number read is in the interval; source "len"
-#                                         is len(query); a non-number makes the rule a
-#                                         candidate (its comparison raises)
+#                                         is len(query), source "expr" an arithmetic term
+#                                         (key, below) computed once per request for every
+#                                         rule that compares it; a non-number makes the
+#                                         rule a candidate (its comparison raises)
+#
+# A term is +, -, *, / and unary - over numbers read by never-raising getters, len(query) and
+# number literals: ("get", source, key, default), ("len",), ("const", n), (op, left, right),
+# ("neg", operand). Two terms compared (`data_get("a", 0) * 12 > data_get("b", 1) * 3`) are
+# the term ("cmp", op, left, right), true in (0, inf).
 Atom = tuple[Any, ...]
 Option = frozenset[Atom]
 
@@ -326,11 +333,47 @@ _UPPER = {ast.Lt: False, ast.LtE: True}
 
 
 def _number(node: ast.AST) -> float | int | None:
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        value = _number(node.operand)
+        return None if value is None else -value
     if isinstance(node, ast.Constant):
         value = node.value
         if (type(value) is int or type(value) is float) and abs(value) < _INF:
             return value
     return None
+
+
+_ARITHMETIC = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
+_COMPARE = {ast.Gt: ">", ast.GtE: ">=", ast.Lt: "<", ast.LtE: "<="}
+
+
+def _term(node: ast.AST) -> tuple[Any, ...] | None:
+    """The arithmetic term ``node`` computes (see above), or None."""
+    number = _number(node)
+    if number is not None:
+        return ("const", number)
+    if isinstance(node, ast.BinOp) and type(node.op) in _ARITHMETIC:
+        left, right = _term(node.left), _term(node.right)
+        if left is None or right is None:
+            return None
+        return (_ARITHMETIC[type(node.op)], left, right)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        operand = _term(node.operand)
+        return None if operand is None else ("neg", operand)
+    got = _num_source(node)
+    if got is None or got[0] == "expr":
+        return None
+    return ("len",) if got[0] == "len" else ("get", *got)
+
+
+def _reads(term: tuple[Any, ...]) -> bool:
+    """Whether ``term`` reads the request (a constant-only term is the rule's own business)."""
+    kind = term[0]
+    if kind in ("get", "len"):
+        return True
+    if kind == "const":
+        return False
+    return any(_reads(t) for t in term[1:] if type(t) is tuple)
 
 
 def _num_source(node: ast.AST) -> tuple[str, str, object] | None:
@@ -345,6 +388,9 @@ def _num_source(node: ast.AST) -> tuple[str, str, object] | None:
         and _query_ref(node.args[0]) is False
     ):
         return ("len", "", None)
+    if isinstance(node, (ast.BinOp, ast.UnaryOp)):
+        term = _term(node)
+        return ("expr", term, None) if term is not None and _reads(term) else None
     return _get_source(node)
 
 
@@ -356,6 +402,11 @@ def _num_atom(node: ast.AST) -> Atom | None:
         return None
     operands = [node.left, *node.comparators]
     sources = [(k, s) for k, s in enumerate(operands) if _number(s) is None]
+    if len(sources) == 2 and len(node.ops) == 1 and type(node.ops[0]) in _COMPARE:
+        left, right = _term(node.left), _term(node.comparators[0])  # two terms: one boolean term
+        if left is None or right is None or not (_reads(left) or _reads(right)):
+            return None
+        return ("num", "expr", ("cmp", _COMPARE[type(node.ops[0])], left, right), None, 0, False, _INF, False)
     if len(sources) != 1:
         return None
     at, getter = sources[0]
