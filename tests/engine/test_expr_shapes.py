@@ -50,6 +50,9 @@ PAIRS = [
     ('"a" in query or "b" in query', '"a" in query or "a" in query'),
     ('contains_all(query, ["a", "bb"])', 'contains_all(query, ["ccc", "d"])'),
     ('context.get("k", "d") == "v"', 'context.get("k", "v") == "v"'),
+    # keys nested in an arithmetic term of the index
+    ('data_get("a", 0) + data_get("b", 0) > 5', 'data_get("x", 0) + data_get("y", 0) > 5'),
+    ('data_get("a", 0) * 12 > context.get("b", 1) * 3', 'data_get("p", 0) * 12 > context.get("i", 1) * 3'),
 ]
 
 # Same shape as a compiled one, but a literal's value is refused: the full path's own error.

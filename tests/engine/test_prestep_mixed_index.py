@@ -106,7 +106,9 @@ data_parts = st.one_of(
             {},
             optional={
                 "orderId": st.sampled_from([*WORDS, 7]),
-                "n": st.sampled_from([1, True, 2, 2.5, 0.5, "2", None, float("nan"), [1], 0, -3, 2**62, 1e308]),
+                "n": st.sampled_from(
+                    [1, True, 2, 2.5, 0.5, "2", None, float("nan"), [1], 0, -3, 2**62, 1e308]
+                ),
             },
         ),
         max_size=3,
@@ -217,10 +219,13 @@ TERMS = [
     '-data_get("a", 0) > -{k}',
     '{k} < data_get("a", 0) + len(query) <= {k} + 50',
     'data_get("a", 0) * 2 > context.get("n", 0) and "x" in query',
+    'data_get("a", 0) // {k} > data_get("b", 0) % 7 + 1',  # // and % are not terms
 ]
 numbers = st.one_of(
     st.integers(-5, 300),
-    st.sampled_from([0, 0.5, -0.0, 2**62, -(2**63), 10**20, 1e308, float("nan"), float("inf"), True, "7", None]),
+    st.sampled_from(
+        [0, 0.5, -0.0, 2**62, -(2**63), 10**20, 1e308, float("nan"), float("inf"), True, "7", None]
+    ),
 )
 
 
@@ -232,7 +237,9 @@ numbers = st.one_of(
     n=numbers,
     query=st.sampled_from(["", "x", "xx" * 30]),
 )
-def test_arithmetic_terms_narrow_exactly(picks: list[tuple[str, int]], a: Any, b: Any, n: Any, query: str) -> None:
+def test_arithmetic_terms_narrow_exactly(
+    picks: list[tuple[str, int]], a: Any, b: Any, n: Any, query: str
+) -> None:
     rules = [rule(f"r{i}", when.format(k=k)) for i, (when, k) in enumerate(picks + picks[:3])]
     part = {k: v for k, v in (("a", a), ("b", b)) if v is not None}
     request = AgentRequest(query=query, context={"n": n}, a2a_data=[part])

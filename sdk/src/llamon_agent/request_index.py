@@ -332,6 +332,7 @@ def _compute(term: tuple[Any, ...], read: Callable[[str, Any, Any], Any]) -> Any
         raise _NotANumber
     return value
 
+
 SET_PATTERN_SIZE = 5_000  # regex_size of a pattern the index's RE2 set takes (others: evaluated)
 SET_TOTAL_SIZE = 2_000_000  # and of all of them together
 

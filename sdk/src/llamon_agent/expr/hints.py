@@ -334,8 +334,8 @@ _UPPER = {ast.Lt: False, ast.LtE: True}
 
 def _number(node: ast.AST) -> float | int | None:
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-        value = _number(node.operand)
-        return None if value is None else -value
+        negated = _number(node.operand)
+        return None if negated is None else -negated
     if isinstance(node, ast.Constant):
         value = node.value
         if (type(value) is int or type(value) is float) and abs(value) < _INF:
@@ -360,8 +360,10 @@ def _term(node: ast.AST) -> tuple[Any, ...] | None:
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
         operand = _term(node.operand)
         return None if operand is None else ("neg", operand)
+    if isinstance(node, (ast.BinOp, ast.UnaryOp)):
+        return None  # //, %, **, ~, not, +x: outside the terms
     got = _num_source(node)
-    if got is None or got[0] == "expr":
+    if got is None:
         return None
     return ("len",) if got[0] == "len" else ("get", *got)
 
@@ -376,7 +378,7 @@ def _reads(term: tuple[Any, ...]) -> bool:
     return any(_reads(t) for t in term[1:] if type(t) is tuple)
 
 
-def _num_source(node: ast.AST) -> tuple[str, str, object] | None:
+def _num_source(node: ast.AST) -> tuple[str, Any, object] | None:
     """(source, key, default) of a number a comparison reads: a never-raising getter, or
     ``len(query)`` (source "len")."""
     if (
@@ -403,10 +405,19 @@ def _num_atom(node: ast.AST) -> Atom | None:
     operands = [node.left, *node.comparators]
     sources = [(k, s) for k, s in enumerate(operands) if _number(s) is None]
     if len(sources) == 2 and len(node.ops) == 1 and type(node.ops[0]) in _COMPARE:
-        left, right = _term(node.left), _term(node.comparators[0])  # two terms: one boolean term
-        if left is None or right is None or not (_reads(left) or _reads(right)):
+        first, second = _term(node.left), _term(node.comparators[0])  # two terms: one boolean term
+        if first is None or second is None or not (_reads(first) or _reads(second)):
             return None
-        return ("num", "expr", ("cmp", _COMPARE[type(node.ops[0])], left, right), None, 0, False, _INF, False)
+        return (
+            "num",
+            "expr",
+            ("cmp", _COMPARE[type(node.ops[0])], first, second),
+            None,
+            0,
+            False,
+            _INF,
+            False,
+        )
     if len(sources) != 1:
         return None
     at, getter = sources[0]

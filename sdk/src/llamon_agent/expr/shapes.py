@@ -246,34 +246,33 @@ def fillable(template: Template, values: tuple[str, ...]) -> bool:
     )
 
 
-# A recipe: the atoms of a symbolic hint, each with the (position, literal index) of its symbols;
-# an atom without symbols is the same tuple in every expression of the shape.
-_Recipe = tuple[tuple[tuple[Any, ...], tuple[tuple[int, int], ...]], ...]
+# A recipe: the atoms of a symbolic hint, each with a {symbol: literal index} of the symbols it holds
+# (at any depth: an arithmetic term nests the keys it reads); an atom without symbols is the same
+# tuple in every expression of the shape.
+_Recipe = tuple[tuple[tuple[Any, ...], dict[str, int] | None], ...]
 
 
 def _recipe(atoms: Any, count: int) -> _Recipe:
     symbols = {_SYMBOL.format(index): index for index in range(count)}
-    return tuple(
-        (
-            atom,
-            tuple(
-                (pos, symbols[part]) for pos, part in enumerate(atom) if type(part) is str and part in symbols
-            ),
-        )
-        for atom in atoms
-    )
+    return tuple((atom, symbols if _holds(atom, symbols) else None) for atom in atoms)
+
+
+def _holds(part: Any, symbols: dict[str, int]) -> bool:
+    if type(part) is tuple:
+        return any(_holds(p, symbols) for p in part)
+    return type(part) is str and part in symbols
+
+
+def _put(part: Any, symbols: dict[str, int], values: tuple[str, ...]) -> Any:
+    if type(part) is tuple:
+        return tuple(_put(p, symbols, values) for p in part)
+    if type(part) is str and part in symbols:
+        return values[symbols[part]]
+    return part
 
 
 def _fill(recipe: _Recipe, values: tuple[str, ...]) -> frozenset[tuple[Any, ...]]:
-    out = []
-    for atom, symbols in recipe:
-        if symbols:
-            parts = list(atom)
-            for pos, index in symbols:
-                parts[pos] = values[index]
-            atom = tuple(parts)
-        out.append(atom)
-    return frozenset(out)
+    return frozenset(atom if symbols is None else _put(atom, symbols, values) for atom, symbols in recipe)
 
 
 def fill_keywords(template: Template, values: tuple[str, ...]) -> frozenset[tuple[str, bool]] | None:
