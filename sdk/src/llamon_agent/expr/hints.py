@@ -101,7 +101,10 @@ def _is_safe(node: ast.AST) -> bool:
             plain = [
                 s
                 for s in sides
-                if isinstance(s, ast.Constant) or _is_safe_get(s) or _query_ref(s) is not None
+                if isinstance(s, ast.Constant)
+                or _is_safe_get(s)
+                or _query_ref(s) is not None
+                or _num_source(s) == ("len", "", None)
             ]
             return len(plain) == 2 and any(isinstance(s, ast.Constant) for s in sides)
         return False
@@ -259,27 +262,6 @@ def _regex_atom(node: ast.Call) -> Atom | None:
     except ExprError:
         return None
     return ("re", pattern.value)
-
-
-def _is_len_test(node: ast.AST) -> bool:
-    """``len(query) > 10`` (any order comparison with an int literal): never raises."""
-    if not isinstance(node, ast.Compare) or len(node.ops) != 1:
-        return False
-    if not isinstance(node.ops[0], (ast.Gt, ast.GtE, ast.Lt, ast.LtE, ast.Eq, ast.NotEq)):
-        return False
-    sides = (node.left, node.comparators[0])
-    lens = [
-        s
-        for s in sides
-        if isinstance(s, ast.Call)
-        and isinstance(s.func, ast.Name)
-        and s.func.id == "len"
-        and len(s.args) == 1
-        and not s.keywords
-        and _query_ref(s.args[0]) is False
-    ]
-    ints = [s for s in sides if isinstance(s, ast.Constant) and type(s.value) is int]
-    return len(lens) == 1 and len(ints) == 1
 
 
 def _literal_values(node: ast.AST) -> list[Any] | None:
@@ -511,7 +493,7 @@ def _options(node: ast.AST) -> list[Option] | None:
                 part = _options(value)
                 if part is not None:
                     known.extend(part)
-                if not (_is_safe(value) or _is_len_test(value)):
+                if not _is_safe(value):
                     break
                 i += 1
             return known or None
