@@ -22,6 +22,11 @@ REQUESTS = [
         query="x", context={"k": {"q": "v"}, "segment": "seg1"}, a2a_data=[{"kind": "refund"}]
     ),
     DeterministicContext(query="aab R00001-42 code7 abc", context={}),
+    DeterministicContext(
+        query="a premium quote",
+        context={"k": 5, "s": 1.0, "n": 2},
+        a2a_data=[{"amount": 130_000, "risk": 90, "premium": 100, "income": 300, "n": 2.5}],
+    ),
 ]
 
 # (the first of a shape, another of the same shape): literals of other lengths move the columns.
@@ -53,6 +58,32 @@ PAIRS = [
     # keys nested in an arithmetic term of the index
     ('data_get("a", 0) + data_get("b", 0) > 5', 'data_get("x", 0) + data_get("y", 0) > 5'),
     ('data_get("a", 0) * 12 > context.get("b", 1) * 3', 'data_get("p", 0) * 12 > context.get("i", 1) * 3'),
+    # numbers: ranges, merged ranges, len(query), arithmetic, lists, slices, indexes, floats
+    (
+        'data_get("amount", 0) > 120000 and data_get("amount", 0) <= 140000',
+        'data_get("amount", 0) > 5 and data_get("amount", 0) <= 9223372036854775807',
+    ),
+    ('data_get("amount", 0) > 1 and data_get("amount", 0) > 2', 'data_get("amount", 0) > 9 and data_get("amount", 0) > 0'),
+    ('1 < context.get("k", 0) <= 9', '100 < context.get("k", 0) <= 9'),
+    ('0.5 <= context.get("s", 0.0) < 1.5', '2.5 <= context.get("s", 0.0) < 1e3'),
+    ('len(query) < 8', 'len(query) < 1_000'),
+    ('len(query) > 3 and "a" in query', 'len(query) > 30 and "quote" in query'),
+    ('data_get("risk", 0) >= 85', 'data_get("risk", 100) >= 0'),
+    ('data_get("premium", 0) * 12 > data_get("income", 1) * 3', 'data_get("premium", 0) * 1 > data_get("n", 0) * 30'),
+    ('context.get("k", 0) > -5', 'context.get("k", 0) > -12345'),
+    ('context.get("k") == 5 or data_get("n") == 2.5', 'context.get("k") == 0 or data_get("n") == 1e-3'),
+    ('data_get("n") in [1, 2, 3]', 'data_get("n") in [0, 0, 1]'),
+    ('context.get("n") in [1, 2.5, "a"]', 'context.get("n") in [2, 2.0, ""]'),
+    ('query[0:3:1] == "aab"', 'query[10:1_000:2] == "x"'),
+    ('len(query) > 1 and query[-1] == "a"', 'len(query) > 10 and query[-100] == "z"'),
+    ('"a" * 3 in query', '"ab" * 9000000000 in query'),
+    ('"a" in query or len(query) // 4 > 1', '"abcdef" in query or len(query) // 0 > 1000'),
+    ('len(query) < -1 or context["missing"] == 1', 'len(query) < -100000 or context["missing"] == 1'),
+    ('len(query) > 0 and 3 // context.get("n", 0) == 1', 'len(query) > 000 and 3000 // context.get("n", 0) == 1'),
+    ('len(query) >= 0 and\n  1.5 + context["k"]["q"] > 2', 'len(query) >= 00 and\n  10.25 + context["k"]["q"] > 2'),
+    ('[w for w in query.split() if len(w) > 3][0] == "y"', '[w for w in query.split() if len(w) > 300][0] == "y"'),
+    ('re_search(5, query)', 're_search(7, query)'),
+    ('round(context.get("s", 0) * 2.5, 1) > 2', 'round(context.get("s", 0) * 0.5, 3) > 0'),
 ]
 
 # Same shape as a compiled one, but a literal's value is refused: the full path's own error.
@@ -70,6 +101,20 @@ HOSTILE = [
     ('"a" in query', '"a" in query\r'),
     ('"a" in query', 'b"a" in query'),
     ('"a" in query', 'r"a\\" in query'),
+    # numbers over the caps, or written in a form the shape keeps verbatim
+    ('context.get("k", 0) > 5', 'context.get("k", 0) > 9223372036854775808'),
+    ('context.get("k", 0) > -5', 'context.get("k", 0) > -9223372036854775808'),
+    ('context.get("k", 0) > 5.5', 'context.get("k", 0) > 1e999'),
+    ('context.get("k", 0) > 5', "context.get(\"k\", 0) > " + "9" * 5000),
+    ('context.get("k", 0) > 5', 'context.get("k", 0) > ' + "0_" * 30 + "0"),
+    ('context.get("k", 0) > 5', 'context.get("k", 0) > 05'),
+    ('context.get("k", 0) > 5', 'context.get("k", 0) > 1__0'),
+    ('context.get("k", 0) > 5', 'context.get("k", 0) > 0x1F'),
+    ('context.get("k", 0) > 5', 'context.get("k", 0) > 5j'),
+    ('context.get("k", 0) > 5.5', 'context.get("k", 0) > 5.e5'),
+    ('context.get("k", 0) > 5.5', 'context.get("k", 0) > .5'),
+    ('context.get("k", 0) > 5', 'context.get("k", 0) > 5if 1 else 2'),
+    ('context.get("k", 0) > 5', 'context.get("k", 0) > 5 is 5'),
 ]
 
 
@@ -94,6 +139,17 @@ def _alone(source: str, monkeypatch: pytest.MonkeyPatch, kind: str = "when") -> 
         return _record(source, kind)
 
 
+def _typed(value: Any) -> Any:
+    """``value`` with each number as (type, value): 1 == 1.0, but a rule's 1 must stay an int."""
+    if isinstance(value, (tuple, list, frozenset, set)):
+        return type(value)(_typed(item) for item in value)
+    if isinstance(value, dict):
+        return {key: _typed(item) for key, item in value.items()}
+    if type(value) in (int, float):
+        return (type(value).__name__, value)
+    return value
+
+
 def _record(source: str, kind: str = "when") -> list[Any]:
     try:
         expr = compile_when(source) if kind == "when" else compile_params(source)
@@ -101,7 +157,7 @@ def _record(source: str, kind: str = "when") -> list[Any]:
         return ["refused", str(exc), exc.line, exc.column]
     out: list[Any] = [
         expr.required_keywords,
-        expr.index_options,
+        _typed(expr.index_options),
         expr.cost_line,
         expr.static_cost,
         expr.query_reads,
@@ -109,7 +165,7 @@ def _record(source: str, kind: str = "when") -> list[Any]:
     ]
     for ctx in REQUESTS:
         try:
-            out.append(("ok", expr(ctx)))
+            out.append(("ok", _typed(expr(ctx))))
         except ExprError as exc:
             out.append(("error", str(exc), exc.line, exc.column))
     return out
@@ -154,6 +210,26 @@ def test_rules_that_differ_by_their_texts_share_code_and_others_do_not() -> None
     assert a(ctx) is None
     assert b(ctx) == {"tool_name": "t", "params": {"q": "배송 상품22"}}
     assert e(DeterministicContext(query="yes")) == {"tool_name": "t", "params": {"q": "yes", "k": "w"}}
+
+
+def test_rules_that_differ_by_a_number_s_type_do_not_share(monkeypatch: pytest.MonkeyPatch) -> None:
+    alone = {
+        (source, kind): _alone(source, monkeypatch, kind)
+        for source, kind in [
+            ('context.get("k") == 1', "when"),
+            ('context.get("k") == 1.0', "when"),
+            ('{"n": 2, "m": query[:3]}', "params"),
+            ('{"n": 2.0, "m": query[:3]}', "params"),
+        ]
+    }
+    shapes.clear()
+    one, real = compile_when('context.get("k") == 1'), compile_when('context.get("k") == 1.0')
+    assert one._code is not real._code
+    assert compile_when('context.get("k") == 7')._code is one._code
+    assert compile_params('{"n": 2, "m": query[:3]}')._code is not compile_params('{"n": 2.0, "m": query[:3]}')._code
+    for source, kind in alone:
+        assert _record(source, kind) == alone[source, kind]
+    assert _record('{"n": 2.0, "m": query[:3]}', "params")[-1] == ("ok", {"n": ("float", 2.0), "m": "a p"})
 
 
 def test_params_of_one_shape_keep_their_own_errors(monkeypatch: pytest.MonkeyPatch) -> None:

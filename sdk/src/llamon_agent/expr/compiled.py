@@ -170,7 +170,8 @@ class CompiledExpr:
     A rule set keeps one per distinct text (tens of thousands), so it keeps six references and
     derives the rest: ``kind``, the costs and the source map from ``_meta`` (its shape's
     Template, or an :class:`_Own`), and the index hints from ``_hints`` (a tuple, or ``_FILL``:
-    made from the template's symbolic hints when asked, as the index does once per compile).
+    made from the template's symbolic hints, or on its tree with this expression's numbers,
+    when asked, as the index does once per compile).
     ``fn`` is its function, made once: ``fn(*request_args(namespace))`` evaluates it (guard).
     """
 
@@ -180,12 +181,12 @@ class CompiledExpr:
         self,
         source: str,
         code: types.CodeType,
-        defaults: tuple[str, ...] | None,
+        defaults: tuple[Any, ...] | None,
         meta: shapes.Template | _Own,
         hints: Any,
     ) -> None:
         self.source = source
-        # Code shared by shape (see shapes) gets this expression's text literals as the defaults
+        # Code shared by shape (see shapes) gets this expression's literals as the defaults
         # of its last arguments. The globals are the helpers only, the same for every request.
         self.fn = types.FunctionType(code, _BASE_NAMESPACE, None, defaults)
         self._code = code  # kept beside fn: reading fn.__code__ raises an audit event
@@ -220,14 +221,21 @@ class CompiledExpr:
     def required_keywords(self) -> frozenset[tuple[str, bool]] | None:
         """The keyword-index hint (hints.required_keywords)."""
         if self._hints is _FILL:  # made when asked, not kept
-            return shapes.fill_keywords(self._meta, self._defaults)  # type: ignore[arg-type]
+            template: shapes.Template = self._meta  # type: ignore[assignment]
+            if template.numbers:
+                return shapes.on_values(template, self._defaults, _requirement)  # type: ignore[arg-type, no-any-return]
+            return shapes.fill_keywords(template, self._defaults)  # type: ignore[arg-type]
         return self._hints[0]  # type: ignore[no-any-return]
 
     @property
     def index_options(self) -> tuple[frozenset[tuple[Any, ...]], ...] | None:
         """The request index's alternative requirements (hints.index_options)."""
         if self._hints is _FILL:  # made when asked (by the index), not kept
-            options = shapes.fill_options(self._meta, self._defaults)  # type: ignore[arg-type]
+            template: shapes.Template = self._meta  # type: ignore[assignment]
+            if template.numbers:
+                options = shapes.on_values(template, self._defaults, _options)  # type: ignore[arg-type]
+            else:
+                options = shapes.fill_options(template, self._defaults)  # type: ignore[arg-type]
             return tuple(dict.fromkeys(options)) if options else None
         return self._hints[1]  # type: ignore[no-any-return]
 
@@ -293,7 +301,7 @@ def _own(
     return CompiledExpr(source, compiled[0], None, _Own(kind, *compiled[1:], src), hints)
 
 
-def _shared(source: str, template: shapes.Template, values: tuple[str, ...], hints: Any) -> CompiledExpr:
+def _shared(source: str, template: shapes.Template, values: tuple[Any, ...], hints: Any) -> CompiledExpr:
     """An expression of ``template``'s shape with its own literal ``values``."""
     return CompiledExpr(source, template.code, values, template, hints)
 
@@ -371,10 +379,7 @@ def _compile_when(source: str) -> CompiledExpr:
         template, values = found  # type: ignore[misc]
         if shapes.fillable(template, values):  # hints made again when asked: fewer objects kept
             return _shared(source, template, values, _FILL)
-        with template.lock:  # the hints read the literals' values: put this expression's in
-            for node, value in zip(template.literals, values, strict=True):
-                node.value = value
-            facts = _when_facts(template.tree.body)
+        facts = shapes.on_values(template, values, _when_facts)  # they read the literals' values
         return _shared(
             source, template, values, _when_hints(facts, template.static_cost, template.query_reads)
         )

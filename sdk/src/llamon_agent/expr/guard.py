@@ -294,9 +294,10 @@ class _Guard(ast.NodeTransformer):
 
 
 class _Lift(ast.NodeTransformer):
-    """Text literals (the given nodes) become the function's arguments ``__llamon_k<i>``: the
-    code then depends on the expression's shape only, and rules that differ by their texts
-    share it (see ``shapes``). Their values come back as the function's defaults."""
+    """Text and number literals (the given nodes) become the function's arguments
+    ``__llamon_k<i>``: the code then depends on the expression's shape only, and rules that
+    differ by their literals share it (see ``shapes``). Their values come back as the
+    function's defaults."""
 
     def __init__(self, lift: dict[int, int]) -> None:
         self.lift = lift
@@ -333,7 +334,7 @@ def _compile(
 ) -> tuple[types.CodeType, int, int, bool]:
     """The expression as the code of a function of the request's values (REQUEST_NAMES, in that
     order), with its static cost and whether it charges the meter: (code, nodes, query scans,
-    metered), see :class:`_Guard`. ``lift`` maps ``id()`` of text literals of ``tree`` to the
+    metered), see :class:`_Guard`. ``lift`` maps ``id()`` of literals of ``tree`` to the
     index of the argument they become (:class:`_Lift`), given as defaults when it runs."""
     nodes = sum(1 for _ in ast.walk(tree.body))
     guard = _Guard(meter_all)

@@ -33,17 +33,24 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from llamon_agent.expr.errors import ExprError, _Source
-from llamon_agent.expr.limits import _BIDI, _NEWLINES, MAX_SOURCE_CHARS, MAX_STR_LITERAL_CHARS
+from llamon_agent.expr.limits import _BIDI, _NEWLINES, MAX_INT, MAX_SOURCE_CHARS, MAX_STR_LITERAL_CHARS
 
 # A plain text literal Python reads exactly as written: no prefix but r/R, one line, and
 # outside a raw string no backslash. Anything else leaves a quote or a backslash behind.
-_LITERAL = re.compile(
-    r"""(?<!\w)(?:[rR](?:"(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*')|"[^"\\\n]*"|'[^'\\\n]*')"""
-)
+_TEXT = r"""(?:[rR](?:"(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*')|"[^"\\\n]*"|'[^'\\\n]*')"""
+# A decimal int or float literal, whole: touching on either side anything but a space, a bracket
+# or an operator, it stays in the shape verbatim (0x1F, 1j, 1.e5, .5, 01, 1__0, x1, 1if).
+_DIGITS = r"[0-9](?:_?[0-9])*"
+_FLOAT = rf"(?:{_DIGITS}\.{_DIGITS}(?:[eE][+-]?{_DIGITS})?|{_DIGITS}[eE][+-]?{_DIGITS})"
+_INT = r"(?:[1-9](?:_?[0-9])*|0(?:_?0)*)"
+_AROUND = r"[^ \t\n()\[\]{},:;+\-*/%<>=!]"  # anything but these: not lifted (ASCII only)
+_NUMBER = rf"(?=[0-9])(?<!{_AROUND})(?:{_FLOAT}|{_INT})(?!{_AROUND})"
+_LITERAL = re.compile(rf"(?<!\w){_TEXT}|{_NUMBER}")
 _LEFTOVER = re.compile(r"""["'\\#\x00]""")  # what the shape must not keep
 _MARK = "\x00"  # never in an accepted expression (NUL is refused), so never in a shape's text
 
 _MAX_SHAPES = 20_000
+_MAX_NUMBER_CHARS = 40  # a longer number literal takes the full path (its caps, its errors)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,16 +64,18 @@ class Template:
     query_reads: int
     metered: bool
     tree: ast.Expression  # the template's checked tree, before the guard rewrote a copy
-    literals: tuple[ast.Constant, ...]  # its text literals in source order
+    literals: tuple[ast.Constant, ...]  # its lifted literals (texts and numbers) in source order
     patterns: tuple[int, ...]  # indexes of literals that are a regex helper's literal pattern
     lock: threading.Lock
     # The `when` hints (keywords, options) computed once with a distinct symbol for each literal
     # (_SYMBOL), kept as recipes (_recipe) that `fill_keywords` and `fill_options` fill in; None
     # when a hint depends on more than equality between non-empty literals (contains_all picks
-    # its longest word).
+    # its longest word) or when a literal is a number (_num_atom and _merge compare numbers).
     symbolic: tuple[Any, Any] | None
+    numbers: bool  # whether a lifted literal is a number: hints made on the values (on_values)
 
 
+_INF = float("inf")
 _UNSHAREABLE = object()
 _TEMPLATES: dict[tuple[str, str], Any] = {}
 
@@ -74,27 +83,36 @@ _TEMPLATES: dict[tuple[str, str], Any] = {}
 _SPLIT = re.compile(f"({_LITERAL.pattern})")  # text, literal, text, ..., text
 
 
-def shape(source: str) -> tuple[str, tuple[str, ...]] | None:
+def shape(source: str) -> tuple[str, tuple[Any, ...]] | None:
     """(shape text, literal values) of ``source``, or None when it cannot share code.
 
     The shape text is the text between the literals, joined by a marker, then each literal's
-    kind (``r`` raw, ``s`` plain): two sources have the same shape text exactly when they
-    differ only by their literals' values."""
+    kind (``r`` raw, ``s`` plain text, ``i`` int, ``f`` float): two sources have the same shape
+    text exactly when they differ only by their literals' values (``1`` and ``1.0`` differ)."""
     if "\r" in source:
         return None
     pieces = _SPLIT.split(source)
     texts = pieces[0::2]
     if _LEFTOVER.search("".join(texts)):
         return None
-    values = []
+    values: list[Any] = []
     kinds = []
     for literal in pieces[1::2]:
-        if literal[0] in "rR":
+        first = literal[0]
+        if first in "rR":
             kinds.append("r")
             values.append(literal[2:-1])
-        else:
+        elif first in "\"'":
             kinds.append("s")
             values.append(literal[1:-1])
+        elif len(literal) > _MAX_NUMBER_CHARS:
+            return None
+        elif "." in literal or "e" in literal or "E" in literal:
+            kinds.append("f")
+            values.append(float(literal))
+        else:
+            kinds.append("i")
+            values.append(int(literal))
     return _MARK.join(texts) + _MARK + "".join(kinds), tuple(values)
 
 
@@ -108,7 +126,7 @@ def _spans(source: str) -> list[tuple[int, int, int]]:
     return out
 
 
-def lookup(source: str, kind: str) -> tuple[Template, tuple[str, ...]] | None | bool:
+def lookup(source: str, kind: str) -> tuple[Template, tuple[Any, ...]] | None | bool:
     """The template for ``source`` and its literal values; False when there is none yet (build
     one with :func:`learn`); None when ``source`` must take the full path."""
     if len(source) > MAX_SOURCE_CHARS or "\x00" in source or _BIDI.search(source):
@@ -122,8 +140,12 @@ def lookup(source: str, kind: str) -> tuple[Template, tuple[str, ...]] | None | 
         return False
     if template is _UNSHAREABLE:
         return None
-    for value in values:
-        if len(value) > MAX_STR_LITERAL_CHARS:
+    for value in values:  # the checker's caps on literals (check_Constant); a number is >= 0
+        kind_of = type(value)
+        if kind_of is str:
+            if len(value) > MAX_STR_LITERAL_CHARS:
+                return None
+        elif (value > MAX_INT) if kind_of is int else (value == _INF):
             return None
     if not source.isascii():
         try:
@@ -143,9 +165,9 @@ def lookup(source: str, kind: str) -> tuple[Template, tuple[str, ...]] | None | 
 
 def learn(
     source: str, kind: str, tree: ast.Expression, pristine: ast.Expression, src: _Source
-) -> tuple[dict[int, int], tuple[ast.Constant, ...], tuple[int, ...], tuple[str, ...]] | None:
+) -> tuple[dict[int, int], tuple[ast.Constant, ...], tuple[int, ...], tuple[Any, ...]] | None:
     """Prepare ``tree`` (a checked parse of ``source``, to be compiled) for sharing: the map of
-    its text literals to argument indexes, the same literals in ``pristine`` (a second parse,
+    its text and number literals to argument indexes, the same literals in ``pristine`` (a second parse,
     kept by the template), the regex patterns among them and their values; None when its
     literals cannot be told apart."""
     found = shape(source)
@@ -157,10 +179,15 @@ def learn(
     lift: dict[int, int] = {}
     literals: list[ast.Constant | None] = [None] * len(values)
     for node, twin in zip(ast.walk(tree.body), ast.walk(pristine.body), strict=True):
-        if isinstance(node, ast.Constant) and type(node.value) is str:
+        if isinstance(node, ast.Constant) and type(node.value) in _LIFTED:
             index = where.get(src.byte_position(node.lineno, node.col_offset))  # type: ignore[arg-type]
-            if index is None or literals[index] is not None or node.value != values[index]:
-                _TEMPLATES[(kind, text)] = _UNSHAREABLE  # e.g. "a" "b": two literals, one text
+            if (
+                index is None
+                or literals[index] is not None
+                or type(node.value) is not type(values[index])
+                or node.value != values[index]
+            ):  # e.g. "a" "b": two literals, one text; 0x1F: a number not lifted
+                _TEMPLATES[(kind, text)] = _UNSHAREABLE
                 return None
             literals[index] = cast(ast.Constant, twin)  # the pristine tree's node at the same place
             lift[id(node)] = index
@@ -175,6 +202,7 @@ def learn(
             and node.func.id in ("re_search", "re_find")
             and node.args
             and id(node.args[0]) in lift
+            and type(values[lift[id(node.args[0])]]) is str
         ):
             patterns.append(lift[id(node.args[0])])
     return (
@@ -184,6 +212,8 @@ def learn(
         values,
     )  # none is None (checked above)
 
+
+_LIFTED = (str, int, float)  # not bool (True, False and None are names in the shape)
 
 _SYMBOL = "\x00llamon{}\x00"  # a literal can never hold NUL, so a symbol never equals one
 
@@ -202,7 +232,8 @@ def remember(
     found = shape(source)
     assert found is not None
     symbolic = None
-    if hints is not None and not any(
+    numbers = any(type(node.value) is not str for node in literals)
+    if hints is not None and not numbers and not any(
         isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "contains_all"
         for node in ast.walk(tree.body)
     ):
@@ -230,20 +261,32 @@ def remember(
         patterns,
         threading.Lock(),
         symbolic,
+        numbers,
     )
     _TEMPLATES[(kind, found[0])] = template
     return template
 
 
-def fillable(template: Template, values: tuple[str, ...]) -> bool:
-    """Whether the template's symbolic hints, filled with ``values``, are the hints computed on
-    the values themselves: not when a literal is empty or repeated, nor with a regex pattern."""
-    return (
-        template.symbolic is not None
-        and not template.patterns
-        and all(values)
-        and len(set(values)) == len(values)
-    )
+def fillable(template: Template, values: tuple[Any, ...]) -> bool:
+    """Whether the hints of an expression of the template's shape with ``values`` can be made
+    when asked, by the fill_ functions: not with a regex pattern (its cost line is kept). With
+    numbers they are computed on the values (on_values); else the template's symbolic hints,
+    filled with ``values``, must be the hints computed on the values themselves: not when a
+    literal is empty or repeated."""
+    if template.patterns:
+        return False
+    if template.numbers:
+        return True
+    return template.symbolic is not None and all(values) and len(set(values)) == len(values)
+
+
+def on_values(template: Template, values: tuple[Any, ...], hint: Any) -> Any:
+    """``hint(body)`` on the template's tree with ``values`` put in its literals: what the full
+    path computes on the expression's own tree (the one tree is shared, hence the lock)."""
+    with template.lock:
+        for node, value in zip(template.literals, values, strict=True):
+            node.value = value
+        return hint(template.tree.body)
 
 
 # A recipe: the atoms of a symbolic hint, each with a {symbol: literal index} of the symbols it holds
@@ -263,7 +306,7 @@ def _holds(part: Any, symbols: dict[str, int]) -> bool:
     return type(part) is str and part in symbols
 
 
-def _put(part: Any, symbols: dict[str, int], values: tuple[str, ...]) -> Any:
+def _put(part: Any, symbols: dict[str, int], values: tuple[Any, ...]) -> Any:
     if type(part) is tuple:
         return tuple(_put(p, symbols, values) for p in part)
     if type(part) is str and part in symbols:
@@ -271,17 +314,17 @@ def _put(part: Any, symbols: dict[str, int], values: tuple[str, ...]) -> Any:
     return part
 
 
-def _fill(recipe: _Recipe, values: tuple[str, ...]) -> frozenset[tuple[Any, ...]]:
+def _fill(recipe: _Recipe, values: tuple[Any, ...]) -> frozenset[tuple[Any, ...]]:
     return frozenset(atom if symbols is None else _put(atom, symbols, values) for atom, symbols in recipe)
 
 
-def fill_keywords(template: Template, values: tuple[str, ...]) -> frozenset[tuple[str, bool]] | None:
+def fill_keywords(template: Template, values: tuple[Any, ...]) -> frozenset[tuple[str, bool]] | None:
     """The template's symbolic keyword hint with ``values`` for the literals (see fillable)."""
     keywords = template.symbolic[0]  # type: ignore[index]
     return None if keywords is None else _fill(keywords, values)
 
 
-def fill_options(template: Template, values: tuple[str, ...]) -> list[frozenset[tuple[Any, ...]]] | None:
+def fill_options(template: Template, values: tuple[Any, ...]) -> list[frozenset[tuple[Any, ...]]] | None:
     """The template's symbolic index options with ``values`` for the literals (see fillable)."""
     options = template.symbolic[1]  # type: ignore[index]
     return None if options is None else [_fill(option, values) for option in options]
