@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import pickle
+import random
 from typing import Any
 
 import pytest
@@ -210,6 +211,39 @@ def test_rules_that_differ_by_their_texts_share_code_and_others_do_not() -> None
     assert a(ctx) is None
     assert b(ctx) == {"tool_name": "t", "params": {"q": "배송 상품22"}}
     assert e(DeterministicContext(query="yes")) == {"tool_name": "t", "params": {"q": "yes", "k": "w"}}
+
+
+# Shapes whose hints compare their numbers (bounds merged, memberships, True == 1), each filled
+# with numbers drawn from a small pool so that rules of one shape have equal, 0, 1 or ordered
+# numbers in every combination: the hints of one order are made once and filled in for others.
+NUMBER_SHAPES: list[tuple[str, list[Any]]] = [
+    ('data_get("amount", {}) > {} and data_get("amount", {}) <= {}', [0, 1, 2, 5, 100]),
+    ('{} < context.get("k", {}) <= {}', [0, 1, 2, 5]),
+    ('{} < context.get("k", 0) > {}', [0, 1, 2, 5]),
+    ('len(query) >= {} and data_get("n", {}) in [{}, {}, True, None]', [0, 1, 2, 7]),
+    ('context.get("s", {}) >= {} or data_get("n") == {}', [0.0, 0.5, 1.0, 2.5, 0.25]),
+    ('len(query) > {} and len(query) > {} and "a" in query', [0, 1, 3, 9]),
+    ('data_get("k", {}) > {} and data_get("k", {}) > {} or data_get("n", {}) < {}', [0.0, 1.0, 2.5, 0.5]),
+    ('context.get("s", {}) in [{}, {}, True, False]', [0.0, 0.5, 1.0, 0.25, 2.0]),
+    ('data_get("{}", 0) > {} and data_get("{}", 0) <= {} and "{}" in query', [["a", "b", ""], [1, 2]] * 2 + [["a", ""]]),
+]
+
+
+def test_rules_of_one_shape_with_numbers_get_their_own_hints(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random(26)
+    sources = []
+    for text, pool in NUMBER_SHAPES:
+        count = text.count("{}")
+        pools = pool if isinstance(pool[0], list) else [pool] * count  # one pool a place, or one for all
+        sources += [text.format(*(rng.choice(pools[i]) for i in range(count))) for _ in range(40)]
+    sources = list(dict.fromkeys(sources))
+    alone = {source: _alone(source, monkeypatch) for source in sources}
+    shapes.clear()
+    compiled_module._cached_when.cache_clear()
+    exprs = [compile_when(source) for source in sources]
+    assert len({expr._code for expr in exprs}) == len(NUMBER_SHAPES)
+    for source in sources:
+        assert _record(source) == alone[source], source
 
 
 def test_rules_that_differ_by_a_number_s_type_do_not_share(monkeypatch: pytest.MonkeyPatch) -> None:
