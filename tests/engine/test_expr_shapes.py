@@ -64,13 +64,19 @@ PAIRS = [
         'data_get("amount", 0) > 120000 and data_get("amount", 0) <= 140000',
         'data_get("amount", 0) > 5 and data_get("amount", 0) <= 9223372036854775807',
     ),
-    ('data_get("amount", 0) > 1 and data_get("amount", 0) > 2', 'data_get("amount", 0) > 9 and data_get("amount", 0) > 0'),
+    (
+        'data_get("amount", 0) > 1 and data_get("amount", 0) > 2',
+        'data_get("amount", 0) > 9 and data_get("amount", 0) > 0',
+    ),
     ('1 < context.get("k", 0) <= 9', '100 < context.get("k", 0) <= 9'),
     ('0.5 <= context.get("s", 0.0) < 1.5', '2.5 <= context.get("s", 0.0) < 1e3'),
-    ('len(query) < 8', 'len(query) < 1_000'),
+    ("len(query) < 8", "len(query) < 1_000"),
     ('len(query) > 3 and "a" in query', 'len(query) > 30 and "quote" in query'),
     ('data_get("risk", 0) >= 85', 'data_get("risk", 100) >= 0'),
-    ('data_get("premium", 0) * 12 > data_get("income", 1) * 3', 'data_get("premium", 0) * 1 > data_get("n", 0) * 30'),
+    (
+        'data_get("premium", 0) * 12 > data_get("income", 1) * 3',
+        'data_get("premium", 0) * 1 > data_get("n", 0) * 30',
+    ),
     ('context.get("k", 0) > -5', 'context.get("k", 0) > -12345'),
     ('context.get("k") == 5 or data_get("n") == 2.5', 'context.get("k") == 0 or data_get("n") == 1e-3'),
     ('data_get("n") in [1, 2, 3]', 'data_get("n") in [0, 0, 1]'),
@@ -80,10 +86,19 @@ PAIRS = [
     ('"a" * 3 in query', '"ab" * 9000000000 in query'),
     ('"a" in query or len(query) // 4 > 1', '"abcdef" in query or len(query) // 0 > 1000'),
     ('len(query) < -1 or context["missing"] == 1', 'len(query) < -100000 or context["missing"] == 1'),
-    ('len(query) > 0 and 3 // context.get("n", 0) == 1', 'len(query) > 000 and 3000 // context.get("n", 0) == 1'),
-    ('len(query) >= 0 and\n  1.5 + context["k"]["q"] > 2', 'len(query) >= 00 and\n  10.25 + context["k"]["q"] > 2'),
-    ('[w for w in query.split() if len(w) > 3][0] == "y"', '[w for w in query.split() if len(w) > 300][0] == "y"'),
-    ('re_search(5, query)', 're_search(7, query)'),
+    (
+        'len(query) > 0 and 3 // context.get("n", 0) == 1',
+        'len(query) > 000 and 3000 // context.get("n", 0) == 1',
+    ),
+    (
+        'len(query) >= 0 and\n  1.5 + context["k"]["q"] > 2',
+        'len(query) >= 00 and\n  10.25 + context["k"]["q"] > 2',
+    ),
+    (
+        '[w for w in query.split() if len(w) > 3][0] == "y"',
+        '[w for w in query.split() if len(w) > 300][0] == "y"',
+    ),
+    ("re_search(5, query)", "re_search(7, query)"),
     ('round(context.get("s", 0) * 2.5, 1) > 2', 'round(context.get("s", 0) * 0.5, 3) > 0'),
 ]
 
@@ -106,7 +121,7 @@ HOSTILE = [
     ('context.get("k", 0) > 5', 'context.get("k", 0) > 9223372036854775808'),
     ('context.get("k", 0) > -5', 'context.get("k", 0) > -9223372036854775808'),
     ('context.get("k", 0) > 5.5', 'context.get("k", 0) > 1e999'),
-    ('context.get("k", 0) > 5', "context.get(\"k\", 0) > " + "9" * 5000),
+    ('context.get("k", 0) > 5', 'context.get("k", 0) > ' + "9" * 5000),
     ('context.get("k", 0) > 5', 'context.get("k", 0) > ' + "0_" * 30 + "0"),
     ('context.get("k", 0) > 5', 'context.get("k", 0) > 05'),
     ('context.get("k", 0) > 5', 'context.get("k", 0) > 1__0'),
@@ -225,7 +240,10 @@ NUMBER_SHAPES: list[tuple[str, list[Any]]] = [
     ('len(query) > {} and len(query) > {} and "a" in query', [0, 1, 3, 9]),
     ('data_get("k", {}) > {} and data_get("k", {}) > {} or data_get("n", {}) < {}', [0.0, 1.0, 2.5, 0.5]),
     ('context.get("s", {}) in [{}, {}, True, False]', [0.0, 0.5, 1.0, 0.25, 2.0]),
-    ('data_get("{}", 0) > {} and data_get("{}", 0) <= {} and "{}" in query', [["a", "b", ""], [1, 2]] * 2 + [["a", ""]]),
+    (
+        'data_get("{}", 0) > {} and data_get("{}", 0) <= {} and "{}" in query',
+        [["a", "b", ""], [1, 2]] * 2 + [["a", ""]],
+    ),
 ]
 
 
@@ -260,7 +278,10 @@ def test_rules_that_differ_by_a_number_s_type_do_not_share(monkeypatch: pytest.M
     one, real = compile_when('context.get("k") == 1'), compile_when('context.get("k") == 1.0')
     assert one._code is not real._code
     assert compile_when('context.get("k") == 7')._code is one._code
-    assert compile_params('{"n": 2, "m": query[:3]}')._code is not compile_params('{"n": 2.0, "m": query[:3]}')._code
+    assert (
+        compile_params('{"n": 2, "m": query[:3]}')._code
+        is not compile_params('{"n": 2.0, "m": query[:3]}')._code
+    )
     for source, kind in alone:
         assert _record(source, kind) == alone[source, kind]
     assert _record('{"n": 2.0, "m": query[:3]}', "params")[-1] == ("ok", {"n": ("float", 2.0), "m": "a p"})

@@ -1,26 +1,34 @@
-"""Compiling by shape: rules that differ only by their text literals share one checked,
-guarded and compiled code object.
+"""Compiling by shape: rules that differ only by their text and number literals share one
+checked, guarded and compiled code object.
 
 A rule set of 50,000 rules holds a handful of *shapes* (``"<text>" in query``,
-``context.get("<text>") == "<text>"``, ...). The shape of an expression is its source with
+``data_get("<text>", <int>) > <int>``, ...). The shape of an expression is its source with
 each plain text literal (``"..."``, ``'...'``, ``r"..."`` on one line, without escapes
-outside raw strings) replaced by a marker. The first expression of a shape is checked and
-compiled in full, with its text literals lifted into the arguments of the compiled function
-(guard ``_Lift``); the template keeps that code, the static cost, and the parsed tree. Any
-other expression of the same shape then needs only what depends on the literals' *values*:
+outside raw strings) and each decimal int or float literal (``12``, ``1_000``, ``2.5``,
+``1e3``; ``-5`` is a minus and ``5``) replaced by a marker, the literals' types kept (``1``
+and ``1.0`` do not share). The first expression of a shape is checked and compiled in full,
+with its literals lifted into the arguments of the compiled function (guard ``_Lift``); the
+template keeps that code, the static cost, and the parsed tree. Any other expression of the
+same shape then needs only what depends on the literals' *values*:
 
-* the caps on the raw text (length, NUL, text-direction characters, UTF-8) and on each
-  literal (length), and the validity of a literal regex pattern (``re_search("...", ...)``);
-  on any failure the full path runs, so every error message is the full path's own;
+* the caps on the raw text (length, NUL, text-direction characters, UTF-8), on each text
+  literal (length) and number (64-bit ints, finite floats), and the validity of a literal
+  regex pattern (``re_search("...", ...)``); on any failure the full path runs, so every
+  error message is the full path's own;
 * the index hints and the regex cost bound, computed by the same functions on the
-  template's tree with the literal values put in (under a lock);
+  template's tree with the literal values put in (under a lock), or filled into a recipe
+  computed once (with symbols for texts; for a shape with numbers, once per order of its
+  literals, see ``_by_order``);
 * run-time error positions, mapped from the template's columns to the expression's own.
 
 Why this is sound: when nothing but recognised literals contains a quote, ``#`` or ``\\``,
-the expression tokenizes exactly like the template except for those literals' values (the
-shape keeps everything else, newlines included, verbatim), so the tree is the template's
-with other string values; the checker and the guard decide on node kinds, names and literal
-*types* only, except for the value checks listed above.
+and each number lifted is a whole token (between spaces, brackets or operators), the
+expression tokenizes exactly like the template except for those literals' values (the shape
+keeps everything else, newlines included, verbatim), so the tree is the template's with
+other values of the same types; the checker and the guard decide on node kinds, names and
+literal *types* only, except for the value checks listed above (a number's value reaches
+the code only at run time, as the literal's would: the compiler folds constants only where
+that changes no result).
 """
 
 from __future__ import annotations
@@ -237,7 +245,7 @@ def remember(
     assert found is not None
     symbolic = None
     numbers = tuple(index for index, node in enumerate(literals) if type(node.value) is not str)
-    recipes = None
+    recipes: dict[tuple[int, ...], tuple[Any, Any] | None] | None = None
     longest = any(
         isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "contains_all"
         for node in ast.walk(tree.body)
@@ -400,14 +408,18 @@ def _by_order(template: Template, values: tuple[Any, ...]) -> tuple[Any, Any] | 
     return found  # type: ignore[return-value]
 
 
-def _learn_order(template: Template, values: tuple[Any, ...], order: tuple[int, ...]) -> tuple[Any, Any] | None:
+def _learn_order(
+    template: Template, values: tuple[Any, ...], order: tuple[int, ...]
+) -> tuple[Any, Any] | None:
     own = on_values(template, values, template.hints)
     made = []
     for base, step in _STAND_INS:
         stand_ins = list(values)
         places: dict[tuple[type, Any], int] = {}
         texts = order[1 + len(template.numbers) :]
-        for index, first in zip((i for i in range(len(values)) if type(values[i]) is str), texts, strict=True):
+        for index, first in zip(
+            (i for i in range(len(values)) if type(values[i]) is str), texts, strict=True
+        ):
             if first >= 0:  # an empty text stays empty in every rule of this order
                 stand_ins[index] = _SYMBOL.format(first)
                 places[(str, stand_ins[index])] = first
