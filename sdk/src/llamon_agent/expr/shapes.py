@@ -467,13 +467,10 @@ def _plain(part: Any, places: dict[Any, int]) -> None:
     if kind is tuple:
         for item in part:
             _plain(item, places)
-    elif kind not in _PLAIN or (_stand_in_like(part) and (kind, part) not in places):
+    elif kind not in _PLAIN:
         raise LookupError(part)
-
-
-def _stand_in_like(part: Any) -> bool:
-    """A number that must be a stand-in: not 0, 1 or infinity (the same in every rule of an order)."""
-    return (type(part) is int or type(part) is float) and part not in (0, 1, _INF, -_INF)
+    elif (kind is int or kind is float) and part not in (0, 1, _INF, -_INF) and (kind, part) not in places:
+        raise LookupError(part)
 
 
 def _typed(value: Any) -> Any:
