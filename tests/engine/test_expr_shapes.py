@@ -240,8 +240,6 @@ NUMBER_SHAPES: list[tuple[str, list[Any]]] = [
     ('len(query) > {} and len(query) > {} and "a" in query', [0, 1, 3, 9]),
     ('data_get("k", {}) > {} and data_get("k", {}) > {} or data_get("n", {}) < {}', [0.0, 1.0, 2.5, 0.5]),
     ('context.get("s", {}) in [{}, {}, True, False]', [0.0, 0.5, 1.0, 0.25, 2.0]),
-    ('data_get("p", {}) * {} > context.get("i", {}) * {} - {}', [0, 1, 2, 3, 12]),
-    ('context.get("k", {}) > -{} and context.get("k", {}) < {}', [0, 1, 2, 5]),
     (
         'data_get("{}", 0) > {} and data_get("{}", 0) <= {} and "{}" in query',
         [["a", "b", ""], [1, 2]] * 2 + [["a", ""]],

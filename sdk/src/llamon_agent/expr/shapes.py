@@ -310,8 +310,7 @@ def on_values(template: Template, values: tuple[Any, ...], hint: Any) -> Any:
 # A recipe: the atoms of a symbolic hint, each with a {symbol: literal index} of the symbols it holds
 # (at any depth: an arithmetic term nests the keys it reads); an atom without symbols is the same
 # tuple in every expression of the shape.
-# A number stand-in's key is (type, value) (see _by_order).
-_Recipe = tuple[tuple[tuple[Any, ...], dict[Any, int] | None], ...]
+_Recipe = tuple[tuple[tuple[Any, ...], dict[str, int] | None], ...]
 
 
 def _recipe(atoms: Any, count: int) -> _Recipe:
@@ -319,26 +318,18 @@ def _recipe(atoms: Any, count: int) -> _Recipe:
     return tuple((atom, symbols if _holds(atom, symbols) else None) for atom in atoms)
 
 
-def _holds(part: Any, symbols: dict[Any, int]) -> bool:
-    kind = type(part)
-    if kind is tuple:
+def _holds(part: Any, symbols: dict[str, int]) -> bool:
+    if type(part) is tuple:
         return any(_holds(p, symbols) for p in part)
-    if kind is str:
-        return part in symbols
-    return (kind is int or kind is float) and (kind, part) in symbols
+    return type(part) is str and part in symbols
 
 
-def _put(part: Any, symbols: dict[Any, int], values: tuple[Any, ...]) -> Any:
-    kind = type(part)
-    if kind is tuple:
+def _put(part: Any, symbols: dict[str, int], values: tuple[Any, ...]) -> Any:
+    if type(part) is tuple:
         return tuple(_put(p, symbols, values) for p in part)
-    if kind is str:
-        index = symbols.get(part)
-    elif kind is int or kind is float:
-        index = symbols.get((kind, part))
-    else:
-        return part
-    return part if index is None else values[index]
+    if type(part) is str and part in symbols:
+        return values[symbols[part]]
+    return part
 
 
 def _fill(recipe: _Recipe, values: tuple[Any, ...]) -> frozenset[tuple[Any, ...]]:
@@ -424,18 +415,17 @@ def _learn_order(
     made = []
     for base, step in _STAND_INS:
         stand_ins = list(values)
-        places: dict[Any, int] = {}
+        places: dict[tuple[type, Any], int] = {}
         texts = order[1 + len(template.numbers) :]
         for index, first in zip(
             (i for i in range(len(values)) if type(values[i]) is str), texts, strict=True
         ):
             if first >= 0:  # an empty text stays empty in every rule of this order
                 stand_ins[index] = _SYMBOL.format(first)
-                places[stand_ins[index]] = first
+                places[(str, stand_ins[index])] = first
         for index, rank in zip(template.numbers, order[1:], strict=False):
             stand_ins[index] = _stand_in(values[index], rank, base, step)
-            if stand_ins[index] != 0 and stand_ins[index] != 1:  # 0 and 1 are the same in the order
-                places.setdefault((type(stand_ins[index]), stand_ins[index]), index)
+            places.setdefault((type(stand_ins[index]), stand_ins[index]), index)
         keywords, options = on_values(template, tuple(stand_ins), template.hints)
         try:
             recipe = (
@@ -453,24 +443,24 @@ def _learn_order(
     return made[0]
 
 
-def _placed(atoms: Any, places: dict[Any, int]) -> _Recipe:
-    """A recipe of ``atoms`` whose literal parts are the stand-ins in ``places`` (keys as in
-    _put); LookupError for a part that is not a plain value or a tuple of them, or a number
-    that is no stand-in (but infinity, 0 and 1, which are the same in every rule of the order)."""
+def _placed(atoms: Any, places: dict[tuple[type, Any], int]) -> _Recipe:
+    """A recipe of ``atoms`` whose literal parts are the stand-ins in ``places``; LookupError
+    for a part that is not a plain value, or a finite number that is no stand-in."""
+    out = []
     for atom in atoms:
-        _plain(atom, places)
-    return tuple((atom, places if _holds(atom, places) else None) for atom in atoms)
-
-
-def _plain(part: Any, places: dict[Any, int]) -> None:
-    kind = type(part)
-    if kind is tuple:
-        for item in part:
-            _plain(item, places)
-    elif kind not in _PLAIN:
-        raise LookupError(part)
-    elif (kind is int or kind is float) and part not in (0, 1, _INF, -_INF) and (kind, part) not in places:
-        raise LookupError(part)
+        symbols = []
+        for pos, part in enumerate(atom):
+            kind = type(part)
+            if kind not in _PLAIN:
+                raise LookupError(pos)
+            if kind is str or ((kind is int or kind is float) and abs(part) != _INF):
+                index = places.get((kind, part))
+                if index is not None:
+                    symbols.append((pos, index))
+                elif kind is not str:
+                    raise LookupError(pos)
+        out.append((atom, tuple(symbols)))
+    return tuple(out)
 
 
 def _typed(value: Any) -> Any:
