@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import pickle
-import random
 from typing import Any
 
 import pytest

@@ -170,7 +170,8 @@ class CompiledExpr:
     A rule set keeps one per distinct text (tens of thousands), so it keeps six references and
     derives the rest: ``kind``, the costs and the source map from ``_meta`` (its shape's
     Template, or an :class:`_Own`), and the index hints from ``_hints`` (a tuple, or ``_FILL``:
-    made from the template's symbolic hints when asked, as the index does once per compile).
+    made from the template's symbolic hints, or on its tree with this expression's numbers,
+    when asked, as the index does once per compile).
     ``fn`` is its function, made once: ``fn(*request_args(namespace))`` evaluates it (guard).
     """
 
@@ -220,14 +221,21 @@ class CompiledExpr:
     def required_keywords(self) -> frozenset[tuple[str, bool]] | None:
         """The keyword-index hint (hints.required_keywords)."""
         if self._hints is _FILL:  # made when asked, not kept
-            return shapes.fill_keywords(self._meta, self._defaults)  # type: ignore[arg-type]
+            template: shapes.Template = self._meta  # type: ignore[assignment]
+            if template.numbers:
+                return shapes.on_values(template, self._defaults, _requirement)  # type: ignore[arg-type, no-any-return]
+            return shapes.fill_keywords(template, self._defaults)  # type: ignore[arg-type]
         return self._hints[0]  # type: ignore[no-any-return]
 
     @property
     def index_options(self) -> tuple[frozenset[tuple[Any, ...]], ...] | None:
         """The request index's alternative requirements (hints.index_options)."""
         if self._hints is _FILL:  # made when asked (by the index), not kept
-            options = shapes.fill_options(self._meta, self._defaults)  # type: ignore[arg-type]
+            template: shapes.Template = self._meta  # type: ignore[assignment]
+            if template.numbers:
+                options = shapes.on_values(template, self._defaults, _options)  # type: ignore[arg-type]
+            else:
+                options = shapes.fill_options(template, self._defaults)  # type: ignore[arg-type]
             return tuple(dict.fromkeys(options)) if options else None
         return self._hints[1]  # type: ignore[no-any-return]
 

@@ -78,13 +78,9 @@ class Template:
     # The `when` hints (keywords, options) computed once with a distinct symbol for each literal
     # (_SYMBOL), kept as recipes (_recipe) that `fill_keywords` and `fill_options` fill in; None
     # when a hint depends on more than equality between non-empty literals (contains_all picks
-    # its longest word) or when a literal is a number (see fill_keywords).
+    # its longest word) or when a literal is a number (_num_atom and _merge compare numbers).
     symbolic: tuple[Any, Any] | None
-    numbers: tuple[int, ...]  # indexes of the literals that are numbers
-    # With numbers: the `hints` function, and its recipes by the order of the numbers (_order);
-    # None when the hints are always computed on the rule's own values (contains_all).
-    hints: Any
-    recipes: dict[tuple[int, ...], tuple[Any, Any] | None] | None
+    numbers: bool  # whether a lifted literal is a number: hints made on the values (on_values)
 
 
 _INF = float("inf")
@@ -244,15 +240,11 @@ def remember(
     found = shape(source)
     assert found is not None
     symbolic = None
-    numbers = tuple(index for index, node in enumerate(literals) if type(node.value) is not str)
-    recipes: dict[tuple[int, ...], tuple[Any, Any] | None] | None = None
-    longest = any(
+    numbers = any(type(node.value) is not str for node in literals)
+    if hints is not None and not numbers and not any(
         isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "contains_all"
         for node in ast.walk(tree.body)
-    )
-    if hints is not None and numbers and not longest and len(numbers) <= _MAX_ORDERED:
-        recipes = {}
-    if hints is not None and not numbers and not longest:
+    ):
         values = [node.value for node in literals]
         for index, node in enumerate(literals):
             node.value = _SYMBOL.format(index)
@@ -278,8 +270,6 @@ def remember(
         threading.Lock(),
         symbolic,
         numbers,
-        hints,
-        recipes,
     )
     _TEMPLATES[(kind, found[0])] = template
     return template
@@ -288,9 +278,9 @@ def remember(
 def fillable(template: Template, values: tuple[Any, ...]) -> bool:
     """Whether the hints of an expression of the template's shape with ``values`` can be made
     when asked, by the fill_ functions: not with a regex pattern (its cost line is kept). With
-    numbers, always (see fill_keywords); else the template's symbolic hints, filled with
-    ``values``, must be the hints computed on the values themselves: not when a literal is
-    empty or repeated."""
+    numbers they are computed on the values (on_values); else the template's symbolic hints,
+    filled with ``values``, must be the hints computed on the values themselves: not when a
+    literal is empty or repeated."""
     if template.patterns:
         return False
     if template.numbers:
@@ -337,139 +327,15 @@ def _fill(recipe: _Recipe, values: tuple[Any, ...]) -> frozenset[tuple[Any, ...]
 
 
 def fill_keywords(template: Template, values: tuple[Any, ...]) -> frozenset[tuple[str, bool]] | None:
-    """The template's symbolic keyword hint with ``values`` for the literals (see fillable).
-
-    With numbers, the recipe of the numbers' order (_by_order), or when there is none the
-    hint computed on the rule's own values (on_values)."""
-    symbolic = template.symbolic if not template.numbers else _by_order(template, values)
-    if symbolic is None:
-        return on_values(template, values, template.hints)[0]  # type: ignore[no-any-return]
-    keywords = symbolic[0]
+    """The template's symbolic keyword hint with ``values`` for the literals (see fillable)."""
+    keywords = template.symbolic[0]  # type: ignore[index]
     return None if keywords is None else _fill(keywords, values)
 
 
 def fill_options(template: Template, values: tuple[Any, ...]) -> list[frozenset[tuple[Any, ...]]] | None:
-    """The template's symbolic index options with ``values`` for the literals (see fill_keywords)."""
-    symbolic = template.symbolic if not template.numbers else _by_order(template, values)
-    if symbolic is None:
-        return on_values(template, values, template.hints)[1]  # type: ignore[no-any-return]
-    options = symbolic[1]
+    """The template's symbolic index options with ``values`` for the literals (see fillable)."""
+    options = template.symbolic[1]  # type: ignore[index]
     return None if options is None else [_fill(option, values) for option in options]
-
-
-# Numbers in the hints. The hint functions read a number literal's value only to compare it
-# with other numbers (an interval's bounds, _merge: order and equality), with True and False
-# (1 and 0, in a set of atoms), to test it against infinity, and to carry it into an atom; a
-# text's, to test it is empty and equal to others. So the hints computed once with stand-ins
-# in the same order as a rule's literals (the same numbers equal, 0 or 1, the same texts equal
-# or empty) are the rule's own hints with the stand-ins in its literals' places. A recipe is
-# made per shape and order, and kept only if two sets of stand-ins and the rule's own values
-# give the same hints; anything else (an atom part that is not a plain value, a number that is
-# no stand-in) leaves that order computed on each rule's values.
-_MAX_ORDERED = 64  # numbers in a shape, and orders kept per shape
-_STAND_INS = ((10**15, 1_000), (3 * 10**15, 7))  # (base, step) of two sets, exact as floats
-_MISSING = object()
-_PLAIN = (str, int, float, bool, type(None))
-
-
-def _order(values: tuple[Any, ...], numbers: tuple[int, ...]) -> tuple[int, ...]:
-    """The rank of 1, then of each number, among the numbers, 0 and 1 (equal ones, one rank),
-    then for each text the index of the first text equal to it (-1 when empty)."""
-    ranks = {value: rank for rank, value in enumerate(sorted({0, 1, *(values[i] for i in numbers)}))}
-    firsts: dict[str, int] = {}
-    texts = [
-        -1 if value == "" else firsts.setdefault(value, index)
-        for index, value in enumerate(values)
-        if type(value) is str
-    ]
-    return (ranks[1], *(ranks[values[i]] for i in numbers), *texts)
-
-
-def _stand_in(value: int | float, rank: int, base: int, step: int) -> int | float:
-    if value == 0 or value == 1:
-        return value
-    if value < 1:  # a float in (0, 1): one in (0.5, 1) keeps the order
-        return 0.5 + rank / 1_024
-    return type(value)(base + step * rank)
-
-
-def _by_order(template: Template, values: tuple[Any, ...]) -> tuple[Any, Any] | None:
-    """The recipe of the hints for ``values`` from the template's recipe for their numbers'
-    order; None when there is none (the hints are then computed on the values)."""
-    recipes = template.recipes
-    if recipes is None:
-        return None
-    order = _order(values, template.numbers)
-    found = recipes.get(order, _MISSING)
-    if found is _MISSING:
-        if len(recipes) >= _MAX_ORDERED:
-            return None
-        found = recipes[order] = _learn_order(template, values, order)
-    return found  # type: ignore[return-value]
-
-
-def _learn_order(
-    template: Template, values: tuple[Any, ...], order: tuple[int, ...]
-) -> tuple[Any, Any] | None:
-    own = on_values(template, values, template.hints)
-    made = []
-    for base, step in _STAND_INS:
-        stand_ins = list(values)
-        places: dict[tuple[type, Any], int] = {}
-        texts = order[1 + len(template.numbers) :]
-        for index, first in zip(
-            (i for i in range(len(values)) if type(values[i]) is str), texts, strict=True
-        ):
-            if first >= 0:  # an empty text stays empty in every rule of this order
-                stand_ins[index] = _SYMBOL.format(first)
-                places[(str, stand_ins[index])] = first
-        for index, rank in zip(template.numbers, order[1:], strict=False):
-            stand_ins[index] = _stand_in(values[index], rank, base, step)
-            places.setdefault((type(stand_ins[index]), stand_ins[index]), index)
-        keywords, options = on_values(template, tuple(stand_ins), template.hints)
-        try:
-            recipe = (
-                None if keywords is None else _placed(keywords, places),
-                None if options is None else tuple(_placed(option, places) for option in options),
-            )
-        except LookupError:
-            return None
-        made.append(recipe)
-    for recipe in made:
-        keywords = None if recipe[0] is None else _fill(recipe[0], values)
-        options = None if recipe[1] is None else [_fill(option, values) for option in recipe[1]]
-        if _typed((keywords, options)) != _typed(own):
-            return None
-    return made[0]
-
-
-def _placed(atoms: Any, places: dict[tuple[type, Any], int]) -> _Recipe:
-    """A recipe of ``atoms`` whose literal parts are the stand-ins in ``places``; LookupError
-    for a part that is not a plain value, or a finite number that is no stand-in."""
-    out = []
-    for atom in atoms:
-        symbols = []
-        for pos, part in enumerate(atom):
-            kind = type(part)
-            if kind not in _PLAIN:
-                raise LookupError(pos)
-            if kind is str or ((kind is int or kind is float) and abs(part) != _INF):
-                index = places.get((kind, part))
-                if index is not None:
-                    symbols.append((pos, index))
-                elif kind is not str:
-                    raise LookupError(pos)
-        out.append((atom, tuple(symbols)))
-    return tuple(out)
-
-
-def _typed(value: Any) -> Any:
-    """``value`` with each number as (type, value), nested: 1 == 1.0 == True, not here."""
-    if isinstance(value, (tuple, list, frozenset)):
-        return type(value)(_typed(item) for item in value)
-    if type(value) in (int, float, bool):
-        return (type(value), value)
-    return value
 
 
 def map_position(
