@@ -7,6 +7,8 @@ import copy
 import pickle
 from typing import Any
 
+import random
+
 import pytest
 
 from llamon_agent.expr import ExprError, compile_params, compile_when, expression_rule, shapes

@@ -16,9 +16,9 @@ same shape then needs only what depends on the literals' *values*:
   regex pattern (``re_search("...", ...)``); on any failure the full path runs, so every
   error message is the full path's own;
 * the index hints and the regex cost bound, computed by the same functions on the
-  template's tree with the literal values put in (under a lock), or filled into a recipe
-  computed once (with symbols for texts; for a shape with numbers, once per order of its
-  literals, see ``_by_order``);
+  template's tree with the literal values put in (under a lock; always for a shape with
+  numbers: the numeric atoms compare and merge bounds), or, for texts, filled into a recipe
+  computed once with symbols;
 * run-time error positions, mapped from the template's columns to the expression's own.
 
 Why this is sound: when nothing but recognised literals contains a quote, ``#`` or ``\\``,
@@ -241,9 +241,13 @@ def remember(
     assert found is not None
     symbolic = None
     numbers = any(type(node.value) is not str for node in literals)
-    if hints is not None and not numbers and not any(
-        isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "contains_all"
-        for node in ast.walk(tree.body)
+    if (
+        hints is not None
+        and not numbers
+        and not any(
+            isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "contains_all"
+            for node in ast.walk(tree.body)
+        )
     ):
         values = [node.value for node in literals]
         for index, node in enumerate(literals):
