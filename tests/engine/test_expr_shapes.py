@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import copy
 import pickle
-from typing import Any
-
 import random
+from typing import Any
 
 import pytest
 
