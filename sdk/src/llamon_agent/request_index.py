@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 import gc
+import operator
 from array import array
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -295,11 +296,15 @@ class _NotANumber(Exception):
 
 _NUMBERS = (int, float, bool)
 _MAX_INT = 2**63 - 1  # the expression helpers' int bound (expr.helpers.MAX_INT): past it they raise
-_CMP: dict[str, Callable[[Any, Any], bool]] = {
-    ">": lambda a, b: a > b,
-    ">=": lambda a, b: a >= b,
-    "<": lambda a, b: a < b,
-    "<=": lambda a, b: a <= b,
+_OPERATORS: dict[str, Callable[[Any, Any], Any]] = {
+    "+": operator.add,
+    "-": operator.sub,
+    "*": operator.mul,
+    "/": operator.truediv,
+    ">": operator.gt,
+    ">=": operator.ge,
+    "<": operator.lt,
+    "<=": operator.le,
 }
 
 
@@ -309,25 +314,17 @@ def _compute(term: tuple[Any, ...], read: Callable[[str, Any, Any], Any]) -> Any
     kind = term[0]
     if kind == "const":
         return term[1]
-    if kind == "get" or kind == "len":
-        value = read(*term[1:]) if kind == "get" else read("len", "", None)
+    if kind == "get":
+        value = read(*term[1:])
         if type(value) not in _NUMBERS:
             raise _NotANumber
         return value
     if kind == "neg":
         value = -_compute(term[1], read)
     elif kind == "cmp":
-        return _CMP[term[1]](_compute(term[2], read), _compute(term[3], read))
+        return _OPERATORS[term[1]](_compute(term[2], read), _compute(term[3], read))
     else:
-        left, right = _compute(term[1], read), _compute(term[2], read)
-        if kind == "+":
-            value = left + right
-        elif kind == "-":
-            value = left - right
-        elif kind == "*":
-            value = left * right
-        else:
-            value = left / right
+        value = _OPERATORS[kind](_compute(term[1], read), _compute(term[2], read))
     if type(value) is int and not -_MAX_INT <= value <= _MAX_INT:
         raise _NotANumber
     return value

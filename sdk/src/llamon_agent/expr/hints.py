@@ -204,7 +204,8 @@ def required_keywords(source_or_tree: str | ast.AST) -> frozenset[tuple[str, boo
 #                                         rule a candidate (its comparison raises)
 #
 # A term is +, -, *, / and unary - over numbers read by never-raising getters, len(query) and
-# number literals: ("get", source, key, default), ("len",), ("const", n), (op, left, right),
+# number literals: ("get", source, key, default) (source "len": len(query)), ("const", n),
+# (op, left, right),
 # ("neg", operand). Two terms compared (`data_get("a", 0) * 12 > data_get("b", 1) * 3`) are
 # the term ("cmp", op, left, right), true in (0, inf).
 Atom = tuple[Any, ...]
@@ -347,13 +348,13 @@ def _term(node: ast.AST) -> tuple[Any, ...] | None:
     got = _num_source(node)
     if got is None:
         return None
-    return ("len",) if got[0] == "len" else ("get", *got)
+    return ("get", *got)
 
 
 def _reads(term: tuple[Any, ...]) -> bool:
     """Whether ``term`` reads the request (a constant-only term is the rule's own business)."""
     kind = term[0]
-    if kind in ("get", "len"):
+    if kind == "get":
         return True
     if kind == "const":
         return False
