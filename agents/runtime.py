@@ -100,6 +100,22 @@ class Served:
     candidate: bool
 
 
+def run_versions(agent: Agent) -> None:
+    """Read the versions ``agent`` pins, rolls out and shadows (those set), content deferred, in one
+    query, and keep them on ``agent`` as select_related would (for an agent that uses none, no query)."""
+    names = ["rollout_version", "shadow_version"]
+    if agent.rule_set_mode == Agent.RuleSetMode.PINNED:
+        names.append("pinned_version")
+    wanted = {name: getattr(agent, f"{name}_id") for name in names}
+    wanted = {name: pk for name, pk in wanted.items() if pk is not None}
+    if not wanted:
+        return
+    found = {v.pk: v for v in RuleSetVersion.objects.filter(pk__in=set(wanted.values())).defer("content")}
+    for name, pk in wanted.items():
+        if pk in found:  # else (deleted since) the field reads it as before
+            setattr(agent, name, found[pk])
+
+
 def run_rules(agent: Agent, run: Run) -> tuple[Any, Served]:
     """The rules a run uses and what served it: the stable version, or a rollout's candidate."""
     candidate = agent.rollout_version
@@ -218,23 +234,9 @@ def execute_claimed_run(*, run_id: int) -> RunEnd:
     """Execute a run already claimed by this worker and say how it ended (the caller records it)."""
     from llamon_agent.react import run_agent
 
-    run = (
-        Run.objects.select_related(
-            "agent",
-            "agent__model_connection",
-            "agent__rule_set",
-            "agent__pinned_version",
-            "agent__rollout_version",
-            "agent__shadow_version",
-        )
-        # A version's content is read once per process (engine.version_rules), not with each run.
-        .defer(
-            "agent__pinned_version__content",
-            "agent__rollout_version__content",
-            "agent__shadow_version__content",
-        )
-        .get(pk=run_id)
-    )
+    # The versions the agent pins, rolls out and shadows come in a query of their own, when it
+    # uses any (run_versions): joined here, they cost every run more to compile than that query.
+    run = Run.objects.select_related("agent", "agent__model_connection", "agent__rule_set").get(pk=run_id)
     agent = run.agent
     if agent is None:
         return RunEnd(Run.Status.FAILED, error="The agent of this run was deleted.", error_kind="config")
@@ -242,42 +244,50 @@ def execute_claimed_run(*, run_id: int) -> RunEnd:
         if agent.model_provider == Agent.Provider.OPENAI and agent.model_connection is not None:
             # Again at run time: what a name resolves to, and the allow-list, can change.
             connection_check(agent.model_connection)
+        run_versions(agent)
         rules, served = run_rules(agent, run)  # the stable version, or a rollout's candidate
         spec = agent_spec(agent, rules)
     except (AgentError, ValueError) as exc:
         return RunEnd(Run.Status.FAILED, error=getattr(exc, "message", str(exc)), error_kind="config")
-    Run.objects.filter(pk=run_id).update(
-        rule_set_name=rules.name,
-        rule_set_ref=rules.ref,
-        rule_set_hash=rules.content_hash,
-        rule_set_version=served.version,
-        rollout_candidate=served.candidate,
-    )
-
     redact = run_redactor(run)  # what the input's masks hide stays hidden where tools echo it
     # Batched: local steps are written with the next call's step, the rest when the run ends
-    # (sink.flush below); a claimed run has no steps yet, and its created_at was just read.
-    sink = DbStepSink(run, redact=redact, batch=True, created_at=run.created_at)
-    exported = otel_sink(agent_name=agent.name, run_id=run_id, source="worker", redact=redact)  # None: off
-    mcp_ids = set(rules.mcp_ids()) | set(spec.react_mcp_ids)
-    run_sink = MultiSink(sink, exported) if exported is not None else sink  # connect steps are spans too
-    if run.replay_of_id is not None:  # a replay: the original's recorded outputs, no server (agents.replay)
-        from agents.replay import replay_backend
-
-        backend = replay_backend(run, mcp_ids)
-        react_tools = backend.langchain_tools(spec.react_mcp_ids)
-    else:
-        backend = engine.live_backend(engine.servers_by_id(mcp_ids))
-        connect_cold_servers(backend.pool, sorted(backend.mcp_ids), run_sink)
-        react_tools = _react_tools(backend, spec.react_mcp_ids)
+    # (sink.flush below); a claimed run has no steps yet, and its created_at was just read. What
+    # served the run is stored with its first write, before anything reaches a server or a model.
+    sink = DbStepSink(
+        run,
+        redact=redact,
+        batch=True,
+        created_at=run.created_at,
+        run_fields={
+            "rule_set_name": rules.name,
+            "rule_set_ref": rules.ref,
+            "rule_set_hash": rules.content_hash,
+            "rule_set_version": served.version,
+            "rollout_candidate": served.candidate,
+        },
+    )
 
     def should_cancel() -> bool:
         return Run.objects.filter(pk=run_id, cancel_requested=True).exists()
 
-    request = AgentRequest(
-        query=run.query, context=run.context, a2a_data=run.a2a_data, a2a_files=run.a2a_files
-    )
-    try:
+    try:  # from here on, what the sink holds is written whatever happens
+        # The OpenTelemetry export (None: off).
+        exported = otel_sink(agent_name=agent.name, run_id=run_id, source="worker", redact=redact)
+        mcp_ids = set(rules.mcp_ids()) | set(spec.react_mcp_ids)
+        run_sink = MultiSink(sink, exported) if exported is not None else sink  # connect steps are spans too
+        if run.replay_of_id is not None:  # a replay: the recorded outputs, no server (agents.replay)
+            from agents.replay import replay_backend
+
+            backend = replay_backend(run, mcp_ids)
+            react_tools = backend.langchain_tools(spec.react_mcp_ids)
+        else:
+            backend = engine.live_backend(engine.servers_by_id(mcp_ids))
+            connect_cold_servers(backend.pool, sorted(backend.mcp_ids), run_sink)
+            react_tools = _react_tools(backend, spec.react_mcp_ids)
+
+        request = AgentRequest(
+            query=run.query, context=run.context, a2a_data=run.a2a_data, a2a_files=run.a2a_files
+        )
         with soft_limit_watch() as soft_limit:
             result = run_agent(
                 spec,
@@ -343,12 +353,7 @@ def connect_cold_servers(pool: Any, mcp_ids: Iterable[str], sink: Any) -> None:
     from llamon_agent.mcp import McpError
     from llamon_agent.trace import span
 
-    for mcp_id in mcp_ids:
-        try:
-            if pool.stats_sync(mcp_id)["alive"]:
-                continue
-        except McpError:
-            continue
+    for mcp_id in pool.cold_sync(list(mcp_ids)):  # one trip to the pool's loop for all of them
         with span(
             sink, "node", f"connect {mcp_id}", input={"mcp_id": mcp_id}, meta={"mcp_id": mcp_id}
         ) as step:

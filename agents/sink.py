@@ -46,6 +46,7 @@ class DbStepSink:
     :meth:`flush` (see the module's docstring); the caller must flush before finishing the run.
     ``created_at``: the run's stored ``created_at`` when the caller has just read the run (a
     worker's fresh claim, which has no steps yet), saving two queries.
+    ``run_fields``: columns of the run stored with the first write (held or not), in its transaction.
     """
 
     def __init__(
@@ -56,6 +57,7 @@ class DbStepSink:
         resume: bool = False,
         batch: bool = False,
         created_at: datetime | None = None,
+        run_fields: dict[str, Any] | None = None,
     ) -> None:
         self.run_id = run.pk
         # Tool results are cut by the pool as they arrive; a served agent's own (non-MCP) tools and
@@ -85,6 +87,7 @@ class DbStepSink:
         self._new: dict[int, RunStep] = {}
         self._ended: list[tuple[int, dict[str, Any]]] = []
         self._new_tools: list[str] = []
+        self._run_fields = dict(run_fields or {})
 
     def emit(self, event: TraceEvent) -> None:
         with self._lock:
@@ -152,13 +155,16 @@ class DbStepSink:
             self._ended.append((seq, fields))
 
     def _write(self) -> None:
-        if not (self._new or self._ended or self._new_tools):
+        if not (self._new or self._ended or self._new_tools or self._run_fields):
             return
         rows, ended, tools = list(self._new.values()), self._ended, self._new_tools
         # Dropped whether or not the write succeeds, as an unbatched sink loses the one step whose
         # write fails (trace.emit logs it): a row the database refuses must not block the next ones.
+        # The run's columns are kept until a write succeeds.
         self._new, self._ended, self._new_tools = {}, [], []
         with transaction.atomic():
+            if self._run_fields:
+                Run.objects.filter(pk=self.run_id).update(**self._run_fields)
             if rows:
                 RunStep.objects.bulk_create(rows)
             for seq, fields in ended:
@@ -168,6 +174,7 @@ class DbStepSink:
                     [RunTool(run_id=self.run_id, tool_name=t, created_at=self._created_at) for t in tools],
                     ignore_conflicts=True,  # a resumed run may have recorded it before
                 )
+        self._run_fields = {}
 
 
 def json_safe(value: Any, _depth: int = 0) -> Any:

@@ -287,6 +287,11 @@ class McpPool:
         """Blocking :meth:`stats`."""
         return self._blocking(self._stats, mcp_id)
 
+    def cold_sync(self, mcp_ids: list[str]) -> list[str]:
+        """Those of ``mcp_ids`` with no live session now (in their order), in one trip to the pool's
+        loop; an id the pool cannot serve (:class:`McpError`) is left out."""
+        return self._blocking(self._cold, mcp_ids)
+
     def close(self, timeout: float = 30.0) -> None:
         """Close every session (stdio children stopped, no orphans) and stop the loop thread."""
         if self._loop is None or self._closed or self._pid != os.getpid():
@@ -718,6 +723,16 @@ class McpPool:
         if slot is None or slot.last_link is None or slot.spec.transport != "stdio":
             return None
         return list(slot.last_link.stderr_tail)
+
+    async def _cold(self, mcp_ids: list[str]) -> list[str]:
+        cold = []
+        for mcp_id in mcp_ids:
+            try:
+                if self._slot(mcp_id).live() is None:
+                    cold.append(mcp_id)
+            except McpError:
+                continue
+        return cold
 
     async def _stats(self, mcp_id: str) -> dict[str, Any]:
         slot = self._slot(mcp_id)
