@@ -266,9 +266,21 @@ def execute_claimed_run(*, run_id: int) -> RunEnd:
             "rollout_candidate": served.candidate,
         },
     )
+    # Cancel requests are read once per step: the engine asks before each stage, and asking
+    # again with no step begun or ended since (the claimed run was just read; the model's set-up,
+    # then the input guardrail's check) cannot change what the run does next. Nothing reaches a
+    # server or a model without a step begun since the last read (the input guardrail is always
+    # a step here: agent_spec gives every run one), so a cancel is seen before the next call.
+    read_at, cancelled = sink.events, run.cancel_requested
+    reading = threading.Lock()  # a ReAct turn's tools start in parallel threads
 
     def should_cancel() -> bool:
-        return Run.objects.filter(pk=run_id, cancel_requested=True).exists()
+        nonlocal read_at, cancelled
+        with reading:
+            if not cancelled and sink.events != read_at:
+                read_at = sink.events
+                cancelled = Run.objects.filter(pk=run_id, cancel_requested=True).exists()
+            return cancelled
 
     try:  # from here on, what the sink holds is written whatever happens
         # The OpenTelemetry export (None: off).

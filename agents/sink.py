@@ -75,6 +75,7 @@ class DbStepSink:
                 RunStep.objects.filter(run_id=run.pk).exclude(event_id="").values_list("event_id", "seq")
             )
         self.counts = {"llm": 0, "tool": 0}
+        self.events = 0  # events received: how a caller tells whether a step began or ended since
         # The stored value (not the caller's copy): the tool filter pages by it like the run list.
         self._created_at = (
             created_at
@@ -91,6 +92,7 @@ class DbStepSink:
 
     def emit(self, event: TraceEvent) -> None:
         with self._lock:
+            self.events += 1
             if event.phase == "start":
                 self._start(event)
             else:

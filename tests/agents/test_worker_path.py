@@ -2,18 +2,20 @@
 
 In process: the published versions' rules a process keeps (read and compiled once, never another
 version's), the batched step sink (a call's step is committed before the call, the local steps
-with it or when the run ends) and the database connection a worker keeps between tasks.
+with it or when the run ends), the database connection a worker keeps between tasks and the
+cancel flag a run reads once per step.
 """
 
 from __future__ import annotations
 
 import re
+import sys
 
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from agents import runtime
+from agents import runtime, services
 from agents.models import Agent, Run, RunStep, RunTool
 from agents.sink import DbStepSink
 from llamon_agent.trace import start_span
@@ -21,7 +23,9 @@ from llamon_web.demo import SEED_RULES
 from rules import engine
 from rules import services as rule_services
 from rules.models import RuleSetVersion
+from servers.models import McpServer
 from tests.support.rule_sets import build_rule_set
+from tests.support.runs import MISBEHAVING
 
 pytestmark = pytest.mark.django_db
 CONTENT_COLUMN = re.compile(r'"rules_rulesetversion"\."content"(?!_)')
@@ -143,3 +147,65 @@ def test_a_worker_keeps_its_database_connection_between_tasks_unless_it_cannot_s
     assert kept.connection is raw
     assert failed.connection is None and left_open.connection is None
     kept.close()
+
+
+def test_a_run_reads_its_cancel_flag_once_per_step_and_still_stops_before_the_next_call(
+    make_user, monkeypatch
+) -> None:
+    """The engine asks before each stage whether to stop; asked again with no step begun or ended
+    since the last read (the run's read after its claim, the model's set-up, the input guardrail),
+    the database is not read again. A cancel requested during a call is seen before the next one."""
+    author = make_user("editor")
+    McpServer.objects.create(
+        mcp_id="misbehaving",
+        transport="stdio",
+        command=sys.executable,
+        args=[MISBEHAVING],
+        timeout_s=20,
+        tools=[{"name": "echo", "description": "", "input_schema": {}}],
+    )
+    rule_set = rule_services.rule_set_create(actor=author, name="echoes")
+    rule_services.rule_create(
+        actor=author,
+        rule_set=rule_set,
+        name="look_up",
+        mcp_id="misbehaving",
+        tool_name="echo",
+        when="True",
+        params='{"value": "ok"}',
+    )
+    agent = Agent.objects.create(
+        name="echoer",
+        system_prompt="p",
+        rule_set=rule_set,
+        rule_set_mode="draft",
+        model_provider="scripted",
+        model_script=[{"content": "never"}],
+    )
+    run = Run.objects.create(agent=agent, agent_name=agent.name, query="hi")
+    seen: list[str] = []
+    emit = DbStepSink.emit
+
+    def cancel_during_the_call(sink: DbStepSink, event) -> None:
+        seen.append(f"{event.kind} {event.phase}")
+        emit(sink, event)
+        if event.kind == "rule" and event.phase == "start":  # what run_cancel does to a running run
+            Run.objects.filter(pk=sink.run_id).update(cancel_requested=True)
+
+    def note_reads(execute, sql, params, many, context):
+        if sql.startswith("SELECT") and "cancel_requested" in sql.split("WHERE", 1)[-1]:
+            seen.append("read")
+        return execute(sql, params, many, context)
+
+    monkeypatch.setattr(DbStepSink, "emit", cancel_during_the_call)
+    with connection.execute_wrapper(note_reads):
+        services.run_execute(run_id=run.pk)
+    run.refresh_from_db()
+    assert (run.status, run.error, run.llm_calls) == (Run.Status.CANCELLED, "the run was cancelled", 0)
+    rule_set.refresh_from_db()
+    assert run.rule_set_ref == f"draft@{rule_set.revision}"  # stored with the run's first write
+    reads = [n for n, what in enumerate(seen) if what == "read"]
+    # The first read follows a step (a cold server's connect, else the input guardrail); a step
+    # begins or ends between any two.
+    assert reads and reads[0] > 0 and all(b - a > 1 for a, b in zip(reads, reads[1:], strict=False)), seen
+    assert "llm start" not in seen and seen.index("rule end") < reads[-1], seen  # seen after the call
