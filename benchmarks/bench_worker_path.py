@@ -16,7 +16,11 @@ start and duration, `finished_at`): enqueue -> claimed, claimed -> first step, t
 step ("between steps"; steps nest), inside steps, last step's end -> `finished_at` (the run's
 final UPDATE), and `finished_at` -> seen (the end's transaction: the evidence seal, the commit).
 
-Run: .venv/bin/python benchmarks/bench_worker_path.py [--runs 30] [--embedded]
+``--breakdown``: instead, where the in-process run's "claimed -> first step" goes: each call on
+the way (the run's queries, the spec, the sessions, the graph's start) timed with
+``time.perf_counter``, medians over the runs, from the end of the claim's UPDATE.
+
+Run: .venv/bin/python benchmarks/bench_worker_path.py [--runs 30] [--embedded | --breakdown]
 """
 
 from __future__ import annotations
@@ -149,11 +153,80 @@ def measure(label: str, agent, runs: int, warm_up: int) -> dict[str, dict[str, l
     return found
 
 
+# (module, attribute) of each call timed by --breakdown, in the order a run makes them.
+BREAKDOWN = [
+    ("agents.services.runs", "run_claim"),
+    ("agents.runtime", "execute_claimed_run"),
+    ("agents.runtime", "run_versions"),
+    ("agents.runtime", "run_rules"),
+    ("agents.runtime", "agent_spec"),
+    ("agents.runtime", "run_redactor"),
+    ("agents.runtime", "DbStepSink"),
+    ("rules.engine", "servers_by_id"),
+    ("rules.engine", "live_backend"),
+    ("agents.runtime", "connect_cold_servers"),
+    ("llamon_agent.react", "run_agent"),
+    ("llamon_agent.react", "_build"),
+    ("llamon_agent.react", "_Run.check_cancel"),
+    ("llamon_agent.react", "_Run.input_stage"),
+    ("llamon_agent.trace", "Span.begin"),
+]
+
+
+def breakdown(agent, runs: int) -> None:
+    """Time each call of BREAKDOWN (those this code has) in in-process runs; print medians."""
+    import functools
+    import importlib
+
+    marks: list[tuple[str, float, float]] = []
+
+    def timed(fn, label):
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                marks.append((label, t0, time.perf_counter()))
+
+        return call
+
+    for module, name in BREAKDOWN:
+        owner = importlib.import_module(module)
+        *path, attr = name.split(".")
+        for part in path:
+            owner = getattr(owner, part)
+        if hasattr(owner, attr):
+            setattr(owner, attr, timed(getattr(owner, attr), name))
+    found: dict[str, list[tuple[float, float]]] = {}
+    first_step = []
+    for n in range(runs + 3):
+        marks.clear()
+        run_id, seen_at = in_process_run(agent)
+        if n < 3:
+            continue  # warm-up
+        first_step.append(phases(run_id, seen_at)["claimed -> first step"])
+        claimed = next(end for label, _, end in marks if label == "run_claim")
+        seen = set()
+        for label, start, end in sorted(marks, key=lambda m: m[1]):
+            if label not in seen:  # the first call of each: the one before the first step
+                seen.add(label)
+                found.setdefault(label, []).append(((start - claimed) * 1000, (end - start) * 1000))
+    print(f"\nclaimed -> first step, in-process: p50 {statistics.median(first_step):.1f} ms over {runs} runs")
+    print(f"{'call (its first)':28} {'starts at':>10} {'takes':>8}  (ms after the claim's UPDATE, p50)")
+    for label in sorted(found, key=lambda label: statistics.median(s for s, _ in found[label])):
+        starts, takes = zip(*found[label], strict=True)
+        print(f"{label:28} {statistics.median(starts):10.2f} {statistics.median(takes):8.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--warm-up", type=int, default=3)
     parser.add_argument("--embedded", action="store_true", help="also the embedded broker (atomicfs)")
+    parser.add_argument(
+        "--breakdown", action="store_true", help="only: where in-process claimed -> first step goes"
+    )
     args = parser.parse_args()
     call_command("migrate", verbosity=0)
     from agents.models import Agent
@@ -161,6 +234,9 @@ def main() -> None:
 
     demo_load(runs=False)
     agent = Agent.objects.get(name=DEMO_AGENT)
+    if args.breakdown:
+        breakdown(agent, args.runs)
+        return
 
     with redis_server() as (_, port):
         redis_url = f"redis://127.0.0.1:{port}/0"
