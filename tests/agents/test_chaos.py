@@ -32,10 +32,9 @@ from agents import services
 from agents.errors import BrokerUnavailableError
 from agents.models import Agent, Run, RunStep
 from llamon_agent.tools import AgentRequest
-from rules import services as rule_services
-from servers.models import McpServer
 from tests.conftest import ROOT, OutputCollector, free_port, require_executable, wait_for_port, worker_env
 from tests.support.celery_publish import publishing_to
+from tests.support.runs import misbehaving_agent
 
 pytestmark = [
     pytest.mark.slow,
@@ -180,26 +179,15 @@ def stack(settings):
 @pytest.fixture
 def slow_agent(make_user) -> Agent:
     """Each run's pre-step calls a tool that takes a second, so faults land mid-run."""
-    author = make_user("editor")
-    McpServer.objects.create(
-        mcp_id="misbehaving",
-        transport="stdio",
-        command=sys.executable,
-        args=[MISBEHAVING],
-        timeout_s=30,
-        tools=[{"name": "hang", "description": "", "input_schema": {}}],
-    )
-    rule_set = rule_services.rule_set_create(actor=author, name="chaos")
-    rule_services.rule_create(
-        actor=author,
-        rule_set=rule_set,
-        name="slow_rule",
-        mcp_id="misbehaving",
-        tool_name="hang",
+    return misbehaving_agent(
+        make_user("editor"),
+        tool="hang",
         when="len(query) > 0",
         params='{"seconds": 1}',
+        timeout_s=30,
+        name="chaos",
+        rule_set_name="chaos",
     )
-    return Agent.objects.create(name="chaos", system_prompt="p", rule_set=rule_set, rule_set_mode="draft")
 
 
 def _wait(condition, what: str, timeout_s: float = 90):

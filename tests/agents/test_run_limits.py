@@ -4,7 +4,6 @@ and a tool result holding NaN or Infinity keeps its trace step."""
 from __future__ import annotations
 
 import math
-import sys
 from datetime import timedelta
 
 import pytest
@@ -16,10 +15,8 @@ from agents.models import Agent, Run, RunStep
 from agents.sink import DbStepSink
 from llamon_agent.tools import AgentRequest
 from llamon_agent.trace import start_span
-from rules import services as rule_services
-from servers.models import McpServer
 from tests.conftest import celery_worker
-from tests.support.runs import MISBEHAVING, wait_for_run
+from tests.support.runs import misbehaving_agent, wait_for_run
 
 
 @pytest.fixture
@@ -83,26 +80,15 @@ def test_a_tool_result_with_nan_keeps_its_step(agent, viewer_client) -> None:
 @pytest.mark.timeout(120)
 @pytest.mark.django_db(transaction=True)
 def test_a_run_past_its_soft_limit_on_a_worker_ends_timed_out(redis_publisher, make_user, settings) -> None:
-    author = make_user("editor")
-    McpServer.objects.create(
-        mcp_id="misbehaving",
-        transport="stdio",
-        command=sys.executable,
-        args=[MISBEHAVING],
-        timeout_s=60,
-        tools=[{"name": "hang", "description": "", "input_schema": {}}],
-    )
-    rule_set = rule_services.rule_set_create(actor=author, name="slow")
-    rule_services.rule_create(
-        actor=author,
-        rule_set=rule_set,
-        name="slow_rule",
-        mcp_id="misbehaving",
-        tool_name="hang",
+    agent = misbehaving_agent(
+        make_user("editor"),
+        tool="hang",
         when='"hello" in query',
         params='{"seconds": 50}',
+        timeout_s=60,
+        name="slow",
+        rule_set_name="slow",
     )
-    agent = Agent.objects.create(name="slow", system_prompt="p", rule_set=rule_set, rule_set_mode="draft")
     # The message carries the sender's limits (agents.dispatch); the worker checks its own setting too.
     settings.LLAMON_RUN_SOFT_LIMIT_S, settings.LLAMON_RUN_HARD_LIMIT_S = 8, 20
     limits = {"LLAMON_TEST_RUN_SOFT_LIMIT_S": "8", "LLAMON_TEST_RUN_HARD_LIMIT_S": "20"}

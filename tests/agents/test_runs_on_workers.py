@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import time
 
 import pytest
@@ -18,7 +17,7 @@ from llamon_web.celery import app
 from rules import services as rule_services
 from servers.models import McpServer
 from tests.conftest import celery_worker, free_port
-from tests.support.runs import MISBEHAVING, wait_for_run
+from tests.support.runs import misbehaving_agent, wait_for_run
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
 
@@ -26,26 +25,16 @@ pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True), pyt
 @pytest.fixture
 def hang_agent(make_user) -> Agent:
     """An agent whose pre-step calls a tool that hangs when the query says 'hang'."""
-    author = make_user("editor")
-    McpServer.objects.create(
-        mcp_id="misbehaving",
-        transport="stdio",
-        command=sys.executable,
-        args=[MISBEHAVING],
-        timeout_s=2,
-        tools=[{"name": "hang", "description": "", "input_schema": {}}],
-    )
-    rule_set = rule_services.rule_set_create(actor=author, name="faults")
-    rule_services.rule_create(
-        actor=author,
-        rule_set=rule_set,
-        name="hang_rule",
-        mcp_id="misbehaving",
-        tool_name="hang",
+    return misbehaving_agent(
+        make_user("editor"),
+        tool="hang",
         when='"hang" in query',
         params='{"seconds": 30}',
+        timeout_s=2,
+        name="faulty",
+        rule_set_name="faults",
+        rule_name="hang_rule",
     )
-    return Agent.objects.create(name="faulty", system_prompt="p", rule_set=rule_set, rule_set_mode="draft")
 
 
 def test_the_demo_agent_runs_on_a_worker_through_redis(redis_publisher) -> None:

@@ -8,8 +8,6 @@ and says that the result was cut, and from what size.
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 from django.db import connection
 from django.test import Client
@@ -19,10 +17,8 @@ from agents import services
 from agents.models import Agent, Run
 from llamon_agent.mcp.results import TRUNCATED_RE
 from llamon_agent.tools import AgentRequest
-from rules import services as rule_services
-from servers.models import McpServer
 from tests.conftest import celery_worker
-from tests.support.runs import MISBEHAVING, wait_for_run
+from tests.support.runs import misbehaving_agent, wait_for_run
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True), pytest.mark.timeout(300)]
 
@@ -33,26 +29,16 @@ MARKER_BYTES = 100  # "\n\n[truncated: the tool returned 52,428,800 bytes; the f
 
 @pytest.fixture
 def flood_agent(make_user) -> Agent:
-    author = make_user("editor")
-    McpServer.objects.create(
-        mcp_id="misbehaving",
-        transport="stdio",
-        command=sys.executable,
-        args=[MISBEHAVING],
-        timeout_s=120,
-        tools=[{"name": "flood_text", "description": "", "input_schema": {}}],
-    )
-    rule_set = rule_services.rule_set_create(actor=author, name="flood")
-    rule_services.rule_create(
-        actor=author,
-        rule_set=rule_set,
-        name="flood_rule",
-        mcp_id="misbehaving",
-        tool_name="flood_text",
+    return misbehaving_agent(
+        make_user("editor"),
+        tool="flood_text",
         when='"flood" in query',
         params=f'{{"n_bytes": {FIFTY_MB}}}',
+        timeout_s=120,
+        name="flooded",
+        rule_set_name="flood",
+        rule_name="flood_rule",
     )
-    return Agent.objects.create(name="flooded", system_prompt="p", rule_set=rule_set, rule_set_mode="draft")
 
 
 def test_a_50_mb_tool_result_is_stored_handed_on_and_shown_cut(

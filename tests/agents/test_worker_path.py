@@ -9,7 +9,6 @@ cancel flag a run reads once per step.
 from __future__ import annotations
 
 import re
-import sys
 
 import pytest
 from django.db import connection
@@ -23,9 +22,8 @@ from llamon_web.demo import SEED_RULES
 from rules import engine
 from rules import services as rule_services
 from rules.models import RuleSetVersion
-from servers.models import McpServer
 from tests.support.rule_sets import build_rule_set
-from tests.support.runs import MISBEHAVING
+from tests.support.runs import misbehaving_agent
 
 pytestmark = pytest.mark.django_db
 CONTENT_COLUMN = re.compile(r'"rules_rulesetversion"\."content"(?!_)')
@@ -155,30 +153,15 @@ def test_a_run_reads_its_cancel_flag_once_per_step_and_still_stops_before_the_ne
     """The engine asks before each stage whether to stop; asked again with no step begun or ended
     since the last read (the run's read after its claim, the model's set-up, the input guardrail),
     the database is not read again. A cancel requested during a call is seen before the next one."""
-    author = make_user("editor")
-    McpServer.objects.create(
-        mcp_id="misbehaving",
-        transport="stdio",
-        command=sys.executable,
-        args=[MISBEHAVING],
-        timeout_s=20,
-        tools=[{"name": "echo", "description": "", "input_schema": {}}],
-    )
-    rule_set = rule_services.rule_set_create(actor=author, name="echoes")
-    rule_services.rule_create(
-        actor=author,
-        rule_set=rule_set,
-        name="look_up",
-        mcp_id="misbehaving",
-        tool_name="echo",
+    agent = misbehaving_agent(
+        make_user("editor"),
+        tool="echo",
         when="True",
         params='{"value": "ok"}',
-    )
-    agent = Agent.objects.create(
+        timeout_s=20,
         name="echoer",
-        system_prompt="p",
-        rule_set=rule_set,
-        rule_set_mode="draft",
+        rule_set_name="echoes",
+        rule_name="look_up",
         model_provider="scripted",
         model_script=[{"content": "never"}],
     )
@@ -202,8 +185,8 @@ def test_a_run_reads_its_cancel_flag_once_per_step_and_still_stops_before_the_ne
         services.run_execute(run_id=run.pk)
     run.refresh_from_db()
     assert (run.status, run.error, run.llm_calls) == (Run.Status.CANCELLED, "the run was cancelled", 0)
-    rule_set.refresh_from_db()
-    assert run.rule_set_ref == f"draft@{rule_set.revision}"  # stored with the run's first write
+    agent.rule_set.refresh_from_db()
+    assert run.rule_set_ref == f"draft@{agent.rule_set.revision}"  # stored with the run's first write
     reads = [n for n, what in enumerate(seen) if what == "read"]
     # The first read follows a step (a cold server's connect, else the input guardrail); a step
     # begins or ends between any two.
