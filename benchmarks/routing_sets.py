@@ -16,6 +16,7 @@ in zen-engine's expression language.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -307,45 +308,33 @@ def _free_atom(rng: random.Random, kind: int, mcp_id: str, domain: str) -> tuple
     return f'data_get("product") == "{product}"', f'data.product == "{product}"', ("data", "product", product)
 
 
+# Arithmetic across fields: (when, the same in zen-engine, the rule's number). The sum against a
+# threshold and the two products compared are narrowed by the request index since its arithmetic
+# terms (a term many rules share is computed once per request); `abs(...)` of a difference is
+# outside every atom kind: always evaluated.
+_ARITHMETIC: list[tuple[str, str, Callable[[random.Random], int]]] = [
+    (
+        'abs(data_get("a", 0) - data_get("b", 0)) < {}',
+        "abs(data.a - data.b) < {}",
+        lambda rng: rng.randrange(1, 4),
+    ),
+    ('data_get("a", 0) + data_get("b", 0) > {}', "data.a + data.b > {}", lambda rng: rng.randrange(200, 236)),
+    (
+        'data_get("premium", 0) * 12 > data_get("income", 1) * {}',
+        "data.premium * 12 > data.income * {}",
+        lambda rng: rng.choice([3, 4]),
+    ),
+]
+
+
 def _unindexable(
     rng: random.Random, name: str, mcp_id: str, tool: str, params: str, opaque_only: bool = False
 ) -> Drawn:
-    """Arithmetic across fields. The sum against a threshold and the two products compared are
-    narrowed by the request index since its arithmetic terms (a term many rules share is computed
-    once per request); `abs(...)` of a difference is outside every atom kind: always evaluated."""
+    """One of _ARITHMETIC, a third each (the `abs` one only with ``opaque_only``)."""
     roll = 0.0 if opaque_only else rng.random()
-    if roll < 1 / 3:
-        tolerance = rng.randrange(1, 4)
-        return Drawn(
-            name,
-            mcp_id,
-            tool,
-            f'abs(data_get("a", 0) - data_get("b", 0)) < {tolerance}',
-            params,
-            literal=False,
-            zen=f"abs(data.a - data.b) < {tolerance}",
-        )
-    if roll < 2 / 3:
-        limit = rng.randrange(200, 236)
-        return Drawn(
-            name,
-            mcp_id,
-            tool,
-            f'data_get("a", 0) + data_get("b", 0) > {limit}',
-            params,
-            literal=False,
-            zen=f"data.a + data.b > {limit}",
-        )
-    ratio = rng.choice([3, 4])
-    return Drawn(
-        name,
-        mcp_id,
-        tool,
-        f'data_get("premium", 0) * 12 > data_get("income", 1) * {ratio}',
-        params,
-        literal=False,
-        zen=f"data.premium * 12 > data.income * {ratio}",
-    )
+    when, zen, number = _ARITHMETIC[0 if roll < 1 / 3 else 1 if roll < 2 / 3 else 2]
+    n = number(rng)
+    return Drawn(name, mcp_id, tool, when.format(n), params, literal=False, zen=zen.format(n))
 
 
 def draw_request(rng: random.Random, rule_set: RuleSet, query_chars: int | None = None) -> dict[str, Any]:

@@ -257,17 +257,18 @@ class _RequestIndex:
             for intervals in self.numbers.values():
                 hits.update(intervals.everyone)
             return
-        global _data_get
+        global _data_get, _max_int
         if _data_get is None:  # imported once, not per request: plain rule sets never need expr
             from llamon_agent.expr.helpers import _data_get
-        data_get = _data_get
+            from llamon_agent.expr.limits import MAX_INT as _max_int
+        data_get, bound = _data_get, _max_int
 
         def read(source: str, key: Any, default: Any) -> Any:
             if source == "len":
                 return len(query)
             if source == "expr":
                 try:
-                    return _compute(key, read)
+                    return _compute(key, read, bound)
                 except (_NotANumber, ArithmeticError):  # the rule's own arithmetic raises: evaluate it
                     return None
             return context.get(key, default) if source == "context" else data_get(parts, key, default)
@@ -284,6 +285,7 @@ class _RequestIndex:
 
 
 _data_get: Any = None  # llamon_agent.expr.helpers._data_get, imported by the first request that needs it
+_max_int = 0  # and llamon_agent.expr.limits.MAX_INT: past it the helpers' arithmetic raises
 
 
 def _shared(atom: _Atom, tested: Mapping[tuple[Any, ...], int]) -> bool:
@@ -295,7 +297,6 @@ class _NotANumber(Exception):
 
 
 _NUMBERS = (int, float, bool)
-_MAX_INT = 2**63 - 1  # the expression helpers' int bound (expr.helpers.MAX_INT): past it they raise
 _OPERATORS: dict[str, Callable[[Any, Any], Any]] = {
     "+": operator.add,
     "-": operator.sub,
@@ -308,9 +309,10 @@ _OPERATORS: dict[str, Callable[[Any, Any], Any]] = {
 }
 
 
-def _compute(term: tuple[Any, ...], read: Callable[[str, Any, Any], Any]) -> Any:
+def _compute(term: tuple[Any, ...], read: Callable[[str, Any, Any], Any], bound: int) -> Any:
     """The value of an arithmetic term (expr.hints) on this request, as the rule computes it;
-    _NotANumber (or ArithmeticError) where the rule's own evaluation would raise or may differ."""
+    _NotANumber (or ArithmeticError) where the rule's own evaluation would raise or may differ
+    (``bound``: the helpers' largest whole number)."""
     kind = term[0]
     if kind == "const":
         return term[1]
@@ -320,12 +322,12 @@ def _compute(term: tuple[Any, ...], read: Callable[[str, Any, Any], Any]) -> Any
             raise _NotANumber
         return value
     if kind == "neg":
-        value = -_compute(term[1], read)
+        value = -_compute(term[1], read, bound)
     elif kind == "cmp":
-        return _OPERATORS[term[1]](_compute(term[2], read), _compute(term[3], read))
+        return _OPERATORS[term[1]](_compute(term[2], read, bound), _compute(term[3], read, bound))
     else:
-        value = _OPERATORS[kind](_compute(term[1], read), _compute(term[2], read))
-    if type(value) is int and not -_MAX_INT <= value <= _MAX_INT:
+        value = _OPERATORS[kind](_compute(term[1], read, bound), _compute(term[2], read, bound))
+    if type(value) is int and not -bound <= value <= bound:
         raise _NotANumber
     return value
 
