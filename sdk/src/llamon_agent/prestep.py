@@ -51,10 +51,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
 
-# The compiled rule set and its index live in request_index; importers of this module get them here.
-from llamon_agent.request_index import FREEZE_AFTER_RULES as FREEZE_AFTER_RULES
-from llamon_agent.request_index import CompiledRules as CompiledRules
-from llamon_agent.request_index import compile_rules as compile_rules
+# The compiled rule set and its index live in compiled_rules; importers of this module get them here.
+from llamon_agent.compiled_rules import FREEZE_AFTER_RULES as FREEZE_AFTER_RULES
+from llamon_agent.compiled_rules import CompiledRules as CompiledRules
+from llamon_agent.compiled_rules import compile_rules as compile_rules
 from llamon_agent.tools import AgentRequest, DeterministicContext, RuleInfo, ToolInfo
 from llamon_agent.trace import (
     STATUS_OK,

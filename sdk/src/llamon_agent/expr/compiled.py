@@ -22,7 +22,7 @@ from llamon_agent.expr.checker import _parse
 from llamon_agent.expr.errors import ExprError, _Source, _type_name
 from llamon_agent.expr.guard import REQUEST_NAMES, _compile
 from llamon_agent.expr.helpers import check_regex, regex_size
-from llamon_agent.expr.hints import _options, _requirement
+from llamon_agent.expr.hints import _options, keywords_of
 from llamon_agent.expr.limits import _FILENAME, MAX_DATA_BYTES, MAX_DEPTH
 from llamon_agent.expr.messages import Message as M
 from llamon_agent.expr.namespace import build_namespace
@@ -142,8 +142,8 @@ def _params(value: Any, namespace: dict[str, Any]) -> dict[str, Any]:
     return params
 
 
-_FILL = object()  # CompiledExpr._hints: the template's symbolic hints, filled in when asked
-_NO_HINTS: tuple[Any, Any, Any] = (None, None, None)
+_FILL = object()  # CompiledExpr._hints: made on the template's tree with the literals put in, when asked
+_NO_HINTS: tuple[Any, Any] = (None, None)
 
 
 class _Own:
@@ -170,8 +170,8 @@ class CompiledExpr:
     A rule set keeps one per distinct text (tens of thousands), so it keeps six references and
     derives the rest: ``kind``, the costs and the source map from ``_meta`` (its shape's
     Template, or an :class:`_Own`), and the index hints from ``_hints`` (a tuple, or ``_FILL``:
-    made from the template's symbolic hints, or on its tree with this expression's numbers,
-    when asked, as the index does once per compile).
+    made on the template's tree with this expression's literals, when asked, as the index does
+    once per compile).
     ``fn`` is its function, made once: ``fn(*request_args(namespace))`` evaluates it (guard).
     """
 
@@ -192,7 +192,7 @@ class CompiledExpr:
         self._code = code  # kept beside fn: reading fn.__code__ raises an audit event
         self._defaults = defaults
         self._meta = meta
-        # (required keywords, index options, cost line) or _FILL; see the properties below.
+        # (index options, cost line) or _FILL; see the properties below.
         self._hints = hints
 
     @property
@@ -220,31 +220,22 @@ class CompiledExpr:
     @property
     def required_keywords(self) -> frozenset[tuple[str, bool]] | None:
         """The keyword-index hint (hints.required_keywords)."""
-        if self._hints is _FILL:  # made when asked, not kept
-            template: shapes.Template = self._meta  # type: ignore[assignment]
-            if template.numbers:
-                return shapes.on_values(template, self._defaults, _requirement)  # type: ignore[arg-type, no-any-return]
-            return shapes.fill_keywords(template, self._defaults)  # type: ignore[arg-type]
-        return self._hints[0]  # type: ignore[no-any-return]
+        return keywords_of(self.index_options)
 
     @property
     def index_options(self) -> tuple[frozenset[tuple[Any, ...]], ...] | None:
         """The request index's alternative requirements (hints.index_options)."""
         if self._hints is _FILL:  # made when asked (by the index), not kept
-            template: shapes.Template = self._meta  # type: ignore[assignment]
-            if template.numbers:
-                options = shapes.on_values(template, self._defaults, _options)  # type: ignore[arg-type]
-            else:
-                options = shapes.fill_options(template, self._defaults)  # type: ignore[arg-type]
+            options = shapes.hint(self._meta, self._defaults, _options)  # type: ignore[arg-type]
             return tuple(dict.fromkeys(options)) if options else None
-        return self._hints[1]  # type: ignore[no-any-return]
+        return self._hints[0]  # type: ignore[no-any-return]
 
     @property
     def cost_line(self) -> tuple[int, float] | None:
         """(a, b): an evaluation costs at most a + b * len(query) units (None: not known statically)."""
         if self._hints is _FILL:
-            return None  # no regex call with a literal pattern (shapes.fillable)
-        return self._hints[2]  # type: ignore[no-any-return]
+            return None  # no regex call with a literal pattern (see _compile_when)
+        return self._hints[1]  # type: ignore[no-any-return]
 
     def _where(self, tb: types.TracebackType | None) -> tuple[int | None, int | None]:
         meta = self._meta
@@ -306,12 +297,6 @@ def _shared(source: str, template: shapes.Template, values: tuple[Any, ...], hin
     return CompiledExpr(source, template.code, values, template, hints)
 
 
-def _hints(keywords: Any, options: Any, cost_line: Any) -> tuple[Any, Any, Any]:
-    if keywords is None and options is None and cost_line is None:
-        return _NO_HINTS
-    return keywords, options, cost_line
-
-
 def _regex_cost(tree: ast.AST) -> tuple[int, float] | None:
     """An upper bound ``a + b * len(query)`` on what the regex calls of ``tree`` charge; None when
     a regex call has a pattern not known when the rule is saved (or an invalid one)."""
@@ -349,35 +334,32 @@ def compile_when(source: str) -> CompiledExpr:
     return _cached_when(source)
 
 
-def _keywords_options(body: ast.AST) -> tuple[frozenset[tuple[str, bool]] | None, list[Any] | None]:
-    return _requirement(body), _options(body)
-
-
-def _when_facts(body: ast.AST) -> tuple[Any, Any, tuple[int, float] | None]:
-    """(required keywords, index options, regex cost) of a `when` tree, before the guard rewrites it."""
-    keywords = _requirement(body)
+def _when_facts(body: ast.AST) -> tuple[Any, tuple[int, float] | None]:
+    """(index options, regex cost) of a `when` tree, before the guard rewrites it."""
     options = _options(body)
     regex = None
     if options and any(atom[0] == "re" for option in options for atom in option):
         regex = _regex_cost(body)
-    return keywords, options, regex
+    return options, regex
 
 
-def _when_hints(facts: tuple[Any, Any, tuple[int, float] | None], static_cost: int, query_reads: int) -> Any:
-    """The hints an expression keeps: (required keywords, index options, cost line)."""
-    keywords, options, regex = facts
+def _when_hints(facts: tuple[Any, tuple[int, float] | None], static_cost: int, query_reads: int) -> Any:
+    """The hints an expression keeps: (index options, cost line)."""
+    options, regex = facts
     cost_line = None
     if regex is not None:
         # The whole evaluation when the pattern does not match: static cost, query reads, regexes.
         cost_line = (regex[0] + static_cost + query_reads + 1, regex[1] + query_reads / READ_CHARS_PER_UNIT)
-    return _hints(keywords, tuple(dict.fromkeys(options)) if options else None, cost_line)
+    if not options and cost_line is None:
+        return _NO_HINTS
+    return tuple(dict.fromkeys(options)) if options else None, cost_line
 
 
 def _compile_when(source: str) -> CompiledExpr:
     found = shapes.lookup(source, "when") if type(source) is str else None
     if found:  # another expression of this shape was compiled: only the literals differ
         template, values = found  # type: ignore[misc]
-        if shapes.fillable(template, values):  # hints made again when asked: fewer objects kept
+        if not template.patterns:  # hints made again when asked: fewer objects kept
             return _shared(source, template, values, _FILL)
         facts = shapes.on_values(template, values, _when_facts)  # they read the literals' values
         return _shared(
@@ -427,7 +409,7 @@ def _compile_shared(
     tree: ast.Expression,
     src: _Source,
     learn: bool,
-    facts: tuple[Any, Any, tuple[int, float] | None] | None = None,
+    facts: tuple[Any, tuple[int, float] | None] | None = None,
 ) -> CompiledExpr:
     """Compile a checked tree; when ``learn``, as the template of its shape (see shapes).
     ``facts``: a `when`'s (see _when_facts), None for params."""
@@ -441,8 +423,8 @@ def _compile_shared(
         return _own(source, kind, compiled, src, hints)
     lift, literals, patterns, values = plan
     compiled = _compile(tree, f"<{kind}>", lift)
-    hints_of = _keywords_options if kind == "when" else None
-    template = shapes.remember(source, kind, compiled, pristine, literals, patterns, hints_of)
+    hint = _options if kind == "when" else None
+    template = shapes.remember(source, kind, compiled, pristine, literals, patterns, hint)
     hints = _NO_HINTS if facts is None else _when_hints(facts, compiled[1], compiled[2])
     return _shared(source, template, values, hints)
 

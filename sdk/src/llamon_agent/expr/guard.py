@@ -15,7 +15,7 @@ from llamon_agent.expr.budget import (
     _METERED_CALLS,
 )
 from llamon_agent.expr.errors import ExprError
-from llamon_agent.expr.hints import _is_tool_names, _query_ref, is_ctx_name
+from llamon_agent.expr.hints import _query_ref, is_ctx_name
 from llamon_agent.expr.limits import _FILENAME, _GUARDED_METHODS
 from llamon_agent.expr.messages import Message as M
 
@@ -31,7 +31,7 @@ def _is_query(node: ast.AST) -> bool:
 
 def _is_dict_or_set(node: ast.AST) -> bool:
     """``context``/``ctx.context`` (a dict) or ``tool_names`` (a set): ``in`` is a hash lookup."""
-    return _is_tool_names(node) or is_ctx_name(node, "context")
+    return is_ctx_name(node, "tool_names") or is_ctx_name(node, "context")
 
 
 def _scalar(node: ast.AST) -> bool:

@@ -1,4 +1,5 @@
-"""The keyword index hint: which query literals a `when` expression requires, for the pre-step's prefilter."""
+"""The index hints of a `when` expression: which atoms (query literals, field values, numbers,
+prefixes, regexes) it requires, for the pre-step's request index."""
 
 from __future__ import annotations
 
@@ -31,12 +32,22 @@ def _query_ref(node: ast.AST) -> bool | None:
     return None
 
 
-def _literal_words(node: ast.AST) -> list[str] | None:
-    if isinstance(node, (ast.List, ast.Tuple, ast.Set)) and node.elts:
-        words = [e.value for e in node.elts if isinstance(e, ast.Constant) and type(e.value) is str]
-        if len(words) == len(node.elts):
-            return words
-    return None
+def _contains(node: ast.AST) -> tuple[str, bool, list[str]] | None:
+    """(name, lowered, words) of ``contains_any``/``contains_all`` of the query and literal words."""
+    if not (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in ("contains_any", "contains_all")
+        and not node.keywords
+        and len(node.args) == 2
+        and isinstance(node.args[1], (ast.List, ast.Tuple, ast.Set))
+    ):
+        return None
+    lowered = _query_ref(node.args[0])
+    words = [e.value for e in node.args[1].elts if isinstance(e, ast.Constant) and type(e.value) is str]
+    if lowered is None or len(words) != len(node.args[1].elts):
+        return None
+    return node.func.id, lowered, words
 
 
 def is_ctx_name(node: ast.AST, name: str) -> bool:
@@ -49,10 +60,6 @@ def is_ctx_name(node: ast.AST, name: str) -> bool:
         and isinstance(node.value, ast.Name)
         and node.value.id == "ctx"
     )
-
-
-def _is_tool_names(node: ast.AST) -> bool:
-    return is_ctx_name(node, "tool_names")
 
 
 def _is_safe_get(node: ast.AST) -> bool:
@@ -93,7 +100,7 @@ def _is_safe(node: ast.AST) -> bool:
             return (
                 isinstance(left, ast.Constant)
                 and type(left.value) is str
-                and (_query_ref(right) is not None or _is_tool_names(right))
+                and (_query_ref(right) is not None or is_ctx_name(right, "tool_names"))
             )
         if isinstance(op, (ast.Eq, ast.NotEq, ast.Is, ast.IsNot)):
             # == between JSON values and a literal never raises
@@ -108,84 +115,12 @@ def _is_safe(node: ast.AST) -> bool:
             ]
             return len(plain) == 2 and any(isinstance(s, ast.Constant) for s in sides)
         return False
-    if _prefix_atoms(node) is not None:
-        return True
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.keywords:
-        return (
-            node.func.id in ("contains_any", "contains_all")
-            and len(node.args) == 2
-            and _query_ref(node.args[0]) is not None
-            and isinstance(node.args[1], (ast.List, ast.Tuple, ast.Set))
-            and all(isinstance(e, ast.Constant) and type(e.value) is str for e in node.args[1].elts)
-        )
-    return False
-
-
-def _requirement(node: ast.AST) -> frozenset[tuple[str, bool]] | None:
-    """Literals one of which must occur in the query for ``node`` to be truthy; None if unknown.
-
-    Sound for errors too: when none of the literals occurs, ``node`` evaluates to a falsy
-    value *without raising*, so skipping the rule changes nothing, not even an ExprError.
-    """
-    if isinstance(node, ast.Compare):
-        if (
-            len(node.ops) == 1
-            and isinstance(node.ops[0], ast.In)
-            and isinstance(node.left, ast.Constant)
-            and type(node.left.value) is str
-            and node.left.value  # "" is in every text: no requirement
-        ):
-            lowered = _query_ref(node.comparators[0])
-            if lowered is not None:
-                return frozenset({(node.left.value, lowered)})
-        return None
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.keywords:
-        if node.func.id in ("contains_any", "contains_all") and len(node.args) == 2:
-            lowered = _query_ref(node.args[0])
-            words = _literal_words(node.args[1])
-            if lowered is None or words is None or ("" in words and node.func.id == "contains_any"):
-                return None
-            if node.func.id == "contains_any":
-                return frozenset((w, lowered) for w in words)
-            useful = [w for w in words if w]
-            if not useful:
-                return None
-            return frozenset({(max(useful, key=len), lowered)})  # the longest is likely the rarest
-        return None
-    if isinstance(node, ast.BoolOp):
-        parts = [_requirement(v) for v in node.values]
-        if isinstance(node.op, ast.And):
-            # Only a conjunct reached through never-raising ones: `context["k"] == 1 and "a" in
-            # query` raises when "k" is missing, and skipping it on "a" would hide that error.
-            known: list[frozenset[tuple[str, bool]]] = []
-            for value, part in zip(node.values, parts, strict=True):
-                if part is not None:
-                    known.append(part)
-                if not _is_safe(value):
-                    break
-            return min(known, key=len) if known else None
-        if any(p is None for p in parts):
-            return None
-        return frozenset().union(*parts)  # type: ignore[arg-type]
-    return None
-
-
-def required_keywords(source_or_tree: str | ast.AST) -> frozenset[tuple[str, bool]] | None:
-    """The keyword-index hint of a ``when``: (literal, lowered) pairs one of which it needs, or None."""
-    if isinstance(source_or_tree, str):
-        tree: ast.AST = _parse(source_or_tree)[0].body
-    elif isinstance(source_or_tree, ast.Expression):
-        tree = source_or_tree.body
-    elif isinstance(source_or_tree, ast.AST):
-        tree = source_or_tree
-    else:
-        raise TypeError("required_keywords() takes an expression's text or its syntax tree")
-    return _requirement(tree)
+    return _prefix_atoms(node) is not None or _contains(node) is not None
 
 
 # --------------------------------------------------------------------------- the request index
 #
-# A richer hint than required_keywords, for the pre-step's request index: each option is a set
+# For the pre-step's request index (required_keywords is its query-literal part): each option is a set
 # of atoms one of which must hold for `when` to be truthy, and when none holds `when` is falsy
 # without raising. The pre-step picks, per rule, the option whose atoms are rarest across the
 # rule set (an `and` of a common and a rare word is indexed on the rare one). Atoms:
@@ -443,33 +378,25 @@ def _merge(first: Atom, second: Atom) -> Atom:
 def _options(node: ast.AST) -> list[Option] | None:
     """The alternative requirements of ``node`` (any one may be used), None if unknown."""
     if isinstance(node, ast.Compare):
-        eq = _eq_atom(node)
-        if eq is not None:
-            return [frozenset({eq})]
         member = _member_atoms(node)
         if member is not None:
             return [member]
-        num = _num_atom(node)
-        if num is not None:
-            return [frozenset({num})]
+        atom = _eq_atom(node) or _num_atom(node) or _keyword_atom(node)
+        return None if atom is None else [frozenset({atom})]
     prefix = _prefix_atoms(node)
     if prefix is not None:
         return [prefix]
-    if isinstance(node, ast.Call):
-        atom = _regex_atom(node)
-        if atom is not None:
-            return [frozenset({atom})]
-        if (
-            isinstance(node.func, ast.Name)
-            and node.func.id == "contains_all"
-            and not node.keywords
-            and len(node.args) == 2
-        ):
-            lowered = _query_ref(node.args[0])
-            words = _literal_words(node.args[1])
-            if lowered is not None and words is not None and any(words):
-                return [frozenset({("kw", w, lowered)}) for w in dict.fromkeys(words) if w]
+    regex = _regex_atom(node) if isinstance(node, ast.Call) else None
+    if regex is not None:
+        return [frozenset({regex})]
+    contains = _contains(node)
+    if contains is not None:
+        name, lowered, words = contains
+        if name == "contains_all":  # each word is required: each is an option
+            return [frozenset({("kw", w, lowered)}) for w in dict.fromkeys(words) if w] or None
+        if not words or "" in words:  # "" is in every text: no requirement
             return None
+        return [frozenset(("kw", w, lowered) for w in words)]
     if isinstance(node, ast.BoolOp):
         if isinstance(node.op, ast.And):
             known: list[Option] = []
@@ -503,19 +430,46 @@ def _options(node: ast.AST) -> list[Option] | None:
             return None
         # `or`: one option, each side's smallest (the rarest pick happens per rule, not per side)
         return [frozenset().union(*(min(p, key=len) for p in parts))]  # type: ignore[arg-type]
-    simple = _requirement(node)
-    if simple is None:
+    return None
+
+
+def _keyword_atom(node: ast.Compare) -> Atom | None:
+    """``"literal" in query`` (or ``query.lower()``): ("kw", literal, lowered)."""
+    if len(node.ops) != 1 or not isinstance(node.ops[0], ast.In):
         return None
-    return [frozenset(("kw", literal, lowered) for literal, lowered in simple)]
+    left = node.left
+    if not isinstance(left, ast.Constant) or type(left.value) is not str or not left.value:
+        return None  # "" is in every text: no requirement
+    lowered = _query_ref(node.comparators[0])
+    return None if lowered is None else ("kw", left.value, lowered)
+
+
+def _tree(source_or_tree: str | ast.AST) -> ast.AST:
+    if isinstance(source_or_tree, str):
+        return _parse(source_or_tree)[0].body
+    if isinstance(source_or_tree, ast.Expression):
+        return source_or_tree.body
+    if isinstance(source_or_tree, ast.AST):
+        return source_or_tree
+    raise TypeError("a hint takes an expression's text or its syntax tree")
 
 
 def index_options(source_or_tree: str | ast.AST) -> tuple[Option, ...] | None:
     """The request-index hint of a ``when``: alternative sets of atoms (see above), or None."""
-    if isinstance(source_or_tree, str):
-        tree: ast.AST = _parse(source_or_tree)[0].body
-    elif isinstance(source_or_tree, ast.Expression):
-        tree = source_or_tree.body
-    else:
-        tree = source_or_tree
-    options = _options(tree)
+    options = _options(_tree(source_or_tree))
     return tuple(dict.fromkeys(options)) if options else None
+
+
+def keywords_of(options: tuple[Option, ...] | None) -> frozenset[tuple[str, bool]] | None:
+    """The keyword hint in ``options``: the (literal, lowered) pairs of the smallest option made
+    of query literals only (the longest literal first: likely the rarest); None if there is none."""
+    words = [option for option in options or () if all(atom[0] == "kw" for atom in option)]
+    if not words:
+        return None
+    best = min(words, key=lambda option: (len(option), -max(len(atom[1]) for atom in option)))
+    return frozenset((atom[1], atom[2]) for atom in best)
+
+
+def required_keywords(source_or_tree: str | ast.AST) -> frozenset[tuple[str, bool]] | None:
+    """The keyword-index hint of a ``when``: (literal, lowered) pairs one of which it needs, or None."""
+    return keywords_of(index_options(source_or_tree))

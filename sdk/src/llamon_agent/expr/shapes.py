@@ -16,9 +16,10 @@ same shape then needs only what depends on the literals' *values*:
   regex pattern (``re_search("...", ...)``); on any failure the full path runs, so every
   error message is the full path's own;
 * the index hints and the regex cost bound, computed by the same functions on the
-  template's tree with the literal values put in (under a lock; always for a shape with
-  numbers: the numeric atoms compare and merge bounds), or, for texts, filled into a recipe
-  computed once with symbols;
+  template's tree with the literal values put in (under a lock: one tree is shared), or, when
+  the literals are texts, distinct and not empty, the template's hints computed once with a
+  symbol for each literal, the values put in their place (the hint functions tell texts
+  apart only by equality and emptiness then, so the result is the same);
 * run-time error positions, mapped from the template's columns to the expression's own.
 
 Why this is sound: when nothing but recognised literals contains a quote, ``#`` or ``\\``,
@@ -74,13 +75,8 @@ class Template:
     tree: ast.Expression  # the template's checked tree, before the guard rewrote a copy
     literals: tuple[ast.Constant, ...]  # its lifted literals (texts and numbers) in source order
     patterns: tuple[int, ...]  # indexes of literals that are a regex helper's literal pattern
-    lock: threading.Lock
-    # The `when` hints (keywords, options) computed once with a distinct symbol for each literal
-    # (_SYMBOL), kept as recipes (_recipe) that `fill_keywords` and `fill_options` fill in; None
-    # when a hint depends on more than equality between non-empty literals (contains_all picks
-    # its longest word) or when a literal is a number (_num_atom and _merge compare numbers).
-    symbolic: tuple[Any, Any] | None
-    numbers: bool  # whether a lifted literal is a number: hints made on the values (on_values)
+    lock: threading.Lock  # held while the tree has an expression's literals put in (on_values)
+    symbolic: Any  # the `when` hint computed with symbols (see hint), _ON_VALUES for a number
 
 
 _INF = float("inf")
@@ -222,8 +218,7 @@ def learn(
 
 
 _LIFTED = (str, int, float)  # not bool (True, False and None are names in the shape)
-
-_SYMBOL = "\x00llamon{}\x00"  # a literal can never hold NUL, so a symbol never equals one
+_ON_VALUES = object()
 
 
 def remember(
@@ -233,113 +228,50 @@ def remember(
     tree: ast.Expression,
     literals: tuple[ast.Constant, ...],
     patterns: tuple[int, ...],
-    hints: Any = None,
+    hint: Any = None,
 ) -> Template:
-    """Publish the template of ``source``'s shape. ``hints(body)`` computes a `when`'s
-    (keywords, options) from its tree; they are kept with symbols for the literals."""
+    """Publish the template of ``source``'s shape; ``hint(body)``, a `when`'s index hint, is
+    computed with a symbol in each text literal (see :func:`hint`)."""
     found = shape(source)
     assert found is not None
-    symbolic = None
-    numbers = any(type(node.value) is not str for node in literals)
-    if (
-        hints is not None
-        and not numbers
-        and not any(
-            isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "contains_all"
-            for node in ast.walk(tree.body)
-        )
-    ):
-        values = [node.value for node in literals]
-        for index, node in enumerate(literals):
-            node.value = _SYMBOL.format(index)
-        try:
-            keywords, options = hints(tree.body)
-            symbolic = (
-                None if keywords is None else _recipe(keywords, len(literals)),
-                None if options is None else tuple(_recipe(option, len(literals)) for option in options),
-            )
-        finally:
-            for node, value in zip(literals, values, strict=True):
-                node.value = value
-    template = Template(
-        kind,
-        source,
-        compiled[0],
-        compiled[1],
-        compiled[2],
-        compiled[3],
-        tree,
-        literals,
-        patterns,
-        threading.Lock(),
-        symbolic,
-        numbers,
-    )
+    symbolic = _ON_VALUES
+    if hint is not None and all(type(node.value) is str for node in literals):
+        symbolic = _with(literals, [f"{_MARK}{i}{_MARK}" for i in range(len(literals))], hint, tree)
+    template = Template(kind, source, *compiled, tree, literals, patterns, threading.Lock(), symbolic)
     _TEMPLATES[(kind, found[0])] = template
     return template
-
-
-def fillable(template: Template, values: tuple[Any, ...]) -> bool:
-    """Whether the hints of an expression of the template's shape with ``values`` can be made
-    when asked, by the fill_ functions: not with a regex pattern (its cost line is kept). With
-    numbers they are computed on the values (on_values); else the template's symbolic hints,
-    filled with ``values``, must be the hints computed on the values themselves: not when a
-    literal is empty or repeated."""
-    if template.patterns:
-        return False
-    if template.numbers:
-        return True
-    return template.symbolic is not None and all(values) and len(set(values)) == len(values)
 
 
 def on_values(template: Template, values: tuple[Any, ...], hint: Any) -> Any:
     """``hint(body)`` on the template's tree with ``values`` put in its literals: what the full
     path computes on the expression's own tree (the one tree is shared, hence the lock)."""
     with template.lock:
-        for node, value in zip(template.literals, values, strict=True):
-            node.value = value
-        return hint(template.tree.body)
+        return _with(template.literals, values, hint, template.tree)
 
 
-# A recipe: the atoms of a symbolic hint, each with a {symbol: literal index} of the symbols it holds
-# (at any depth: an arithmetic term nests the keys it reads); an atom without symbols is the same
-# tuple in every expression of the shape.
-_Recipe = tuple[tuple[tuple[Any, ...], dict[str, int] | None], ...]
+def _with(literals: tuple[ast.Constant, ...], values: Any, hint: Any, tree: ast.Expression) -> Any:
+    for node, value in zip(literals, values, strict=True):
+        node.value = value
+    return hint(tree.body)
 
 
-def _recipe(atoms: Any, count: int) -> _Recipe:
-    symbols = {_SYMBOL.format(index): index for index in range(count)}
-    return tuple((atom, symbols if _holds(atom, symbols) else None) for atom in atoms)
+def hint(template: Template, values: tuple[Any, ...], hint: Any) -> Any:
+    """The `when` hint the template was published with, for an expression of its shape with
+    ``values``: its symbolic hint with the values in place of the symbols when they are texts,
+    distinct and not empty, else computed on the values (on_values)."""
+    symbolic = template.symbolic
+    if symbolic is _ON_VALUES or not all(values) or len(set(values)) != len(values):
+        return on_values(template, values, hint)
+    return _put(symbolic, values)
 
 
-def _holds(part: Any, symbols: dict[str, int]) -> bool:
-    if type(part) is tuple:
-        return any(_holds(p, symbols) for p in part)
-    return type(part) is str and part in symbols
-
-
-def _put(part: Any, symbols: dict[str, int], values: tuple[Any, ...]) -> Any:
-    if type(part) is tuple:
-        return tuple(_put(p, symbols, values) for p in part)
-    if type(part) is str and part in symbols:
-        return values[symbols[part]]
+def _put(part: Any, values: tuple[Any, ...]) -> Any:
+    kind = type(part)
+    if kind is tuple or kind is list or kind is frozenset:
+        return kind(_put(p, values) for p in part)
+    if kind is str and part[:1] == _MARK:  # a symbol: a literal never holds NUL
+        return values[int(part[1:-1])]
     return part
-
-
-def _fill(recipe: _Recipe, values: tuple[Any, ...]) -> frozenset[tuple[Any, ...]]:
-    return frozenset(atom if symbols is None else _put(atom, symbols, values) for atom, symbols in recipe)
-
-
-def fill_keywords(template: Template, values: tuple[Any, ...]) -> frozenset[tuple[str, bool]] | None:
-    """The template's symbolic keyword hint with ``values`` for the literals (see fillable)."""
-    keywords = template.symbolic[0]  # type: ignore[index]
-    return None if keywords is None else _fill(keywords, values)
-
-
-def fill_options(template: Template, values: tuple[Any, ...]) -> list[frozenset[tuple[Any, ...]]] | None:
-    """The template's symbolic index options with ``values`` for the literals (see fillable)."""
-    options = template.symbolic[1]  # type: ignore[index]
-    return None if options is None else [_fill(option, values) for option in options]
 
 
 def map_position(
