@@ -320,9 +320,11 @@ def _num_atom(node: ast.AST) -> Atom | None:
     The comparison raises when the value is not a number: the index then evaluates the rule."""
     if not isinstance(node, ast.Compare) or not 1 <= len(node.ops) <= 2:
         return None
+    if any(type(op) not in _COMPARE for op in node.ops):
+        return None
     operands = [node.left, *node.comparators]
-    sources = [(k, s) for k, s in enumerate(operands) if _number(s) is None]
-    if len(sources) == 2 and len(node.ops) == 1 and type(node.ops[0]) in _COMPARE:
+    sources = [s for s in operands if _number(s) is None]
+    if len(sources) == 2 and len(node.ops) == 1:
         first, second = _term(node.left), _term(node.comparators[0])  # two terms: one boolean term
         if first is None or second is None or not (_reads(first) or _reads(second)):
             return None
@@ -338,7 +340,7 @@ def _num_atom(node: ast.AST) -> Atom | None:
         )
     if len(sources) != 1:
         return None
-    at, getter = sources[0]
+    getter = sources[0]
     got = _num_source(getter)
     if got is None:
         return None
@@ -348,8 +350,6 @@ def _num_atom(node: ast.AST) -> Atom | None:
     for k, op in enumerate(node.ops):
         left, right = operands[k], operands[k + 1]
         kind = type(op)
-        if kind not in _LOWER and kind not in _UPPER:
-            return None
         if left is getter:  # getter op c
             c, lower = _number(right), kind in _LOWER
         else:  # c op getter: c < g means g > c
