@@ -84,11 +84,7 @@ def _parse(source: Any) -> tuple[ast.Expression, _Source]:
     src = _Source(source)
     _pre_scan(src)
     try:
-        with warnings.catch_warnings():
-            # "\d" in a plain string keeps its backslash, as authors of patterns expect; the
-            # DeprecationWarning would only reach the server log.
-            warnings.simplefilter("ignore")
-            tree = ast.parse(src.wrapped, filename=_FILENAME, mode="eval")
+        tree = _syntax(src)
     except SyntaxError as exc:
         if src.is_synthetic_line(exc.lineno):
             line, column = src.char_position(exc.lineno, 0)
@@ -102,6 +98,15 @@ def _parse(source: Any) -> tuple[ast.Expression, _Source]:
     _check_size(tree, src)
     _Checker(src).check(tree.body, frozenset(), in_comp=False)
     return tree, src
+
+
+def _syntax(src: _Source) -> ast.Expression:
+    """The syntax tree of ``src`` (unchecked: _parse checks it; a second tree of a checked text)."""
+    with warnings.catch_warnings():
+        # "\d" in a plain string keeps its backslash, as authors of patterns expect; the
+        # DeprecationWarning would only reach the server log.
+        warnings.simplefilter("ignore")
+        return ast.parse(src.wrapped, filename=_FILENAME, mode="eval")
 
 
 def _check_size(tree: ast.AST, src: _Source) -> None:

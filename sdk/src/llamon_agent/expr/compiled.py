@@ -6,7 +6,7 @@ import ast
 import math
 import operator
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import llamon_agent.expr.shapes as shapes
@@ -18,7 +18,7 @@ from llamon_agent.expr.budget import (
     REGEX_CHARS_PER_UNIT,
     REGEX_COMPILE_UNITS,
 )
-from llamon_agent.expr.checker import _parse
+from llamon_agent.expr.checker import _parse, _syntax
 from llamon_agent.expr.errors import ExprError, _Source, _type_name
 from llamon_agent.expr.guard import REQUEST_NAMES, _compile
 from llamon_agent.expr.helpers import check_regex, regex_size
@@ -300,23 +300,31 @@ def _shared(source: str, template: shapes.Template, values: tuple[Any, ...], hin
 def _regex_cost(tree: ast.AST) -> tuple[int, float] | None:
     """An upper bound ``a + b * len(query)`` on what the regex calls of ``tree`` charge; None when
     a regex call has a pattern not known when the rule is saved (or an invalid one)."""
-    a, b = 0, 0.0
+    patterns = []
     for node in ast.walk(tree):
-        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
-            continue
-        if node.func.id not in ("re_search", "re_find"):
-            continue
-        pattern = node.args[0] if node.args else None
-        if not isinstance(pattern, ast.Constant) or type(pattern.value) is not str:
-            return None
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in shapes.REGEX_CALLS
+        ):
+            pattern = node.args[0] if node.args else None
+            if not isinstance(pattern, ast.Constant) or type(pattern.value) is not str:
+                return None
+            patterns.append(pattern.value)
+    return _pattern_cost(patterns)
+
+
+def _pattern_cost(patterns: Iterable[str]) -> tuple[int, float] | None:
+    a, b = 0, 0.0
+    for pattern in patterns:
         try:
-            check_regex(pattern.value)
+            check_regex(pattern)
         except ExprError:
             return None
         # charged before compiling when not compiled yet, and per character searched: the
         # estimate bounds the program (nothing is built when a rule is saved)
-        program = regex_size(pattern.value)
-        a += 2 + len(pattern.value) + program * REGEX_COMPILE_UNITS
+        program = regex_size(pattern)
+        a += 2 + len(pattern) + program * REGEX_COMPILE_UNITS
         b += program / REGEX_CHARS_PER_UNIT
     return a, b
 
@@ -361,10 +369,12 @@ def _compile_when(source: str) -> CompiledExpr:
         template, values = found  # type: ignore[misc]
         if not template.patterns:  # hints made again when asked: fewer objects kept
             return _shared(source, template, values, _FILL)
-        facts = shapes.on_values(template, values, _when_facts)  # they read the literals' values
-        return _shared(
-            source, template, values, _when_hints(facts, template.static_cost, template.query_reads)
-        )
+        options = shapes.hint(template, values, _options)  # a regex: its cost line is kept
+        regex = None
+        if options and any(atom[0] == "re" for option in options for atom in option):
+            regex = _pattern_cost(values[k] for k in template.patterns) if template.priced else None
+        hints = _when_hints((options, regex), template.static_cost, template.query_reads)
+        return _shared(source, template, values, hints)
     tree, src = _parse(source)
     facts = _when_facts(tree.body)  # before _compile, which rewrites the tree
     return _compile_shared(source, "when", tree, src, found is False, facts)
@@ -415,7 +425,7 @@ def _compile_shared(
     ``facts``: a `when`'s (see _when_facts), None for params."""
     plan = None
     if learn:
-        pristine, _ = _parse(source)  # the template's own tree: the guard rewrites ``tree``
+        pristine = _syntax(src)  # the template's own tree: the guard rewrites ``tree``
         plan = shapes.learn(source, kind, tree, pristine, src)
     if plan is None:
         compiled = _compile(tree, f"<{kind}>")

@@ -75,6 +75,7 @@ class Template:
     tree: ast.Expression  # the template's checked tree, before the guard rewrote a copy
     literals: tuple[ast.Constant, ...]  # its lifted literals (texts and numbers) in source order
     patterns: tuple[int, ...]  # indexes of literals that are a regex helper's literal pattern
+    priced: bool  # whether every regex call's pattern is one of them (its cost known per rule)
     lock: threading.Lock  # held while the tree has an expression's literals put in (on_values)
     symbolic: Any  # the `when` hint computed with symbols (see hint), _ON_VALUES for a number
 
@@ -169,11 +170,11 @@ def lookup(source: str, kind: str) -> tuple[Template, tuple[Any, ...]] | None | 
 
 def learn(
     source: str, kind: str, tree: ast.Expression, pristine: ast.Expression, src: _Source
-) -> tuple[dict[int, int], tuple[ast.Constant, ...], tuple[int, ...], tuple[Any, ...]] | None:
+) -> tuple[dict[int, int], tuple[ast.Constant, ...], tuple[tuple[int, ...], bool], tuple[Any, ...]] | None:
     """Prepare ``tree`` (a checked parse of ``source``, to be compiled) for sharing: the map of
     its text and number literals to argument indexes, the same literals in ``pristine`` (a second parse,
-    kept by the template), the regex patterns among them and their values; None when its
-    literals cannot be told apart."""
+    kept by the template), the regex patterns among them (and whether every regex call has
+    one) and their values; None when its literals cannot be told apart."""
     found = shape(source)
     if found is None or len(_TEMPLATES) >= _MAX_SHAPES:
         return None
@@ -199,22 +200,19 @@ def learn(
         _TEMPLATES[(kind, text)] = _UNSHAREABLE
         return None
     patterns = []
+    priced = True
     for node in ast.walk(tree.body):
-        if (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Name)
-            and node.func.id in ("re_search", "re_find")
-            and node.args
-            and id(node.args[0]) in lift
-            and type(values[lift[id(node.args[0])]]) is str
-        ):
-            patterns.append(lift[id(node.args[0])])
-    return (
-        lift,
-        tuple(cast(list[ast.Constant], literals)),
-        tuple(patterns),
-        values,
-    )  # none is None (checked above)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in REGEX_CALLS:
+            first = id(node.args[0]) if node.args else None
+            if first in lift and type(values[lift[first]]) is str:
+                patterns.append(lift[first])
+            else:
+                priced = False
+    # none is None (checked above)
+    return lift, tuple(cast(list[ast.Constant], literals)), (tuple(patterns), priced), values
+
+
+REGEX_CALLS = ("re_search", "re_find")
 
 
 _LIFTED = (str, int, float)  # not bool (True, False and None are names in the shape)
@@ -227,7 +225,7 @@ def remember(
     compiled: tuple[types.CodeType, int, int, bool],
     tree: ast.Expression,
     literals: tuple[ast.Constant, ...],
-    patterns: tuple[int, ...],
+    patterns: tuple[tuple[int, ...], bool],
     hint: Any = None,
 ) -> Template:
     """Publish the template of ``source``'s shape; ``hint(body)``, a `when`'s index hint, is
@@ -237,7 +235,7 @@ def remember(
     symbolic = _ON_VALUES
     if hint is not None and all(type(node.value) is str for node in literals):
         symbolic = _with(literals, [f"{_MARK}{i}{_MARK}" for i in range(len(literals))], hint, tree)
-    template = Template(kind, source, *compiled, tree, literals, patterns, threading.Lock(), symbolic)
+    template = Template(kind, source, *compiled, tree, literals, *patterns, threading.Lock(), symbolic)
     _TEMPLATES[(kind, found[0])] = template
     return template
 
@@ -267,10 +265,10 @@ def hint(template: Template, values: tuple[Any, ...], hint: Any) -> Any:
 
 def _put(part: Any, values: tuple[Any, ...]) -> Any:
     kind = type(part)
+    if kind is str:  # a symbol starts with NUL, which a literal never holds
+        return values[int(part[1:-1])] if part[:1] == _MARK else part
     if kind is tuple or kind is list or kind is frozenset:
-        return kind(_put(p, values) for p in part)
-    if kind is str and part[:1] == _MARK:  # a symbol: a literal never holds NUL
-        return values[int(part[1:-1])]
+        return kind([_put(p, values) for p in part])
     return part
 
 
