@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import logging
 import tracemalloc
+from contextlib import nullcontext
+from typing import Any
+from unittest.mock import patch
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import llamon_agent.expr.compiled as compiled_module
 from llamon_agent import settings as llamon_settings
 from llamon_agent.expr import (
     BUILT_CHARS_PER_UNIT,
@@ -190,6 +194,41 @@ def test_params_copy_is_charged() -> None:
     meter = CostMeter(10**6, 10**7)
     _rule("True", '{"data": a2a_data}').evaluate_ns(build_namespace(BIG_CTX, meter=meter))
     assert meter.spent > 10_000  # ~150 KB copied, at 8 characters a unit
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.dictionaries(
+        st.text(max_size=40),
+        st.one_of(
+            st.none(),
+            st.booleans(),
+            st.integers(),
+            st.text(max_size=300),
+            st.floats(),
+            st.lists(st.integers()),
+        ),
+        max_size=12,
+    ),
+    st.sampled_from([1, 60, 700]),
+)
+def test_flat_params_are_copied_and_charged_as_any_params(params: dict[str, Any], repeat: int) -> None:
+    """A dict of texts and plain scalars takes a shortcut (_flat_size): the same copy, the same
+    charge and the same cap as the general copy (_json_value), around the cap too."""
+    params = {f"{key}{n}": value for n in range(repeat) for key, value in params.items()} if params else {}
+
+    def outcome(general: bool) -> Any:
+        meter = CostMeter(10**9, 10**9)
+        namespace = build_namespace(DeterministicContext(query="q"), meter=meter)
+        with patch.object(compiled_module, "_flat_size", lambda value: None) if general else nullcontext():
+            try:
+                copy = compiled_module._params(params, namespace)
+            except ExprError as exc:
+                return ("error", str(exc), meter.left)
+        assert copy == params and copy is not params
+        return ("ok", meter.left)
+
+    assert outcome(general=False) == outcome(general=True)
 
 
 def test_int_results_stay_within_64_bits() -> None:

@@ -130,16 +130,41 @@ _FREE_COPY_BYTES = 1_024  # copying params this small costs about one node: not 
 def _params(value: Any, namespace: dict[str, Any]) -> dict[str, Any]:
     if type(value) is not dict:
         raise ExprError(M("expr.params_not_dict_value", type=_type_name(value)))
-    budget = [MAX_DATA_BYTES]
-    try:
-        params: dict[str, Any] = _json_value(value, 0, budget)
-    except _NotJson as exc:
-        path = "params" + "".join(reversed(exc.path))
-        raise ExprError(M(exc.msg_id, path=path, **exc.params)) from None
-    if budget[0] < MAX_DATA_BYTES - _FREE_COPY_BYTES:
+    size = _flat_size(value)
+    if size is not None:  # text keys and plain scalars (most params): a plain copy
+        if size > MAX_DATA_BYTES:
+            raise ExprError(M("expr.params_too_large", limit=f"{MAX_DATA_BYTES:,}"))
+        params: dict[str, Any] = dict(value)
+    else:
+        budget = [MAX_DATA_BYTES]
+        try:
+            params = _json_value(value, 0, budget)
+        except _NotJson as exc:
+            path = "params" + "".join(reversed(exc.path))
+            raise ExprError(M(exc.msg_id, path=path, **exc.params)) from None
+        size = MAX_DATA_BYTES - budget[0]
+    if size > _FREE_COPY_BYTES:
         # A big copy, charged to the request (ExpressionRule); one copy is capped by MAX_DATA_BYTES.
-        namespace[_METER].left -= 1 + (MAX_DATA_BYTES - budget[0]) // BUILT_CHARS_PER_UNIT
+        namespace[_METER].left -= 1 + size // BUILT_CHARS_PER_UNIT
     return params
+
+
+def _flat_size(value: dict[Any, Any]) -> int | None:
+    """What _json_value counts for a dict of text keys and texts, whole numbers, booleans and
+    None; None for any other dict (_json_value copies it)."""
+    size = 2
+    for key, item in value.items():
+        kind = type(key)
+        if kind is not str:
+            return None
+        kind = type(item)
+        if kind is str:
+            size += len(key) + len(item) + 5
+        elif item is None or kind is int or kind is bool:
+            size += len(key) + 7
+        else:
+            return None
+    return size
 
 
 _FILL = object()  # CompiledExpr._hints: made on the template's tree with the literals put in, when asked
@@ -255,11 +280,17 @@ class CompiledExpr:
 
     def run(self, namespace: dict[str, Any]) -> Any:
         """:meth:`evaluate` on what the meter has left (ExpressionRule runs when and params on one budget)."""
+        # No eval(), so no "exec" audit event. The namespace is the globals too, as given: a
+        # hand-made one without a helper must not find it elsewhere.
+        return self._result(types.FunctionType(self._code, namespace, None, self._defaults), namespace)
+
+    def run_built(self, namespace: dict[str, Any]) -> Any:
+        """:meth:`run` on a namespace :func:`build_namespace` made, by ``fn`` (whose globals are
+        the helpers that namespace holds too): no function made per call."""
+        return self._result(self.fn, namespace)
+
+    def _result(self, fn: Callable[..., Any], namespace: dict[str, Any]) -> Any:
         try:
-            # No eval(), so no "exec" audit event. The namespace is the globals too, as given:
-            # a hand-made one without a helper must not find it elsewhere. (ExpressionRule and
-            # the pre-step call ``fn``, whose globals are the helpers build_namespace copies.)
-            fn = types.FunctionType(self._code, namespace, None, self._defaults)
             value = fn(*request_args(namespace))
         except Exception as exc:  # anything else becomes an ExprError (the pre-step's error path)
             raise self.failed(exc)  # noqa: B904  # failed() sets the cause

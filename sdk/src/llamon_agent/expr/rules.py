@@ -202,7 +202,7 @@ class ExpressionRule:
         meter = namespace[_METER]
         meter.left = left
         try:
-            return {"tool_name": self.tool_name, "params": self.compiled_params.run(namespace)}
+            return {"tool_name": self.tool_name, "params": self.compiled_params.run_built(namespace)}
         finally:
             meter.pool -= left - meter.left
 
