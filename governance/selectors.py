@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -137,28 +137,27 @@ class JsonTexts:
 _UNKNOWN = object()
 
 
-@dataclass
 class RecordedPrestep:
     """What one run recorded of its pre-step: whether it completed, and its rule steps in order.
 
-    ``key``: the rule steps as stored (their input as text), equal for runs that recorded the same.
+    ``rules``: ``(name, status, mcp_id, tool_name, input)`` with the input as its stored JSON text
+    (decoded when compared: ``services.old_side``'s ``decode``), so runs that recorded the same
+    steps hold equal ones.
     """
 
-    status: str = ""
-    rules: list[tuple[str, str, str, str, Any]] | None = None  # (name, status, mcp_id, tool_name, input)
-    key: list[tuple[str, str, str, str, str | None]] = field(default_factory=list)
+    __slots__ = ("rules", "status")
+
+    def __init__(self, status: str) -> None:
+        self.status = status
+        self.rules: list[tuple[str, str, str, str, str | None]] = []
 
 
-def recorded_presteps(
-    *, run_ids: list[int] | QuerySet[Run], decode: Callable[[str | None], Any] | None = None
-) -> dict[int, RecordedPrestep]:
+def recorded_presteps(*, run_ids: list[int] | QuerySet[Run]) -> dict[int, RecordedPrestep]:
     """The pre-step and rule steps of the given runs (one indexed read, only the needed columns).
 
     ``run_ids`` may be a queryset of runs (``chunk_runs``): the database selects the steps by a
-    subquery, cheaper than a list of 2,000 ids Django prepares one by one. ``decode`` reads a rule
-    step's stored input text (``JsonTexts``: once per distinct text).
+    subquery, cheaper than a list of 2,000 ids Django prepares one by one.
     """
-    decode = decode or json_value
     ids: Any = run_ids.values("id") if isinstance(run_ids, QuerySet) else run_ids
     # One read of every step of the runs, along the (run, seq) index, with the input of rule steps
     # only: with a condition on the kind, SQLite (no statistics) reads the kind index instead,
@@ -183,11 +182,10 @@ def recorded_presteps(
     out: dict[int, RecordedPrestep] = {}
     prestep, rule = RunStep.Kind.PRESTEP, RunStep.Kind.RULE
     for run_id, kind, name, status, mcp_id, tool_name, text in steps:
-        if kind == prestep:
-            out[run_id] = RecordedPrestep(status=status, rules=[])
-        elif kind == rule:
+        if kind == rule:
             found = out.get(run_id)
-            if found is not None and found.rules is not None:
-                found.rules.append((name, status, mcp_id, tool_name, decode(text)))
-                found.key.append((name, status, mcp_id, tool_name, text))
+            if found is not None:
+                found.rules.append((name, status, mcp_id, tool_name, text))
+        elif kind == prestep:
+            out[run_id] = RecordedPrestep(status)
     return out
