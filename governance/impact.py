@@ -136,7 +136,7 @@ class ImpactReport:
         self,
         *,
         run_id: int,
-        created_at: str,
+        created_at: str | Callable[[], str],
         query: Callable[[], str],
         old: Side,
         new: Side,
@@ -144,6 +144,8 @@ class ImpactReport:
         shown: Callable[[], tuple[Side, Side]] | None = None,
     ) -> list[RuleChange]:
         """Count one replayed run; a sample is made (masked, via ``query()``) only when a group wants one.
+
+        ``created_at``: the run's time as ISO text, or a function that reads it (for a sample only).
 
         ``shown()``: the sides a sample shows, when ``old`` and ``new`` are not whole (a replay
         masks only the calls that differ to count the changes, and the whole sides for a sample).
@@ -171,7 +173,8 @@ class ImpactReport:
             if len(group.samples) < SAMPLES_PER_RULE:
                 if sample is None:
                     old_shown, new_shown = shown() if shown is not None else (old, new)
-                    sample = _sample(run_id, created_at, query(), old_shown, new_shown, changes)
+                    at = created_at if isinstance(created_at, str) else created_at()
+                    sample = _sample(run_id, at, query(), old_shown, new_shown, changes)
                 group.samples.append(sample)
         return changes
 

@@ -268,19 +268,17 @@ def impact_replay(
     # By (request key, recorded steps): None when the runs are unchanged, else _compared's sides.
     comparisons: dict[Any, Any] = {}
     with _young_collections() as collect:
-        for rows in selectors.recorded_chunks(runs=runs, limit=max_runs, chunk=chunk):
-            last = (rows[-1][0], rows[-1][1])
+        for rows, last in selectors.recorded_chunks(runs=runs, limit=max_runs, chunk=chunk):
             presteps = selectors.recorded_presteps(
                 run_ids=selectors.chunk_runs(runs=runs, after=after, last=last)
             )
             after = last
-            for run_id, created_at, query, context, a2a_data, a2a_files in rows:
+            for run_id, query, context, a2a_data, a2a_files in rows:
                 recorded = presteps.get(run_id)
                 if recorded is None or recorded.status not in ("ok", "error"):
                     report.skip()  # never reached a completed pre-step: blocked, queued or died in it
                     continue
                 rule_steps = recorded.rules
-                sample_query = functools.partial(_masked_text, mask, query)
                 # Each distinct request decided once, each distinct pair of a request and its recorded
                 # steps compared once; the other runs are counted from them.
                 request_key, decoded = request_keys(query, context, a2a_data, a2a_files)
@@ -300,8 +298,8 @@ def impact_replay(
                 old, new, shown = compared
                 report.add(
                     run_id=run_id,
-                    created_at=created_at.isoformat(),
-                    query=sample_query,
+                    created_at=functools.partial(selectors.run_created, run_id),
+                    query=functools.partial(_masked_text, mask, query),
                     old=old,
                     new=new,
                     mask=mask,
@@ -494,6 +492,8 @@ def new_side(outcome: Any, mask: Callable[[Any], Any] | None = None) -> Side:
     text) and the error is masked; without it they are the engine's own values (the quick first look).
     """
     if outcome.error is None:
+        if mask is None:  # the replay's first look at every request: no call per record
+            return Side({rec.rule: Call(rec.mcp_id, rec.tool_name, rec.params) for rec in outcome.fired})
         return Side({rec.rule: _call(rec, mask) for rec in outcome.fired})
     calls: dict[str, Call] = {}
     for rec in outcome.records:
