@@ -121,9 +121,8 @@ class RequestKeys:
     ) -> tuple[tuple[Any, ...], Any]:
         """The key of a request from its stored JSON texts (``selectors.recorded_chunks``), and its
         context decoded (``NOT_DECODED`` when the key did not need it)."""
-        whole = ("all", query, context, a2a_data, a2a_files)
         if self.reads is None:
-            return whole, NOT_DECODED
+            return ("all", query, context, a2a_data, a2a_files), NOT_DECODED
         chars = brackets = 0
         for text in (context, a2a_data, a2a_files):
             if text is not None:
@@ -132,16 +131,13 @@ class RequestKeys:
         # Under these bounds the copy of the whole request cannot fail (each character of JSON
         # text counts at most 4 units; nesting needs a bracket a level).
         if chars * _COPY_UNITS_PER_CHAR > MAX_DATA_BYTES or brackets >= MAX_DATA_DEPTH:
-            return whole, NOT_DECODED
+            return ("all", query, context, a2a_data, a2a_files), NOT_DECODED
         decoded = json.loads(context) if context is not None else None
         values = decoded or {}  # as the request is built (services.stored_request)
         if type(values) is not dict:
-            return whole, decoded
-        key = (
-            "read",
-            query,
-            a2a_data,
-            a2a_files,
-            *(_value_key(values[k]) if k in values else _MISSING for k in self.reads),
-        )
-        return key, decoded
+            return ("all", query, context, a2a_data, a2a_files), decoded
+        key = ["read", query, a2a_data, a2a_files]
+        for k in self.reads:
+            value = values.get(k, _MISSING)  # JSON holds no tuple: () is no value
+            key.append(value if type(value) is str or value is _MISSING else _value_key(value))
+        return tuple(key), decoded
