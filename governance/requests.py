@@ -19,6 +19,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from governance.selectors import json_value
 from llamon_agent.expr.hints import is_ctx_name
 from llamon_agent.expr.limits import MAX_DATA_BYTES, MAX_DATA_DEPTH
 
@@ -132,7 +133,7 @@ class RequestKeys:
         # text counts at most 4 units; nesting needs a bracket a level).
         if chars * _COPY_UNITS_PER_CHAR > MAX_DATA_BYTES or brackets >= MAX_DATA_DEPTH:
             return ("all", query, context, a2a_data, a2a_files), NOT_DECODED
-        decoded = json.loads(context) if context is not None else None
+        decoded = json_value(context)
         values = decoded or {}  # as the request is built (services.stored_request)
         if type(values) is not dict:
             return ("all", query, context, a2a_data, a2a_files), decoded

@@ -113,9 +113,23 @@ def chunk_runs(*, runs: RunFilter, after: tuple[Any, Any] | None, last: tuple[An
     return page
 
 
+_SCAN = json.JSONDecoder().scan_once  # the C scanner json.loads ends in, without its three Python layers
+
+
 def json_value(text: str | None) -> Any:
-    """A JSON column read as its stored text, decoded (None for NULL)."""
-    return None if text is None else json.loads(text)
+    """A JSON column read as its stored text, decoded (None for NULL): ``json.loads(text)``.
+
+    A stored text is one value without surrounding space: the scanner reads it at once (half the
+    time of ``json.loads`` on a rule step's input); anything else, valid or not, goes through
+    ``json.loads`` (its value, its error).
+    """
+    if text is None:
+        return None
+    try:
+        value, end = _SCAN(text, 0)
+    except StopIteration:
+        return json.loads(text)
+    return value if end == len(text) else json.loads(text)
 
 
 class JsonTexts:

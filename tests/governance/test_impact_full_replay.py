@@ -288,3 +288,53 @@ def test_small_chunks_split_runs_of_one_instant_and_read_each_run_once(recorded)
     small.pop("duration_ms")
     assert small == whole
     assert (small["replayed"], small["skipped"]) == (Run.objects.count(), 0)
+
+
+@pytest.mark.django_db
+def test_the_replay_runs_young_collections_only_and_leaves_the_collector_as_it_was(recorded) -> None:
+    """Full collections would walk the replay's caches again and again: the collector is kept to
+    its young generations while runs are replayed (collected after each chunk), then restored."""
+    import gc
+
+    candidate = copy.deepcopy(list(recorded.versions.get(number=1).content))
+    edit_params(candidate)
+    during: list[bool] = []
+    collected: list[int] = []
+
+    def on_collect(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            collected.append(info["generation"])
+
+    def on_progress(done: int, total: int) -> None:
+        during.append(gc.isenabled())
+
+    was = gc.isenabled()
+    gc.callbacks.append(on_collect)
+    try:
+        gc.enable()
+        services.impact_replay(snapshot=candidate, runs=window(recorded), chunk=5, on_progress=on_progress)
+        assert gc.isenabled()
+        gc.disable()
+        services.impact_replay(snapshot=candidate, runs=window(recorded), chunk=5)
+        assert not gc.isenabled()  # a caller's choice is kept
+    finally:
+        gc.callbacks.remove(on_collect)
+        if was:
+            gc.enable()
+    assert during[0] is True and not any(during[1:])  # before the first chunk, then replaying
+    assert len(during) > 3 and collected.count(1) >= len(during) - 1  # a young collection a chunk
+
+
+def test_params_are_stored_and_masked_once_per_text() -> None:
+    masked: list[Any] = []
+
+    def mask(value: Any) -> Any:
+        masked.append(value)
+        return {k: "***" if k == "card" else v for k, v in value.items()}
+
+    stored = services.memo_stored(mask)
+    first = stored({"card": "4111", "n": float("nan"), "ids": (1, 2)})
+    assert first == {"card": "***", "n": "NaN", "ids": [1, 2]}  # as the step sink stores them
+    assert stored({"card": "4111", "n": float("nan"), "ids": [1, 2]}) is first  # the same text
+    assert stored({"card": "4112"}) == {"card": "***"} and len(masked) == 2
+    assert stored({"n": 1}) is not stored({"n": 1.0})  # texts differ as the values do

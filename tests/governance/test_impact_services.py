@@ -353,3 +353,17 @@ def test_stored_json_texts_are_decoded_once_each_within_their_bounds() -> None:
     texts('{"q": "ccc"}')  # a third text: over the limit of 2 (and the total), decoded, not kept
     assert set(texts.known) == {'{"q": "a"}', '{"q": "bb"}'}
     assert texts(None) is None
+
+
+def test_a_stored_json_text_decodes_as_json_loads_decodes_it() -> None:
+    import json
+    import math
+
+    from governance.selectors import json_value
+
+    for text in ('{"q": "주문", "n": [1, 2.5, true, null]}', ' {"a": 1} ', '"x"', "3", "[]", '{"a": 1}\n'):
+        assert json_value(text) == json.loads(text), text
+    assert math.isnan(json_value("NaN")) and json_value(None) is None
+    for bad in ('{"a": 1} x', "", "{", '{"a": }', "  "):
+        with pytest.raises(json.JSONDecodeError):
+            json_value(bad)
