@@ -137,7 +137,7 @@ class RequestKeys:
         values = decoded or {}  # as the request is built (services.stored_request)
         if type(values) is not dict:
             return ("all", query, context, a2a_data, a2a_files), decoded
-        key = ["read", query, a2a_data, a2a_files]
+        key: list[Any] = ["read", query, a2a_data, a2a_files]
         for k in self.reads:
             value = values.get(k, _MISSING)  # JSON holds no tuple: () is no value
             key.append(value if type(value) is str or value is _MISSING else _value_key(value))

@@ -113,7 +113,8 @@ def chunk_runs(*, runs: RunFilter, after: tuple[Any, Any] | None, last: tuple[An
     return page
 
 
-_SCAN = json.JSONDecoder().scan_once  # the C scanner json.loads ends in, without its three Python layers
+# The C scanner json.loads ends in, without its three Python layers.
+_SCAN = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 
 
 def json_value(text: str | None) -> Any:
