@@ -326,7 +326,7 @@ class _PrestepRun:
         self.contexts: dict[str, DeterministicContext] = {}
         self.namespaces: dict[str, dict[str, Any]] = {}
         self.argsets: dict[str, tuple[Any, ...]] = {}  # per server: request_args(namespace)
-        self.tool_names: dict[str, frozenset[str]] = {}
+        self.listed: dict[str, tuple[tuple[Any, ...], frozenset[str]]] = {}  # _server_tools, per server
         self.evaluated: dict[int, RuleRecord] = {}
         self.results: list[dict[str, Any]] = []
         self.calls = 0
@@ -693,10 +693,7 @@ class _PrestepRun:
         return args
 
     def _tool_names(self, mcp_id: str) -> frozenset[str]:
-        names = self.tool_names.get(mcp_id)
-        if names is None:
-            names = self._server_tools(mcp_id)[1]
-        return names
+        return self._server_tools(mcp_id)[1]
 
     def _server_tools(self, mcp_id: str) -> tuple[tuple[Any, ...], frozenset[str]]:
         """The server's tools as listed for this request, and their names.
@@ -706,6 +703,9 @@ class _PrestepRun:
         added, removed or replaced) is read again. Only lists of frozen ToolInfo are kept, whose
         names cannot change under the same object (a dict's or a LangChain tool's could).
         """
+        kept_here = self.listed.get(mcp_id)
+        if kept_here is not None:  # asked again in this request (the probe, a namespace, a call)
+            return kept_here
         listed = self.tools[mcp_id]
         ids = tuple(map(id, listed))
         cache = self.compiled.tool_names
@@ -717,7 +717,7 @@ class _PrestepRun:
             names = frozenset(_tool_name(t) for t in tools)
             if all(type(t) is ToolInfo for t in tools):
                 cache[mcp_id] = (ids, tools, names)  # holds the tools: their ids stay theirs
-        self.tool_names[mcp_id] = names
+        self.listed[mcp_id] = (tools, names)
         return tools, names
 
     # -- reporting

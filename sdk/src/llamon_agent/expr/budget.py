@@ -94,9 +94,15 @@ class CostMeter:
             defaults = _settings.cost_budgets()
             expr_budget = defaults.expr_cost_budget if expr_budget is None else expr_budget
             request_budget = defaults.request_cost_budget if request_budget is None else request_budget
-        for name, value in (("expr_budget", expr_budget), ("request_budget", request_budget)):
-            if type(value) is not int or value < 1:
-                raise ValueError(f"{name} must be a positive whole number of cost units, not {value!r}")
+        if not (
+            type(expr_budget) is int
+            and expr_budget > 0
+            and type(request_budget) is int
+            and request_budget > 0
+        ):
+            for name, value in (("expr_budget", expr_budget), ("request_budget", request_budget)):
+                if type(value) is not int or value < 1:
+                    raise ValueError(f"{name} must be a positive whole number of cost units, not {value!r}")
         self.expr_budget = expr_budget
         self.request_budget = request_budget
         self.left = expr_budget  # what the current evaluation may still spend

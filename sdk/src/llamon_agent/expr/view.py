@@ -39,8 +39,16 @@ def _plain(value: Any, budget: _Budget, depth: int = 0) -> Any:
         out: dict[str, Any] = {}
         for key, item in value.items():
             name = key if type(key) is str else str(key)  # like JSON: keys are texts
-            budget.spend(len(name) + 3)
-            out[name] = _plain(item, budget, depth + 1)
+            kind = type(item)
+            if kind is str:  # a plain value inline: what _plain(item) spends, with the key's
+                budget.spend(len(name) + len(item) + 5)
+                out[name] = item
+            elif item is None or kind is bool or kind is int or kind is float:
+                budget.spend(len(name) + 7)
+                out[name] = item
+            else:
+                budget.spend(len(name) + 3)
+                out[name] = _plain(item, budget, depth + 1)
         return out
     if isinstance(value, (list, tuple, set, frozenset)):
         budget.spend(2)
