@@ -152,9 +152,11 @@ def test_recent_inputs_are_one_click_from_the_tester_in_english_and_korean(page,
     page.goto(f"/rules/{rule_set.pk}/")
     for query in ("주문 조회 부탁해 A-1001", "환불 정책 검색해줘"):
         page.fill("#id_t-query", query)
-        page.click("#tester-dry-run")  # a pressed run keeps its input among the recent ones
+        # A pressed run keeps its input among the recent ones: wait for this run's own answer (the
+        # outcome of the first is already on the page when the second is pressed).
+        with page.expect_response(lambda r: r.request.method == "POST" and "/test" in r.url):
+            page.click("#tester-dry-run")
         page.locator("#tester-outcome[data-mode='dry-run']").wait_for()
-        page.wait_for_load_state("networkidle")
     page.reload()
     page.click("#recent-picker summary")
     picks = page.locator("#recent-picker a.pick-recent")
