@@ -27,6 +27,7 @@ from llamon_agent.expr.limits import (
     MAX_SOURCE_CHARS,
     MAX_STR_LITERAL_CHARS,
     METHOD_NAMES,
+    REGEX_CALLS,
     SORT_KEYS,
 )
 from llamon_agent.expr.messages import Message as M
@@ -303,7 +304,7 @@ class _Checker:
                 raise self.fail(func, M("expr.not_callable", name=func.id))
             if func.id not in _CALLABLE:
                 raise self.fail(func, M("expr.not_callable", name=func.id))
-            if func.id in ("re_search", "re_find") and node.args:
+            if func.id in REGEX_CALLS and node.args:
                 pattern = node.args[0]
                 if isinstance(pattern, ast.Constant) and isinstance(pattern.value, str):
                     try:  # a literal pattern is checked when the rule is saved, not at the first request

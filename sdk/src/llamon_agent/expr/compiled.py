@@ -23,7 +23,7 @@ from llamon_agent.expr.errors import ExprError, _Source, _type_name
 from llamon_agent.expr.guard import REQUEST_NAMES, _compile
 from llamon_agent.expr.helpers import check_regex, regex_size
 from llamon_agent.expr.hints import _options, keywords_of
-from llamon_agent.expr.limits import _FILENAME, MAX_DATA_BYTES, MAX_DEPTH
+from llamon_agent.expr.limits import _FILENAME, MAX_DATA_BYTES, MAX_DEPTH, REGEX_CALLS
 from llamon_agent.expr.messages import Message as M
 from llamon_agent.expr.namespace import build_namespace
 from llamon_agent.tools import DeterministicContext
@@ -333,11 +333,7 @@ def _regex_cost(tree: ast.AST) -> tuple[int, float] | None:
     a regex call has a pattern not known when the rule is saved (or an invalid one)."""
     patterns = []
     for node in ast.walk(tree):
-        if (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Name)
-            and node.func.id in shapes.REGEX_CALLS
-        ):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in REGEX_CALLS:
             pattern = node.args[0] if node.args else None
             if not isinstance(pattern, ast.Constant) or type(pattern.value) is not str:
                 return None

@@ -7,6 +7,7 @@ import ast
 from typing import Any
 
 from llamon_agent.expr.checker import _parse
+from llamon_agent.expr.limits import REGEX_CALLS
 
 
 def _query_ref(node: ast.AST) -> bool | None:
@@ -180,7 +181,7 @@ def _eq_atom(node: ast.Compare) -> Atom | None:
 
 def _regex_atom(node: ast.Call) -> Atom | None:
     """``re_search("p", query)`` or ``re_find("p", query[, group])``: the pattern must match."""
-    if node.keywords or not isinstance(node.func, ast.Name) or node.func.id not in ("re_search", "re_find"):
+    if node.keywords or not isinstance(node.func, ast.Name) or node.func.id not in REGEX_CALLS:
         return None
     max_args = 2 if node.func.id == "re_search" else 3
     if not 2 <= len(node.args) <= max_args:

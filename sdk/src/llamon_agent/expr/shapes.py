@@ -42,7 +42,14 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from llamon_agent.expr.errors import ExprError, _Source
-from llamon_agent.expr.limits import _BIDI, _NEWLINES, MAX_INT, MAX_SOURCE_CHARS, MAX_STR_LITERAL_CHARS
+from llamon_agent.expr.limits import (
+    _BIDI,
+    _NEWLINES,
+    MAX_INT,
+    MAX_SOURCE_CHARS,
+    MAX_STR_LITERAL_CHARS,
+    REGEX_CALLS,
+)
 
 # A plain text literal Python reads exactly as written: no prefix but r/R, one line, and
 # outside a raw string no backslash. Anything else leaves a quote or a backslash behind.
@@ -210,9 +217,6 @@ def learn(
                 priced = False
     # none is None (checked above)
     return lift, tuple(cast(list[ast.Constant], literals)), (tuple(patterns), priced), values
-
-
-REGEX_CALLS = ("re_search", "re_find")
 
 
 _LIFTED = (str, int, float)  # not bool (True, False and None are names in the shape)
