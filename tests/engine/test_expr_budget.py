@@ -219,10 +219,10 @@ def test_flat_params_are_copied_and_charged_as_any_params(params: dict[str, Any]
 
     def outcome(general: bool) -> Any:
         meter = CostMeter(10**9, 10**9)
-        namespace = build_namespace(DeterministicContext(query="q"), meter=meter)
+        meter.left = 10**9
         with patch.object(compiled_module, "_flat_size", lambda value: None) if general else nullcontext():
             try:
-                copy = compiled_module._params(params, namespace)
+                copy = compiled_module._params(params, meter)
             except ExprError as exc:
                 return ("error", str(exc), meter.left)
         assert copy == params and copy is not params

@@ -10,7 +10,7 @@ import pytest
 
 import llamon_agent.expr as expr
 from llamon_agent.expr import CostMeter, build_namespace, expression_rule
-from llamon_agent.prestep import RuleStatus, StaticToolBackend, run_prestep
+from llamon_agent.prestep import RuleStatus, StaticToolBackend, compile_rules, run_prestep
 from llamon_agent.tools import AgentRequest
 
 WHENS = [
@@ -69,6 +69,8 @@ def test_the_loop_charges_as_evaluate_ns(request_budget: int, monkeypatch: pytes
 
     monkeypatch.setattr(expr, "CostMeter", Recorded)
     rules = _rules()
+    # The loop's own path for each of them, or this compares evaluate_ns with itself.
+    assert all(when is not None for when in compile_rules(rules).whens)
     outcome = run_prestep(
         rules,
         REQUEST,

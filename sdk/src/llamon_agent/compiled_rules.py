@@ -123,7 +123,7 @@ def _fast_path(rule: Any) -> Any:
     fast = getattr(rule, "evaluate_ns", None)
     if not callable(fast):
         return None
-    if all(hasattr(rule, attr) for attr in ("when_fn", "static", "reads", "metered", "then")):
+    if all(hasattr(rule, attr) for attr in ("when_fn", "static", "reads", "metered", "params_for")):
         return INLINE
     if getattr(fast, "__self__", None) is rule and hasattr(fast, "__func__"):
         return fast.__func__  # not a bound method kept per rule

@@ -42,7 +42,6 @@ Decisions beyond the seed (documented here because callers rely on them):
 from __future__ import annotations
 
 import asyncio
-import bisect
 import json
 import logging
 import time
@@ -325,7 +324,7 @@ class _PrestepRun:
         self.unbound: dict[str, str] = {}  # mcp_id -> MCP_NOT_LOADED message
         self.contexts: dict[str, DeterministicContext] = {}
         self.namespaces: dict[str, dict[str, Any]] = {}
-        self.argsets: dict[str, tuple[Any, ...]] = {}  # per server: request_args(namespace)
+        self.argsets: dict[str, tuple[Any, ...]] = {}  # per server: expr.namespace.server_args
         self.listed: dict[str, tuple[tuple[Any, ...], frozenset[str]]] = {}  # _server_tools, per server
         self.evaluated: dict[int, RuleRecord] = {}
         self.results: list[dict[str, Any]] = []
@@ -333,7 +332,6 @@ class _PrestepRun:
         self.error: str | None = None
         self.reached = -1
         self.span: Span | None = None
-        self.probe: int | None = None  # a non-candidate rule evaluated only as a namespace probe
         self.indexed = False
         self.namespace_failed = False
         self.budgets: tuple[int | None, int | None] = (None, None)
@@ -407,43 +405,36 @@ class _PrestepRun:
             else:
                 self.tools[mcp_id] = tools
 
-    def _indexed_order(self) -> list[int]:
-        """The candidate rules, plus a namespace probe at the first expression rule.
+    def _indexed_order(self) -> Sequence[int]:
+        """The candidate rules; every rule when the request cannot have an expression namespace.
 
         Building an expression namespace can fail on the request alone (query or data over
         the expression caps). Unindexed, that ExprError surfaces at the first expression
-        rule; indexed, that rule may not be a candidate. Checking at its position that the
-        namespace can be built (_namespace_parts, without building it) keeps both runs identical.
+        rule; indexed, that rule may not be a candidate. So the parts it needs are made first
+        (_namespace_parts, which every expression rule needs anyway): when they fail, the run
+        goes unindexed and its records are those of evaluating every rule.
         """
+        first = self.compiled.first_fast
+        if first is not None:
+            try:
+                self._namespace_parts(self.compiled.servers[first])
+            except Exception:
+                self.indexed = False
+                return self.compiled._all
         query = self.request.query
         found: list[Any] | None = None
         if type(query) is str and len(query) >= _LONG_QUERY_CHARS:
             found = []  # the literals it holds, for build_namespace's tables
         order = self.compiled.candidates(query, self._index_data, self.budgets[0], found)
         self.found = found[0] if found else None
-        probe = self.compiled.first_fast
-        if probe is not None:
-            at = bisect.bisect_left(order, probe)
-            if at == len(order) or order[at] != probe:
-                order.insert(at, probe)
-                self.probe = probe
         return order
-
-    def _probe_failed(self, i: int, info: RuleInfo) -> bool:
-        """Check that the probe rule's namespace can be built; on failure record the rule's error."""
-        try:
-            self._namespace_parts(info.mcp_id)
-        except Exception as exc:
-            self._fail(i, info, _reason(exc), traced=True, exc=exc)
-            return True
-        return False
 
     def _evaluate_all(self, order: Sequence[int]) -> None:
         """The hot loop: most rules return None, so that path stays inline and allocation-free.
 
         An expression rule's `when` is called here, with the request's values (argsets), after
-        the same static charge as ExpressionRule.evaluate_ns makes; its ``then`` evaluates the
-        params when it holds. Change both together.
+        the same static charge as ExpressionRule.evaluate_ns makes; its ``params_for`` evaluates
+        the params when it holds. Change both together.
         """
         compiled = self.compiled
         infos, rules, fast = compiled.infos, compiled.rules, compiled.fast
@@ -452,16 +443,9 @@ class _PrestepRun:
         argsets = self.argsets
         meter = self.meter  # the request's CostMeter, one for every server's namespace
         self.reached = len(rules) - 1
-        probe = self.probe
         for i in order:
             mcp_id = servers[i]
-            if i == probe:
-                info = infos[i]
-                self.probe = None
-                if not self._probe_failed(i, info):
-                    continue
-                failed, fired = True, False
-            elif unbound and mcp_id in unbound:
+            if unbound and mcp_id in unbound:
                 info = infos[i]
                 self._fail(i, info, unbound[mcp_id], full=unbound[mcp_id])
                 failed, fired = True, False
@@ -495,23 +479,30 @@ class _PrestepRun:
                             raise rules[i].compiled_when.failed(exc)  # noqa: B904  # failed() sets the cause
                         if not value:
                             continue
+                        rule = rules[i]
                         left = meter.left if metered else meter.expr_budget - static
-                        value = rules[i].then(namespaces[mcp_id], left)
-                    elif (evaluate := fast[i]) is None:
-                        ctx = contexts.get(mcp_id)
-                        value = rules[i](ctx if ctx is not None else self._context(mcp_id))
+                        call = rule.tool_name, rule.params_for(args, meter, left)
                     else:
-                        ns = namespaces.get(mcp_id)
-                        value = evaluate(rules[i], ns if ns is not None else self._namespace(mcp_id))
+                        if (evaluate := fast[i]) is None:
+                            ctx = contexts.get(mcp_id)
+                            value = rules[i](ctx if ctx is not None else self._context(mcp_id))
+                        else:
+                            ns = namespaces.get(mcp_id)
+                            value = evaluate(rules[i], ns if ns is not None else self._namespace(mcp_id))
+                        if value is None:  # a skip leaves no record: PrestepOutcome.records infers it
+                            continue
+                        call = _checked_call(value)
+                except _InvalidCall as exc:
+                    info = infos[i]
+                    self._fail(i, info, str(exc), traced=True)
+                    failed, fired = True, False
                 except Exception as exc:
                     info = infos[i]
                     self._fail(i, info, _reason(exc), traced=True, exc=exc)
                     failed, fired = True, False
                 else:
-                    if value is None:  # a skip leaves no record: PrestepOutcome.records infers it
-                        continue
                     info = infos[i]
-                    fired, failed = self._handle_call(i, info, value)
+                    fired, failed = self._handle_call(i, info, *call)
             if failed and self.dry_run and self.namespace_failed and self.indexed:
                 # Unindexed, every later expression rule would fail the same way; go on
                 # without the index so the records match (an error path: speed is moot).
@@ -522,13 +513,10 @@ class _PrestepRun:
                 self.reached = i
                 return
 
-    def _handle_call(self, i: int, info: RuleInfo, value: Any) -> tuple[bool, bool]:
-        """Check a rule's returned call and, live, make it; returns (fired, failed)."""
-        try:
-            tool_name, params = _checked_call(value)
-        except _InvalidCall as exc:
-            self._fail(i, info, str(exc), traced=True)
-            return False, True
+    def _handle_call(
+        self, i: int, info: RuleInfo, tool_name: str, params: dict[str, Any]
+    ) -> tuple[bool, bool]:
+        """Check that a rule's call names a tool of its server and, live, make it; returns (fired, failed)."""
         if tool_name not in self._tool_names(info.mcp_id):
             reason = f"MCP '{info.mcp_id}' has no tool '{tool_name}'"
             self._fail(i, info, reason, tool_name=tool_name, params=params, tool_exists=False, traced=True)
@@ -666,16 +654,16 @@ class _PrestepRun:
     def _namespace(self, mcp_id: str) -> dict[str, Any]:
         ns = self.namespaces.get(mcp_id)
         if ns is None:
-            plain, tools, names = self._namespace_parts(mcp_id)
-            ns = self.namespaces[mcp_id] = _expr().namespace.server_namespace(
-                plain, tools, names, meter=self.meter, found=self.found
+            args = self.argsets.get(mcp_id)
+            ns = self.namespaces[mcp_id] = _expr().namespace.namespace_of(
+                args if args is not None else self._args(mcp_id)
             )
         return ns
 
     def _namespace_parts(self, mcp_id: str) -> tuple[Any, tuple[Any, ...], frozenset[str]]:
         """Everything building ``mcp_id``'s namespace can fail on, in that order: the request's cost
         meter, its plain copy, the server's tool names (server_namespace cannot fail after them).
-        The namespace probe only needs this: most requests never build the probe server's namespace."""
+        The index checks these first (_indexed_order), without building the namespace."""
         try:
             if self.meter is None:
                 self.meter = _expr().expr.CostMeter(*self.budgets)
@@ -687,8 +675,11 @@ class _PrestepRun:
         return plain, tools, names
 
     def _args(self, mcp_id: str) -> tuple[Any, ...]:
-        """The request's values an expression's function takes, for ``mcp_id``'s namespace."""
-        args: tuple[Any, ...] = _expr().compiled.request_args(self._namespace(mcp_id))
+        """The request's values an expression's function takes, for ``mcp_id``'s tools."""
+        plain, tools, names = self._namespace_parts(mcp_id)
+        args: tuple[Any, ...] = _expr().namespace.server_args(
+            plain, tools, names, meter=self.meter, found=self.found
+        )
         self.argsets[mcp_id] = args
         return args
 
@@ -704,7 +695,7 @@ class _PrestepRun:
         names cannot change under the same object (a dict's or a LangChain tool's could).
         """
         kept_here = self.listed.get(mcp_id)
-        if kept_here is not None:  # asked again in this request (the probe, a namespace, a call)
+        if kept_here is not None:  # asked again in this request (the first check, a namespace, a call)
             return kept_here
         listed = self.tools[mcp_id]
         ids = tuple(map(id, listed))
@@ -807,19 +798,16 @@ class _Expr:
 
     loaded = False
     expr: Any = None  # llamon_agent.expr (CostMeter)
-    namespace: Any = None  # llamon_agent.expr.namespace (plain_request, server_namespace)
-    compiled: Any = None  # llamon_agent.expr.compiled (request_args)
+    namespace: Any = None  # llamon_agent.expr.namespace (plain_request, server_args, namespace_of)
 
 
 def _expr() -> type[_Expr]:
     if not _Expr.loaded:
         import llamon_agent.expr
-        import llamon_agent.expr.compiled
         import llamon_agent.expr.namespace
 
         _Expr.expr = llamon_agent.expr
         _Expr.namespace = llamon_agent.expr.namespace
-        _Expr.compiled = llamon_agent.expr.compiled
         _Expr.loaded = True
     return _Expr
 

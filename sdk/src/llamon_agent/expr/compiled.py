@@ -127,7 +127,7 @@ def _json_value(value: Any, depth: int, budget: list[int]) -> Any:
 _FREE_COPY_BYTES = 1_024  # copying params this small costs about one node: not charged
 
 
-def _params(value: Any, namespace: dict[str, Any]) -> dict[str, Any]:
+def _params(value: Any, meter: Any) -> dict[str, Any]:
     if type(value) is not dict:
         raise ExprError(M("expr.params_not_dict_value", type=_type_name(value)))
     size = _flat_size(value)
@@ -145,7 +145,7 @@ def _params(value: Any, namespace: dict[str, Any]) -> dict[str, Any]:
         size = MAX_DATA_BYTES - budget[0]
     if size > _FREE_COPY_BYTES:
         # A big copy, charged to the request (ExpressionRule); one copy is capped by MAX_DATA_BYTES.
-        namespace[_METER].left -= 1 + size // BUILT_CHARS_PER_UNIT
+        meter.left -= 1 + size // BUILT_CHARS_PER_UNIT
     return params
 
 
@@ -282,21 +282,22 @@ class CompiledExpr:
         """:meth:`evaluate` on what the meter has left (ExpressionRule runs when and params on one budget)."""
         # No eval(), so no "exec" audit event. The namespace is the globals too, as given: a
         # hand-made one without a helper must not find it elsewhere.
-        return self._result(types.FunctionType(self._code, namespace, None, self._defaults), namespace)
+        fn = types.FunctionType(self._code, namespace, None, self._defaults)
+        return self._result(fn, request_args(namespace), namespace[_METER])
 
-    def run_built(self, namespace: dict[str, Any]) -> Any:
-        """:meth:`run` on a namespace :func:`build_namespace` made, by ``fn`` (whose globals are
-        the helpers that namespace holds too): no function made per call."""
-        return self._result(self.fn, namespace)
+    def run_args(self, args: tuple[Any, ...], meter: Any) -> Any:
+        """:meth:`run` on ``request_args`` of a namespace :func:`build_namespace` made, by ``fn``
+        (whose globals are the helpers that namespace holds too): no function made per call."""
+        return self._result(self.fn, args, meter)
 
-    def _result(self, fn: Callable[..., Any], namespace: dict[str, Any]) -> Any:
+    def _result(self, fn: Callable[..., Any], args: tuple[Any, ...], meter: Any) -> Any:
         try:
-            value = fn(*request_args(namespace))
+            value = fn(*args)
         except Exception as exc:  # anything else becomes an ExprError (the pre-step's error path)
             raise self.failed(exc)  # noqa: B904  # failed() sets the cause
         if self._meta.kind == "when":
             return bool(value)
-        return _params(value, namespace)
+        return _params(value, meter)
 
     def failed(self, exc: Exception) -> ExprError:
         """The ExprError to raise for what running the code raised, with its position."""

@@ -8,13 +8,12 @@ from typing import Any
 
 from llamon_agent.expr.budget import (
     _BASE_NAMESPACE,
-    _METER,
     BUILT_CHARS_PER_UNIT,
     READ_CHARS_PER_UNIT,
     CostMeter,
 )
 from llamon_agent.expr.errors import ExprError, _type_name
-from llamon_agent.expr.guard import FIRST, IN_LOWERED, IN_QUERY, LOWERED
+from llamon_agent.expr.guard import REQUEST_NAMES
 from llamon_agent.expr.limits import MAX_DATA_BYTES, MAX_QUERY_CHARS
 from llamon_agent.expr.messages import Message as M
 from llamon_agent.expr.view import _Budget, _CtxView, _plain
@@ -113,15 +112,28 @@ def server_namespace(
 ) -> dict[str, Any]:
     """:func:`build_namespace` from the request's :func:`plain_request` and one server's tools
     (never modified), with their names when already known: the pre-step keeps both per rule set."""
+    return namespace_of(server_args(plain, tools, tool_names, meter=meter, found=found))
+
+
+def namespace_of(args: tuple[Any, ...]) -> dict[str, Any]:
+    """The namespace holding :func:`server_args`' values under their names, and the helpers."""
+    namespace = _BASE_NAMESPACE.copy()
+    namespace.update(zip(REQUEST_NAMES, args, strict=True))
+    return namespace
+
+
+def server_args(
+    plain: PlainRequest,
+    tools: Sequence[Any],
+    tool_names: frozenset[str] | None = None,
+    *,
+    meter: CostMeter | None = None,
+    found: Found | None = None,
+) -> tuple[Any, ...]:
+    """The request's values an expression's function takes (guard.REQUEST_NAMES, in that order)
+    for one server: what :func:`server_namespace` holds besides the helpers, without the dict."""
     query, context, a2a_data, a2a_files = plain
     view = _CtxView(query, context, a2a_data, a2a_files, tools, tool_names)
-    namespace = _BASE_NAMESPACE.copy()
-    namespace["ctx"] = view
-    namespace["query"] = query
-    namespace["context"] = context
-    namespace["a2a_data"] = a2a_data
-    namespace["a2a_files"] = a2a_files
-    namespace["tool_names"] = view.tool_names
     if meter is None:
         meter = CostMeter()
     meter.qcost = 1 + len(query) // READ_CHARS_PER_UNIT
@@ -130,7 +142,6 @@ def server_namespace(
         lowered = query.lower()
         meter.pool -= len(query) // BUILT_CHARS_PER_UNIT
         meter.query, meter.lowered, meter.tables, meter.searched = query, lowered, None, {}
-    namespace[LOWERED] = lowered
     if meter.parts is not a2a_data or meter.first is None:
         # Once per request, like plain_request's copies (and, like them, bounded by the
         # request caps and not charged): what data_get with a literal key reads.
@@ -143,18 +154,30 @@ def server_namespace(
                 if type(part) is dict:
                     first.update(part)
         meter.parts, meter.first = a2a_data, first
-    namespace[FIRST] = meter.first
     if len(query) < LONG_QUERY_CHARS:
-        namespace[IN_QUERY], namespace[IN_LOWERED] = query, lowered
+        in_query, in_lowered = query, lowered
         meter.rcost = meter.qcost
     else:
         if meter.tables is None:
             raw, low, known = found if found is not None else (_NOTHING, _NOTHING, _NOTHING)
             meter.tables = (LiteralTable(query, raw, known, meter), LiteralTable(lowered, low, known, meter))
-        namespace[IN_QUERY], namespace[IN_LOWERED] = meter.tables
+        in_query, in_lowered = meter.tables
         meter.rcost = 1  # a literal test is a lookup; a search is charged when it happens
-    namespace[_METER] = meter
-    return namespace
+    # In REQUEST_NAMES' order: ctx, query, context, a2a_data, a2a_files, tool_names, LOWERED,
+    # FIRST, IN_QUERY, IN_LOWERED, _METER.
+    return (
+        view,
+        query,
+        context,
+        a2a_data,
+        a2a_files,
+        view.tool_names,
+        lowered,
+        meter.first,
+        in_query,
+        in_lowered,
+        meter,
+    )
 
 
 def request_size_error(

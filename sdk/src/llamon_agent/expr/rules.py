@@ -5,7 +5,7 @@ from __future__ import annotations
 import keyword
 from typing import Any
 
-from llamon_agent.expr.budget import _METER, READ_CHARS_PER_UNIT
+from llamon_agent.expr.budget import _METER, READ_CHARS_PER_UNIT, CostMeter
 from llamon_agent.expr.compiled import CompiledExpr, compile_params, compile_when, request_args
 from llamon_agent.expr.errors import ExprError
 from llamon_agent.expr.limits import MAX_RULE_NAME_CHARS
@@ -168,9 +168,10 @@ class ExpressionRule:
         too. Once that is spent, it raises CostBudgetExceeded before evaluating anything.
 
         The pre-step's loop (prestep._PrestepRun._evaluate_all) does the same inline up to a
-        falsy ``when``, and calls :meth:`then` when it is truthy: change both together.
+        falsy ``when``, and calls :meth:`params_for` when it is truthy: change both together.
         """
         meter = namespace[_METER]
+        args = request_args(namespace)
         pool = meter.pool
         if pool < 0:
             meter.request_exceeded()
@@ -179,7 +180,7 @@ class ExpressionRule:
         if self.metered:
             meter.left = left = meter.expr_budget - static
             try:
-                value = self.when_fn(*request_args(namespace))
+                value = self.when_fn(*args)
             except Exception as exc:
                 raise self.compiled_when.failed(exc)  # noqa: B904  # failed() sets the cause
             finally:
@@ -187,22 +188,21 @@ class ExpressionRule:
             left = meter.left
         else:
             try:
-                value = self.when_fn(*request_args(namespace))
+                value = self.when_fn(*args)
             except Exception as exc:
                 raise self.compiled_when.failed(exc)  # noqa: B904  # failed() sets the cause
             left = meter.expr_budget - static
         if not value:
             return None
-        return self.then(namespace, left)
+        return {"tool_name": self.tool_name, "params": self.params_for(args, meter, left)}
 
-    def then(self, namespace: dict[str, Any], left: int) -> dict[str, Any]:
-        """The tool call once ``when`` held: ``params`` evaluated on what is ``left`` of this
-        evaluation's budget (``expr_budget`` less the static charge and what ``when`` spent),
-        what it spends taken from the request's budget."""
-        meter = namespace[_METER]
+    def params_for(self, args: tuple[Any, ...], meter: CostMeter, left: int) -> dict[str, Any]:
+        """The tool call's params once ``when`` held on ``args`` (request_args of the namespace):
+        evaluated on what is ``left`` of this evaluation's budget (``expr_budget`` less the static
+        charge and what ``when`` spent), what they spend taken from the request's budget."""
         meter.left = left
         try:
-            return {"tool_name": self.tool_name, "params": self.compiled_params.run_built(namespace)}
+            return self.compiled_params.run_args(args, meter)  # type: ignore[no-any-return]
         finally:
             meter.pool -= left - meter.left
 
