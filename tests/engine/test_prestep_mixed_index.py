@@ -61,6 +61,10 @@ WHENS = [
     '-data_get("n", 0) < -1',
     'data_get("n", 0) - 1 >= 0.5 or "{v}" in query',
     '1 < data_get("n", 0) * 2 <= 4',
+    # required after a regex: skipped only when the regex cannot raise (budget, UTF-8)
+    're_search(r"{w}\\d+", query) and data_get("orderId") == "{v}"',
+    're_find(r"(?i){w}", query) and data_get("n", 0) > 1 and "{v}" in query',
+    're_find(r"({w})", query, 1) and data_get("orderId") == "{v}"',  # a group: not past it
 ]
 
 
@@ -127,9 +131,16 @@ def call(mcp_id: str, tool_name: str, params: dict[str, Any]) -> Any:
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(rules=mixed_rule_sets(), query=queries, context=contexts, parts=data_parts, huge=st.integers(0, 9))
+@given(
+    rules=mixed_rule_sets(),
+    query=queries,
+    context=contexts,
+    parts=data_parts,
+    huge=st.integers(0, 9),
+    budget=st.sampled_from([None, None, 40, 150, 1_000]),
+)
 def test_indexed_evaluation_equals_evaluating_every_rule(
-    rules: list[Any], query: str, context: Any, parts: Any, huge: int
+    rules: list[Any], query: str, context: Any, parts: Any, huge: int, budget: int | None
 ) -> None:
     if huge == 0:
         query = query + "." * (MAX_QUERY_CHARS + 1)  # over the caps: the namespace cannot be built
@@ -138,11 +149,10 @@ def test_indexed_evaluation_equals_evaluating_every_rule(
     request = AgentRequest(query=query, context=context or {}, a2a_data=parts)
     compiled = compile_rules(rules)
     for dry_run in (True, False):
-        indexed = run_prestep(
-            compiled, request, backend=StaticToolBackend(SERVERS, call=call), dry_run=dry_run
-        )
+        backend = StaticToolBackend(SERVERS, call=call)
+        indexed = run_prestep(compiled, request, backend=backend, dry_run=dry_run, expr_budget=budget)
         naive = run_prestep(
-            rules, request, backend=StaticToolBackend(SERVERS, call=call), dry_run=dry_run, use_index=False
+            rules, request, backend=backend, dry_run=dry_run, use_index=False, expr_budget=budget
         )
         assert comparable(indexed) == comparable(naive)
 
@@ -337,3 +347,34 @@ def test_rules_with_the_same_expression_text_share_one_compiled_expression() -> 
     first, second = rule("one", '"a" in query'), rule("two", '"a" in query')
     assert first.compiled_params is second.compiled_params
     assert first.compiled_when is second.compiled_when
+
+
+def test_a_requirement_after_a_regex_skips_the_rule_only_when_the_regex_cannot_raise() -> None:
+    """`re_search(p, query) and data_get("orderId") == v`: indexed on the rarer equality, the rule
+    is still evaluated (and fails, as unindexed) where its regex raises: a query that cannot be
+    UTF-8, or one long enough for the regex to be over the budget."""
+    rules = [
+        rule(f"order_{v}", f're_search(r"A-\\d+", query) and data_get("orderId") == "{v}"') for v in "xyz"
+    ]
+    rules.append(rule("grouped", 're_find(r"(A)-\\d+", query, 1) and data_get("orderId") == "x"'))
+    compiled = compile_rules(rules)
+
+    def data(order: str) -> Any:
+        return lambda: ({}, [{"orderId": order}])
+
+    assert compiled.candidates("A-1", data("y")) == [1, 3]  # the group may not exist: its regex
+    assert compiled.candidates("hello", data("y")) == [1]
+    assert compiled.candidates("hello", data("none")) == []
+    alone = compile_rules(rules[:3])  # none indexed on a regex: no RE2 set to try the query with
+    assert alone.candidates("A-1 \ud800", data("none")) == [0, 1, 2]
+    assert alone.candidates("A-1 안녕", data("none")) == []
+    for query, budget in (("A-1 \ud800", None), ("A-1 " * 3_000, 100)):
+        assert compiled.candidates(query, data("none"), budget) == [0, 1, 2, 3]
+        request = AgentRequest(query=query, a2a_data=[{"orderId": "none"}])
+        backend = StaticToolBackend(SERVERS, call=call)
+        indexed = run_prestep(compiled, request, backend=backend, dry_run=True, expr_budget=budget)
+        naive = run_prestep(
+            rules, request, backend=backend, dry_run=True, expr_budget=budget, use_index=False
+        )
+        assert comparable(indexed) == comparable(naive)
+        assert [r.status.value for r in indexed.records] == ["error"] * 4

@@ -29,15 +29,12 @@ def _rule_options(rule: Any, info: RuleInfo) -> tuple[frozenset[_Atom], ...] | N
         if not info.keywords:
             return None
         options = (frozenset(("kw", literal, lowered) for literal, lowered in info.keywords),)
-    cost = getattr(rule, "index_cost", None)
-    usable = []
-    for option in options:
-        if not option:
-            continue
-        # "" is in every text: no requirement. A regex without a known cost cannot be skipped.
-        if any((a[0] == "kw" and not a[1]) or (a[0] == "re" and cost is None) for a in option):
-            continue
-        usable.append(option)
+    if getattr(rule, "index_cost", None) is None and any(a[0] == "re" for o in options for a in o):
+        # A regex whose cost is not known: the rule may raise on any long query, and the options
+        # after it in an `and` rely on that cost (expr.hints._is_search). Always evaluated.
+        return None
+    # "" is in every text: no requirement.
+    usable = [o for o in options if o and not any(a[0] == "kw" and not a[1] for a in o)]
     return tuple(usable) or None
 
 
@@ -93,6 +90,7 @@ class RequestIndex:
         prefixes: dict[tuple[bool, int], dict[str, list[int]]] = {}
         numbers: dict[tuple[str, str, Any], list[tuple[Any, ...]]] = {}
         costs: list[tuple[int, int, float]] = []
+        on_regex: list[int] = []
         for i, option in chosen:
             has_regex = False
             for atom in option:
@@ -121,6 +119,10 @@ class RequestIndex:
                 else:  # "num"
                     numbers.setdefault(atom[1:4], []).append((*atom[4:], i))
             if has_regex:
+                on_regex.append(i)
+            if any(a[0] == "re" for o in per_rule[i] or () for a in o):
+                # Its regex may raise on this request (over the budget, a query that cannot be
+                # UTF-8) whichever option it is indexed on: _regex_hits checks that per request.
                 a, b = rules[i].index_cost
                 costs.append((i, a, b))
         # Keyword hits are de-duplicated by literal before rules are merged: a long query that
@@ -165,7 +167,8 @@ class RequestIndex:
         self.regex_costs = tuple(costs)
         self.max_a = max((a for _, a, _ in costs), default=0)
         self.max_b = max((b for _, _, b in costs), default=0.0)
-        self.all_regex_rules: tuple[int, ...] = tuple(i for i, _, _ in costs)
+        self.regex_guarded: tuple[int, ...] = tuple(i for i, _, _ in costs)  # every rule with a regex
+        self.all_regex_rules: tuple[int, ...] = tuple(on_regex)  # those indexed on one
 
     def candidates(
         self,
@@ -196,7 +199,7 @@ class RequestIndex:
                         self.known,
                     )
                 )
-        if self.regex_set is not None:
+        if self.regex_costs:
             self._regex_hits(query, hits, expr_budget)
         if self.equalities or self.numbers:
             self._data_hits(query, data, hits)
@@ -219,9 +222,14 @@ class RequestIndex:
             # (skipping it would hide that error). Twice the bound: a margin, not a need.
             hits.update(i for i, a, b in self.regex_costs if 2 * (a + b * n) > expr_budget)
         try:
+            if self.regex_set is None:  # every rule with a regex is indexed on another atom
+                if not query.isascii():
+                    query.encode()
+                return
             matched = self.regex_set.Match(query)
         except Exception:  # e.g. a lone surrogate cannot be UTF-8: re_search raises, evaluate
-            matched = None
+            hits.update(self.regex_guarded)
+            return
         if not matched:  # the sentinel "" always matches: none means RE2 gave up (DFA memory)
             hits.update(self.all_regex_rules)
             return

@@ -201,6 +201,13 @@ def _regex_atom(node: ast.Call) -> Atom | None:
     return ("re", pattern.value)
 
 
+def _is_search(node: ast.AST) -> bool:
+    """A regex atom's call without a group (``re_search("p", query)``, ``re_find("p", query)``):
+    it raises only when its cost is over the budget or the query cannot be UTF-8, which the
+    request index tells from the query alone, so what follows it in an `and` can be required."""
+    return isinstance(node, ast.Call) and len(node.args) == 2 and _regex_atom(node) is not None
+
+
 def _literal_values(node: ast.AST) -> list[Any] | None:
     """The values of a list, tuple or set display of JSON scalars (NaN excluded), else None."""
     if not isinstance(node, (ast.List, ast.Tuple, ast.Set)) or not node.elts:
@@ -422,7 +429,7 @@ def _options(node: ast.AST) -> list[Option] | None:
                 part = _options(value)
                 if part is not None:
                     known.extend(part)
-                if not _is_safe(value):
+                if not _is_safe(value) and not _is_search(value):
                     break
                 i += 1
             return known or None
