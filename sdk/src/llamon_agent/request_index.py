@@ -53,12 +53,15 @@ class RequestIndex:
         always: list[int] = []
         frequency: dict[_Atom, int] = {}
         per_rule: list[tuple[frozenset[_Atom], ...] | None] = []
-        for rule, info in zip(rules, infos, strict=True):
+        with_regex: set[int] = set()
+        for i, (rule, info) in enumerate(zip(rules, infos, strict=True)):
             options = _rule_options(rule, info)
             per_rule.append(options)
             if options:
                 for atom in options[0] if len(options) == 1 else frozenset().union(*options):
                     frequency[atom] = frequency.get(atom, 0) + 1
+                    if atom[0] == "re":
+                        with_regex.add(i)
         # How many rules an atom lets through, roughly: its own rules for a text, a regex, an
         # equality or a prefix (each value is its own atom); for a numeric interval, a share of
         # the rules testing the same value (its numbers differ per rule, so counting is no guide).
@@ -120,7 +123,7 @@ class RequestIndex:
                     numbers.setdefault(atom[1:4], []).append((*atom[4:], i))
             if has_regex:
                 on_regex.append(i)
-            if any(a[0] == "re" for o in per_rule[i] or () for a in o):
+            if i in with_regex:
                 # Its regex may raise on this request (over the budget, a query that cannot be
                 # UTF-8) whichever option it is indexed on: _regex_hits checks that per request.
                 a, b = rules[i].index_cost

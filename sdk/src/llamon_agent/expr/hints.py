@@ -202,10 +202,16 @@ def _regex_atom(node: ast.Call) -> Atom | None:
 
 
 def _is_search(node: ast.AST) -> bool:
-    """A regex atom's call without a group (``re_search("p", query)``, ``re_find("p", query)``):
-    it raises only when its cost is over the budget or the query cannot be UTF-8, which the
-    request index tells from the query alone, so what follows it in an `and` can be required."""
-    return isinstance(node, ast.Call) and len(node.args) == 2 and _regex_atom(node) is not None
+    """Whether a call that gave an atom is a regex without a group (``re_search("p", query)``,
+    ``re_find("p", query)``): it raises only when its cost is over the budget or the query
+    cannot be UTF-8, which the request index tells from the query alone, so what follows it in
+    an `and` can be required."""
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in REGEX_CALLS
+        and len(node.args) == 2
+    )
 
 
 def _literal_values(node: ast.AST) -> list[Any] | None:
@@ -429,7 +435,7 @@ def _options(node: ast.AST) -> list[Option] | None:
                 part = _options(value)
                 if part is not None:
                     known.extend(part)
-                if not _is_safe(value) and not _is_search(value):
+                if not _is_safe(value) and not (part is not None and _is_search(value)):
                     break
                 i += 1
             return known or None
