@@ -368,6 +368,10 @@ def test_a_requirement_after_a_regex_skips_the_rule_only_when_the_regex_cannot_r
     alone = compile_rules(rules[:3])  # none indexed on a regex: no RE2 set to try the query with
     assert alone.candidates("A-1 \ud800", data("none")) == [0, 1, 2]
     assert alone.candidates("A-1 안녕", data("none")) == []
+    # a pattern made at run time beside it: no cost bound for the rule, so it is always evaluated
+    made = 're_search(r"A-\\d+", query) and data_get("orderId") == "x" and re_search(context.get("p", "B"), query)'
+    unpriced = compile_rules([*rules[:3], rule("unpriced", made)])
+    assert unpriced.candidates("hello", data("none")) == [3]
     for query, budget in (("A-1 \ud800", None), ("A-1 " * 3_000, 100)):
         assert compiled.candidates(query, data("none"), budget) == [0, 1, 2, 3]
         request = AgentRequest(query=query, a2a_data=[{"orderId": "none"}])

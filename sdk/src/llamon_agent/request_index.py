@@ -29,10 +29,6 @@ def _rule_options(rule: Any, info: RuleInfo) -> tuple[frozenset[_Atom], ...] | N
         if not info.keywords:
             return None
         options = (frozenset(("kw", literal, lowered) for literal, lowered in info.keywords),)
-    if getattr(rule, "index_cost", None) is None and any(a[0] == "re" for o in options for a in o):
-        # A regex whose cost is not known: the rule may raise on any long query, and the options
-        # after it in an `and` rely on that cost (expr.hints._is_search). Always evaluated.
-        return None
     # "" is in every text: no requirement.
     usable = [o for o in options if o and not any(a[0] == "kw" and not a[1] for a in o)]
     return tuple(usable) or None
@@ -62,6 +58,14 @@ class RequestIndex:
                     frequency[atom] = frequency.get(atom, 0) + 1
                     if atom[0] == "re":
                         with_regex.add(i)
+        for i in [i for i in with_regex if getattr(rules[i], "index_cost", None) is None]:
+            # A regex whose cost is not known: the rule may raise on any long query, and the
+            # options after it in an `and` rely on that cost (expr.hints._is_search). Evaluated.
+            options = per_rule[i] or ()
+            for atom in options[0] if len(options) == 1 else frozenset().union(*options):
+                frequency[atom] -= 1
+            per_rule[i] = None
+            with_regex.discard(i)
         # How many rules an atom lets through, roughly: its own rules for a text, a regex, an
         # equality or a prefix (each value is its own atom); for a numeric interval, a share of
         # the rules testing the same value (its numbers differ per rule, so counting is no guide).
