@@ -662,7 +662,7 @@ class _PrestepRun:
 
     def _namespace_parts(self, mcp_id: str) -> tuple[Any, tuple[Any, ...], frozenset[str]]:
         """Everything building ``mcp_id``'s namespace can fail on, in that order: the request's cost
-        meter, its plain copy, the server's tool names (server_namespace cannot fail after them).
+        meter, its plain copy, the server's tool names (server_args cannot fail after them).
         The index checks these first (_indexed_order), without building the namespace."""
         try:
             if self.meter is None:

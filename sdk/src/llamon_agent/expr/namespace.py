@@ -97,22 +97,10 @@ def build_namespace(
     ``plain`` is :func:`plain_request` of ``ctx``, when already made for another server.
     ``found``: the literals a long query holds, when the pre-step's index searched for them.
     """
-    return server_namespace(
+    args = server_args(
         plain_request(ctx) if plain is None else plain, list(ctx.mcp_tools or ()), meter=meter, found=found
     )
-
-
-def server_namespace(
-    plain: PlainRequest,
-    tools: Sequence[Any],
-    tool_names: frozenset[str] | None = None,
-    *,
-    meter: CostMeter | None = None,
-    found: Found | None = None,
-) -> dict[str, Any]:
-    """:func:`build_namespace` from the request's :func:`plain_request` and one server's tools
-    (never modified), with their names when already known: the pre-step keeps both per rule set."""
-    return namespace_of(server_args(plain, tools, tool_names, meter=meter, found=found))
+    return namespace_of(args)
 
 
 def namespace_of(args: tuple[Any, ...]) -> dict[str, Any]:
@@ -131,7 +119,9 @@ def server_args(
     found: Found | None = None,
 ) -> tuple[Any, ...]:
     """The request's values an expression's function takes (guard.REQUEST_NAMES, in that order)
-    for one server: what :func:`server_namespace` holds besides the helpers, without the dict."""
+    for one server, from the request's :func:`plain_request` and the server's tools (never
+    modified), with their names when already known (the pre-step keeps both per rule set):
+    what :func:`build_namespace` holds besides the helpers, without the dict."""
     query, context, a2a_data, a2a_files = plain
     view = _CtxView(query, context, a2a_data, a2a_files, tools, tool_names)
     if meter is None:
