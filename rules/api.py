@@ -481,6 +481,7 @@ def run_cases(request: HttpRequest, rule_set_id: DbId) -> Any:
                 "passed": r.result.passed,
                 "previous_passed": r.previous_passed,
                 "changed": r.changed,
+                "changes": r.changes,
                 "problems": r.result.problems,
                 "diff": r.result.diff,
             }

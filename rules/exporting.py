@@ -82,7 +82,7 @@ def rule_set_export_json(rule_set: RuleSet) -> dict[str, Any]:
         "rules": rule_set_snapshot(rule_set),
         "cases": [
             # "pinned" only when the case has pins: a file without them stays what it was.
-            {"name": case.name, "input": case.input, "expected": case.expected}
+            {"name": case.name, "input": case.input, "expected": case.expectation}
             | ({"pinned": case.pinned} if case.pinned else {})
             for case in rule_set.cases.order_by("name", "id")
         ],

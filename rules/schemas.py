@@ -10,6 +10,7 @@ from core.api import DbId, PatchIn, Revision
 from core.models import AuditEvent
 from core.userinput import FilterDateTime
 from llamon_agent.expr import MAX_QUERY_CHARS
+from rules.cases import case_modes, case_notice_text
 from rules.engine import QUIET_PAGE, QUIET_SHOWN
 from rules.models import Rule, RuleSet, RuleSetVersion, TestCase
 
@@ -385,12 +386,28 @@ class CasePatchIn(PatchIn):
 
 class CaseOut(ModelSchema):
     input: dict[str, Any]
-    expected: dict[str, Any]
+    expected: dict[str, Any] = Field(
+        description="The whole expected outcome, other_calls included (forbid: nothing else may fire)."
+    )
+    modes: list[str] = Field(description="How strict the case is, in words (the request's language).")
+    notice: str = Field(description="What an upgrade changed in the case, until it is edited (or empty).")
     last_outcome: dict[str, Any] | None
 
     class Meta:
         model = TestCase
         fields = ["id", "name", "last_passed", "last_run_at", "created_at"]
+
+    @staticmethod
+    def resolve_expected(obj: TestCase) -> Any:
+        return obj.expectation
+
+    @staticmethod
+    def resolve_modes(obj: TestCase) -> list[str]:
+        return case_modes(obj)
+
+    @staticmethod
+    def resolve_notice(obj: TestCase) -> str:
+        return case_notice_text(obj)
 
 
 class CaseResultOut(Schema):
@@ -399,6 +416,9 @@ class CaseResultOut(Schema):
     passed: bool
     previous_passed: bool | None
     changed: bool
+    changes: list[str] = Field(
+        description="Call by call, what this run does otherwise than the case's previous run, and the rule why."
+    )
     problems: list[str]
     diff: list[dict[str, Any]]
 

@@ -215,9 +215,8 @@ def _report_suite_changes(request: HttpRequest, rule_set: RuleSet) -> None:
 
     suite = suite_run(rule_set=rule_set)
     if suite.changed:
-        names = ", ".join(
-            f"{r.case.name} now {'passes' if r.result.passed else 'fails'}" for r in suite.changed
-        )
+        # Which case, which call, and why (the rule), one case a line.
+        names = " · ".join(r.summary for r in suite.changed)
         messages.warning(request, _("Test cases that changed outcome: %(names)s.") % {"names": names})
     else:
         messages.info(
@@ -479,6 +478,7 @@ def _tester_results(
         "rows": rows,
         "shown": shown,
         "expected_json": json.dumps(result.expected, ensure_ascii=False),
+        "expected": result.expected,
         "can_edit": has_role(request.user, "editor"),
         "pinned_rules": {
             rec.rule for rec in shown.records if rec.status is RuleStatus.FIRED and result.was_pinned(rec)
@@ -622,7 +622,10 @@ def case_list(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         "rules/case_list.html",
         {
             "rule_set": rule_set,
-            "cases": rule_set.cases.order_by("name"),
+            "cases": [
+                (case, cases.case_modes(case), cases.case_notice_text(case))
+                for case in rule_set.cases.order_by("name")
+            ],
             "suite": suite,
             "can_edit": has_role(request.user, "editor"),
         },
@@ -643,7 +646,7 @@ def case_create(request: HtmxHttpRequest, pk: int) -> HttpResponse:
             rule_set=rule_set,
             name=request.POST.get("name", ""),
             input=_json_post(request, "input"),
-            expected=_json_post(request, "expected"),
+            expected=_expected_post(request),
             pinned=_json_post(request, "pinned"),
         )
     except RuleError as exc:
@@ -664,7 +667,8 @@ def _case_saved(
 ) -> HttpResponse:
     """How a save from the tester is answered: in place for htmx, a message and a redirect otherwise."""
     if request.htmx:
-        context = {"rule_set": rule_set, "case": case, "updated": updated, "error": error}
+        modes = cases.case_modes(case) if case is not None and not error else []
+        context = {"rule_set": rule_set, "case": case, "updated": updated, "error": error, "modes": modes}
         return render(request, "rules/_case_saved.html", context, status=422 if error else 200)
     if error:
         messages.error(request, _("The case was not saved: %(message)s") % {"message": error})
@@ -687,7 +691,7 @@ def case_update(request: HtmxHttpRequest, pk: int, case_pk: int) -> HttpResponse
             actor=request.user,
             case=case,
             input=_json_post(request, "input"),
-            expected=_json_post(request, "expected"),
+            expected=_expected_post(request),
             pinned=_json_post(request, "pinned") or [],
         )
     except RuleError as exc:
@@ -703,6 +707,18 @@ def case_delete(request: HtmxHttpRequest, pk: int, case_pk: int) -> HttpResponse
     cases.case_delete(actor=request.user, case=case)
     messages.success(request, _("Deleted test case %(name)r.") % {"name": case.name})
     return redirect("rules:cases", pk=pk)
+
+
+def _expected_post(request: HttpRequest) -> object:
+    """The tester's proposed outcome, made looser only where the user ticked a looser mode."""
+    expected = _json_post(request, "expected")
+    if not isinstance(expected, dict):
+        return expected  # the service refuses it with its message
+    return cases.case_expected_loosen(
+        expected,
+        allow_other_calls=request.POST.get("allow_other_calls") == "1",
+        ignore_params=request.POST.get("ignore_params") == "1",
+    )
 
 
 def _json_post(request: HttpRequest, field: str) -> object:
