@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from ninja import Field, ModelSchema, Schema
 
-from core.api import DbId, PatchIn, Revision
+from core.api import DbId, PatchIn, Revision, StrictIn
 from core.models import AuditEvent
 from core.userinput import FilterDateTime
 from llamon_agent.expr import MAX_QUERY_CHARS
@@ -17,7 +17,7 @@ from rules.models import Rule, RuleSet, RuleSetVersion, TestCase
 # --- MCP servers ----------------------------------------------------------------------------------
 
 
-class RuleSetIn(Schema):
+class RuleSetIn(StrictIn):
     name: str = Field(max_length=100)
     description: str = Field("", max_length=10_000)
 
@@ -49,7 +49,7 @@ class RuleSetOut(ModelSchema):
         return latest.number if latest else None
 
 
-class RuleIn(Schema):
+class RuleIn(StrictIn):
     """A rule: ``when`` and ``params`` are expressions (docs/expressions.md)."""
 
     name: str = Field(max_length=100)
@@ -95,14 +95,14 @@ class RuleOut(ModelSchema):
         ]
 
 
-class ReorderIn(Schema):
+class ReorderIn(StrictIn):
     order: list[int] = Field(
         max_length=10_000, description="Every rule id of the set, each once, in the new order."
     )
     revision: Revision | None = None
 
 
-class PublishIn(Schema):
+class PublishIn(StrictIn):
     message: str = Field("", max_length=500)
     revision: Revision | None = None
     reason: str = Field(
@@ -110,7 +110,7 @@ class PublishIn(Schema):
     )
 
 
-class RestoreIn(Schema):
+class RestoreIn(StrictIn):
     revision: Revision | None = None
 
 
@@ -215,7 +215,7 @@ class ContentOut(Schema):
     )
 
 
-class ContentIn(Schema):
+class ContentIn(StrictIn):
     data: dict[str, Any] = Field(
         description="The whole set as a llamon-ruleset/1 document (rules and cases)."
     )
@@ -229,14 +229,14 @@ class ToolsPyOut(Schema):
     source: str
 
 
-class ImportIn(Schema):
+class ImportIn(StrictIn):
     data: dict[str, Any] = Field(description="An exported llamon-ruleset/1 document.")
     name: str | None = Field(None, max_length=100, description="A new set's name (default: the file's).")
     replace: DbId | None = Field(None, description="Replace the draft rules of this rule set id instead.")
     revision: Revision | None = None
 
 
-class ImportToolsIn(Schema):
+class ImportToolsIn(StrictIn):
     source: str = Field(description="The text of an app/tools.py (parsed, never run; at most 1 MiB).")
     filename: str = Field("app/tools.py", max_length=200, description="Named in the untranslatable list.")
     confirm: bool = Field(
@@ -291,8 +291,11 @@ class ImportToolsOut(Schema):
 # --- Evaluate --------------------------------------------------------------------------------------
 
 
-class EvaluateIn(Schema):
+class EvaluateIn(StrictIn):
     """A sample request, parsed exactly as the live tester parses it."""
+
+    # The answer's ``request`` (and a run's input) names them a2a_data and a2a_files.
+    FIELD_HINTS = {"a2a_data": "data", "a2a_files": "files"}
 
     query: str = Field("", max_length=MAX_QUERY_CHARS)
     context: dict[str, Any] | None = None
@@ -370,7 +373,7 @@ class EvaluateOut(Schema):
 # --- Test cases ------------------------------------------------------------------------------------
 
 
-class CaseIn(Schema):
+class CaseIn(StrictIn):
     name: str = Field(max_length=200)
     input: dict[str, Any] = Field(description="{query, context, a2a_data, a2a_files}")
     expected: dict[str, Any] = Field(
@@ -448,7 +451,7 @@ class AuditPageOut(Schema):
     items: list[AuditEventOut]
 
 
-class AuditFilterIn(Schema):
+class AuditFilterIn(StrictIn):
     # As long as the columns (a longer text matches nothing): the audit page's form says the same.
     actor: str = Field("", max_length=AuditEvent._meta.get_field("actor_name").max_length)
     object_type: str = Field("", max_length=AuditEvent._meta.get_field("object_type").max_length)
