@@ -14,7 +14,7 @@ from django.core.exceptions import ImproperlyConfigured, PermissionDenied, Suspi
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import InterfaceError, OperationalError
 from django.db.models import ProtectedError
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 from django.utils.translation import gettext as _
 from django.views.defaults import page_not_found
 from ninja import NinjaAPI
@@ -224,7 +224,7 @@ def _no_body_fields(operation: Operation) -> Any:
     """An operation without a body refuses one with fields (it would ignore them in silence)."""
     run = operation.run
 
-    def checked(request: HttpRequest, **kw: Any) -> HttpResponse:
+    def checked(request: HttpRequest, **kw: Any) -> HttpResponseBase:
         if request.body:
             try:
                 data = loads(request.body)

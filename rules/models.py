@@ -164,3 +164,24 @@ class TesterInput(models.Model):
             if text and text != "{}":
                 return text
         return ""
+
+
+class RuleSetContent(models.Model):
+    """A content of a rule set (draft rules, cases, description) by its SHA-256, as ``llamon rules
+    pull`` or ``push`` saw it: the base a push from git is checked against (rules.content).
+
+    Recorded once per distinct content of a set; the newest ``rules.content.CONTENTS_KEPT`` are kept.
+    """
+
+    rule_set = models.ForeignKey(RuleSet, on_delete=models.CASCADE, related_name="+")
+    content_hash = models.CharField(max_length=64)
+    document = OrderedJSONField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["rule_set", "content_hash"], name="rule_set_content_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.rule_set_id}:{self.content_hash[:12]}"

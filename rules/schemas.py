@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from ninja import Field, ModelSchema, Schema
 
@@ -209,6 +209,9 @@ class ContentOut(Schema):
     published_as: int | None = Field(
         description="The latest version's number when the draft has its content (nothing to publish), else null."
     )
+    content_sha256: str = Field(
+        description="SHA-256 of the content (rules in order, cases, description): the push's base."
+    )
     document: ExportOut
     servers: dict[str, ContentServerOut] = Field(
         description="The registered servers the rules name: what a dry run binds (docs/rules-as-code.md)."
@@ -219,9 +222,27 @@ class ContentIn(StrictIn):
     data: dict[str, Any] = Field(
         description="The whole set as a llamon-ruleset/1 document (rules and cases)."
     )
-    revision: Revision = Field(
-        description="The rule set revision the document was pulled at; a stale one is refused with 409."
+    base: str | None = Field(
+        None,
+        pattern=r"^[0-9a-f]{64}$",
+        description="The content_sha256 the document was pulled at (ruleset.json's): refused with 409 only "
+        "when the set changed since that content in a way the push would undo (docs/rules-as-code.md).",
     )
+    ancestors: list[Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]] = Field(
+        [],
+        max_length=50,
+        description="Content hashes the directory went through before (its git history), newest first: "
+        "the first one the workbench knows is the base, else `base`.",
+    )
+    revision: Revision | None = Field(
+        None,
+        description="Without base (a directory pulled before content hashes): the rule set revision it was "
+        "pulled at; a stale one is refused with 409.",
+    )
+
+
+class ContentSavedOut(RuleSetOut):
+    content_sha256: str | None = Field(None, description="The new content's hash: the next push's base.")
 
 
 class ToolsPyOut(Schema):
