@@ -29,6 +29,8 @@ from rules.forms import AuditFilterForm, PublishForm, RuleForm, RuleSetForm, Tes
 from rules.models import Rule, RuleSet, RuleSetVersion, TestCase
 from rules.tester import (
     TESTER_FIELDS,
+    live_calls,
+    live_calls_digest,
     tester_evaluate,
     tester_inputs_load,
     tester_inputs_put,
@@ -374,7 +376,9 @@ def rule_set_test(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     JavaScript) gets the whole editor back, with the inputs kept and the results in place.
     """
     rule_set = get_object_or_404(RuleSet, pk=pk)
-    execute = request.POST.get("execute") == "1"
+    # "1" asks to execute; "1:<digest>" confirms the calls a first ask listed (live_calls_digest).
+    asked, _sep, confirmed = request.POST.get("execute", "").partition(":")
+    execute = asked == "1"
     tester = TesterForm(request.POST, prefix="t")
     tester_inputs_store(request.session, rule_set.pk, request.POST)
     case = _tester_case(rule_set, request.POST.get("case"))
@@ -398,7 +402,11 @@ def rule_set_test(request: HtmxHttpRequest, pk: int) -> HttpResponse:
             status = 422
         else:
             try:
-                context.update(_tester_results(request, rule_set, tester, execute=execute, origin=origin))
+                context.update(
+                    _tester_results(
+                        request, rule_set, tester, execute=execute, origin=origin, confirmed=confirmed
+                    )
+                )
             except RuleError as exc:  # a hand-made "list more" post (offset): said, nothing lost
                 context["error"], status = exc.message, 422
         if status == 200 and "evaluation" in context:
@@ -434,6 +442,7 @@ def _tester_results(
     *,
     execute: bool,
     origin: dict[str, Any] | None = None,
+    confirmed: str = "",
 ) -> dict:
     draft = original_name = draft_note = None
     if "rule-name" in request.POST and not _is_blank_new_rule(request.POST):
@@ -442,17 +451,28 @@ def _tester_results(
             draft, original_name = edit.cleaned_data, request.POST.get("rule-original") or None
         else:
             draft_note = _("The rule you are editing has errors, so the tester uses its saved version.")
-    result = tester_evaluate(
-        rule_set=rule_set,
-        sample=tester.to_request(),
-        execute=execute,
-        draft=draft,
-        original_name=original_name,
-        pins=tester.cleaned_data.get("pinned") or [],
-        version=_served_version(rule_set, origin),
-        detail="all" if request.POST.get("show") == "all" else "summary",
-        offset=typed_count(request.POST.get("offset")),
-    )
+    arguments: dict[str, Any] = {
+        "rule_set": rule_set,
+        "sample": tester.to_request(),
+        "draft": draft,
+        "original_name": original_name,
+        "pins": tester.cleaned_data.get("pinned") or [],
+        "version": _served_version(rule_set, origin),
+        "detail": "all" if request.POST.get("show") == "all" else "summary",
+        "offset": typed_count(request.POST.get("offset")),
+    }
+    confirm = None
+    result = tester_evaluate(**arguments, execute=False)
+    if execute:
+        # Live tools may act on the world (page a doctor, refund an order): the page's Execute first
+        # names the calls it would make and runs them only once that exact list is confirmed.
+        calls = live_calls(result, arguments["pins"])
+        digest = live_calls_digest(calls)
+        if calls and confirmed != digest:
+            confirm = {"calls": calls, "token": f"1:{digest}"}
+        else:
+            result = tester_evaluate(**arguments, execute=True)
+    execute = execute and confirm is None
     if result.edited:
         draft_note = _("Includes your unsaved edit of this rule.")
     evaluation = result.evaluation
@@ -468,11 +488,12 @@ def _tester_results(
     backend = result.backend
     pins = tester.cleaned_data.get("pinned") or []
     return {
+        "confirm_execute": confirm,
+        "execute": execute,
         "evaluation": evaluation,
         "tested_version": result.version,
         "draft_differs": result.draft_differs,
         "outcome": evaluation.outcome,
-        "execute": execute,
         "draft_note": draft_note,
         "request_json": json.dumps(result.sample.to_json(), ensure_ascii=False),
         "rows": rows,
