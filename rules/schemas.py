@@ -155,7 +155,7 @@ class ProblemOut(Schema):
     level: str = Field(description="error (the pre-step will fail or the rule is dead) or warning.")
     code: str = Field(
         description="server_unknown, server_disabled, tools_unknown, tool_missing, params_mismatch, "
-        "unreachable or duplicate (docs/rulesets.md, Checks and tool drift)."
+        "unreachable, duplicate or datapart_number (docs/rulesets.md, Checks and tool drift)."
     )
     message: str
 
