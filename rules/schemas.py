@@ -214,7 +214,7 @@ class ContentOut(Schema):
     )
     document: ExportOut
     servers: dict[str, ContentServerOut] = Field(
-        description="The registered servers the rules name: what a dry run binds (docs/rules-as-code.md)."
+        description="Every registered server: what a dry run binds (docs/rules-as-code.md)."
     )
 
 

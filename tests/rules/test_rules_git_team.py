@@ -171,3 +171,42 @@ def test_a_push_from_a_branch_that_lacks_an_earlier_merge_is_refused(
     assert (
         "~ rule route_by_chatbot_id: when changed on the workbench since the pull" in capsys.readouterr().err
     )
+
+
+def test_a_rule_on_a_server_new_to_the_set_is_tested_locally_as_on_the_workbench(
+    live_server, demo_servers, make_user, monkeypatch, tmp_path, capsys
+) -> None:
+    """The pull carries every registered server's tools: a rule added in git on a server the set did
+    not use yet gets the workbench's answer from ``llamon rules test``, not a 'not loaded' failure."""
+    author = make_user("editor")
+    rule_set = build_rule_set(author, "support", SEED_RULES[:1])  # order-service only
+    monkeypatch.setenv("LLAMON_URL", live_server.url)
+    monkeypatch.setenv("LLAMON_TOKEN", token_create(actor=author, name="ci").secret)
+    tree = tmp_path / "support"
+    assert main(["rules", "pull", "support", str(tree)]) == 0
+    _write(
+        tree / "rules/020-route_faq.json",
+        {
+            "name": "route_faq",
+            "mcp_id": "knowledge-base",
+            "tool_name": "search_docs",
+            "when": '"faq" in query',
+            "params": '{"q": query}',
+        },
+    )
+    _write(
+        tree / "cases/faq.json",
+        {
+            "name": "faq",
+            "input": {"query": "faq please"},
+            "expected": {"must_fire": [{"tool_name": "search_docs", "params": {"q": "faq please"}}]},
+        },
+    )
+    _write(tree / "cases/order.json", {"name": "order", "input": {"query": "주문 조회"}, "expected": {}})
+    capsys.readouterr()
+    assert main(["rules", "test", str(tree)]) == 1  # "order" expects nothing, get_order fires
+    local = capsys.readouterr().out
+    assert "ok   faq" in local and "FAIL order" in local and "로드되지 않음" not in local
+    assert main(["rules", "push", str(tree)]) == 0
+    suite = cases.suite_run(rule_set=rule_set)
+    assert {r.case.name: r.result.passed for r in suite.results} == {"faq": True, "order": False}
