@@ -5,17 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import Http404, HttpRequest
-from ninja import Field, ModelSchema, Query, Router, Schema, Status
+from ninja import Field, ModelSchema, Query, Router, Status
 
 from accounts import token_services
 from accounts.api_auth import roles
 from accounts.models import ApiToken
-from core.api import DbId, error_responses, get_or_404
+from core.api import DbId, StrictIn, error_responses, get_or_404
 
 router = Router(tags=["tokens"])
 
 
-class TokenIn(Schema):
+class TokenIn(StrictIn):
     name: str = Field(max_length=100, examples=["ci-pipeline"])
     max_role: str = Field(
         "",
@@ -57,7 +57,7 @@ class TokenCreatedOut(TokenOut):
         return obj.secret  # type: ignore[attr-defined]
 
 
-class TokenFilterIn(Schema):
+class TokenFilterIn(StrictIn):
     all: bool = Field(False, description="Every user's tokens (admin).")
 
 

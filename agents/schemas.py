@@ -9,7 +9,7 @@ from pydantic import ConfigDict
 
 from agents.checks import agent_model_problem
 from agents.models import Agent, ModelConnection, Run, RunStep
-from core.api import DbId, PatchIn, Revision
+from core.api import DbId, PatchIn, Revision, StrictIn
 from core.userinput import FilterDateTime
 from llamon_agent.expr import MAX_QUERY_CHARS
 
@@ -21,7 +21,7 @@ Pattern = str  # one RE2 pattern per item (checked by agents.services when saved
 MAX_OFFSET = 10_000
 
 
-class AgentIn(Schema):
+class AgentIn(StrictIn):
     """An agent. ``rule_set`` is a rule set id; ``pinned_version`` a version *number* of that set;
     an openai-compatible model names ``model_connection`` (an id) and one of its models."""
 
@@ -142,7 +142,7 @@ class AgentOut(ModelSchema):
 ModelName = Field(min_length=1, max_length=200)
 
 
-class ModelConnectionIn(Schema):
+class ModelConnectionIn(StrictIn):
     """A model connection (admin): ``api_key_env`` is the NAME of an allowed variable; its value is
     sent to ``base_url`` only; agents use one of ``model_names``."""
 
@@ -190,8 +190,11 @@ class ModelConnectionOut(ModelSchema):
 # --- Runs ------------------------------------------------------------------------------------------
 
 
-class RunCreateIn(Schema):
+class RunCreateIn(StrictIn):
     """Start a run on a worker: the agent and a request, parsed as the run form parses it."""
+
+    # A run's page and GET /api/runs/{id} name them a2a_data and a2a_files.
+    FIELD_HINTS = {"a2a_data": "data", "a2a_files": "files"}
 
     agent: DbId
     query: str = Field("", max_length=MAX_QUERY_CHARS)
@@ -265,7 +268,7 @@ class RunOut(ModelSchema):
         return obj.replay_of_id
 
 
-class RunFilterIn(Schema):
+class RunFilterIn(StrictIn):
     """The run list's filters."""
 
     agent: DbId | None = None
@@ -352,14 +355,14 @@ class RunStepsOut(Schema):
 # --- Trace ingest ----------------------------------------------------------------------------------
 
 
-class IngestRequestIn(Schema):
+class IngestRequestIn(StrictIn):
     query: str = Field("", max_length=MAX_QUERY_CHARS)
     context: dict[str, Any] = Field(default_factory=dict)
     a2a_data: list[dict[str, Any]] | None = None
     a2a_files: list[dict[str, Any]] | None = None
 
 
-class TraceEventIn(Schema):
+class TraceEventIn(StrictIn):
     """One ``llamon_agent.trace.TraceEvent`` as ``to_json()`` writes it."""
 
     id: str = Field(min_length=1, max_length=64)
@@ -376,14 +379,14 @@ class TraceEventIn(Schema):
     meta: dict[str, Any] = Field(default_factory=dict)
 
 
-class RunFinishIn(Schema):
+class RunFinishIn(StrictIn):
     status: Literal["succeeded", "failed", "timed_out", "cancelled"]
     answer: str = Field("", max_length=200_000)
     error: str = Field("", max_length=10_000)
     error_kind: str = Field("", max_length=20)
 
 
-class IngestIn(Schema):
+class IngestIn(StrictIn):
     """A batch of trace events: without ``run_id`` it creates the run (``source``, ``request``)."""
 
     run_id: DbId | None = None
@@ -405,7 +408,7 @@ class IngestOut(Schema):
 # --- Staged rollout and shadow mode ------------------------------------------------------------------
 
 
-class RolloutIn(Schema):
+class RolloutIn(StrictIn):
     """Start or change a staged rollout: ``version`` is a version *number* of the agent's rule set."""
 
     version: DbId
@@ -432,14 +435,14 @@ class RolloutIn(Schema):
     message: str = Field("", max_length=500, description="With publish_draft: the new version's message")
 
 
-class ProtectionIn(Schema):
+class ProtectionIn(StrictIn):
     """Whether the agent is protected and how many approvals its changes need (admin)."""
 
     protected: bool
     approvals_required: int = Field(1, ge=1, le=10)
 
 
-class ReviewIn(Schema):
+class ReviewIn(StrictIn):
     comment: str = Field("", max_length=2000)
 
 
@@ -474,7 +477,7 @@ class ChangeRequestOut(Schema):
     reviews: list[ChangeReviewOut]
 
 
-class ChangeRequestFilterIn(Schema):
+class ChangeRequestFilterIn(StrictIn):
     agent: DbId | None = None
     state: Literal["pending", "applied", "rejected", "withdrawn"] | None = None
 
@@ -541,7 +544,7 @@ class RolloutOut(Schema):
     shadow_version: int | None
 
 
-class ShadowIn(Schema):
+class ShadowIn(StrictIn):
     """Name the version evaluated in shadow beside every run (a version number), or null to stop."""
 
     version: DbId | None = None

@@ -6,13 +6,17 @@ operation is ``accounts.api_auth``'s.
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable, Mapping
 from typing import Annotated, Any, ClassVar
 
 from django import forms
 from django.db.models import Model
 from django.http import Http404
+from django.utils.translation import gettext as _
 from ninja import Field, Schema
-from pydantic import BeforeValidator, ValidationInfo, field_validator
+from pydantic import BeforeValidator, ConfigDict, ValidationInfo, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 
 def _not_a_boolean(value: Any) -> Any:
@@ -28,7 +32,53 @@ DbId = Annotated[int, BeforeValidator(_not_a_boolean), Field(ge=1, le=2**63 - 1)
 Revision = Annotated[int, BeforeValidator(_not_a_boolean), Field(ge=0, le=2**63 - 1)]
 
 
-class PatchIn(Schema):
+def unknown_field_message(name: str, valid: Iterable[str], hints: Mapping[str, str] | None = None) -> str:
+    """The sentence for a field no operation reads: the field, and the closest valid one (difflib;
+    ``hints`` first: a name used elsewhere for the same thing, e.g. the tester's ``a2a_data``)."""
+    names = sorted(valid)
+    hints = hints or {}
+    close = [hints.get(c, c) for c in difflib.get_close_matches(name, [*names, *hints], n=1, cutoff=0.6)]
+    if close:
+        return _("Unknown field `%(name)s`; did you mean `%(close)s`?") % {"name": name, "close": close[0]}
+    if not names:
+        return _("Unknown field `%(name)s`; this takes no fields.") % {"name": name}
+    return _("Unknown field `%(name)s`; the fields are %(fields)s.") % {
+        "name": name,
+        "fields": ", ".join(f"`{n}`" for n in names),
+    }
+
+
+class StrictIn(Schema):
+    """The base of every input schema of the REST API and the MCP endpoint: a field it does not
+    declare is refused, naming it and the closest valid one, instead of being dropped in silence
+    (a misspelled ``a2a_dta`` lost every run's DataParts). ``llamon_web.api`` refuses to start when
+    an operation's body is not a StrictIn, so a new operation cannot forget it."""
+
+    # extra="forbid" also makes ninja's Schema validate the raw dict first (not its DjangoGetter),
+    # so the check below sees the keys as sent, and names the field before any other error.
+    model_config = ConfigDict(from_attributes=True, extra="forbid")
+    # Names used elsewhere for one of this schema's fields (e.g. what a GET answers), for the message.
+    FIELD_HINTS: ClassVar[dict[str, str]] = {}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_unknown_fields(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            valid = set(cls.model_fields) | {f.alias for f in cls.model_fields.values() if f.alias}
+            for key in data:
+                if key not in valid:
+                    raise PydanticCustomError(
+                        "unknown_field",
+                        "{message}",
+                        {
+                            "message": unknown_field_message(str(key), valid, cls.FIELD_HINTS),
+                            "field": str(key),
+                        },
+                    )
+        return data
+
+
+class PatchIn(StrictIn):
     """A partial change: an absent field keeps its value, and ``null`` is refused (a 422 naming the
     field) unless the field can be empty (``NULLABLE``): sent to a NOT NULL column it was a 500.
     Every PATCH schema of the REST API, and so every MCP tool that takes one, builds on this."""

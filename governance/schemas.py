@@ -7,10 +7,11 @@ from typing import Any
 
 from ninja import Field, Schema
 
+from core.api import StrictIn
 from governance.services import MAX_DAYS, MAX_FILTER_CHARS
 
 
-class ImpactIn(Schema):
+class ImpactIn(StrictIn):
     """What to replay: ``version`` is ``"draft"`` or a published version number; the filters narrow the runs."""
 
     version: str | int = Field("draft", description='"draft" or a version number of the rule set.')

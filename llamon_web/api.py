@@ -8,25 +8,29 @@ conflicting state), PermissionDenied 403, Http404 404, bad JSON 400 (core.userin
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, get_args
 
-from django.core.exceptions import PermissionDenied, SuspiciousOperation
+from django.core.exceptions import ImproperlyConfigured, PermissionDenied, SuspiciousOperation
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import InterfaceError, OperationalError
 from django.db.models import ProtectedError
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
+from django.utils.translation import gettext as _
 from django.views.defaults import page_not_found
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError
 from ninja.errors import ValidationError as NinjaValidationError
+from ninja.operation import Operation
+from pydantic import BaseModel
 
 from accounts.api import router as accounts_router
 from agents.api import router as agents_router
 from agents.errors import AgentConflictError, AgentError, BrokerUnavailableError, ChangeRequested
-from core.api import FormInvalid
+from core.api import FormInvalid, StrictIn
 from core.errors import DATABASE_UNAVAILABLE, DomainError, database_unavailable
 from core.userinput import StrictParser, UserInputError
 from governance.api import router as governance_router
+from llamon_agent.strictjson import JSONInputError, loads
 from rules.api import router as rules_router
 from rules.errors import StaleEditError
 from servers.api import router as servers_router
@@ -70,11 +74,19 @@ def _error(request: HttpRequest, status: int, detail: str, **extra: Any) -> Http
     return api.create_response(request, body, status=status)
 
 
+def _error_path(err: dict[str, Any]) -> list[Any]:
+    """Where an input error is, after its location (body, query, path); an unknown field names itself."""
+    path = list(err.get("loc", ())[1:])
+    if err.get("type") == "unknown_field":
+        path.append((err.get("ctx") or {}).get("field", ""))
+    return path
+
+
 @api.exception_handler(NinjaValidationError)
 def _invalid_input(request: HttpRequest, exc: NinjaValidationError) -> HttpResponse:
     errors = [
         {
-            "field": ".".join(str(p) for p in err.get("loc", ())[1:]) or None,
+            "field": ".".join(str(p) for p in _error_path(err)) or None,
             "location": str(err.get("loc", ("",))[0]),
             "message": str(err.get("msg", "")),
             "type": str(err.get("type", "")),
@@ -182,3 +194,81 @@ api.add_router("", servers_router)
 api.add_router("", rules_router)
 api.add_router("", agents_router)
 api.add_router("", governance_router)
+
+
+# --- Strict inputs: every operation refuses a field it does not read ------------------------------
+
+WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The pydantic models an annotation holds (``list[X] | None`` gives X)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in get_args(annotation) for m in _models_in(arg)]
+
+
+def _loose_schemas(model: type[BaseModel], seen: set[type[BaseModel]]) -> list[str]:
+    """The input models under ``model`` (itself included) that would drop an unknown field."""
+    if model in seen:
+        return []
+    seen.add(model)
+    found = [] if issubclass(model, StrictIn) else [model.__qualname__]
+    for field in model.model_fields.values():
+        for inner in _models_in(field.annotation):
+            found += _loose_schemas(inner, seen)
+    return found
+
+
+def _no_body_fields(operation: Operation) -> Any:
+    """An operation without a body refuses one with fields (it would ignore them in silence)."""
+    run = operation.run
+
+    def checked(request: HttpRequest, **kw: Any) -> HttpResponseBase:
+        if request.body:
+            try:
+                data = loads(request.body)
+            except JSONInputError:
+                data = None
+            if isinstance(data, dict) and data:
+                name = str(next(iter(data)))
+                detail = _("This operation takes no fields in its body; `%(name)s` is not read.") % {
+                    "name": name
+                }
+                return _error(request, 422, detail, field=name)
+        return run(request, **kw)
+
+    return checked
+
+
+def strict_inputs(ninja_api: NinjaAPI) -> None:
+    """Hold every operation to strict inputs: its body schemas are StrictIn all the way down (else
+    the API refuses to start: a new operation cannot forget it), and a write operation without a
+    body refuses one with fields."""
+    loose: list[str] = []
+    # The bound routers are what the URLs serve (ninja clones each mounted router's operations).
+    for router in ninja_api._get_bound_routers():
+        for path, view in router.path_operations.items():
+            for operation in view.operations:
+                bodies = [
+                    m
+                    for m in operation.models
+                    if getattr(m, "__ninja_param_source__", None) in ("body", "form")
+                ]
+                for model in bodies:
+                    for field in model.model_fields.values():
+                        loose += [
+                            f"{'/'.join(operation.methods)} {path}: {name}"
+                            for inner in _models_in(field.annotation)
+                            for name in _loose_schemas(inner, set())
+                        ]
+                if not bodies and WRITE_METHODS & set(operation.methods):
+                    operation.run = _no_body_fields(operation)  # type: ignore[method-assign]
+    if loose:
+        raise ImproperlyConfigured(
+            "API input schemas must derive from core.api.StrictIn (unknown fields are refused): "
+            + "; ".join(loose)
+        )
+
+
+strict_inputs(api)

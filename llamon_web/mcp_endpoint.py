@@ -47,7 +47,7 @@ from agents.schemas import (
     RunOut,
     RunStepOut,
 )
-from core.api import DbId, FormInvalid
+from core.api import DbId, FormInvalid, unknown_field_message
 from core.errors import DATABASE_UNAVAILABLE, database_unavailable
 from llamon_agent import strictjson
 from rules import api as rules_api
@@ -69,7 +69,23 @@ from servers import selectors as server_selectors
 PATH = "/api/mcp"
 Id = Annotated[DbId, Field(description="A database id.")]
 
-mcp = FastMCP(
+
+class StrictFastMCP(FastMCP):
+    """FastMCP refusing an argument a tool does not declare (it would drop it in silence), with the
+    REST API's sentence: the argument and the closest valid one. The tools' nested inputs are the
+    REST API's StrictIn schemas, which refuse unknown fields the same way."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> Any:
+        tool = self._tool_manager.get_tool(name)
+        if tool is not None and isinstance(arguments, dict):
+            valid = set((tool.parameters or {}).get("properties") or {})
+            for key in arguments:
+                if key not in valid:
+                    raise ToolError(unknown_field_message(str(key), valid) + f" (field: {key})")
+        return await super().call_tool(name, arguments)
+
+
+mcp = StrictFastMCP(
     "llamon-web",
     instructions=(
         "The llamon-web workbench: rule sets of deterministic pre-step rules (expressions, docs/expressions.md), "

@@ -12,12 +12,14 @@ import json
 from typing import Any
 
 from django.http import Http404, HttpRequest
+from django.utils.translation import gettext as _
 from ninja import Query, Router, Status
 
 from accounts.api_auth import require_api_role, roles
 from core.api import CHANGE_REQUESTED, DbId, FormInvalid, error_responses, get_or_404
 from core.userinput import db_id
-from rules import cases, engine, exporting, selectors, services
+from rules import cases, content, engine, exporting, selectors, services
+from rules.errors import RuleError
 from rules.forms import RuleForm, TesterForm
 from rules.models import Rule, RuleSet, RuleSetVersion, TestCase
 from rules.schemas import (
@@ -28,6 +30,7 @@ from rules.schemas import (
     CasePatchIn,
     ContentIn,
     ContentOut,
+    ContentSavedOut,
     DiffOut,
     EvaluateIn,
     EvaluateOut,
@@ -342,23 +345,34 @@ def export_rule_set(request: HttpRequest, rule_set_id: DbId) -> Any:
 )
 def get_rule_set_content(request: HttpRequest, rule_set_id: DbId) -> Any:
     """The draft and cases with the revision they are at and the servers' tool lists (``llamon rules pull``)."""
-    return exporting.rule_set_content(_rule_set(rule_set_id))
+    return content.rule_set_pull(_rule_set(rule_set_id))
 
 
 @router.put(
     "/rule-sets/{rule_set_id}/content",
-    response={200: RuleSetOut, **error_responses(404, 409)},
+    response={200: ContentSavedOut, **error_responses(404, 409)},
     auth=EDITOR,
     tags=SETS,
 )
 def put_rule_set_content(request: HttpRequest, rule_set_id: DbId, payload: ContentIn) -> Any:
     """Replace the draft's rules and the cases with a document, all or nothing (editor; ``llamon rules push``).
 
-    ``revision`` must be the set's current one (409 otherwise: it changed since the pull). Cases
-    the document does not name are deleted. The draft is edited; publishing stays its own step.
+    ``base`` is the content hash the document was pulled at: 409, with each change to resolve, only
+    when the set changed since then in a way the push would undo. Without it, ``revision`` must be
+    the set's current one. Cases the document does not name are deleted. The draft is edited;
+    publishing stays its own step.
     """
+    rule_set = _rule_set(rule_set_id)
+    if payload.base is not None:
+        saved, digest = content.rule_set_content_push(
+            actor=request.auth, rule_set=rule_set, data=payload.data, bases=[*payload.ancestors, payload.base]
+        )
+        saved.content_sha256 = digest
+        return saved
+    if payload.revision is None:
+        raise RuleError(_("Send base (the content_sha256 of the pull) or revision."), field="base")
     return exporting.rule_set_content_replace(
-        actor=request.auth, rule_set=_rule_set(rule_set_id), data=payload.data, revision=payload.revision
+        actor=request.auth, rule_set=rule_set, data=payload.data, revision=payload.revision
     )
 
 
@@ -481,6 +495,7 @@ def run_cases(request: HttpRequest, rule_set_id: DbId) -> Any:
                 "passed": r.result.passed,
                 "previous_passed": r.previous_passed,
                 "changed": r.changed,
+                "changes": r.changes,
                 "problems": r.result.problems,
                 "diff": r.result.diff,
             }

@@ -5,7 +5,12 @@ expected outcome (docs/rulesets.md, "Test cases"):
 
     {"must_fire": [{"mcp_id"?: str, "tool_name": str, "params"?: dict, "match": "exact" | "partial"}],
      "must_not_fire": [{"mcp_id"?: str, "tool_name": str}],
+     "other_calls": "forbid" | "allow",
      "error": str | null}
+
+A case asserts the whole outcome: with ``other_calls`` "forbid" (the default) a call it does not
+list fails it, so an empty expectation means "nothing fires"; "allow" and a ``must_fire`` entry
+without params (or with ``match`` "partial") are the looser modes, chosen on purpose.
 
 Cases always run as dry runs: nothing is called, so a suite can run after every rule save.
 The comparison (``case_compare``) is pure and works on the JSON of an evaluation, so the
@@ -76,6 +81,7 @@ EXPECTED_SCHEMA: dict[str, Any] = {
                 },
             },
         },
+        "other_calls": {"enum": list(agent_cases.OTHER_CALLS)},
         # minLength: an empty text is contained in every message, so it would check nothing.
         "error": {"type": ["string", "null"], "minLength": 1},
     },
@@ -111,6 +117,7 @@ def case_expected_clean(expected: Any) -> dict[str, Any]:
             {**item, "match": item.get("match", "exact")} for item in expected.get("must_fire", [])
         ],
         "must_not_fire": [dict(item) for item in expected.get("must_not_fire", [])],
+        "other_calls": expected.get("other_calls", agent_cases.OTHER_CALLS[0]),
         "error": expected.get("error"),
     }
     for item in clean["must_not_fire"]:
@@ -186,6 +193,8 @@ def _schema_reason(error: jsonschema.ValidationError) -> str:
     message = error.message
     if error.validator == "enum" and error.absolute_path and error.absolute_path[-1] == "match":
         message = f"match must be 'exact' or 'partial', not {error.instance!r}"
+    elif error.validator == "enum" and list(error.absolute_path) == ["other_calls"]:
+        message = f"other_calls must be 'forbid' or 'allow', not {error.instance!r}"
     elif error.validator == "minLength" and list(error.absolute_path) == ["error"]:
         message = "error must be a non-empty text (the message must contain it) or null"
     elif error.validator == "type" and isinstance(error.validator_value, str):
@@ -247,17 +256,95 @@ class _DryRunner:
         return evaluate(self.snapshot, case_request(case_input), servers=self.servers).answer()
 
 
+def _calls(outcome: Mapping[str, Any] | None) -> dict[tuple[str, str, str], Any]:
+    """The calls an outcome made, by (rule, server, tool), with their params."""
+    records = (outcome or {}).get("records") or []
+    return {
+        (r.get("rule", ""), r.get("mcp_id", ""), r.get("tool_name", "")): r.get("params")
+        for r in records
+        if isinstance(r, Mapping) and r.get("status") == "fired"
+    }
+
+
+def case_outcome_changes(previous: Mapping[str, Any] | None, current: Mapping[str, Any]) -> list[str]:
+    """What differs between a case's previous outcome and this one, call by call, with the rule that
+    made (or no longer makes) each call: the "which call and why" of a save that changed a case."""
+    if not isinstance(previous, Mapping):
+        return []
+    before, after = _calls(previous), _calls(current)
+    lines: list[str] = []
+    statuses = {r.get("rule"): r for r in current.get("records") or [] if isinstance(r, Mapping)}
+    for (rule, mcp_id, tool), params in after.items():
+        call = {"call": f"{tool} ({mcp_id})", "rule": rule}
+        if (rule, mcp_id, tool) not in before:
+            lines.append(
+                _("%(call)s now fires (rule %(rule)s, params %(params)s)")
+                % {**call, "params": json.dumps(params, ensure_ascii=False, sort_keys=True)[:300]}
+            )
+        elif before[(rule, mcp_id, tool)] != params:
+            lines.append(
+                _("%(call)s now fires with other params (rule %(rule)s): %(old)s → %(new)s")
+                % {
+                    **call,
+                    "old": json.dumps(before[(rule, mcp_id, tool)], ensure_ascii=False, sort_keys=True)[:300],
+                    "new": json.dumps(params, ensure_ascii=False, sort_keys=True)[:300],
+                }
+            )
+    for rule, mcp_id, tool in before:
+        if (rule, mcp_id, tool) in after:
+            continue
+        call = {"call": f"{tool} ({mcp_id})", "rule": rule}
+        record = statuses.get(rule)
+        if record is None:
+            lines.append(_("%(call)s no longer fires (rule %(rule)s did not fire)") % call)
+        elif record.get("status") == "error":
+            lines.append(
+                _("%(call)s no longer fires (rule %(rule)s failed: %(error)s)")
+                % {**call, "error": record.get("error")}
+            )
+        else:
+            lines.append(_("%(call)s no longer fires (rule %(rule)s was skipped)") % call)
+    old_error, new_error = previous.get("error"), current.get("error")
+    if new_error and new_error != old_error:
+        lines.append(_("the pre-step now fails: %(error)s") % {"error": new_error})
+    elif old_error and not new_error:
+        lines.append(_("the pre-step no longer fails"))
+    return lines
+
+
 @dataclass
 class SuiteCaseResult:
-    """One row of a suite run: the case, its result, and its pass/fail before this run."""
+    """One row of a suite run: the case, its result, and its pass/fail and outcome before this run."""
 
     case: TestCase
     result: CaseResult
     previous_passed: bool | None
+    previous_outcome: Mapping[str, Any] | None = None
+
+    @property
+    def changes(self) -> list[str]:
+        """Call by call, what this run does otherwise than the case's previous run (translated)."""
+        return case_outcome_changes(self.previous_outcome, self.result.outcome or {})
 
     @property
     def changed(self) -> bool:
-        return self.previous_passed is not None and self.previous_passed != self.result.passed
+        """Whether the case passes or fails otherwise, or makes other calls, than on its previous run."""
+        if self.previous_passed is None:
+            return False
+        return self.previous_passed != self.result.passed or bool(self.changes)
+
+    @property
+    def summary(self) -> str:
+        """One translated line: the case, whether it passes now, and each call that changed."""
+        if self.result.passed:
+            head = _("%(case)s now passes") if not self.previous_passed else _("%(case)s still passes")
+        else:
+            head = _("%(case)s now fails") if self.previous_passed else _("%(case)s still fails")
+        head %= {"case": self.case.name}
+        detail = self.changes
+        if not self.result.passed and self.result.problems:
+            detail = [*detail, *self.result.problems[:3]]
+        return f"{head}: {'; '.join(detail)}" if detail else head
 
 
 @dataclass
@@ -301,9 +388,14 @@ def suite_run(*, rule_set: RuleSet, snapshot: Sequence[Mapping[str, Any]] | None
     runner = _DryRunner(snapshot)
     suite = SuiteResult()
     for case in rule_set.cases.order_by("name", "id"):
-        previous = case.last_passed
+        previous, previous_outcome = case.last_passed, case.last_outcome
         suite.results.append(
-            SuiteCaseResult(case=case, result=_run_and_store(case, runner), previous_passed=previous)
+            SuiteCaseResult(
+                case=case,
+                result=_run_and_store(case, runner),
+                previous_passed=previous,
+                previous_outcome=previous_outcome,
+            )
         )
     return suite
 
@@ -312,7 +404,7 @@ def _run_and_store(case: TestCase, runner: _DryRunner) -> CaseResult:
     try:
         case_input = case_input_clean(case.input)
         outcome = runner.evaluate(case_input)
-        result = case_compare(case.expected, outcome)
+        result = case_compare(case.expectation, outcome)
     except RuleError as exc:
         # A case stored before a validation rule existed: report it as a failing case, not a crash.
         outcome = {"ok": False, "error": None, "records": []}
@@ -331,7 +423,76 @@ def _run_and_store(case: TestCase, runner: _DryRunner) -> CaseResult:
 
 
 def _case_snapshot(case: TestCase) -> dict[str, Any]:
-    return {"name": case.name, "input": case.input, "expected": case.expected, "pinned": case.pinned}
+    return {"name": case.name, "input": case.input, "expected": case.expectation, "pinned": case.pinned}
+
+
+def _split(expected: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """A clean expectation as stored: ``expected`` without ``other_calls``, which has its own column."""
+    rest = {k: v for k, v in expected.items() if k != "other_calls"}
+    return rest, expected["other_calls"]
+
+
+def case_expected_loosen(
+    expected: Mapping[str, Any], *, allow_other_calls: bool = False, ignore_params: bool = False
+) -> dict[str, Any]:
+    """The tester's proposal made looser on purpose: other calls may fire, and/or any params do."""
+    loose = dict(expected)
+    if allow_other_calls:
+        loose["other_calls"] = "allow"
+    if ignore_params:
+        loose["must_fire"] = [
+            {k: v for k, v in item.items() if k not in ("params", "match")}
+            for item in expected.get("must_fire") or []
+        ]
+    return loose
+
+
+def case_modes(case: TestCase) -> list[str]:
+    """How strict the case is, in words (shown on the case): its looser modes, or that it is exact."""
+    expected = case.expectation if isinstance(case.expected, dict) else {}
+    wants = expected.get("must_fire") or []
+    lines = []
+    if case.other_calls == "allow":
+        lines.append(_("Other calls may fire too (checks only the calls listed)."))
+    elif not wants and not expected.get("error"):
+        lines.append(_("Nothing may fire."))
+    else:
+        lines.append(_("No other call may fire."))
+    if any(isinstance(w, dict) and "params" not in w for w in wants):
+        lines.append(_("Params are ignored for some calls."))
+    if any(isinstance(w, dict) and w.get("match") == "partial" for w in wants):
+        lines.append(_("Params are matched partially for some calls."))
+    return lines
+
+
+def case_notice_text(case: TestCase) -> str:
+    """The note an upgrade left on a case, in the reader's language ("" when none)."""
+    notice = case.notice if isinstance(case.notice, dict) else None
+    if not notice:
+        return ""
+    code = notice.get("code")
+    if code == "migrated_allow":
+        return _(
+            "Upgraded: cases now assert the whole outcome, but when this case last ran other calls "
+            "fired too (%(calls)s), so it keeps allowing other calls. List them, or make it strict "
+            "by saving it again from the tester."
+        ) % {"calls": ", ".join(map(str, notice.get("calls") or []))}
+    if code == "migrated_forbid" and notice.get("empty"):
+        return _(
+            "Upgraded: this case expected nothing in particular and so asserted nothing; it now "
+            "asserts that nothing fires, as its last run did."
+        )
+    if code == "migrated_forbid":
+        return _(
+            "Upgraded: this case now also asserts that no call other than those listed fires, as "
+            "on its last run."
+        )
+    if code == "migrated_forbid_unrun":
+        return _(
+            "Upgraded: this case never ran; it now asserts that no call other than those listed "
+            "fires. Run the suite to check it."
+        )
+    return ""
 
 
 def _pins_clean(pinned: Any) -> list[dict[str, Any]]:
@@ -371,11 +532,13 @@ def case_create(
 ) -> TestCase:
     """Add a test case to ``rule_set`` after validating its name, input, expected outcome and pins; audited."""
     name = _clean_name(name, rule_set=rule_set)
+    expected, other_calls = _split(case_expected_clean(expected))
     case = TestCase.objects.create(
         rule_set=rule_set,
         name=name,
         input=case_input_clean(input),
-        expected=case_expected_clean(expected),
+        expected=expected,
+        other_calls=other_calls,
         pinned=_pins_clean(pinned),
         created_by=actor if getattr(actor, "is_authenticated", False) else None,
     )
@@ -401,7 +564,7 @@ def case_update(
     if input is not None:
         current.input = case_input_clean(input)
     if expected is not None:
-        current.expected = case_expected_clean(expected)
+        current.expected, current.other_calls = _split(case_expected_clean(expected))
     if pinned is not None:
         current.pinned = _pins_clean(pinned)
     after = _case_snapshot(current)
@@ -411,6 +574,7 @@ def case_update(
         # The last result answered another question: forget it so the next suite run
         # does not report this case as "changed outcome" because of the edit itself.
         current.last_outcome = current.last_passed = current.last_run_at = None
+        current.notice = None  # its owner edited it: the upgrade's note is read
     current.save()
     audit_record(actor=actor, action="case.update", obj=current, before=before, after=after)
     return current

@@ -20,6 +20,7 @@ from typing import Any
 
 from llamon_agent.mcp.schemas import schema_errors
 from llamon_agent.prestep import MCP_NOT_LOADED
+from rules.type_checks import datapart_number_warnings
 from servers.models import McpServer
 
 
@@ -176,6 +177,7 @@ def rule_set_problems(
             stop_conditions.setdefault(when, rule["name"])
             if when == _normal("True"):
                 stop_conditions.setdefault("always", rule["name"])
+        found += [Problem("warning", "datapart_number", m) for m in datapart_number_warnings(rule)]
         if found:
             problems[rule["name"]] = found
     return problems

@@ -82,7 +82,7 @@ def rule_set_export_json(rule_set: RuleSet) -> dict[str, Any]:
         "rules": rule_set_snapshot(rule_set),
         "cases": [
             # "pinned" only when the case has pins: a file without them stays what it was.
-            {"name": case.name, "input": case.input, "expected": case.expected}
+            {"name": case.name, "input": case.input, "expected": case.expectation}
             | ({"pinned": case.pinned} if case.pinned else {})
             for case in rule_set.cases.order_by("name", "id")
         ],
@@ -92,14 +92,15 @@ def rule_set_export_json(rule_set: RuleSet) -> dict[str, Any]:
 def rule_set_content(rule_set: RuleSet) -> dict[str, Any]:
     """What ``llamon rules pull`` writes: the export, the revision it is at, and its servers' tool lists.
 
-    The servers are those the rules name that are registered: ``enabled`` and the tools (name,
-    description, input schema) that a dry run binds, so the set's cases run with the engine alone.
+    The servers are every registered one (not only those the rules name now): ``enabled`` and the
+    tools (name, description, input schema) that a dry run binds, so the set's cases run with the
+    engine alone and give the workbench's answer also after a rule on a server the set did not use
+    before is added in git.
     """
     with transaction.atomic():  # the revision and the document read together
         current = RuleSet.objects.get(pk=rule_set.pk)
         document = rule_set_export_json(current)
         published_as = draft_state(rule_set=current).published_as
-        ids = sorted({rule["mcp_id"] for rule in document["rules"]})
         servers = {
             server.mcp_id: {
                 "enabled": server.enabled,
@@ -112,7 +113,7 @@ def rule_set_content(rule_set: RuleSet) -> dict[str, Any]:
                     for tool in server.tools
                 ],
             }
-            for server in McpServer.objects.filter(mcp_id__in=ids).order_by("mcp_id")
+            for server in McpServer.objects.order_by("mcp_id")
         }
     return {
         "rule_set": current.pk,

@@ -11,6 +11,8 @@ expression, an unknown tool); Python's syntax-error details go through core.libr
 
 from __future__ import annotations
 
+import re
+
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
@@ -165,10 +167,34 @@ def expr_reason(exc: ExprError) -> str:
     params = exc.params
     if exc.msg_id == "expr.syntax" and isinstance(params.get("detail"), str):
         params = {**params, "detail": syntax_detail(params["detail"])}  # Python's own words
+    if exc.msg_id == "run.wrong_type":
+        compared = _COMPARE.fullmatch(str(params.get("detail", "")))
+        if compared:  # Python's half-English "'<' not supported between instances of 'str' and 'int'"
+            op, left, right = compared.groups()
+            return gettext(
+                "cannot compare %(left)s with %(right)s using %(op)s; a DataPart value may arrive as "
+                'text (such as "86"): convert it with float(...)'
+            ) % {"left": _type_name(left), "right": _type_name(right), "op": op}
     try:
         return str(template) % params
     except (KeyError, ValueError, TypeError):  # a translation that lost a parameter: the English
         return exc.reason
+
+
+_COMPARE = re.compile(r"'([<>]=?)' not supported between instances of '(\w+)' and '(\w+)'")
+
+
+def _type_name(python: str) -> str:
+    names = {
+        "str": _("a text"),
+        "int": _("a number"),
+        "float": _("a number"),
+        "NoneType": _("None (a missing value)"),
+        "list": _("a list"),
+        "dict": _("an object"),
+        "bool": _("true/false"),
+    }
+    return str(names.get(python, python))
 
 
 def engine_text(reason: str) -> str:

@@ -95,6 +95,14 @@ class TestCase(models.Model):
     name = models.CharField(max_length=200)
     input = OrderedJSONField(help_text="{query, context, a2a_data, a2a_files}")
     expected = OrderedJSONField(help_text="{must_fire: [...], must_not_fire: [...], error: str | null}")
+    # Whether calls the case does not list may fire ("allow", a looser mode chosen on purpose) or not
+    # ("forbid": the case asserts the whole outcome). A column of its own rather than a key of
+    # ``expected``: the release before it refuses unknown keys there, and reads this table during
+    # an upgrade. The database's default keeps that release's inserts working.
+    other_calls = models.CharField(max_length=10, default="forbid", db_default="forbid")
+    # Why the case changed without its owner editing it (a data migration), shown on the cases page
+    # until the case is edited: {"code": ..., "calls": [...]} (rules.cases.case_notice_text).
+    notice = OrderedJSONField(null=True, blank=True, default=None)
     # Recorded tool outputs the tester's Execute reuses when the case is opened (rules.pins); a
     # suite run is a dry run and never uses them.
     pinned = OrderedJSONField(default=list, blank=True, help_text="[{mcp_id, tool_name, params?, output}]")
@@ -112,6 +120,13 @@ class TestCase(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def expectation(self) -> dict:
+        """The whole expected outcome, as the API, the exports and the comparison take it."""
+        if not isinstance(self.expected, dict):
+            return self.expected  # stored before validation existed: the runner reports it as invalid
+        return {**self.expected, "other_calls": self.other_calls}
 
 
 class TesterInput(models.Model):
@@ -149,3 +164,24 @@ class TesterInput(models.Model):
             if text and text != "{}":
                 return text
         return ""
+
+
+class RuleSetContent(models.Model):
+    """A content of a rule set (draft rules, cases, description) by its SHA-256, as ``llamon rules
+    pull`` or ``push`` saw it: the base a push from git is checked against (rules.content).
+
+    Recorded once per distinct content of a set; the newest ``rules.content.CONTENTS_KEPT`` are kept.
+    """
+
+    rule_set = models.ForeignKey(RuleSet, on_delete=models.CASCADE, related_name="+")
+    content_hash = models.CharField(max_length=64)
+    document = OrderedJSONField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["rule_set", "content_hash"], name="rule_set_content_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.rule_set_id}:{self.content_hash[:12]}"

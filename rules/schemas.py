@@ -2,21 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from ninja import Field, ModelSchema, Schema
 
-from core.api import DbId, PatchIn, Revision
+from core.api import DbId, PatchIn, Revision, StrictIn
 from core.models import AuditEvent
 from core.userinput import FilterDateTime
 from llamon_agent.expr import MAX_QUERY_CHARS
+from rules.cases import case_modes, case_notice_text
 from rules.engine import QUIET_PAGE, QUIET_SHOWN
 from rules.models import Rule, RuleSet, RuleSetVersion, TestCase
 
 # --- MCP servers ----------------------------------------------------------------------------------
 
 
-class RuleSetIn(Schema):
+class RuleSetIn(StrictIn):
     name: str = Field(max_length=100)
     description: str = Field("", max_length=10_000)
 
@@ -48,7 +49,7 @@ class RuleSetOut(ModelSchema):
         return latest.number if latest else None
 
 
-class RuleIn(Schema):
+class RuleIn(StrictIn):
     """A rule: ``when`` and ``params`` are expressions (docs/expressions.md)."""
 
     name: str = Field(max_length=100)
@@ -94,14 +95,14 @@ class RuleOut(ModelSchema):
         ]
 
 
-class ReorderIn(Schema):
+class ReorderIn(StrictIn):
     order: list[int] = Field(
         max_length=10_000, description="Every rule id of the set, each once, in the new order."
     )
     revision: Revision | None = None
 
 
-class PublishIn(Schema):
+class PublishIn(StrictIn):
     message: str = Field("", max_length=500)
     revision: Revision | None = None
     reason: str = Field(
@@ -109,7 +110,7 @@ class PublishIn(Schema):
     )
 
 
-class RestoreIn(Schema):
+class RestoreIn(StrictIn):
     revision: Revision | None = None
 
 
@@ -154,7 +155,7 @@ class ProblemOut(Schema):
     level: str = Field(description="error (the pre-step will fail or the rule is dead) or warning.")
     code: str = Field(
         description="server_unknown, server_disabled, tools_unknown, tool_missing, params_mismatch, "
-        "unreachable or duplicate (docs/rulesets.md, Checks and tool drift)."
+        "unreachable, duplicate or datapart_number (docs/rulesets.md, Checks and tool drift)."
     )
     message: str
 
@@ -208,19 +209,40 @@ class ContentOut(Schema):
     published_as: int | None = Field(
         description="The latest version's number when the draft has its content (nothing to publish), else null."
     )
+    content_sha256: str = Field(
+        description="SHA-256 of the content (rules in order, cases, description): the push's base."
+    )
     document: ExportOut
     servers: dict[str, ContentServerOut] = Field(
-        description="The registered servers the rules name: what a dry run binds (docs/rules-as-code.md)."
+        description="Every registered server: what a dry run binds (docs/rules-as-code.md)."
     )
 
 
-class ContentIn(Schema):
+class ContentIn(StrictIn):
     data: dict[str, Any] = Field(
         description="The whole set as a llamon-ruleset/1 document (rules and cases)."
     )
-    revision: Revision = Field(
-        description="The rule set revision the document was pulled at; a stale one is refused with 409."
+    base: str | None = Field(
+        None,
+        pattern=r"^[0-9a-f]{64}$",
+        description="The content_sha256 the document was pulled at (ruleset.json's): refused with 409 only "
+        "when the set changed since that content in a way the push would undo (docs/rules-as-code.md).",
     )
+    ancestors: list[Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]] = Field(
+        [],
+        max_length=50,
+        description="Content hashes the directory went through before (its git history), newest first: "
+        "the first one the workbench knows is the base, else `base`.",
+    )
+    revision: Revision | None = Field(
+        None,
+        description="Without base (a directory pulled before content hashes): the rule set revision it was "
+        "pulled at; a stale one is refused with 409.",
+    )
+
+
+class ContentSavedOut(RuleSetOut):
+    content_sha256: str | None = Field(None, description="The new content's hash: the next push's base.")
 
 
 class ToolsPyOut(Schema):
@@ -228,14 +250,14 @@ class ToolsPyOut(Schema):
     source: str
 
 
-class ImportIn(Schema):
+class ImportIn(StrictIn):
     data: dict[str, Any] = Field(description="An exported llamon-ruleset/1 document.")
     name: str | None = Field(None, max_length=100, description="A new set's name (default: the file's).")
     replace: DbId | None = Field(None, description="Replace the draft rules of this rule set id instead.")
     revision: Revision | None = None
 
 
-class ImportToolsIn(Schema):
+class ImportToolsIn(StrictIn):
     source: str = Field(description="The text of an app/tools.py (parsed, never run; at most 1 MiB).")
     filename: str = Field("app/tools.py", max_length=200, description="Named in the untranslatable list.")
     confirm: bool = Field(
@@ -290,8 +312,11 @@ class ImportToolsOut(Schema):
 # --- Evaluate --------------------------------------------------------------------------------------
 
 
-class EvaluateIn(Schema):
+class EvaluateIn(StrictIn):
     """A sample request, parsed exactly as the live tester parses it."""
+
+    # The answer's ``request`` (and a run's input) names them a2a_data and a2a_files.
+    FIELD_HINTS = {"a2a_data": "data", "a2a_files": "files"}
 
     query: str = Field("", max_length=MAX_QUERY_CHARS)
     context: dict[str, Any] | None = None
@@ -369,7 +394,7 @@ class EvaluateOut(Schema):
 # --- Test cases ------------------------------------------------------------------------------------
 
 
-class CaseIn(Schema):
+class CaseIn(StrictIn):
     name: str = Field(max_length=200)
     input: dict[str, Any] = Field(description="{query, context, a2a_data, a2a_files}")
     expected: dict[str, Any] = Field(
@@ -385,12 +410,28 @@ class CasePatchIn(PatchIn):
 
 class CaseOut(ModelSchema):
     input: dict[str, Any]
-    expected: dict[str, Any]
+    expected: dict[str, Any] = Field(
+        description="The whole expected outcome, other_calls included (forbid: nothing else may fire)."
+    )
+    modes: list[str] = Field(description="How strict the case is, in words (the request's language).")
+    notice: str = Field(description="What an upgrade changed in the case, until it is edited (or empty).")
     last_outcome: dict[str, Any] | None
 
     class Meta:
         model = TestCase
         fields = ["id", "name", "last_passed", "last_run_at", "created_at"]
+
+    @staticmethod
+    def resolve_expected(obj: TestCase) -> Any:
+        return obj.expectation
+
+    @staticmethod
+    def resolve_modes(obj: TestCase) -> list[str]:
+        return case_modes(obj)
+
+    @staticmethod
+    def resolve_notice(obj: TestCase) -> str:
+        return case_notice_text(obj)
 
 
 class CaseResultOut(Schema):
@@ -399,6 +440,9 @@ class CaseResultOut(Schema):
     passed: bool
     previous_passed: bool | None
     changed: bool
+    changes: list[str] = Field(
+        description="Call by call, what this run does otherwise than the case's previous run, and the rule why."
+    )
     problems: list[str]
     diff: list[dict[str, Any]]
 
@@ -428,7 +472,7 @@ class AuditPageOut(Schema):
     items: list[AuditEventOut]
 
 
-class AuditFilterIn(Schema):
+class AuditFilterIn(StrictIn):
     # As long as the columns (a longer text matches nothing): the audit page's form says the same.
     actor: str = Field("", max_length=AuditEvent._meta.get_field("actor_name").max_length)
     object_type: str = Field("", max_length=AuditEvent._meta.get_field("object_type").max_length)

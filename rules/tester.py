@@ -28,7 +28,7 @@ from rules import engine
 from rules.cases import case_expected_from_outcome
 from rules.errors import RuleError
 from rules.models import RuleSet, RuleSetVersion, TesterInput
-from rules.pins import PinnedToolBackend
+from rules.pins import PinnedToolBackend, pin_for
 
 TESTER_FIELDS = ("query", "context", "data", "files", "pinned")
 # What one rule set's remembered inputs may weigh in the session (the form's own caps are a bit
@@ -135,6 +135,22 @@ def tester_evaluate(
         detail=detail,
         offset=offset,
     )
+
+
+def live_calls(result: TesterResult, pins: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The calls an Execute of this (dry-run) result would make for real: those no pin answers."""
+    return [
+        {"mcp_id": rec.mcp_id, "tool_name": rec.tool_name, "params": rec.params}
+        for rec in result.evaluation.outcome.records
+        if rec.status is RuleStatus.FIRED
+        and pin_for(list(pins), rec.mcp_id or "", rec.tool_name or "", rec.params or {}) is None
+    ]
+
+
+def live_calls_digest(calls: Sequence[Mapping[str, Any]]) -> str:
+    """What a confirmation of Execute confirms: exactly these calls (another input asks again)."""
+    text = json.dumps(list(calls), ensure_ascii=False, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
 
 
 def _decision(record: RuleRecord | None) -> dict[str, Any] | None:

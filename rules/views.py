@@ -29,6 +29,8 @@ from rules.forms import AuditFilterForm, PublishForm, RuleForm, RuleSetForm, Tes
 from rules.models import Rule, RuleSet, RuleSetVersion, TestCase
 from rules.tester import (
     TESTER_FIELDS,
+    live_calls,
+    live_calls_digest,
     tester_evaluate,
     tester_inputs_load,
     tester_inputs_put,
@@ -215,9 +217,8 @@ def _report_suite_changes(request: HttpRequest, rule_set: RuleSet) -> None:
 
     suite = suite_run(rule_set=rule_set)
     if suite.changed:
-        names = ", ".join(
-            f"{r.case.name} now {'passes' if r.result.passed else 'fails'}" for r in suite.changed
-        )
+        # Which case, which call, and why (the rule), one case a line.
+        names = " · ".join(r.summary for r in suite.changed)
         messages.warning(request, _("Test cases that changed outcome: %(names)s.") % {"names": names})
     else:
         messages.info(
@@ -375,7 +376,9 @@ def rule_set_test(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     JavaScript) gets the whole editor back, with the inputs kept and the results in place.
     """
     rule_set = get_object_or_404(RuleSet, pk=pk)
-    execute = request.POST.get("execute") == "1"
+    # "1" asks to execute; "1:<digest>" confirms the calls a first ask listed (live_calls_digest).
+    asked, _sep, confirmed = request.POST.get("execute", "").partition(":")
+    execute = asked == "1"
     tester = TesterForm(request.POST, prefix="t")
     tester_inputs_store(request.session, rule_set.pk, request.POST)
     case = _tester_case(rule_set, request.POST.get("case"))
@@ -399,7 +402,11 @@ def rule_set_test(request: HtmxHttpRequest, pk: int) -> HttpResponse:
             status = 422
         else:
             try:
-                context.update(_tester_results(request, rule_set, tester, execute=execute, origin=origin))
+                context.update(
+                    _tester_results(
+                        request, rule_set, tester, execute=execute, origin=origin, confirmed=confirmed
+                    )
+                )
             except RuleError as exc:  # a hand-made "list more" post (offset): said, nothing lost
                 context["error"], status = exc.message, 422
         if status == 200 and "evaluation" in context:
@@ -435,6 +442,7 @@ def _tester_results(
     *,
     execute: bool,
     origin: dict[str, Any] | None = None,
+    confirmed: str = "",
 ) -> dict:
     draft = original_name = draft_note = None
     if "rule-name" in request.POST and not _is_blank_new_rule(request.POST):
@@ -443,17 +451,28 @@ def _tester_results(
             draft, original_name = edit.cleaned_data, request.POST.get("rule-original") or None
         else:
             draft_note = _("The rule you are editing has errors, so the tester uses its saved version.")
-    result = tester_evaluate(
-        rule_set=rule_set,
-        sample=tester.to_request(),
-        execute=execute,
-        draft=draft,
-        original_name=original_name,
-        pins=tester.cleaned_data.get("pinned") or [],
-        version=_served_version(rule_set, origin),
-        detail="all" if request.POST.get("show") == "all" else "summary",
-        offset=typed_count(request.POST.get("offset")),
-    )
+    arguments: dict[str, Any] = {
+        "rule_set": rule_set,
+        "sample": tester.to_request(),
+        "draft": draft,
+        "original_name": original_name,
+        "pins": tester.cleaned_data.get("pinned") or [],
+        "version": _served_version(rule_set, origin),
+        "detail": "all" if request.POST.get("show") == "all" else "summary",
+        "offset": typed_count(request.POST.get("offset")),
+    }
+    confirm = None
+    result = tester_evaluate(**arguments, execute=False)
+    if execute:
+        # Live tools may act on the world (page a doctor, refund an order): the page's Execute first
+        # names the calls it would make and runs them only once that exact list is confirmed.
+        calls = live_calls(result, arguments["pins"])
+        digest = live_calls_digest(calls)
+        if calls and confirmed != digest:
+            confirm = {"calls": calls, "token": f"1:{digest}"}
+        else:
+            result = tester_evaluate(**arguments, execute=True)
+    execute = execute and confirm is None
     if result.edited:
         draft_note = _("Includes your unsaved edit of this rule.")
     evaluation = result.evaluation
@@ -469,16 +488,18 @@ def _tester_results(
     backend = result.backend
     pins = tester.cleaned_data.get("pinned") or []
     return {
+        "confirm_execute": confirm,
+        "execute": execute,
         "evaluation": evaluation,
         "tested_version": result.version,
         "draft_differs": result.draft_differs,
         "outcome": evaluation.outcome,
-        "execute": execute,
         "draft_note": draft_note,
         "request_json": json.dumps(result.sample.to_json(), ensure_ascii=False),
         "rows": rows,
         "shown": shown,
         "expected_json": json.dumps(result.expected, ensure_ascii=False),
+        "expected": result.expected,
         "can_edit": has_role(request.user, "editor"),
         "pinned_rules": {
             rec.rule for rec in shown.records if rec.status is RuleStatus.FIRED and result.was_pinned(rec)
@@ -622,7 +643,10 @@ def case_list(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         "rules/case_list.html",
         {
             "rule_set": rule_set,
-            "cases": rule_set.cases.order_by("name"),
+            "cases": [
+                (case, cases.case_modes(case), cases.case_notice_text(case))
+                for case in rule_set.cases.order_by("name")
+            ],
             "suite": suite,
             "can_edit": has_role(request.user, "editor"),
         },
@@ -643,7 +667,7 @@ def case_create(request: HtmxHttpRequest, pk: int) -> HttpResponse:
             rule_set=rule_set,
             name=request.POST.get("name", ""),
             input=_json_post(request, "input"),
-            expected=_json_post(request, "expected"),
+            expected=_expected_post(request),
             pinned=_json_post(request, "pinned"),
         )
     except RuleError as exc:
@@ -664,7 +688,8 @@ def _case_saved(
 ) -> HttpResponse:
     """How a save from the tester is answered: in place for htmx, a message and a redirect otherwise."""
     if request.htmx:
-        context = {"rule_set": rule_set, "case": case, "updated": updated, "error": error}
+        modes = cases.case_modes(case) if case is not None and not error else []
+        context = {"rule_set": rule_set, "case": case, "updated": updated, "error": error, "modes": modes}
         return render(request, "rules/_case_saved.html", context, status=422 if error else 200)
     if error:
         messages.error(request, _("The case was not saved: %(message)s") % {"message": error})
@@ -687,7 +712,7 @@ def case_update(request: HtmxHttpRequest, pk: int, case_pk: int) -> HttpResponse
             actor=request.user,
             case=case,
             input=_json_post(request, "input"),
-            expected=_json_post(request, "expected"),
+            expected=_expected_post(request),
             pinned=_json_post(request, "pinned") or [],
         )
     except RuleError as exc:
@@ -703,6 +728,18 @@ def case_delete(request: HtmxHttpRequest, pk: int, case_pk: int) -> HttpResponse
     cases.case_delete(actor=request.user, case=case)
     messages.success(request, _("Deleted test case %(name)r.") % {"name": case.name})
     return redirect("rules:cases", pk=pk)
+
+
+def _expected_post(request: HttpRequest) -> object:
+    """The tester's proposed outcome, made looser only where the user ticked a looser mode."""
+    expected = _json_post(request, "expected")
+    if not isinstance(expected, dict):
+        return expected  # the service refuses it with its message
+    return cases.case_expected_loosen(
+        expected,
+        allow_other_calls=request.POST.get("allow_other_calls") == "1",
+        ignore_params=request.POST.get("ignore_params") == "1",
+    )
 
 
 def _json_post(request: HttpRequest, field: str) -> object:

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from ninja import Field, ModelSchema, Schema
 
-from core.api import PatchIn
+from core.api import PatchIn, StrictIn
 from servers.models import McpServer
 from servers.selectors import command_line
 
@@ -19,7 +19,7 @@ class ToolOut(Schema):
     input_schema: dict[str, Any] = Field(default_factory=dict)
 
 
-class McpServerIn(Schema):
+class McpServerIn(StrictIn):
     """A server to register. stdio: ``command`` + ``args`` (no shell); http: ``url``. Names, never values."""
 
     mcp_id: str = Field(max_length=64, examples=["order-service"])
@@ -96,7 +96,7 @@ class ToolsDiffOut(Schema):
     tools: list[ToolOut]
 
 
-class ToolCallIn(Schema):
+class ToolCallIn(StrictIn):
     tool: str = Field(max_length=200)
     arguments: dict[str, Any] = Field(default_factory=dict)
 

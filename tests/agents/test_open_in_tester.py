@@ -13,6 +13,7 @@ from agents.models import Agent, Run, RunStep
 from agents.privacy import privacy_get
 from rules import services as rule_services
 from servers.models import McpServer
+from tests.support.tester import execute_confirmed
 
 pytestmark = pytest.mark.django_db
 HX = {"HTTP_HX_REQUEST": "true"}
@@ -107,9 +108,10 @@ def test_with_outputs_the_recorded_calls_become_pins_and_execute_uses_them(edito
             }
         ]
     )
-    response = editor_client.post(
+    response = execute_confirmed(
+        editor_client,
         reverse("rules:test", args=[run.agent.rule_set.pk]),
-        {"t-query": "주문 A-1001", "t-context": '{"userId": "C-1"}', "t-pinned": pinned, "execute": "1"},
+        {"t-query": "주문 A-1001", "t-context": '{"userId": "C-1"}', "t-pinned": pinned},
         **HX,
     )
     text = html_lib.unescape(response.content.decode())

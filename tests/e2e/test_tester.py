@@ -33,6 +33,7 @@ def test_a_newcomer_types_a_query_in_a_fresh_editor_and_sees_results(page, logge
     page.locator("#tester-outcome[data-mode='dry-run']").wait_for()
     _stays_on(page, editor_url)
     page.click("#tester-execute")
+    page.click("#execute-confirm-yes")  # Execute names the live calls first; confirmed here
     page.locator("#tester-outcome[data-mode='execute']").wait_for()
     assert "Executed: " in page.locator("#tester-outcome").inner_text()
     _stays_on(page, editor_url)
@@ -87,6 +88,7 @@ def test_a_case_saved_after_a_failed_execute_expects_the_call(page, logged_in, m
     page.fill("#id_t-query", "조회해줘")
     page.locator("#tester-table tr[data-rule='route_lookup'] .status-fired").wait_for()
     page.click("#tester-execute")
+    page.click("#execute-confirm-yes")
     page.locator("#tester-outcome[data-mode='execute'][data-ok='false']").wait_for()
     page.fill("#save-case-form input[name=name]", "조회 after execute")
     page.click("#save-case-form button")

@@ -42,7 +42,7 @@ def test_exact_params_pass_when_equal(demo_rule_set) -> None:
     result = case_compare(expected, _outcome(demo_rule_set, ORDER_QUERY))
     assert result.passed, result.problems
     assert result.problems == []
-    assert [row["check"] for row in result.diff] == ["must_fire", "error"]
+    assert [row["check"] for row in result.diff] == ["must_fire", "other_calls", "error"]
     assert result.diff[0]["ok"] and result.diff[0]["actual"]["rule"] == "route_order_lookup"
 
 
@@ -138,7 +138,9 @@ def test_the_server_is_checked_when_given(demo_rule_set) -> None:
     assert case_compare(
         {"must_fire": [{"mcp_id": "order-service", "tool_name": "get_order"}]}, outcome
     ).passed
-    result = case_compare({"must_fire": [{"mcp_id": "other-orders", "tool_name": "get_order"}]}, outcome)
+    result = case_compare(
+        {"must_fire": [{"mcp_id": "other-orders", "tool_name": "get_order"}], "other_calls": "allow"}, outcome
+    )
     assert result.problems == [
         "get_order on other-orders should have fired but did not (it fired on order-service instead)"
     ]
@@ -161,9 +163,13 @@ def test_must_not_fire(demo_rule_set) -> None:
     outcome = _outcome(
         demo_rule_set, "주문 조회 환불", context={"userId": "u-1"}
     )  # the stop rule ends it before search
-    assert case_compare({"must_not_fire": [{"tool_name": "search_docs"}]}, outcome).passed
+    allow = {"other_calls": "allow"}  # must_not_fire alone: the looser mode, on purpose
+    assert case_compare({"must_not_fire": [{"tool_name": "search_docs"}], **allow}, outcome).passed
     result = case_compare(
-        {"must_not_fire": [{"tool_name": "list_orders"}, {"mcp_id": "crm", "tool_name": "get_order"}]},
+        {
+            "must_not_fire": [{"tool_name": "list_orders"}, {"mcp_id": "crm", "tool_name": "get_order"}],
+            **allow,
+        },
         outcome,
     )
     assert result.problems == [
@@ -233,6 +239,7 @@ def test_the_proposed_expectation_is_what_fired_now_with_exact_params(demo_rule_
             },
         ],
         "must_not_fire": [],
+        "other_calls": "forbid",
         "error": None,
     }
     assert case_expected_clean(proposed) == proposed
@@ -241,6 +248,7 @@ def test_the_proposed_expectation_is_what_fired_now_with_exact_params(demo_rule_
     assert case_expected_from_outcome(failing) == {
         "must_fire": [],
         "must_not_fire": [],
+        "other_calls": "forbid",
         "error": failing["error"],
     }
     assert case_compare(case_expected_from_outcome(failing), failing).passed
@@ -285,7 +293,12 @@ def test_the_expected_schema_is_a_valid_json_schema() -> None:
     import jsonschema
 
     jsonschema.Draft202012Validator.check_schema(EXPECTED_SCHEMA)
-    assert case_expected_clean({}) == {"must_fire": [], "must_not_fire": [], "error": None}
+    assert case_expected_clean({}) == {
+        "must_fire": [],
+        "must_not_fire": [],
+        "other_calls": "forbid",
+        "error": None,
+    }
     assert case_expected_clean({"must_fire": [{"tool_name": "t"}]})["must_fire"][0]["match"] == "exact"
 
 
@@ -366,14 +379,15 @@ def test_case_create_validates_and_audits(editor, demo_rule_set) -> None:
 
 
 def test_case_update_audits_changes_and_forgets_a_stale_result(editor, demo_rule_set) -> None:
+    loose = {"other_calls": "allow"}
     case = case_create(
-        actor=editor, rule_set=demo_rule_set, name="c", input={"query": ORDER_QUERY}, expected={}
+        actor=editor, rule_set=demo_rule_set, name="c", input={"query": ORDER_QUERY}, expected=loose
     )
     case_run(case=case)
     case.refresh_from_db()
     assert case.last_passed is True
 
-    same = case_update(actor=editor, case=case, name="c", expected={})
+    same = case_update(actor=editor, case=case, name="c", expected=loose)
     assert same.last_passed is True
     assert not AuditEvent.objects.filter(action="case.update").exists()
 
@@ -383,7 +397,12 @@ def test_case_update_audits_changes_and_forgets_a_stale_result(editor, demo_rule
     assert updated.last_passed is None and updated.last_outcome is None
     events = list(AuditEvent.objects.filter(action="case.update").order_by("id"))
     assert [e.after["name"] for e in events] == ["renamed", "renamed"]
-    assert events[1].before["expected"] == {"must_fire": [], "must_not_fire": [], "error": None}
+    assert events[1].before["expected"] == {
+        "must_fire": [],
+        "must_not_fire": [],
+        "error": None,
+        "other_calls": "allow",
+    }
     assert events[1].after["expected"]["must_fire"][0]["tool_name"] == "get_order"
 
 

@@ -14,6 +14,7 @@ from rules.errors import RuleError
 from rules.models import RuleSet
 from rules.pins import MAX_PINNED_BYTES, pin_for, pins_clean
 from servers.models import McpServer
+from tests.support.tester import execute_confirmed
 
 pytestmark = pytest.mark.django_db
 HX = {"HTTP_HX_REQUEST": "true"}
@@ -51,8 +52,8 @@ def rule_set(make_user) -> RuleSet:
 
 
 def _execute(client, rule_set, query: str, pinned: str):
-    data = {"t-query": query, "t-pinned": pinned, "execute": "1"}
-    response = client.post(reverse("rules:test", args=[rule_set.pk]), data, **HX)
+    data = {"t-query": query, "t-pinned": pinned}
+    response = execute_confirmed(client, reverse("rules:test", args=[rule_set.pk]), data, **HX)
     return response, html_lib.unescape(response.content.decode())
 
 

@@ -13,6 +13,7 @@ from core.models import AuditEvent
 from rules import services
 from rules.models import Rule, RuleSet
 from servers.models import McpServer
+from tests.support.tester import execute_confirmed
 
 pytestmark = pytest.mark.django_db
 HX = {"HTTP_HX_REQUEST": "true"}
@@ -368,10 +369,8 @@ def test_execute_really_calls_the_tool_on_the_demo_server(make_user, client) -> 
     client.force_login(make_user("editor"))
     rule_set = RuleSet.objects.get(name="seed-rules")
     try:
-        response = client.post(
-            reverse("rules:test", args=[rule_set.pk]),
-            {"t-query": "주문 조회 부탁해 A-1001", "execute": "1"},
-            **HX,
+        response = execute_confirmed(  # Execute names the live call first; confirmed here
+            client, reverse("rules:test", args=[rule_set.pk]), {"t-query": "주문 조회 부탁해 A-1001"}, **HX
         )
     finally:
         web_pool_close()

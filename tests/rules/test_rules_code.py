@@ -100,7 +100,11 @@ def test_a_rule_set_round_trips_through_a_git_repository(
     capsys.readouterr()
     assert main(["rules", "push", str(tree)]) == 2
     err = capsys.readouterr().err
-    assert "changed on the workbench since the pull" in err and err.count("\n") == 1
+    assert "changed on the workbench since the content the directory was pulled at" in err
+    assert (
+        '~ rule route_by_chatbot_id: description changed on the workbench since the pull: "A2A context의 '
+        'chatbotId에 따라 CRM lookup을 확정 호출." -> "changed on the page"'
+    ) in err
     assert rule_set.rules.get(name="route_order_lookup").when == '"주문" in ctx.query'
 
     # The server's refusals are one clear line each.

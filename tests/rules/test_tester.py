@@ -14,6 +14,7 @@ from rules import cases, services
 from rules.models import RuleSet
 from rules.tester import SKIPPED_SHOWN
 from servers.models import McpServer
+from tests.support.tester import execute_confirmed
 
 pytestmark = pytest.mark.django_db
 HX = {"HTTP_HX_REQUEST": "true"}
@@ -143,7 +144,8 @@ def test_a_huge_post_is_not_remembered(editor_client, rule_set) -> None:
 
 
 def test_a_case_saved_after_a_failed_execute_expects_the_call_not_the_error(editor_client, rule_set) -> None:
-    response = _test(editor_client, rule_set, {"t-query": "주문 해줘", "execute": "1"}, **HX)
+    url = reverse("rules:test", args=[rule_set.pk])
+    response = execute_confirmed(editor_client, url, {"t-query": "주문 해줘"}, **HX)
     text = _text(response)
     assert 'data-ok="false"' in text  # the live call really failed
     found = re.search(r'name="expected" value="([^"]*)"', response.content.decode())

@@ -6,7 +6,12 @@ cases with no server. An expected outcome (docs/rulesets.md, "Test cases"):
 
     {"must_fire": [{"mcp_id"?: str, "tool_name": str, "params"?: dict, "match": "exact" | "partial"}],
      "must_not_fire": [{"mcp_id"?: str, "tool_name": str}],
+     "other_calls": "forbid" | "allow",
      "error": str | null}
+
+A case asserts the whole outcome: with ``other_calls`` "forbid" (the default, also when the key is
+absent) every call that fires must be one of ``must_fire``, so ``{}`` means "nothing fires". "allow"
+is the looser mode, chosen on purpose: calls the case does not list may fire too.
 
 ``case_compare`` takes an expectation already checked (every key present, ``match`` filled in:
 ``expected_defaults`` fills them without checking) and the JSON of an evaluation
@@ -26,6 +31,7 @@ from llamon_agent.tools import AgentRequest
 
 _VALUE_CHARS = 300  # how much of a params dict a problem sentence quotes
 INPUT_KEYS = ("query", "context", "a2a_data", "a2a_files")
+OTHER_CALLS = ("forbid", "allow")  # the first is the default
 
 
 def expected_defaults(expected: Mapping[str, Any]) -> dict[str, Any]:
@@ -35,6 +41,7 @@ def expected_defaults(expected: Mapping[str, Any]) -> dict[str, Any]:
             {**item, "match": item.get("match", "exact")} for item in expected.get("must_fire") or []
         ],
         "must_not_fire": [dict(item) for item in expected.get("must_not_fire") or []],
+        "other_calls": expected.get("other_calls") or OTHER_CALLS[0],
         "error": expected.get("error"),
     }
 
@@ -75,11 +82,12 @@ class CaseResult:
 
 
 def case_expected_from_outcome(outcome_json: Mapping[str, Any]) -> dict[str, Any]:
-    """The expected outcome a case would have if what happens now is right (exact params)."""
+    """The expected outcome a case would have if what happens now is right: every call with its exact
+    params, and nothing else (``other_calls`` "forbid")."""
     error = outcome_json.get("error")
     if error:
         # A dry run continues past an error, but a real run stops there: the error is the outcome.
-        return {"must_fire": [], "must_not_fire": [], "error": error}
+        return {"must_fire": [], "must_not_fire": [], "other_calls": "forbid", "error": error}
     return {
         "must_fire": [
             {
@@ -91,6 +99,7 @@ def case_expected_from_outcome(outcome_json: Mapping[str, Any]) -> dict[str, Any
             for rec in _fired(outcome_json)
         ],
         "must_not_fire": [],
+        "other_calls": "forbid",
         "error": None,
     }
 
@@ -102,11 +111,13 @@ def case_compare(expected: Mapping[str, Any], outcome_json: Mapping[str, Any]) -
     diff: list[dict[str, Any]] = []
     used: set[int] = set()
 
+    missed: list[Mapping[str, Any]] = []  # must_fire entries that found no matching call
     for want in expected["must_fire"]:
         row = _match_must_fire(want, fired, used)
         diff.append(row)
         if not row["ok"]:
             problems.append(row["message"])
+            missed.append(want)
 
     for unwanted in expected["must_not_fire"]:
         hit = next((rec for rec in fired if _same_call(unwanted, rec)), None)
@@ -129,6 +140,45 @@ def case_compare(expected: Mapping[str, Any], outcome_json: Mapping[str, Any]) -
         )
         if hit:
             problems.append(message)
+
+    # The whole outcome: a call no must_fire entry accounts for. A call of a tool whose must_fire
+    # entry failed (other params) is already reported there; a failed pre-step's outcome is its error.
+    if expected.get("other_calls", OTHER_CALLS[0]) == "forbid" and not outcome_json.get("error"):
+        extra = [
+            rec
+            for i, rec in enumerate(fired)
+            if i not in used and not any(_same_call(want, rec) for want in missed)
+        ]
+        for rec in extra:
+            label = call_label(rec)
+            message = (
+                f"{label} fired but the case expects no other call (rule {rec['rule']}, "
+                f"params {_show(rec['params'])})"
+            )
+            diff.append(
+                {
+                    "check": "other_calls",
+                    "label": label,
+                    "ok": False,
+                    "expected": None,
+                    "actual": _call_view(rec),
+                    "params_diff": [],
+                    "message": message,
+                }
+            )
+            problems.append(message)
+        if not extra:
+            diff.append(
+                {
+                    "check": "other_calls",
+                    "label": "other calls",
+                    "ok": True,
+                    "expected": None,
+                    "actual": None,
+                    "params_diff": [],
+                    "message": "no other call fired, as expected",
+                }
+            )
 
     row = _error_row(expected["error"], outcome_json.get("error"))
     diff.append(row)

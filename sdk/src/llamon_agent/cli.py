@@ -18,6 +18,7 @@ import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 logger = logging.getLogger("llamon_agent")
 
@@ -206,7 +207,7 @@ def _rules(args: argparse.Namespace) -> int:
                 content = workbench.content(int(found["id"]))
                 count = rules_code.write_tree(directory, content)
                 print(
-                    f"pulled rule set {content['name']!r} at revision {content['revision']} into {directory} "
+                    f"pulled rule set {content['name']!r} (content {content['content_sha256'][:12]}) into {directory} "
                     f"({len(content['document']['rules'])} rules, {len(content['document']['cases'])} cases, {count} files)"
                 )
                 return EXIT_OK
@@ -217,31 +218,41 @@ def _rules(args: argparse.Namespace) -> int:
             if args.rules_command == "diff":
                 for line in changes:
                     print(line)
-                if content["revision"] != tree.revision:
+                if tree.base is not None and content.get("content_sha256") != tree.base:
+                    print(
+                        "note: the set changed on the workbench since the directory's content was pulled: "
+                        "a push goes through only if it keeps those changes",
+                        file=sys.stderr,
+                    )
+                elif tree.base is None and content["revision"] != tree.revision:
                     print(
                         f"note: the set is at revision {content['revision']} on the workbench, the directory "
                         f"was pulled at {tree.revision}: a push would be refused",
                         file=sys.stderr,
                     )
                 return EXIT_PROBLEMS if changes else EXIT_OK
-            if content["revision"] != tree.revision:
+            if tree.base is None and content["revision"] != tree.revision:
                 raise rules_code.RulesCodeError(
                     f"the rule set {tree.name!r} changed on the workbench since the pull (revision "
                     f"{content['revision']}, the directory has {tree.revision}); pull into a clean checkout, "
                     "merge your edits and push again"
                 )
             if not changes:
-                print(f"nothing to push: {directory} is what the workbench has (revision {tree.revision})")
+                print(f"nothing to push: {directory} is what the workbench has")
             else:
+                # Based on content: the workbench refuses only a push that would undo its own changes.
+                base: dict[str, Any] = {"revision": tree.revision}
+                if tree.base is not None:
+                    # The contents this directory went through in git (an earlier merge's push is one).
+                    base = {"base": tree.base, "ancestors": rules_code.git_ancestors(directory)}
                 saved = workbench.request(
-                    "PUT",
-                    f"/api/rule-sets/{found['id']}/content",
-                    {"data": tree.document, "revision": tree.revision},
+                    "PUT", f"/api/rule-sets/{found['id']}/content", {"data": tree.document, **base}
                 )
-                # The directory is now what the workbench has: a next push starts from the new revision.
+                # The directory is now what the workbench has: a next push from here starts from it.
+                meta = {k: v for k, v in tree.meta.items() if k != "revision"}
                 meta_path = directory / "ruleset.json"
                 meta_path.write_text(
-                    rules_code.dump({**tree.meta, "revision": saved["revision"]}), encoding="utf-8"
+                    rules_code.dump({**meta, "content_sha256": saved["content_sha256"]}), encoding="utf-8"
                 )
                 for line in changes:
                     print(line)

@@ -2,7 +2,7 @@
 
 The directory (docs/rules-as-code.md)::
 
-    ruleset.json          name, description, the set's id and the revision the pull came from,
+    ruleset.json          name, description, the set's id and the content hash (sha256) the pull came from,
                           the servers the rules name (enabled, tool lists: what a dry run binds)
     rules/010-<name>.json one file a rule, in evaluation order (the file names sort in that order)
     cases/<name>.json     one file a test case
@@ -17,9 +17,14 @@ and checks each case with llamon_agent.cases, the comparison the workbench's cas
 from __future__ import annotations
 
 import difflib
+import hashlib
+import io
 import json
 import os
 import re
+import subprocess
+import tarfile
+import tempfile
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
@@ -108,14 +113,17 @@ class Workbench:
                     f"the answer of {self.url}{path} is not JSON: is {self.url} the workbench?"
                 )
             return data
-        detail = data.get("detail") if isinstance(data, dict) else None
-        detail = str(detail)[:500] if detail else f"HTTP {status}"
+        full = data.get("detail") if isinstance(data, dict) else None
+        detail = str(full)[:500] if full else f"HTTP {status}"
         if status == 401:
             raise RulesCodeError(f"the workbench refused the token (401: {detail}); check LLAMON_TOKEN")
         if status == 403:
             raise RulesCodeError(f"the token's user may not do this (403: {detail})")
         if status == 404:
             raise NotFound(detail)
+        if status == 409 and full and "\n" in str(full):
+            # A push refused on its content base: the changes to resolve, one a line (up to 200 lines).
+            raise RulesCodeError("\n".join(str(full).splitlines()[:201]))
         if status == 409:
             raise RulesCodeError(
                 f"the rule set changed on the workbench since the pull ({detail}); "
@@ -193,8 +201,16 @@ class RuleTree:
         return str(self.meta["name"])
 
     @property
-    def revision(self) -> int:
-        return int(self.meta["revision"])
+    def revision(self) -> int | None:
+        """The revision a directory pulled before content hashes was pulled at (None for a newer one)."""
+        value = self.meta.get("revision")
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    @property
+    def base(self) -> str | None:
+        """The content hash the directory was pulled at: what a push is checked against."""
+        value = self.meta.get("content_sha256")
+        return value if isinstance(value, str) else None
 
 
 def tree_files(content: Mapping[str, Any]) -> dict[str, str]:
@@ -205,9 +221,13 @@ def tree_files(content: Mapping[str, Any]) -> dict[str, str]:
         "name": content["name"],
         "description": document.get("description", ""),
         "rule_set": content["rule_set"],
-        "revision": content["revision"],
         "servers": content.get("servers") or {},
     }
+    if content.get("content_sha256"):
+        # The content pulled, not a counter: a push from any later commit is checked against it.
+        meta["content_sha256"] = content["content_sha256"]
+    else:  # a workbench from before content hashes
+        meta["revision"] = content["revision"]
     files = {"ruleset.json": dump(meta)}
     rules = document.get("rules") or []
     width = max(3, len(str(10 * len(rules))))
@@ -256,9 +276,15 @@ def read_tree(directory: Path) -> RuleTree:
     meta = _read_json(meta_path)
     if not isinstance(meta, dict) or meta.get("format") != DIR_FORMAT:
         raise RulesCodeError(f'{meta_path}: expected an object with "format": "{DIR_FORMAT}"')
-    for key, kind in (("name", str), ("revision", int), ("rule_set", int)):
+    for key, kind in (("name", str), ("rule_set", int)):
         if not isinstance(meta.get(key), kind) or isinstance(meta.get(key), bool):
             raise RulesCodeError(f"{meta_path}: {key!r} is missing or not a {kind.__name__}")
+    base = meta.get("content_sha256")
+    if base is not None and not (isinstance(base, str) and re.fullmatch(r"[0-9a-f]{64}", base)):
+        raise RulesCodeError(f"{meta_path}: 'content_sha256' must be the 64 hex digits a pull wrote")
+    revision = meta.get("revision")
+    if base is None and (not isinstance(revision, int) or isinstance(revision, bool)):
+        raise RulesCodeError(f"{meta_path}: 'content_sha256' is missing: pull the set again")
     if not isinstance(meta.get("servers", {}), dict):
         raise RulesCodeError(f"{meta_path}: 'servers' must be an object")
     rule_files = sorted((directory / "rules").glob("*.json")) if (directory / "rules").is_dir() else []
@@ -349,6 +375,63 @@ def document_diff(server: Mapping[str, Any], local: Mapping[str, Any]) -> list[s
 
 
 _RULE_DEFAULTS: dict[str, Any] = {"description": "", "params": "{}", "stop": False, "enabled": True}
+
+
+# --- content hashes: what a push is based on ------------------------------------------------------
+
+
+def content_normal(document: Mapping[str, Any]) -> dict[str, Any]:
+    """A document's content as compared and hashed: the description, the rules' order, each rule's
+    fields and each case's input and expectation, with the defaults the workbench fills in (so that
+    leaving a default out of a file changes nothing). Pinned outputs are replay data, not content.
+    The workbench hashes and compares with this same function (rules.content)."""
+    rules = [r for r in document.get("rules") or [] if isinstance(r, Mapping)]
+    cases = [c for c in document.get("cases") or [] if isinstance(c, Mapping)]
+    return {
+        "description": document.get("description", ""),
+        "order": [str(r.get("name")) for r in rules],
+        "rules": {
+            str(r.get("name")): {k: _rule_value(r, k) for k in RULE_FIELDS if k != "name"} for r in rules
+        },
+        "cases": {
+            str(c.get("name", "")).strip(): {k: _case_value(c, k) for k in ("input", "expected")}
+            for c in cases
+        },
+    }
+
+
+def content_hash(document: Mapping[str, Any]) -> str:
+    """SHA-256 of a document's content (content_normal): the base a pull records and a push sends."""
+    text = json.dumps(content_normal(document), ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def git_ancestors(directory: Path, limit: int = 20) -> list[str]:
+    """The content hashes of ``directory`` at the last ``limit`` commits that changed it, newest first
+    ([] outside a git repository, or when git is missing). A push sends them so that the workbench
+    can tell a content this history went through (an earlier merge's push) from a change made on the
+    workbench: CI checkouts need the history (actions/checkout with fetch-depth: 0)."""
+
+    def git(*args: str) -> bytes:
+        return subprocess.run(
+            ["git", "-C", str(directory), *args], check=True, capture_output=True, timeout=60
+        ).stdout
+
+    try:
+        commits = git("log", f"-n{limit}", "--format=%H", "--", ".").decode().split()
+    except (OSError, subprocess.SubprocessError):
+        return []
+    hashes: list[str] = []
+    for commit in commits:
+        try:
+            archive = git("archive", "--format=tar", commit, "--", ".")
+            with tempfile.TemporaryDirectory() as tmp, tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+                tar.extractall(tmp, filter="data")
+                # Run from the directory, git archive writes its files relative to it.
+                hashes.append(content_hash(read_tree(Path(tmp)).document))
+        except (OSError, subprocess.SubprocessError, tarfile.TarError, RulesCodeError):
+            continue  # a commit where the directory was not readable: no base from it
+    return hashes
 
 
 def _rule_value(rule: Mapping[str, Any], key: str) -> Any:
