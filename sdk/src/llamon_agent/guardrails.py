@@ -245,7 +245,7 @@ CREDENTIAL = Mask(
     name="credential", pattern=r"password=\S+", replacement="[비밀값]", scan=pii.credential_spans
 )
 MASK_PRESETS: dict[str, Mask] = {
-    m.name: m for m in (CARD_NUMBER, KR_RRN, KR_FRN, KR_PHONE, ACCOUNT_NUMBER, EMAIL, PASSPORT, CREDENTIAL)
+    m.name: m for m in (KR_RRN, KR_FRN, KR_PHONE, ACCOUNT_NUMBER, CARD_NUMBER, EMAIL, PASSPORT, CREDENTIAL)
 }
 
 
@@ -414,9 +414,10 @@ class Redactor:
     def learn(self, value: Any) -> None:
         """Remember what the masks hide in ``value`` (a run's input) to hide it where it reappears."""
         leaves = _Leaves(value)
+        texts = leaves.texts_only(fold(leaves.text))  # a value split across keys: its keys are not part of it
         for start, end, label, mask in self._found(leaves):
             if mask is not None and mask.derive:
-                key = "".join(token.casefold() for token in _TOKEN.findall(fold(leaves.text), start, end))
+                key = "".join(token.casefold() for token in _TOKEN.findall(texts, start, end))
                 if len(key) >= MIN_DERIVED_CHARS:
                     self._derived.setdefault(key, label)
 
@@ -555,6 +556,14 @@ class _Leaves:
             if not writable
         ]
 
+    def texts_only(self, text: str) -> str:
+        """``text`` (this text, folded) with every leaf that is not text (keys ...) blanked."""
+        chars = list(text)
+        for start, leaf, writable in self.items:
+            if not writable:
+                chars[start : start + len(leaf)] = " " * len(leaf)
+        return "".join(chars)
+
     def values_only(self, text: str) -> str:
         """``text`` (this text, folded) with the keys between two pieces of a number blanked.
 
@@ -602,25 +611,60 @@ class _Leaves:
 MAX_EMBEDDED_CHARS = 1_000_000  # a longer text holding JSON is read as text, not parsed
 
 
-def _embedded(value: str, depth: int) -> Any:
-    """The JSON object or array a text holds (a tool's result as JSON text), else None."""
-    if depth > MAX_DEPTH or len(value) > MAX_EMBEDDED_CHARS:
+MAX_EMBEDDED_TRIES = 16  # places in one text where JSON is tried (bounded work on hostile text)
+_DECODER = json.JSONDecoder()
+_OPENING = re.compile(r"[\[{]")
+
+
+def _embedded(value: str, depth: int) -> list[str | tuple[Any, str]] | None:
+    """The JSON objects and arrays a text holds (a tool's result as JSON text, JSON quoted in a
+    sentence), as the text's pieces in order: plain text, or (the data, its original text). None
+    when it holds none."""
+    if depth > MAX_DEPTH or len(value) > MAX_EMBEDDED_CHARS or ("{" not in value and "[" not in value):
         return None
-    text = value.strip()
-    if len(text) < 2 or text[0] not in "[{" or text[-1] not in "]}":
+    stripped = value.strip()
+    if len(stripped) > 2 and stripped[0] == stripped[-1] == '"':  # JSON text of a JSON text
+        try:
+            inner = json.loads(stripped)
+        except (ValueError, RecursionError):
+            inner = None
+        if isinstance(inner, str) and _embedded(inner, depth + 1) is not None:
+            start = value.index('"')
+            return [value[:start], (inner, stripped), value[start + len(stripped) :]]
+    segments: list[str | tuple[Any, str]] = []
+    at = tries = 0
+    for opening in _OPENING.finditer(value):
+        if opening.start() < at:
+            continue
+        if tries == MAX_EMBEDDED_TRIES:
+            break
+        tries += 1
+        try:
+            parsed, end = _DECODER.raw_decode(value, opening.start())
+        except (ValueError, RecursionError):
+            continue
+        if not isinstance(parsed, dict | list) or not parsed:
+            continue
+        if opening.start() > at:
+            segments.append(value[at : opening.start()])
+        segments.append((parsed, value[opening.start() : end]))
+        at = end
+    if not segments:
         return None
-    try:
-        parsed = json.loads(text)
-    except (ValueError, RecursionError):
-        return None
-    return parsed if isinstance(parsed, dict | list) and parsed else None
+    if at < len(value):
+        segments.append(value[at:])
+    return segments
 
 
 def _walk(value: Any, depth: int) -> Iterable[tuple[str, bool, bool]]:
     if isinstance(value, str):
         embedded = _embedded(value, depth)
-        if embedded is not None:  # read as the data it holds: keys are keys, items are items
-            yield from _walk(embedded, depth + 1)
+        if embedded is not None:  # JSON in it is read as the data it holds: keys, items, nesting
+            for segment in embedded:
+                if isinstance(segment, str):
+                    yield segment, True, True
+                else:
+                    yield from _walk(segment[0], depth + 1)
         else:
             yield value, True, True
     elif value is None:
@@ -644,8 +688,18 @@ def _walk(value: Any, depth: int) -> Iterable[tuple[str, bool, bool]]:
 
 def _rebuild(value: Any, leaves: Iterator[str | None], depth: int) -> Any:
     if isinstance(value, str) and (embedded := _embedded(value, depth)) is not None:
-        rebuilt = _rebuild(embedded, leaves, depth + 1)
-        return value if rebuilt == embedded else json.dumps(rebuilt, ensure_ascii=False)
+        parts, changed = [], False
+        for segment in embedded:
+            if isinstance(segment, str):
+                new = next(leaves)
+                parts.append(segment if new is None else new)
+                changed = changed or new is not None
+            else:
+                rebuilt = _rebuild(segment[0], leaves, depth + 1)
+                same = rebuilt == segment[0]
+                parts.append(segment[1] if same else json.dumps(rebuilt, ensure_ascii=False))
+                changed = changed or not same
+        return "".join(parts) if changed else value
     if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
         new = next(leaves)
         return value if new is None else new
@@ -662,6 +716,16 @@ def _rebuild(value: Any, leaves: Iterator[str | None], depth: int) -> Any:
         return [_rebuild(item, leaves, depth + 1) for item in value]
     next(leaves)
     return value
+
+
+@functools.lru_cache(maxsize=256)
+def _unbounded(pattern: str) -> tuple[bool, Any]:
+    """``pattern`` without a leading and a trailing ``\\b`` (compiled), and whether it had one."""
+    inner = pattern.removeprefix(r"\b")
+    inner = inner.removesuffix(r"\b") if not inner.endswith(r"\\b") else inner
+    if inner == pattern or not inner:
+        return False, compile_pattern(pattern)
+    return True, compile_pattern(inner)
 
 
 class _Joined:
@@ -710,12 +774,17 @@ class _Joined:
     def crossing(self, mask: Mask) -> list[Span]:
         """Spans (in the original text) of ``mask``'s matches that cross a join, narrowed."""
         spans: list[Span] = []
-        for match in mask._compiled.finditer(self.text):
+        # Pieces are glued where a join was: "…9370" + "M859…" has no word boundary between them,
+        # so a pattern's outer \b is dropped for the search and checked on whole pieces instead.
+        bounded, search = _unbounded(mask.pattern)
+        for match in search.finditer(self.text):
             for inner_start, inner_end in mask._inner(match.group(0)):
                 start, end = match.start() + inner_start, match.start() + inner_end
                 joins = self._joins_within(start, end)
                 if not joins:
                     continue  # inside one piece: found on the leaf already
+                if bounded and not self._whole(mask, start, end):
+                    continue
                 for join in joins:  # drop whole pieces on the left while the rest still matches
                     if not self._whole(mask, join, end):
                         break

@@ -128,9 +128,14 @@ def digit_chains(view: str) -> Iterator[list[Span]]:
 Check = Callable[[str, Sequence[Span], str, int], bool]  # digits, groups, context, start -> a hit
 
 
-def window_spans(view: str, lengths: range, check: Check, context: str | None = None) -> list[Span]:
+def window_spans(
+    view: str, lengths: range, check: Check, context: str | None = None, *, exclusive: bool = True
+) -> list[Span]:
     """Windows of whole groups of each chain of ``view`` whose digit count is in ``lengths`` and
-    which ``check`` accepts, longest first from each group, never overlapping."""
+    which ``check`` accepts, the longest from each group, the next one after it. Not ``exclusive``
+    (a check that reads words around, not the digits): from every group, overlapping (the redactor
+    merges them), so a window that reached too far (an account number and the next number, both
+    after "계좌") does not hide the next one's start."""
     context = view if context is None else context
     found: list[Span] = []
     for groups in digit_chains(view):
@@ -148,7 +153,7 @@ def window_spans(view: str, lengths: range, check: Check, context: str | None = 
             for j in range(longest, max(shortest, i) - 1, -1):
                 if check(digits[a : prefix[j + 1]], groups[i : j + 1], context, groups[i][0]):
                     found.append((groups[i][0], groups[j][1]))
-                    i = j
+                    i = j if exclusive else i
                     break
             i += 1
     return found
@@ -220,12 +225,13 @@ def _luhn(digits: str, groups: Sequence[Span], context: str, start: int) -> bool
     return total % 10 == 0
 
 
-def number_scan(lengths: range, check: Check) -> Callable[..., list[Span]]:
+def number_scan(lengths: range, check: Check, *, exclusive: bool = True) -> Callable[..., list[Span]]:
     """A mask's ``scan``: the windows of ``text`` (folded and read as digit chains) ``check`` accepts;
     ``context`` (same positions) is where words around a number are read (JSON keys included)."""
 
     def scan(text: str, context: str | None = None) -> list[Span]:
-        return window_spans(number_view(text), lengths, check, fold(context) if context else None)
+        view = number_view(text)
+        return window_spans(view, lengths, check, fold(context) if context else None, exclusive=exclusive)
 
     return scan
 
@@ -234,7 +240,7 @@ card_number_spans = number_scan(range(13, 20), _luhn)
 kr_rrn_spans = number_scan(range(13, 14), _rrn("1234"))
 kr_frn_spans = number_scan(range(13, 14), _rrn("5678"))
 kr_phone_spans = number_scan(range(9, 13), _phone)
-account_number_spans = number_scan(range(10, 15), _account)
+account_number_spans = number_scan(range(10, 15), _account, exclusive=False)
 
 # Secrets written into command lines, URLs, environments and JSON: only the value is replaced.
 # Every repetition before the value is bounded, so the search stays linear on hostile text.
