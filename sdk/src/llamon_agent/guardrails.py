@@ -740,10 +740,12 @@ class _Joined:
         self._origins: list[int] = []  # the same pieces' starts in the original text
         parts: list[str] = []
         at = kept = 0
+        self.key_joins: set[int] = set()  # joins where a key (or null, a boolean) was taken out
         cuts = [
             (m.start(), m.end(), m.group()[0] not in INVISIBLE_CHARS)
             for m in _JOIN_OR_INVISIBLE.finditer(text)
         ]
+        hidden_set = set(hidden)
         if hidden:
             cuts = sorted(cuts + [(start, end, True) for start, end in hidden])
         for start, end, is_join in cuts:
@@ -757,6 +759,8 @@ class _Joined:
                 kept += start - at
             if is_join and (not self.joins or self.joins[-1] != kept):
                 self.joins.append(kept)
+            if is_join and (start, end) in hidden_set:
+                self.key_joins.add(kept)
             at = end
         if at < len(text):
             self._starts.append(kept)
@@ -777,7 +781,9 @@ class _Joined:
         # Pieces are glued where a join was: "…9370" + "M859…" has no word boundary between them,
         # so a pattern's outer \b is dropped for the search and checked on whole pieces instead.
         bounded, search = _unbounded(mask.pattern)
-        for match in search.finditer(self.text):
+        at = 0
+        while (match := search.search(self.text, at)) is not None:
+            at = max(match.end(), match.start() + 1)
             for inner_start, inner_end in mask._inner(match.group(0)):
                 start, end = match.start() + inner_start, match.start() + inner_end
                 joins = self._joins_within(start, end)
@@ -793,9 +799,26 @@ class _Joined:
                     if not self._whole(mask, start, join):
                         break
                     end = join
-                if self._joins_within(start, end):
-                    spans.append((self._origin(start), self._origin(end - 1) + 1))
+                # What was dropped on the right may start the next match ("…comkim" + ".000@…").
+                if match.start() < end < at and end in self._join_set:
+                    at = end
+                inside = self._joins_within(start, end)
+                if not inside:
+                    continue
+                # Across a key only whole values are one: "SKU-46782-G" then a date is no passport.
+                if self.key_joins.intersection(inside) and not self._on_edges(start, end):
+                    continue
+                spans.append((self._origin(start), self._origin(end - 1) + 1))
         return spans
+
+    @functools.cached_property
+    def _join_set(self) -> set[int]:
+        return set(self.joins)
+
+    def _on_edges(self, start: int, end: int) -> bool:
+        """Whether ``start`` and ``end`` fall where values begin and end (a join or the text's ends)."""
+        edges = self._join_set
+        return (start == 0 or start in edges) and (end == len(self.text) or end in edges)
 
     def _whole(self, mask: Mask, start: int, end: int) -> bool:
         part = self.text[start:end]

@@ -12,13 +12,14 @@ Numbers are read as *digit chains*: runs of digit groups with only separators be
 and JSON punctuation; not a colon, which joins hours and minutes). A number of one kind is a
 window of whole groups of a chain whose digits pass that kind's check:
 
-* card numbers: 13-19 digits, Luhn;
+* card numbers: 13-19 digits, an issuer's prefix for that length, Luhn;
 * 주민등록번호 / 외국인등록번호: 13 digits, a real YYMMDD and the 7th digit 1-4 (citizens) or 5-8
   (foreign residents); since October 2020 the last digit is no checksum, so none is checked;
 * Korean phone numbers: mobile (010 + 8 digits, 011/016-019 + 7-8), Seoul (02 + 7-8), the
-  regional codes (031-033, 041-044, 051-055, 061-064 + 7-8), 070 + 8; ``+82`` for the first 0;
+  regional codes (031-033, 041-044, 051-055, 061-064 + 7-8), 070 + 8; ``+82`` (or ``82`` as a
+  group of its own) for the first 0;
 * account numbers: 10-14 digits either in a layout Korean banks print (``110-123-456789``,
-  ``1002-123-456789`` ...: three or more groups) or within 24 characters after a word that names
+  ``1002-123-456789`` ...: three or more groups, one separator throughout) or within 24 characters after a word that names
   an account or a bank (``계좌``, ``account``, ``입금``, ``신한`` ...): there is no checksum, and a
   bare 12-digit number is as often an order number.
 
@@ -133,9 +134,10 @@ def window_spans(
 ) -> list[Span]:
     """Windows of whole groups of each chain of ``view`` whose digit count is in ``lengths`` and
     which ``check`` accepts, the longest from each group, the next one after it. Not ``exclusive``
-    (a check that reads words around, not the digits): from every group, overlapping (the redactor
-    merges them), so a window that reached too far (an account number and the next number, both
-    after "계좌") does not hide the next one's start."""
+    (a check that reads words around, not the digits): every accepted window from every group,
+    overlapping (the redactor merges them), so a window that reached too far (an account number
+    and the next number, both after "계좌") hides neither the next one's start nor the account
+    number's own extent (what a run's input teaches the redactor to follow)."""
     context = view if context is None else context
     found: list[Span] = []
     for groups in digit_chains(view):
@@ -153,8 +155,9 @@ def window_spans(
             for j in range(longest, max(shortest, i) - 1, -1):
                 if check(digits[a : prefix[j + 1]], groups[i : j + 1], context, groups[i][0]):
                     found.append((groups[i][0], groups[j][1]))
-                    i = j if exclusive else i
-                    break
+                    if exclusive:
+                        i = j
+                        break
             i += 1
     return found
 
@@ -177,7 +180,10 @@ _PHONE = re.compile(
 
 
 def _phone(digits: str, groups: Sequence[Span], context: str, start: int) -> bool:
-    if digits.startswith("82") and not digits.startswith("820"):
+    # +82 for the first 0: written "+82" or as a group of its own ("82 10 1234 5678"), not any
+    # number that happens to start with 82 (a tracking number "821-1687-4068").
+    international = groups[0][1] - groups[0][0] == 2 or (start > 0 and context[start - 1] == "+")
+    if digits.startswith("82") and not digits.startswith("820") and international:
         digits = "0" + digits[2:]
     return _PHONE.fullmatch(digits) is not None
 
@@ -210,12 +216,35 @@ ACCOUNT_CONTEXT = 24  # characters before the number where a word must stand
 
 
 def _account(digits: str, groups: Sequence[Span], context: str, start: int) -> bool:
-    if tuple(end - begin for begin, end in groups) in ACCOUNT_LAYOUTS:
-        return True
+    # A bank's layout, written with one separator throughout ("352-1234-5678-93", "352.1234.5678.93"),
+    # not numbers that happen to line up ("456-4857-1938 / 59").
+    separators = {context[a[1] : b[0]] for a, b in zip(groups, groups[1:], strict=False)}
+    if tuple(end - begin for begin, end in groups) in ACCOUNT_LAYOUTS and len(separators) == 1:
+        return len(next(iter(separators))) <= 3
     return ACCOUNT_WORDS.search(context, max(0, start - ACCOUNT_CONTEXT), start) is not None
 
 
+def _issued(digits: str) -> bool:
+    """Whether a card of this length may start so (issuers' prefixes: Visa, Mastercard, Amex,
+    Diners, JCB, Discover/UnionPay, Maestro, Korean domestic 9): an order number "20261207…"
+    of 14 digits is none of them."""
+    n, two, four = len(digits), int(digits[:2]), int(digits[:4])
+    return (
+        (digits[0] == "4")  # Visa: 13, 16 or 19 digits, and what a tool cut or padded
+        or (51 <= two <= 55 and n == 16)
+        or (2221 <= four <= 2720 and n == 16)
+        or (two in (34, 37) and n == 15)
+        or (two in (30, 36, 38) and n == 14)
+        or (two == 35 and n == 16)
+        or (digits[0] == "6" and 16 <= n <= 19)
+        or (digits[0] == "9" and n == 16)
+        or (two in (50, 56, 57, 58) and 13 <= n <= 19)
+    )
+
+
 def _luhn(digits: str, groups: Sequence[Span], context: str, start: int) -> bool:
+    if not _issued(digits):
+        return False
     total = 0
     for i, char in enumerate(reversed(digits)):
         value = int(char)
