@@ -291,12 +291,16 @@ CREDENTIAL = re.compile(
 )
 
 
+PLACEHOLDER = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*\}")  # a secret by name (mcp.transports)
+
+
 def credential_spans(text: str, context: str | None = None) -> list[Span]:
     """The secret values of ``text``: passwords, tokens and keys after their name, in URLs, in bearer headers."""
     found: list[Span] = []
     # In JSON-like data the key names the secret: read the text with its keys (the context).
     for match in CREDENTIAL.finditer(fold(text if context is None else context)):
         for group in ("v", "w", "u", "b"):
-            if match.group(group) is not None:
+            value = match.group(group)
+            if value is not None and PLACEHOLDER.fullmatch(value) is None:  # ${NAME} is no secret
                 found.append(match.span(group))
     return found
