@@ -26,7 +26,7 @@ from llamon_agent.tools import AgentRequest
 from tests.conftest import celery_worker
 from tests.support.otlp_receiver import start_receiver
 from tests.support.runs import wait_for_run
-from tests.test_served_agent import Served, _new, _send
+from tests.support.served import Served, a2a_send, new_project
 
 pytestmark = [
     pytest.mark.slow,
@@ -83,10 +83,10 @@ def test_a_customer_email_is_masked_in_spans_from_a_worker_and_from_llamon_run(
         env.update(
             LLAMON_REGISTRY_URL=live_server.url, LLAMON_REGISTRY_TOKEN=token, OTEL_SERVICE_NAME="llamon-run"
         )
-        served = Served(_new("react", tmp_path / "support-agent"), env)
+        served = Served(new_project("react", tmp_path / "support-agent"), env)
         try:
             served.wait_ready()
-            asyncio.run(_send(served.url, MESSAGE, {"userId": "C-1001"}))
+            asyncio.run(a2a_send(served.url, MESSAGE, {"userId": "C-1001"}))
             served_spans = _spans_of(receiver, "llamon-run")
         finally:
             served.stop()
