@@ -31,8 +31,25 @@ sys.path.insert(0, str(ROOT / "sdk" / "src"))
 from llamon_agent.guardrails import MASK_PRESETS, Redactor, as_masks  # noqa: E402
 
 SUBJECTS = ["고객님", "주문하신 상품", "요청하신 건", "문의하신 내용", "배송", "환불", "교환", "결제"]
-VERBS = ["확인되었습니다", "처리되었습니다", "접수되었습니다", "예정입니다", "완료되었습니다", "지연되고 있습니다"]
-WORDS = ["안녕하세요", "감사합니다", "죄송합니다", "참고로", "추가로", "영업일 기준", "오늘", "내일", "고객센터"]
+VERBS = [
+    "확인되었습니다",
+    "처리되었습니다",
+    "접수되었습니다",
+    "예정입니다",
+    "완료되었습니다",
+    "지연되고 있습니다",
+]
+WORDS = [
+    "안녕하세요",
+    "감사합니다",
+    "죄송합니다",
+    "참고로",
+    "추가로",
+    "영업일 기준",
+    "오늘",
+    "내일",
+    "고객센터",
+]
 
 
 def _date(r: random.Random) -> str:
@@ -52,8 +69,12 @@ def _date(r: random.Random) -> str:
 
 
 def _amount(r: random.Random) -> str:
-    value = r.choice([r.randint(1, 999) * 100, r.randint(1, 99999) * 1000, r.randint(1, 9) * 10**r.randint(5, 9)])
-    return r.choice([f"{value:,}원", f"{value}원", f"₩{value:,}", f"{value:,} KRW", f"{value / 10000:g}만 원"])
+    value = r.choice(
+        [r.randint(1, 999) * 100, r.randint(1, 99999) * 1000, r.randint(1, 9) * 10 ** r.randint(5, 9)]
+    )
+    return r.choice(
+        [f"{value:,}원", f"{value}원", f"₩{value:,}", f"{value:,} KRW", f"{value / 10000:g}만 원"]
+    )
 
 
 def _order(r: random.Random) -> str:
@@ -111,7 +132,9 @@ def record(r: random.Random) -> dict[str, object]:
         "amount": r.randint(1, 99999) * 100,
         "total": _amount(r),
         "qty": r.randint(1, 20),
-        "items": [{"sku": _order(r), "price": r.randint(1, 999) * 100, "count": r.randint(1, 5)} for _ in range(3)],
+        "items": [
+            {"sku": _order(r), "price": r.randint(1, 999) * 100, "count": r.randint(1, 5)} for _ in range(3)
+        ],
         "status": r.choice(VERBS),
         "note": sentence(r),
     }
