@@ -149,14 +149,16 @@ def main() -> None:
     redact = Redactor(as_masks(list(MASK_PRESETS)))
     hits: Counter[str] = Counter()
     examples: dict[str, list[str]] = {}
-    kinds = {**{name: (lambda f: lambda: f(r))(f) for name, f in FAMILIES.items()}}
-    kinds["Korean sentences"] = lambda: sentence(r)
-    kinds["JSON order records"] = lambda: record(r)
+    kinds: dict[str, Callable[[random.Random], object]] = {
+        **FAMILIES,
+        "Korean sentences": sentence,
+        "JSON order records": record,
+    }
     per = args.items // len(kinds)
     started = time.process_time()
     for name, make in kinds.items():
         for _ in range(per):
-            item = make()
+            item = make(r)
             if redact(item) != item:
                 hits[name] += 1
                 examples.setdefault(name, []).append(json.dumps(item, ensure_ascii=False)[:160])
