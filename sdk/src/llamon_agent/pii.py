@@ -71,6 +71,7 @@ def _fold_table() -> dict[int, str]:
     return table
 
 
+@functools.lru_cache(maxsize=8)
 def fold(text: str) -> str:
     """``text`` with each character NFKC folds to one character folded (digits of any script as
     ASCII digits, dashes as ``-``); same length, so positions stay."""
@@ -104,6 +105,7 @@ CALENDAR_DATE = re.compile(
 _GROUPS = re.compile(r"[0-9]+")
 
 
+@functools.lru_cache(maxsize=4)  # the number masks read the same text one after another
 def number_view(text: str) -> str:
     """``text`` folded, with every separator a space and every calendar date letters (same length)."""
     text = fold(text)
@@ -129,6 +131,20 @@ def digit_chains(view: str) -> Iterator[list[Span]]:
 Check = Callable[[str, Sequence[Span], str, int], bool]  # digits, groups, context, start -> a hit
 
 
+@functools.lru_cache(maxsize=4)  # every number mask reads the same view's chains
+def _chains(view: str) -> list[tuple[list[Span], list[int], str]]:
+    """Each chain of ``view`` (with at least 9 digits: no kind is shorter) as its groups, the
+    digit count before each group, and its digits."""
+    out = []
+    for groups in digit_chains(view):
+        prefix = [0]
+        for start, end in groups:
+            prefix.append(prefix[-1] + end - start)
+        if prefix[-1] >= 9:
+            out.append((groups, prefix, "".join(view[start:end] for start, end in groups)))
+    return out
+
+
 def window_spans(
     view: str, lengths: range, check: Check, context: str | None = None, *, exclusive: bool = True
 ) -> list[Span]:
@@ -140,13 +156,9 @@ def window_spans(
     number's own extent (what a run's input teaches the redactor to follow)."""
     context = view if context is None else context
     found: list[Span] = []
-    for groups in digit_chains(view):
-        prefix = [0]
-        for start, end in groups:
-            prefix.append(prefix[-1] + end - start)
+    for groups, prefix, digits in _chains(view):
         if prefix[-1] < lengths.start:
             continue
-        digits = "".join(view[start:end] for start, end in groups)
         i = 0
         while i < len(groups):
             a = prefix[i]
