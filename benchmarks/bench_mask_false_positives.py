@@ -7,7 +7,8 @@ percentages, order, invoice and ticket numbers (ORD-20261207-000123, 20261207000
 INV/2026/000123, A-1001), tracking numbers, product codes, versions and business phone lines
 (1588-1234), alone and in JSON records of orders. Every item goes through the redactor with
 every preset on (a new install's settings), and an item counts as a false positive when
-anything in it is masked. Prints the rate per family and overall (quoted in docs/agents.md).
+anything in it is masked. Prints the rate per family and overall (quoted in docs/agents.md), and
+the CPU time of redacting one ~28 KB tool result (docs/performance.md).
 The same corpus holds no value of a masked kind by construction: a number the generator writes
 is checked against the detectors' own rules first, so a hit is a real false positive.
 
@@ -173,6 +174,23 @@ def main() -> None:
     for name, found in examples.items():
         for text in found[:3]:
             print(f"  {name}: {text}")
+    # The cost where it counts: one tool result of ~28 KB (60 order records, 40 sentences) stored
+    # through a run's redactor, with the three presets of earlier releases and with every preset.
+    result = {"results": [record(r) for _ in range(60)], "text": " ".join(sentence(r) for _ in range(40))}
+    size = len(json.dumps(result, ensure_ascii=False).encode())
+    for label, presets in (
+        ("card, 주민등록번호, e-mail", ["card_number", "kr_rrn", "email"]),
+        ("every preset", list(MASK_PRESETS)),
+    ):
+        redactor = Redactor(as_masks(presets))
+        redactor.learn({"query": "카드 4111 1111 1111 1111 kim@example.com"})
+        redactor(result)
+        started = time.process_time()
+        for _ in range(20):
+            redactor(result)
+        print(
+            f"a {size / 1000:.0f} KB tool result, {label}: {(time.process_time() - started) / 20 * 1000:.1f} ms CPU"
+        )
 
 
 if __name__ == "__main__":
