@@ -56,6 +56,19 @@ AGENTS, RUNS = ["agents"], ["runs"]
 # --- Agents --------------------------------------------------------------------------------------
 
 
+@router.get("/privacy", response={200: dict[str, list[str]], **error_responses()}, auth=VIEWER, tags=RUNS)
+def privacy(request: HttpRequest) -> Any:
+    """The privacy settings served agents mask their OTel spans with: ``redaction_patterns`` (RE2)
+    and ``mask_presets`` (names of ``llamon_agent.guardrails.MASK_PRESETS``). docs/observability.md."""
+    from agents.privacy import privacy_get
+
+    current = privacy_get()
+    return {
+        "redaction_patterns": list(current.redaction_patterns),
+        "mask_presets": list(current.mask_presets),
+    }
+
+
 @router.get("/agents", response={200: list[AgentOut], **error_responses()}, auth=VIEWER, tags=AGENTS)
 def list_agents(request: HttpRequest) -> Any:
     """Every agent."""

@@ -22,10 +22,15 @@ from rules.forms import TesterForm, change_reason_field
 from rules.models import RuleSetVersion
 from servers.models import McpServer
 
-MASK_CHOICES = [
-    ("card_number", _("card numbers (Luhn-checked)")),
+MASK_CHOICES = [  # llamon_agent.guardrails.MASK_PRESETS, in the order the Privacy page shows them
     ("kr_rrn", "주민등록번호"),
-    ("email", _("e-mail addresses")),
+    ("kr_frn", "외국인등록번호"),
+    ("kr_phone", _("Korean phone numbers (mobile and landline)")),
+    ("account_number", _("account numbers")),
+    ("card_number", _("card numbers (Luhn-checked)")),
+    ("email", _("e-mail addresses (internationalised ones too)")),
+    ("passport", _("passport numbers")),
+    ("credential", _("passwords, tokens and keys (--password=, PGPASSWORD=, user:password@ in URLs)")),
 ]
 
 

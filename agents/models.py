@@ -427,7 +427,7 @@ class PrivacySettings(models.Model):
         default=list, blank=True, help_text="RE2 patterns; matches are replaced before storing."
     )
     mask_presets = OrderedJSONField(
-        default=list, blank=True, help_text="Built-in masks: card_number, kr_rrn, email."
+        default=list, blank=True, help_text="Built-in masks (llamon_agent.guardrails.MASK_PRESETS)."
     )
     retention_days = models.PositiveIntegerField(default=30)
     updated_at = models.DateTimeField(auto_now=True)

@@ -12,6 +12,11 @@ from django.db.models import Model
 
 from core.chain import audit_content, chain_append
 from core.models import AuditEvent
+from llamon_agent.guardrails import CREDENTIAL, Redactor
+
+# Passwords, tokens and keys in what an event records (a stdio server's arguments ...) never enter
+# the log: it is kept for good and read by auditors (docs/security.md, "Secrets").
+_out_of_sight = Redactor([CREDENTIAL])
 
 
 def snapshot(instance: Model, fields: tuple[str, ...]) -> dict[str, Any]:
@@ -44,8 +49,8 @@ def audit_record(
         object_type=object_type,
         object_id=object_id,
         object_repr=object_repr,
-        before=before,
-        after=after,
+        before=None if before is None else _out_of_sight(before),
+        after=None if after is None else _out_of_sight(after),
     )
     # The link is made from the row as stored (JSON read back as the verifier will read it).
     stored = AuditEvent.objects.get(pk=event.pk)

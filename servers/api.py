@@ -119,7 +119,7 @@ REGISTRY = ["registry"]
 def registry(request: HttpRequest) -> Any:
     """Every enabled server as ``{mcp_id: spec}``, in McpServerSpec's JSON shape."""
     return {
-        s.mcp_id: selectors.mcp_server_spec(server=s).to_registry_json()
+        s.mcp_id: selectors.mcp_server_registry_json(server=s)
         for s in selectors.mcp_server_list().filter(enabled=True)
     }
 
@@ -132,4 +132,4 @@ def registry_entry(request: HttpRequest, mcp_id: str = Path(..., max_length=64))
     server = selectors.mcp_server_list().filter(mcp_id=mcp_id, enabled=True).first()
     if server is None:
         raise Http404(f"The registry has no enabled MCP server {mcp_id!r}.")
-    return selectors.mcp_server_spec(server=server).to_registry_json()
+    return selectors.mcp_server_registry_json(server=server)

@@ -8,7 +8,17 @@ from django.db import models
 from django.utils.translation import gettext_lazy as _
 
 from core.fields import OrderedJSONField
+from llamon_agent.guardrails import CREDENTIAL, Redactor
 from llamon_agent.mcp.spec import MCP_ID_RE
+
+_secrets_hidden = Redactor([CREDENTIAL])
+
+
+def args_shown(args: list[str]) -> list[str]:
+    """A stdio server's arguments as anyone but the admin editing them sees them: the value of a
+    password, token or key written into one (``--password=…``, ``user:…@`` in a URL) replaced."""
+    return list(_secrets_hidden(list(args)))
+
 
 mcp_id_validator = RegexValidator(
     MCP_ID_RE,
@@ -58,6 +68,12 @@ class McpServer(models.Model):
 
     def __str__(self) -> str:
         return self.mcp_id
+
+    @property
+    def args_shown(self) -> list[str]:
+        """The arguments as pages, the API and the registry show them: a password, token or key
+        written into one is replaced (``${NAME}`` placeholders stay; docs/security.md)."""
+        return args_shown(self.args)
 
     @property
     def healthy(self) -> bool | None:

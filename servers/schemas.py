@@ -77,8 +77,12 @@ class McpServerOut(ModelSchema):
         ]
 
     @staticmethod
+    def resolve_args(obj: McpServer) -> list[str]:
+        return obj.args_shown
+
+    @staticmethod
     def resolve_command_line(obj: McpServer) -> str:
-        return command_line(command=obj.command, args=list(obj.args))
+        return command_line(command=obj.command, args=obj.args_shown)
 
     @staticmethod
     def resolve_last_error(obj: McpServer, context: dict[str, Any]) -> str:

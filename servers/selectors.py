@@ -117,6 +117,16 @@ def mcp_server_spec(*, server: McpServer) -> McpServerSpec:
     )
 
 
+def mcp_server_registry_json(*, server: McpServer) -> dict[str, Any]:
+    """A server's registry entry: its spec with the arguments as shown (secrets out of sight).
+
+    A served agent starts the server from it: ``${NAME}`` placeholders reach it as written and are
+    expanded there, from that process's environment (llamon_agent.mcp.transports.expand_args)."""
+    data = mcp_server_spec(server=server).to_registry_json()
+    data["args"] = server.args_shown
+    return data
+
+
 def tool_call_history(*, server: McpServer, user: Any) -> QuerySet[ToolCallRecord]:
     """``user``'s own calls made from ``server``'s page, newest first (never anyone else's)."""
     return ToolCallRecord.objects.filter(server=server, user=user).order_by("-created_at", "-id")

@@ -31,6 +31,7 @@ from llamon_agent.mcp.errors import McpConnectionError, McpTimeoutError
 from llamon_agent.mcp.results import output_problems
 from llamon_agent.mcp.schemas import schema_errors
 from llamon_agent.mcp.spec import ENV_NAME_RE, MCP_ID_RE
+from llamon_agent.mcp.transports import placeholder_names
 from servers.errors import McpServerError
 from servers.messages import unknown_tool_message
 from servers.models import McpServer, ToolCallRecord
@@ -592,7 +593,17 @@ def _validated_stdio(command: str, args: list[str], env_names: list[str]) -> dic
     refusal = stdio_refusal(command, args, settings.LLAMON_STDIO_ALLOWED_DIRS)
     if refusal:
         raise McpServerError(refusal, field="command")
-    return {"command": command, "args": args, "env_names": _checked_env_names(env_names, field="env_names")}
+    env_names = _checked_env_names(env_names, field="env_names")
+    for name in placeholder_names(args):
+        if name not in env_names:
+            raise McpServerError(
+                _(
+                    "The argument placeholder ${%(name)s} names a variable the server is not given: add %(name)s to its environment variable names (its value is put in only when the server starts)."
+                )
+                % {"name": name},
+                field="args",
+            )
+    return {"command": command, "args": args, "env_names": env_names}
 
 
 def _validated_http(url: str, header_names: list[str]) -> dict[str, Any]:

@@ -248,7 +248,7 @@ def _add_error(form: McpServerForm, exc: McpServerError) -> None:
 def _detail_context(server: McpServer) -> dict:
     return {
         "server": server,
-        "command_line": command_line(command=server.command, args=server.args),
+        "command_line": command_line(command=server.command, args=server.args_shown),
         "tools": mcp_tool_views(server=server),
         "last_refresh": mcp_server_last_refresh(server=server),
     }

@@ -277,6 +277,17 @@ def page(browser, live_server, screenshots) -> Iterator[object]:
     assert not pg.csp_violations, f"Content-Security-Policy violations: {pg.csp_violations}"
 
 
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup, django_db_blocker) -> None:
+    """The test database as migrate leaves it, but with no mask presets on: a new install turns them
+    on (agents.0017, tested in tests/agents/test_privacy_defaults.py), while the suite's tests
+    choose their masks (a transactional test's flush removes the row anyway: both start alike)."""
+    with django_db_blocker.unblock():
+        from agents.models import PrivacySettings
+
+        PrivacySettings.objects.filter(pk=1).delete()
+
+
 @pytest.fixture(autouse=True)
 def _english_after_each_test() -> Iterator[None]:
     """A request in Korean leaves Korean active in its thread (LocaleMiddleware never resets it);

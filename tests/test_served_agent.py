@@ -11,85 +11,20 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
-import sys
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from django.core.management import call_command
 from django.urls import reverse
 
 from accounts.token_services import token_create
 from agents.models import Run
-from tests.conftest import free_port
+from tests.support.served import Served, a2a_send, new_project
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True), pytest.mark.timeout(240)]
-
-VENV_LLAMON = Path(sys.executable).with_name("llamon")
-LLAMON = [str(VENV_LLAMON)] if VENV_LLAMON.exists() else [sys.executable, "-m", "llamon_agent.cli"]
-
-
-class Served:
-    """One `llamon run` subprocess and its log."""
-
-    def __init__(self, path: Path, env: dict[str, str]) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}/"
-        self.log = path.parent / f"{path.name}.log"
-        self.process = subprocess.Popen(
-            [*LLAMON, "run", str(path), "--port", str(self.port)],
-            stdout=self.log.open("w"),
-            stderr=subprocess.STDOUT,
-            env=env,
-        )
-
-    def output(self) -> str:
-        return self.log.read_text(encoding="utf-8", errors="replace")
-
-    def wait_ready(self, timeout_s: float = 90.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise AssertionError(f"`llamon run` exited {self.process.returncode}:\n{self.output()}")
-            try:
-                if httpx.get(self.url + ".well-known/agent-card.json", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        raise AssertionError(f"`llamon run` did not serve within {timeout_s} s:\n{self.output()}")
-
-    def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-
-
-def _new(template: str, target: Path) -> Path:
-    result = subprocess.run(
-        [*LLAMON, "new", "--template", template, str(target)], capture_output=True, text=True, timeout=60
-    )
-    assert result.returncode == 0, result.stderr
-    return target
-
-
-async def _send(url: str, text: str, metadata: dict[str, Any]) -> str:
-    from a2a.client import ClientConfig, create_client
-    from a2a.helpers import get_message_text, new_text_part
-    from a2a.types import Message, Role, SendMessageRequest
-
-    client = await create_client(url, client_config=ClientConfig(streaming=False))
-    message = Message(role=Role.ROLE_USER, parts=[new_text_part(text)], message_id=str(uuid.uuid4()))
-    message.metadata.update(metadata)
-    replies = [event async for event in client.send_message(SendMessageRequest(message=message))]
-    return get_message_text(replies[0].message)
 
 
 def _finished_run(source: str, timeout_s: float = 30.0) -> Run:
@@ -112,8 +47,8 @@ def served(live_server: Any, make_user: Any, tmp_path: Path) -> Iterator[dict[st
     env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMON_") and k != "MCP_ID"}
     env.update(LLAMON_REGISTRY_URL=live_server.url, LLAMON_REGISTRY_TOKEN=secret)
     agents = {
-        "react": Served(_new("react", tmp_path / "support-agent"), env),
-        "flow": Served(_new("graph-sequential", tmp_path / "order-flow"), env),
+        "react": Served(new_project("react", tmp_path / "support-agent"), env),
+        "flow": Served(new_project("graph-sequential", tmp_path / "order-flow"), env),
     }
     try:
         for agent in agents.values():
@@ -129,7 +64,7 @@ def test_served_react_and_flow_runs_appear_with_their_trace(served: dict[str, An
     # Registry mode: the servers came from llamon-web, not from the project's registry.yaml.
     assert "bound MCP server order-service" in react.output()
 
-    answer = asyncio.run(_send(react.url, "주문 조회 A-1001 부탁해", {"userId": "C-1001"}))
+    answer = asyncio.run(a2a_send(react.url, "주문 조회 A-1001 부탁해", {"userId": "C-1001"}))
     assert "확정 호출 결과" in answer and "A-1001" in answer
     run = _finished_run("served")
     assert (run.status, run.agent_name, run.query) == (
@@ -154,7 +89,7 @@ def test_served_react_and_flow_runs_appear_with_their_trace(served: dict[str, An
     assert "served" in html and 'id="run-answer"' in html and "get_order" in html
     assert 'id="flow-graph"' not in html
 
-    answer = asyncio.run(_send(flow.url, "주문 A-1002 상태 알려줘", {}))
+    answer = asyncio.run(a2a_send(flow.url, "주문 A-1002 상태 알려줘", {}))
     assert "A-1002" in answer and "delivered" in answer
     run = _finished_run("flow")
     assert (run.status, run.agent_name, run.answer) == ("succeeded", "order-flow", answer)

@@ -36,6 +36,7 @@ EXPECTED: dict[str, tuple[str, int, bool]] = {
     "POST /api/mcp-servers/{server_id}/refresh": ("admin", 422, False),
     "POST /api/mcp-servers/{server_id}/call": ("editor", 422, False),
     "GET /api/registry": ("viewer", 200, False),
+    "GET /api/privacy": ("viewer", 200, False),
     "GET /api/registry/{mcp_id}": ("viewer", 200, False),
     # Rule sets: viewers read and dry-run, editors write.
     "GET /api/rule-sets": ("viewer", 200, False),

@@ -102,7 +102,16 @@ def test_resident_registration_and_email_presets() -> None:
     assert verdict.matched == ["kr_rrn", "email"]
     # The seventh digit encodes century and sex: 1-4 only.
     assert KR_RRN.apply("900101-5234567")[1] == 0
-    assert set(MASK_PRESETS) == {"card_number", "kr_rrn", "email"}
+    assert set(MASK_PRESETS) == {
+        "card_number",
+        "kr_rrn",
+        "kr_frn",
+        "kr_phone",
+        "account_number",
+        "email",
+        "passport",
+        "credential",
+    }
     assert mask_preset("email") is EMAIL
     with pytest.raises(ValueError, match="unknown mask preset"):
         mask_preset("ssn")

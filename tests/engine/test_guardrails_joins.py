@@ -214,7 +214,8 @@ def test_the_search_tools_echo_of_a_masked_query_is_masked() -> None:
     assert masked["query"] == "카드 [카드번호] 결제 내역 검색해줘 ([이메일])"
     message = redactor([{"role": "tool", "content": json.dumps(echoed, ensure_ascii=False)}])
     assert "4111" not in message[0]["content"] and "kim" not in message[0]["content"]
-    assert json.loads(message[0]["content"])["terms"] == ["카드", "[카드번호]", "결제", "내역", "[이메일]"]
+    # A text holding JSON is read as the data it holds: masked as the data itself is.
+    assert json.loads(message[0]["content"]) == masked
 
 
 def test_ordinary_numbers_and_words_are_left_alone() -> None:

@@ -17,12 +17,26 @@ from __future__ import annotations
 
 import bisect
 import functools
+import json
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import re2
+
+from llamon_agent import pii
+from llamon_agent.pii import (
+    CALENDAR_DATE as CALENDAR_DATE,  # re-exported: the masks' shared vocabulary
+)
+from llamon_agent.pii import (
+    DASH_CHARS,
+    ESCAPED_SEPARATOR,
+    INVISIBLE_CHARS,
+    JSON_PUNCTUATION,
+    card_number_spans,
+    fold,
+)
 
 MAX_PATTERN_CHARS = 2000
 REDACTED = "[REDACTED]"
@@ -64,43 +78,17 @@ def luhn_valid(text: str) -> bool:
 
 Span = tuple[int, int]
 
-# Characters that show nothing: a value with one of them inside reads as the value without it.
-INVISIBLE_CHARS = (
-    "\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180e\u200b\u200c\u200d\u200e\u200f"
-    "\u202a\u202b\u202c\u202d\u202e\u2060\u2061\u2062\u2063\u2064\u3164\ufeff\uffa0"
-)
-DASH_CHARS = "-\u2010\u2011\u2012\u2013\u2014\u2015\u2212\ufe58\ufe63\uff0d"
-JSON_PUNCTUATION = "\"'[]{}:,\\"
+# Characters that show nothing, dashes, JSON punctuation: shared with the detectors (llamon_agent.pii).
 # Between two leaves of JSON-like data (see Redactor): SOFT joins two array items, HARD stands
 # next to a dict key or a value that is not text (null, true, a float); both are "JSON punctuation".
 SOFT, HARD = "\x1f", "\x1e"
 _INVISIBLE = re.compile(f"[{INVISIBLE_CHARS}]")
-_DIGITS = re.compile(r"\d+")  # any script's decimal digits (fullwidth ones too)
-# What may separate the digit groups of one card number: whitespace (any), invisible characters,
-# dashes and JSON punctuation (quotes, commas, brackets, escapes, leaf boundaries). Not a colon: in
-# JSON it ends a key, in text it joins hours and minutes ("2026-12-02 01:28:13" is no card).
-_CARD_JOINERS = re.compile(
-    "[\\s" + re.escape(INVISIBLE_CHARS + DASH_CHARS + JSON_PUNCTUATION.replace(":", "")) + "]*"
-)
-# A calendar date is one token, not three digit groups: a list of dates is no card number.
-CALENDAR_DATE = re.compile(r"(?<![\d-])(?:19|20)\d\d-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12]\d|3[01])(?![\d-])")
 # Where two pieces of text join into one when matching across joins: a leaf boundary between array
 # items, or (inside a text that holds JSON) the end of one string item and the start of the next.
 _JOIN = re.compile(SOFT + r'|\\*"[\s,\[\]{}]*\\*"')
 _JOIN_OR_INVISIBLE = re.compile(f"{_JOIN.pattern}|[{INVISIBLE_CHARS}]+")
-# In JSON text written with escapes (ensure_ascii), a separator may come as \\u00a0 or \\n: read alike.
-_ESCAPED_SEPARATOR = re.compile(
-    r"\\[nrtbf]|\\u(?:"
-    + "|".join(
-        sorted(
-            {f"{ord(c):04x}" for c in map(chr, range(0x80, 0x10000)) if c.isspace()}
-            | {f"{ord(c):04x}" for c in INVISIBLE_CHARS + DASH_CHARS if ord(c) >= 0x80}
-        )
-    )
-    + ")",
-    re.IGNORECASE,
-)
 _TOKEN = re.compile(r"[^\W_]+")  # letters and digits of any script
+_PIECE = re.compile(r"[ 0-9]*")  # a piece of a number, as pii.number_view shows it
 MIN_DERIVED_CHARS = 4  # a masked input value shorter than this (letters and digits) is not followed
 
 
@@ -122,7 +110,7 @@ class Mask:
     replacement: str = REDACTED
     validate: Callable[[str], bool] | None = field(default=None, compare=False)
     select: Callable[[str], Sequence[Span]] | None = field(default=None, compare=False)
-    scan: Callable[[str], Sequence[Span]] | None = field(default=None, compare=False)
+    scan: Callable[..., Sequence[Span]] | None = field(default=None, compare=False)  # (text, context)
     derive: bool = field(default=True, compare=False)
     _compiled: Any = field(default=None, init=False, repr=False, compare=False)
 
@@ -145,11 +133,14 @@ class Mask:
             found.extend((base + start, base + end) for start, end in self._inner(match.group(0)))
         return found
 
-    def spans(self, text: str) -> list[Span]:
-        """``(start, end)`` of each part of ``text`` the mask replaces (invisible characters inside
-        a value do not hide it: the pattern sees the text without them)."""
+    def spans(self, text: str, context: str | None = None) -> list[Span]:
+        """``(start, end)`` of each part of ``text`` the mask replaces. The pattern sees the text
+        folded (pii.fold: fullwidth and other digits and letters as ASCII, dashes as ``-``) and
+        without invisible characters, so neither hides a value. ``context`` (a scan's): the same
+        text with what it must not match across (JSON keys) kept, for words around a value."""
         if self.scan is not None:
-            return sorted(self.scan(text))
+            return sorted(self.scan(text) if context is None else self.scan(text, context))
+        text = fold(text)
         if _INVISIBLE.search(text) is None:
             return self._pattern_spans(text)
         shown, at = _without_invisibles(text)
@@ -171,9 +162,9 @@ Labelled = tuple[int, int, str]
 
 
 def _merged(spans: Iterable[Labelled]) -> list[Labelled]:
-    """Overlapping spans as one (the first one's replacement), sorted; empty ones dropped."""
+    """Overlapping spans as one (the replacement of the first, longest first), sorted; empty ones dropped."""
     out: list[Labelled] = []
-    for start, end, label in sorted(spans):
+    for start, end, label in sorted(spans, key=lambda span: (span[0], -span[1], span[2])):
         if end <= start:
             continue
         if out and start < out[-1][1]:
@@ -214,83 +205,52 @@ def safe_cut(text: str, limit: int) -> int:
     return limit - len(tail.group())
 
 
-def card_number_spans(text: str) -> list[Span]:
-    """The Luhn-valid 13-19 digit card numbers of ``text``.
-
-    A card's digits may come in groups separated by whitespace of any kind, invisible
-    characters, dashes or JSON punctuation ("4111", "1111", ... echoed by a tool is a card).
-    In a run of such groups, sub-runs of whole groups are tried, longest first, so a card
-    next to another number ("4111 1111 1111 1111 2") is still found. Luhn decides: an order
-    id or a phone number rarely passes it.
-    """
-    if "\\" in text:  # escaped separators become spaces of the same length: positions stay
-        text = _ESCAPED_SEPARATOR.sub(lambda m: " " * len(m.group()), text)
-    if "-" in text:  # dates become letters of the same length: they break a chain of groups
-        text = CALENDAR_DATE.sub(lambda m: "d" * len(m.group()), text)
-    found: list[Span] = []
-    chain: list[Span] = []
-    for match in _DIGITS.finditer(text):
-        if chain and _CARD_JOINERS.fullmatch(text, chain[-1][1], match.start()) is None:
-            found.extend(_cards_in_chain(text, chain))
-            chain = []
-        chain.append(match.span())
-    found.extend(_cards_in_chain(text, chain))
-    return found
-
-
-def _cards_in_chain(text: str, groups: list[Span]) -> list[Span]:
-    digits = "".join(text[start:end] for start, end in groups)
-    if len(digits) < 13:
-        return []
-    # Luhn of any digit window in O(1): prefix sums of each digit's value, doubled on even or on
-    # odd positions; which one a window uses depends on the parity of its last digit.
-    doubled_odd, doubled_even = [0], [0]
-    for k, char in enumerate(digits):
-        value = int(char)
-        twice = value * 2 - 9 if value > 4 else value * 2
-        doubled_odd.append(doubled_odd[-1] + (twice if k % 2 else value))
-        doubled_even.append(doubled_even[-1] + (value if k % 2 else twice))
-    prefix = [0]  # prefix[k] = digits in groups[:k]
-    for start, end in groups:
-        prefix.append(prefix[-1] + end - start)
-    found: list[Span] = []
-    i = 0
-    while i < len(groups):
-        # The windows from group i holding 13-19 digits, longest first: at most 7 per start group.
-        a = prefix[i]
-        longest = bisect.bisect_right(prefix, a + 19) - 2
-        shortest = bisect.bisect_left(prefix, a + 13) - 1
-        for j in range(longest, max(shortest, i) - 1, -1):
-            b = prefix[j + 1]
-            sums = doubled_odd if (b - 1) % 2 == 0 else doubled_even
-            if (sums[b] - sums[a]) % 10 == 0:
-                found.append((groups[i][0], groups[j][1]))
-                i = j
-                break
-        i += 1
-    return found
-
-
-# 13-19 digits in groups (card_number_spans says which), then the Luhn check: a plain long number
-# (an order id, a phone number) rarely passes it.
+# Numbers (llamon_agent.pii): digit groups split by any separator, across strings, array items,
+# JSON keys and nesting, in any script's digits; each kind's check decides (Luhn for cards).
 CARD_NUMBER = Mask(
-    name="card_number",
-    pattern=r"\b\d(?:[ -]?\d){12,}\b",
-    replacement="[카드번호]",
-    scan=card_number_spans,
+    name="card_number", pattern=r"\b\d(?:[ -]?\d){12,}\b", replacement="[카드번호]", scan=card_number_spans
 )
-# 주민등록번호: YYMMDD-GNNNNNN, G (1-4) encodes century and sex.
-KR_RRN = Mask(name="kr_rrn", pattern=r"\b\d{6}-[1-4]\d{6}\b", replacement="[주민등록번호]")
+# 주민등록번호 and 외국인등록번호: YYMMDD-GNNNNNN, G 1-4 for citizens, 5-8 for foreign residents.
+KR_RRN = Mask(name="kr_rrn", pattern=r"\d{6}-[1-4]\d{6}", replacement="[주민등록번호]", scan=pii.kr_rrn_spans)
+KR_FRN = Mask(
+    name="kr_frn", pattern=r"\d{6}-[5-8]\d{6}", replacement="[외국인등록번호]", scan=pii.kr_frn_spans
+)
+KR_PHONE = Mask(
+    name="kr_phone", pattern=r"0\d{1,2}-\d{3,4}-\d{4}", replacement="[전화번호]", scan=pii.kr_phone_spans
+)
+ACCOUNT_NUMBER = Mask(
+    name="account_number",
+    pattern=r"\d{3,6}-\d{2,6}-\d{2,7}",
+    replacement="[계좌번호]",
+    scan=pii.account_number_spans,
+)
+# E-mail addresses, internationalised ones too (홍길동@예시.한국, user@xn--...); on the folded text.
 EMAIL = Mask(
     name="email",
-    pattern=r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b",
+    pattern=(
+        r"[\p{L}\p{N}\p{M}._%+-]+@[\p{L}\p{N}\p{M}-]+(?:\.[\p{L}\p{N}\p{M}-]+)*"
+        r"\.(?:[A-Za-z]{2,63}\b|xn--[A-Za-z0-9-]{2,59}|\p{L}[\p{L}\p{M}]+)"
+    ),
     replacement="[이메일]",
 )
-MASK_PRESETS: dict[str, Mask] = {m.name: m for m in (CARD_NUMBER, KR_RRN, EMAIL)}
+# Korean passport numbers: a letter (M, S, R, O, D, G) and 8 characters, the 5th a digit or a
+# letter since 2021 (M12345678, M123A4567); separators inside are read through.
+PASSPORT = Mask(
+    name="passport",
+    pattern=r"\b[MSRODG](?:[ ./-]?[0-9]){3}[ ./-]?[A-Z0-9](?:[ ./-]?[0-9]){4}\b",
+    replacement="[여권번호]",
+)
+# Passwords, tokens and keys: --password=..., PGPASSWORD=..., scheme://user:...@host, Bearer ...
+CREDENTIAL = Mask(
+    name="credential", pattern=r"password=\S+", replacement="[비밀값]", scan=pii.credential_spans
+)
+MASK_PRESETS: dict[str, Mask] = {
+    m.name: m for m in (KR_RRN, KR_FRN, KR_PHONE, ACCOUNT_NUMBER, CARD_NUMBER, EMAIL, PASSPORT, CREDENTIAL)
+}
 
 
 def mask_preset(name: str) -> Mask:
-    """A built-in mask by name (``card_number``, ``kr_rrn``, ``email``)."""
+    """A built-in mask by name (a key of ``MASK_PRESETS``: ``card_number``, ``kr_rrn``, ``email`` ...)."""
     try:
         return MASK_PRESETS[name]
     except KeyError:
@@ -454,9 +414,10 @@ class Redactor:
     def learn(self, value: Any) -> None:
         """Remember what the masks hide in ``value`` (a run's input) to hide it where it reappears."""
         leaves = _Leaves(value)
+        texts = leaves.texts_only(fold(leaves.text))  # a value split across keys: its keys are not part of it
         for start, end, label, mask in self._found(leaves):
             if mask is not None and mask.derive:
-                key = "".join(token.casefold() for token in _TOKEN.findall(leaves.text, start, end))
+                key = "".join(token.casefold() for token in _TOKEN.findall(texts, start, end))
                 if len(key) >= MIN_DERIVED_CHARS:
                     self._derived.setdefault(key, label)
 
@@ -473,14 +434,19 @@ class Redactor:
         return leaves.rebuild(spans)
 
     def _found(self, leaves: _Leaves) -> list[tuple[int, int, str, Mask | None]]:
-        text = leaves.text
+        text = fold(leaves.text)  # one character for one: positions stay
         found: list[tuple[int, int, str, Mask | None]] = []
-        for mask in self._scans:
-            found.extend((start, end, mask.replacement, mask) for start, end in mask.spans(text))
+        if self._scans:
+            # Numbers are read in the values only (JSON keys, null, booleans are separators between
+            # them: a card split over {"a": "4111", "b": "1111", ...} is one); words around a value
+            # (an account's "계좌", a secret's key) are read in the whole text.
+            values = leaves.values_only(text)
+            for mask in self._scans:
+                found.extend((start, end, mask.replacement, mask) for start, end in mask.spans(values, text))
         if self._patterns:
             for mask in self._patterns:
                 found.extend((start, end, mask.replacement, mask) for start, end in _leaf_spans(mask, leaves))
-            joined = _Joined(text)
+            joined = _Joined(text, leaves.hidden())
             if joined.joins:
                 for mask in self._patterns:
                     found.extend((start, end, mask.replacement, mask) for start, end in joined.crossing(mask))
@@ -497,7 +463,7 @@ class Redactor:
         # as a reader sees them; a key only has to start and end on token edges.
         text = _INVISIBLE.sub(" ", text)
         if "\\" in text:
-            text = _ESCAPED_SEPARATOR.sub(lambda m: " " * len(m.group()), text)
+            text = ESCAPED_SEPARATOR.sub(lambda m: " " * len(m.group()), text)
         for match in _TOKEN.finditer(text):
             token = match.group().casefold()
             starts[at] = match.start()
@@ -558,7 +524,9 @@ class _Leaves:
         parts: list[str] = []
         at = 0
         last_writable = False
-        for leaf, writable in _walk(value, 0):
+        self._texts: list[bool] = []  # per leaf: a text (not a number, key or constant)
+        for leaf, writable, is_text in _walk(value, 0):
+            self._texts.append(is_text)
             if self.items:
                 boundary = SOFT if writable and last_writable else HARD
                 parts.append(boundary)
@@ -580,6 +548,49 @@ class _Leaves:
     def writable(self) -> Iterable[tuple[int, str]]:
         return ((start, leaf) for start, leaf, writable in self.items if writable)
 
+    def hidden(self) -> list[Span]:
+        """Each leaf that is not text (a key, null, a boolean), with the boundaries around it."""
+        return [
+            (max(start - 1, 0), min(start + len(leaf) + 1, len(self.text)))
+            for start, leaf, writable in self.items
+            if not writable
+        ]
+
+    def texts_only(self, text: str) -> str:
+        """``text`` (this text, folded) with every leaf that is not text (keys ...) blanked."""
+        chars = list(text)
+        for start, leaf, writable in self.items:
+            if not writable:
+                chars[start : start + len(leaf)] = " " * len(leaf)
+        return "".join(chars)
+
+    def values_only(self, text: str) -> str:
+        """``text`` (this text, folded) with the keys between two pieces of a number blanked.
+
+        A piece is a text (at most 64 characters) of only digits and separators: a card or
+        주민등록번호 written as ``{"a": "4111", "b": "1111", ...}`` is one number; a number next
+        to an amount (``{"phone": "010-...", "amount": 1200}``: not a text) or to words is not.
+        The digits of a key before a piece (``"p1"``) are never read as digits of the number.
+        """
+        if all(writable for _, _, writable in self.items):
+            return text
+        pieces = [
+            is_text and len(leaf) <= 64 and _PIECE.fullmatch(pii.number_view(leaf)) is not None
+            for (_, leaf, _), is_text in zip(self.items, self._texts, strict=True)
+        ]
+        after = [False] * len(self.items)  # per leaf: the next writable leaf is a piece
+        for i in range(len(self.items) - 2, -1, -1):
+            after[i] = pieces[i + 1] if self.items[i + 1][2] else after[i + 1]
+        chars: list[str] | None = None
+        before = False  # the last writable leaf was a piece
+        for i, (start, leaf, writable) in enumerate(self.items):
+            if writable:
+                before = pieces[i]
+            elif after[i]:  # a key before a piece: never digits of the number; between two, a separator
+                chars = list(text) if chars is None else chars
+                chars[start : start + len(leaf)] = (" " if before else "x") * len(leaf)
+        return text if chars is None else "".join(chars)
+
     def rebuild(self, spans: Sequence[Labelled]) -> Any:
         replaced: list[str | None] = []  # per leaf: its new text, None when unchanged
         k = 0
@@ -597,29 +608,98 @@ class _Leaves:
         return _rebuild(self.value, leaves, 0)
 
 
-def _walk(value: Any, depth: int) -> Iterable[tuple[str, bool]]:
+MAX_EMBEDDED_CHARS = 1_000_000  # a longer text holding JSON is read as text, not parsed
+
+
+MAX_EMBEDDED_TRIES = 16  # places in one text where JSON is tried (bounded work on hostile text)
+_DECODER = json.JSONDecoder()
+_OPENING = re.compile(r"[\[{]")
+
+
+def _embedded(value: str, depth: int) -> list[str | tuple[Any, str]] | None:
+    """The JSON objects and arrays a text holds (a tool's result as JSON text, JSON quoted in a
+    sentence), as the text's pieces in order: plain text, or (the data, its original text). None
+    when it holds none."""
+    if depth > MAX_DEPTH or len(value) > MAX_EMBEDDED_CHARS or ("{" not in value and "[" not in value):
+        return None
+    stripped = value.strip()
+    if len(stripped) > 2 and stripped[0] == stripped[-1] == '"':  # JSON text of a JSON text
+        try:
+            inner = json.loads(stripped)
+        except (ValueError, RecursionError):
+            inner = None
+        if isinstance(inner, str) and _embedded(inner, depth + 1) is not None:
+            start = value.index('"')
+            return [value[:start], (inner, stripped), value[start + len(stripped) :]]
+    segments: list[str | tuple[Any, str]] = []
+    at = tries = 0
+    for opening in _OPENING.finditer(value):
+        if opening.start() < at:
+            continue
+        if tries == MAX_EMBEDDED_TRIES:
+            break
+        tries += 1
+        try:
+            parsed, end = _DECODER.raw_decode(value, opening.start())
+        except (ValueError, RecursionError):
+            continue
+        if not isinstance(parsed, dict | list) or not parsed:
+            continue
+        if opening.start() > at:
+            segments.append(value[at : opening.start()])
+        segments.append((parsed, value[opening.start() : end]))
+        at = end
+    if not segments:
+        return None
+    if at < len(value):
+        segments.append(value[at:])
+    return segments
+
+
+def _walk(value: Any, depth: int) -> Iterable[tuple[str, bool, bool]]:
     if isinstance(value, str):
-        yield value, True
+        embedded = _embedded(value, depth)
+        if embedded is not None:  # JSON in it is read as the data it holds: keys, items, nesting
+            for segment in embedded:
+                if isinstance(segment, str):
+                    yield segment, True, True
+                else:
+                    yield from _walk(segment[0], depth + 1)
+        else:
+            yield value, True, True
     elif value is None:
-        yield "null", False
+        yield "null", False, False
     elif isinstance(value, bool):
-        yield str(value).lower(), False
+        yield str(value).lower(), False, False
     elif isinstance(value, float):
-        yield repr(value), False
+        yield repr(value), False, False
     elif isinstance(value, int) or (depth > MAX_DEPTH and isinstance(value, Mapping | list | tuple)):
-        yield str(value), True
+        yield str(value), True, False
     elif isinstance(value, Mapping):
         for key, item in value.items():
-            yield str(key), False
+            yield str(key), False, False
             yield from _walk(item, depth + 1)
     elif isinstance(value, list | tuple):
         for item in value:
             yield from _walk(item, depth + 1)
     else:
-        yield "", False
+        yield "", False, False
 
 
 def _rebuild(value: Any, leaves: Iterator[str | None], depth: int) -> Any:
+    if isinstance(value, str) and (embedded := _embedded(value, depth)) is not None:
+        parts, changed = [], False
+        for segment in embedded:
+            if isinstance(segment, str):
+                new = next(leaves)
+                parts.append(segment if new is None else new)
+                changed = changed or new is not None
+            else:
+                rebuilt = _rebuild(segment[0], leaves, depth + 1)
+                same = rebuilt == segment[0]
+                parts.append(segment[1] if same else json.dumps(rebuilt, ensure_ascii=False))
+                changed = changed or not same
+        return "".join(parts) if changed else value
     if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
         new = next(leaves)
         return value if new is None else new
@@ -638,24 +718,50 @@ def _rebuild(value: Any, leaves: Iterator[str | None], depth: int) -> Any:
     return value
 
 
-class _Joined:
-    """A text with its joins taken out, and where they were (see Redactor)."""
+@functools.lru_cache(maxsize=256)
+def _unbounded(pattern: str) -> tuple[bool, Any]:
+    """``pattern`` without a leading and a trailing ``\\b`` (compiled), and whether it had one."""
+    inner = pattern.removeprefix(r"\b")
+    inner = inner.removesuffix(r"\b") if not inner.endswith(r"\\b") else inner
+    if inner == pattern or not inner:
+        return False, compile_pattern(pattern)
+    return True, compile_pattern(inner)
 
-    def __init__(self, text: str) -> None:
+
+class _Joined:
+    """A text with its joins taken out, and where they were (see Redactor).
+
+    ``hidden``: more spans to take out as joins (the JSON keys between two values).
+    """
+
+    def __init__(self, text: str, hidden: Sequence[Span] = ()) -> None:
         self.joins: list[int] = []  # positions in self.text where a join was taken out
         self._starts: list[int] = []  # piece starts in self.text
         self._origins: list[int] = []  # the same pieces' starts in the original text
         parts: list[str] = []
         at = kept = 0
-        for match in _JOIN_OR_INVISIBLE.finditer(text):
-            if match.start() > at:
+        self.key_joins: set[int] = set()  # joins where a key (or null, a boolean) was taken out
+        cuts = [
+            (m.start(), m.end(), m.group()[0] not in INVISIBLE_CHARS)
+            for m in _JOIN_OR_INVISIBLE.finditer(text)
+        ]
+        hidden_set = set(hidden)
+        if hidden:
+            cuts = sorted(cuts + [(start, end, True) for start, end in hidden])
+        for start, end, is_join in cuts:
+            if end <= at:  # inside what was taken out already
+                continue
+            start = max(start, at)
+            if start > at:
                 self._starts.append(kept)
                 self._origins.append(at)
-                parts.append(text[at : match.start()])
-                kept += match.start() - at
-            if match.group()[0] not in INVISIBLE_CHARS and (not self.joins or self.joins[-1] != kept):
+                parts.append(text[at:start])
+                kept += start - at
+            if is_join and (not self.joins or self.joins[-1] != kept):
                 self.joins.append(kept)
-            at = match.end()
+            if is_join and (start, end) in hidden_set:
+                self.key_joins.add(kept)
+            at = end
         if at < len(text):
             self._starts.append(kept)
             self._origins.append(at)
@@ -672,12 +778,19 @@ class _Joined:
     def crossing(self, mask: Mask) -> list[Span]:
         """Spans (in the original text) of ``mask``'s matches that cross a join, narrowed."""
         spans: list[Span] = []
-        for match in mask._compiled.finditer(self.text):
+        # Pieces are glued where a join was: "…9370" + "M859…" has no word boundary between them,
+        # so a pattern's outer \b is dropped for the search and checked on whole pieces instead.
+        bounded, search = _unbounded(mask.pattern)
+        at = 0
+        while (match := search.search(self.text, at)) is not None:
+            at = max(match.end(), match.start() + 1)
             for inner_start, inner_end in mask._inner(match.group(0)):
                 start, end = match.start() + inner_start, match.start() + inner_end
                 joins = self._joins_within(start, end)
                 if not joins:
                     continue  # inside one piece: found on the leaf already
+                if bounded and not self._whole(mask, start, end):
+                    continue
                 for join in joins:  # drop whole pieces on the left while the rest still matches
                     if not self._whole(mask, join, end):
                         break
@@ -686,9 +799,26 @@ class _Joined:
                     if not self._whole(mask, start, join):
                         break
                     end = join
-                if self._joins_within(start, end):
-                    spans.append((self._origin(start), self._origin(end - 1) + 1))
+                # What was dropped on the right may start the next match ("…comkim" + ".000@…").
+                if match.start() < end < at and end in self._join_set:
+                    at = end
+                inside = self._joins_within(start, end)
+                if not inside:
+                    continue
+                # Across a key only whole values are one: "SKU-46782-G" then a date is no passport.
+                if self.key_joins.intersection(inside) and not self._on_edges(start, end):
+                    continue
+                spans.append((self._origin(start), self._origin(end - 1) + 1))
         return spans
+
+    @functools.cached_property
+    def _join_set(self) -> set[int]:
+        return set(self.joins)
+
+    def _on_edges(self, start: int, end: int) -> bool:
+        """Whether ``start`` and ``end`` fall where values begin and end (a join or the text's ends)."""
+        edges = self._join_set
+        return (start == 0 or start in edges) and (end == len(self.text) or end in edges)
 
     def _whole(self, mask: Mask, start: int, end: int) -> bool:
         part = self.text[start:end]

@@ -27,7 +27,7 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -108,6 +108,7 @@ class ReactRunner:
 
     kind: Literal["react", "flow"] = "react"
     source: Literal["served", "flow"] = "served"
+    privacy_masks: Sequence[Any] = ()  # the privacy settings' masks for exported spans (privacy_masks)
 
     def __init__(self, spec: Any, backend: Any, react_tools: list[Any], description: str = "") -> None:
         self.spec = spec
@@ -131,13 +132,55 @@ class ReactRunner:
         return Outcome(status, result.answer or "", result.error or "", kind, result.duration_ms)
 
 
+async def privacy_masks(settings: Settings) -> list[Any]:
+    """The masks of the privacy settings a served agent exports its spans with, as the worker does.
+
+    ``LLAMON_MASK_PRESETS`` (preset names, comma-separated; ``all``; ``none``) when set, else the
+    privacy settings of the llamon-web the registry is (``GET /api/privacy``: its patterns and
+    presets), else none. A registry that cannot say is a ServeError: spans are not exported unmasked.
+    """
+    from llamon_agent.guardrails import MASK_PRESETS, as_masks, mask_preset
+    from llamon_agent.mcp.registry import HttpRegistry, registry_from_settings
+
+    names = [name.strip() for name in settings.mask_presets.split(",") if name.strip()]
+    try:
+        if names:
+            if names == ["none"]:
+                return []
+            return [mask_preset(name) for name in (list(MASK_PRESETS) if names == ["all"] else names)]
+        if not settings.registry_url or settings.registry_file:
+            return []
+        registry = registry_from_settings(settings)
+        data = await registry.privacy() if isinstance(registry, HttpRegistry) else None
+    except ValueError as exc:
+        raise ServeError(f"LLAMON_MASK_PRESETS: {exc}") from None
+    except RegistryError as exc:
+        raise ServeError(f"the privacy settings could not be read from the registry: {exc}") from None
+    if data is None:
+        logger.warning(
+            "registry %s has no privacy settings (/api/privacy): exported spans are masked only by "
+            "the agent's output guardrail; set LLAMON_MASK_PRESETS",
+            settings.registry_url,
+        )
+        return []
+    patterns = [p for p in data.get("redaction_patterns") or [] if isinstance(p, str) and p]
+    presets = [n for n in data.get("mask_presets") or [] if n in MASK_PRESETS]
+    try:
+        return as_masks(patterns) + [mask_preset(name) for name in presets]
+    except ValueError as exc:
+        raise ServeError(
+            f"the registry's privacy settings hold a pattern that does not compile: {exc}"
+        ) from None
+
+
 def served_redactor(runner: Any, request: AgentRequest) -> Any:
-    """The redaction of a served request's exported spans: the agent's output masks, seeded with the
-    request (what they hide in it stays hidden where a tool echoes it in pieces); None without masks."""
+    """The redaction of a served request's exported spans: the privacy settings (privacy_masks) and
+    the agent's output masks, seeded with the request (what they hide in it stays hidden where a
+    tool echoes it in pieces), as the worker's; None without masks."""
     from llamon_agent.guardrails import Redactor
 
     guardrail = getattr(getattr(runner, "spec", None), "output_guardrail", None)
-    masks = list(getattr(guardrail, "masks", None) or [])
+    masks = [*getattr(runner, "privacy_masks", ()), *(getattr(guardrail, "masks", None) or [])]
     if not masks:
         return None
     redactor = Redactor(masks)
@@ -150,6 +193,7 @@ class FlowRunner:
 
     kind: Literal["react", "flow"] = "flow"
     source: Literal["served", "flow"] = "flow"
+    privacy_masks: Sequence[Any] = ()  # the privacy settings' masks for exported spans (privacy_masks)
 
     def __init__(self, graph: Any, name: str, description: str = "") -> None:
         from llamon_agent.flow import graph_view
@@ -190,7 +234,9 @@ async def prepare_runner(project: Project, settings: Settings) -> ReactRunner | 
             raise ServeError(f"build_graph failed: {type(exc).__name__}: {exc}") from exc
         if graph is None or not hasattr(graph, "ainvoke"):
             raise ServeError("build_graph must return a compiled graph (e.g. Flow(...).compile()), got None")
-        return FlowRunner(graph, project.name, description)
+        flow = FlowRunner(graph, project.name, description)
+        flow.privacy_masks = await privacy_masks(settings)
+        return flow
 
     from llamon_agent.mcp.adapters import PoolToolBackend
     from llamon_agent.mcp.pool import get_pool
@@ -202,7 +248,9 @@ async def prepare_runner(project: Project, settings: Settings) -> ReactRunner | 
     for mcp_id in spec.react_mcp_ids:
         if mcp_id in bound:
             react_tools.extend(await pool.langchain_tools(mcp_id))
-    return ReactRunner(spec, PoolToolBackend(pool, bound), react_tools, description)
+    react = ReactRunner(spec, PoolToolBackend(pool, bound), react_tools, description)
+    react.privacy_masks = await privacy_masks(settings)
+    return react
 
 
 async def _bind_servers(mcp_ids: list[str], settings: Settings, pool: Any) -> list[str]:

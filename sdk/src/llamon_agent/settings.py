@@ -97,6 +97,9 @@ class Settings(CostBudgets):
     mcp_env_names: str = "LLAMON_MCP_*"
     mcp_allow_private: bool = True
     registry_allow_http: bool = False
+    # What a served agent masks in the OTel spans it exports (docs/observability.md): preset names
+    # (comma-separated; "all", or "none"). Unset: the registry's llamon-web privacy settings.
+    mask_presets: str = ""
     # ``llamon run``'s A2A task store (docs/cli.md): finished tasks kept for tasks/get, at most
     # this many (oldest forgotten first) and for at most this long.
     a2a_tasks_kept: int = Field(default=DEFAULT_A2A_TASKS_KEPT, ge=0, le=1_000_000)

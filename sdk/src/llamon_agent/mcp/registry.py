@@ -174,6 +174,22 @@ class HttpRegistry:
             for mcp_id, entry in data.items()
         }
 
+    async def privacy(self) -> dict[str, Any] | None:
+        """The workbench's privacy settings (``GET /api/privacy``): what served agents mask their
+        exported spans with; None from a workbench that has no such endpoint (HTTP 404)."""
+        import httpx
+
+        async with self._client(httpx) as client:
+            try:
+                data = await self._get_json(client, f"{self.base_url}/api/privacy")
+            except RegistryError as exc:
+                if "answered HTTP 404" in str(exc):
+                    return None
+                raise
+        if not isinstance(data, dict):
+            raise RegistryError(f"registry {self.base_url}: /api/privacy must answer an object")
+        return data
+
     def _client(self, httpx: Any) -> Any:
         from llamon_agent.net import guarded_async_client
 

@@ -9,7 +9,7 @@ import logging
 import os
 import re
 import signal
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -100,6 +100,37 @@ def redact_stderr(line: str, secrets: Sequence[str] = ()) -> str:
     return _TOKENISH.sub("[redacted]", line)
 
 
+# ``${NAME}`` in a stdio server's arguments: the value of NAME, one of the variables the server is
+# given (its ``env`` names), put in only here, in the process that starts the child. Stored and
+# shown arguments keep the placeholder, never the secret.
+PLACEHOLDER = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def placeholder_names(args: Sequence[str]) -> list[str]:
+    """The variable names the ``${NAME}`` placeholders of ``args`` refer to, in order, once each."""
+    return list(dict.fromkeys(m.group(1) for arg in args for m in PLACEHOLDER.finditer(arg)))
+
+
+def expand_args(spec: McpServerSpec, env: Mapping[str, str]) -> list[str]:
+    """``spec.args`` with each ``${NAME}`` replaced by NAME's value in ``env`` (the child's environment).
+
+    A name the server is not given (not in ``spec.env``) or that is not set is an error naming it.
+    """
+    for name in placeholder_names(spec.args):
+        if name not in spec.env:
+            raise McpConnectionError.about(
+                f"argument placeholder ${{{name}}} names a variable the server is not given: "
+                f"add {name} to its environment variable names",
+                mcp_id=spec.mcp_id,
+            )
+        if name not in env:
+            raise McpConnectionError.about(
+                f"argument placeholder ${{{name}}}: {name} is not set in this process's environment",
+                mcp_id=spec.mcp_id,
+            )
+    return [PLACEHOLDER.sub(lambda m: env[m.group(1)], arg) for arg in spec.args]
+
+
 def child_env(spec: McpServerSpec, environ: dict[str, str] | None = None) -> dict[str, str]:
     """The environment of a stdio child: PATH, HOME and the variables the spec names, nothing else."""
     source = os.environ if environ is None else environ
@@ -121,8 +152,8 @@ async def _stdio_transport(
     # Our own transport rather than mcp's stdio_client: that one adds LOGNAME/SHELL/TERM/USER
     # to the child's env, lets a garbled reply hang its request until the timeout, does not
     # bound message size and does not tell us which request failed to be written.
-    command = [spec.command or "", *spec.args]
     env = child_env(spec)
+    command = [spec.command or "", *expand_args(spec, env)]
     # What the child was given may come back on its stderr: never let it reach a message or a log.
     # Longest first, so a value containing another is replaced whole.
     secrets = sorted((env[n] for n in spec.env if len(env.get(n, "")) >= 4), key=len, reverse=True)
