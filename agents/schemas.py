@@ -457,7 +457,7 @@ class ChangeRequestOut(Schema):
     agent: int
     agent_name: str
     action: str = Field(
-        description="agent.update, rollout.set, rollout.promote, rollout.rollback, rollout.publish, rule_set.publish"
+        description="agent.update, agent.protect, agent.delete, shadow.set, rollout.set, rollout.promote, rollout.rollback, rollout.publish, rule_set.publish"
     )
     state: Literal["pending", "applied", "rejected", "withdrawn"]
     payload: dict[str, Any]

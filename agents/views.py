@@ -110,6 +110,8 @@ def agent_protect(request: HtmxHttpRequest, pk: int) -> HttpResponse:
             protected=form.cleaned_data["protected"],
             approvals_required=form.cleaned_data["approvals_required"],
         )
+    except ChangeRequested as exc:
+        return _change_requested(request, exc)
     except AgentError as exc:
         messages.error(request, exc.message)
     else:
@@ -764,6 +766,8 @@ def agent_shadow_set(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         version = selectors.agent_version(agent, number)
         try:
             services.shadow_set(actor=request.user, agent=agent, version=version)
+        except ChangeRequested as exc:
+            return _change_requested(request, exc)
         except AgentError as exc:
             form.add_error("version", exc.message)
         else:

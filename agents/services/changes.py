@@ -18,11 +18,17 @@ from django.utils.translation import gettext as _
 
 from accounts.roles import has_role, is_approver
 from agents.changes import change_request_stale
-from agents.errors import AgentConflictError, AgentError
+from agents.errors import AgentConflictError, AgentError, ChangeRequested
 from agents.models import Agent, ChangeRequest, ChangeReview
-from agents.services.agents import agent_save_values
-from agents.services.gate import bounded, ungated
-from agents.services.rollout import rollout_promote, rollout_publish, rollout_rollback, rollout_set
+from agents.services.agents import agent_delete, agent_save_values
+from agents.services.gate import bounded, change_gate, field_diff, gated_atomic, ungated
+from agents.services.rollout import (
+    rollout_promote,
+    rollout_publish,
+    rollout_rollback,
+    rollout_set,
+    shadow_set,
+)
 from core.audit import audit_record
 from rules.models import RuleSet
 from rules.services import rule_set_publish
@@ -82,7 +88,28 @@ def _apply_publish(actor: Any, agent: Agent, payload: dict[str, Any]) -> None:
     rule_set_publish(actor=actor, rule_set=rule_set, message=payload.get("message", ""))
 
 
+def _apply_protect(actor: Any, agent: Agent, payload: dict[str, Any]) -> None:
+    agent_protect(
+        actor=actor,
+        agent=agent,
+        protected=payload["protected"],
+        approvals_required=payload["approvals_required"],
+    )
+
+
+def _apply_delete(actor: Any, agent: Agent, payload: dict[str, Any]) -> None:
+    agent_delete(actor=actor, agent=agent)
+
+
+def _apply_shadow(actor: Any, agent: Agent, payload: dict[str, Any]) -> None:
+    number = payload["version"]
+    shadow_set(actor=actor, agent=agent, version=None if number is None else _version(agent, number))
+
+
 APPLY: dict[str, Callable[[Any, Agent, dict[str, Any]], None]] = {
+    "agent.protect": _apply_protect,
+    "agent.delete": _apply_delete,
+    "shadow.set": _apply_shadow,
     "agent.update": _apply_agent_update,
     "rollout.set": _apply_rollout_set,
     "rollout.promote": _apply_rollout_promote,
@@ -169,7 +196,10 @@ def change_request_review(
                 obj=request,
                 after={"agent": request.agent.name, "action": request.action, "payload": request.payload},
             )
-        request.refresh_from_db()
+        if ChangeRequest.objects.filter(pk=request.pk).exists():
+            request.refresh_from_db()
+        else:  # an approved deletion: the agent went, and its change requests with it (the audit keeps them)
+            request.state = ChangeRequest.State.APPLIED
     return request
 
 
@@ -193,9 +223,16 @@ def change_request_withdraw(*, actor: Any, change_request: ChangeRequest) -> Cha
 # --- Protection --------------------------------------------------------------------------------------
 
 
-@transaction.atomic
-def agent_protect(*, actor: Any, agent: Agent, protected: bool, approvals_required: int = 1) -> Agent:
-    """Mark an agent protected (or not) and how many approvals its changes need (admin); audited."""
+@gated_atomic
+def agent_protect(
+    *, actor: Any, agent: Agent, protected: bool, approvals_required: int = 1, change_reason: str = ""
+) -> Agent | ChangeRequested:
+    """Mark an agent protected (or not) and how many approvals its changes need (admin); audited.
+
+    Raising protection applies at once; lowering it on a protected agent (no longer protected, fewer
+    approvals) is a change request like any other change of it: one admin cannot unprotect, edit and
+    protect again alone.
+    """
     if not has_role(actor, "admin"):
         raise PermissionDenied(_("Protecting an agent needs the admin role."))
     if (
@@ -220,6 +257,18 @@ def agent_protect(*, actor: Any, agent: Agent, protected: bool, approvals_requir
     after = {"protected": bool(protected), "approvals_required": approvals_required}
     if before == after:
         return agent
+    lowering = agent.protected and (not protected or approvals_required < agent.approvals_required)
+    if lowering and (
+        pending := change_gate(
+            actor=actor,
+            agent=agent,
+            action="agent.protect",
+            payload=after,
+            diff={"fields": field_diff(before, after)},
+            reason=change_reason,
+        )
+    ):
+        return pending
     agent.protected, agent.approvals_required = bool(protected), approvals_required
     agent.revision += 1
     agent.save(update_fields=["protected", "approvals_required", "revision", "updated_at"])

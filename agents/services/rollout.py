@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
@@ -530,8 +529,8 @@ def rollout_guard_check(*, agent_id: int, version_id: int) -> bool:
     return True
 
 
-@transaction.atomic
-def shadow_set(*, actor: Any, agent: Agent, version: Any) -> Agent:
+@gated_atomic
+def shadow_set(*, actor: Any, agent: Agent, version: Any, change_reason: str = "") -> Agent | ChangeRequested:
     """Name the version evaluated in shadow beside every run (None: shadow mode off)."""
     agent = _locked_agent(agent)
     if version is not None:
@@ -539,6 +538,16 @@ def shadow_set(*, actor: Any, agent: Agent, version: Any) -> Agent:
     before = _rollout_state(agent)
     if (version.pk if version else None) == agent.shadow_version_id:
         return agent
+    proposed = {**before, "shadow_version": version.number if version else None}
+    if pending := change_gate(
+        actor=actor,
+        agent=agent,
+        action="shadow.set",
+        payload={"version": version.number if version else None},
+        diff={"fields": field_diff(before, proposed)},
+        reason=change_reason,
+    ):
+        return pending
     agent.shadow_version = version
     _agent_bump(agent, ["shadow_version"])
     audit_record(
