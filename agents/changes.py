@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from django.contrib.auth import get_user_model
 from django.utils.translation import gettext as _
 
-from agents.models import ChangeRequest
+from accounts.roles import credential_may_approve, is_approver
+from agents.models import ChangeRequest, ChangeReview
+from core.models import AuditEvent
 from rules.models import RuleSet
 
 
@@ -22,3 +25,57 @@ def change_request_stale(request: ChangeRequest) -> str:
                 "The rule set's draft changed since this publish was asked: what would be published is not what was reviewed. The requester publishes again (that resets the approvals), or withdraws it."
             )
     return ""
+
+
+# What makes an account the requester's own (created, given a role or the approver permission,
+# re-activated or sent a password invite by them, or by an account that is theirs in turn).
+ACCOUNT_GRANTS = ("user.create", "user.set_role", "user.set_approver", "user.activate", "user.invite")
+
+
+def accounts_of(user_id: int | None) -> set[int]:
+    """The user and every account they made or empowered, transitively (from the audit chain)."""
+    if user_id is None:
+        return set()
+    label = get_user_model()._meta.label_lower
+    found, frontier = {user_id}, {user_id}
+    while frontier:
+        made = AuditEvent.objects.filter(
+            actor_id__in=frontier, action__in=ACCOUNT_GRANTS, object_type=label
+        ).values_list("object_id", flat=True)
+        frontier = {int(i) for i in made if i.isdigit()} - found
+        found |= frontier
+    return found
+
+
+def review_problems(request: ChangeRequest) -> dict[int, str]:
+    """Why an approval of the current round no longer counts, per review id (none: it counts).
+
+    Read when the request is applied and on its page: an approval counts only from a person still
+    active, still an approver, not the requester nor an account the requester made or empowered,
+    who approved with a credential allowed to approve.
+    """
+    reviews = [
+        r
+        for r in request.reviews.all()
+        if r.round == request.round and r.decision == ChangeReview.Decision.APPROVE
+    ]
+    if not reviews:
+        return {}
+    users = get_user_model()._default_manager.in_bulk([r.reviewer_id for r in reviews if r.reviewer_id])
+    theirs = accounts_of(request.requested_by_id)
+    problems = {}
+    for review in reviews:
+        user = users.get(review.reviewer_id) if review.reviewer_id else None
+        if user is None:
+            problems[review.pk] = _("the account was deleted")
+        elif not user.is_active:
+            problems[review.pk] = _("the account is deactivated")
+        elif not is_approver(user):
+            problems[review.pk] = _("no longer an approver")
+        elif user.pk == request.requested_by_id:
+            problems[review.pk] = _("the requester")
+        elif user.pk in theirs:
+            problems[review.pk] = _("an account the requester created or empowered")
+        elif not credential_may_approve(review.credential):
+            problems[review.pk] = _("approved with a token capped at a role")
+    return problems

@@ -449,6 +449,10 @@ class ChangeReviewOut(Schema):
     comment: str
     round: int
     current: bool = Field(description="Given since the requester's last edit (only these count)")
+    not_counted: str = Field(
+        "",
+        description="Why this approval no longer counts (deactivated, no longer an approver ...); empty: it counts",
+    )
     created_at: Any
 
 

@@ -13,7 +13,7 @@ from django.db.models import Case, Count, FilteredRelation, Q, QuerySet, Value, 
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from agents.changes import change_request_stale
+from agents.changes import change_request_stale, review_problems
 from agents.models import Agent, ChangeRequest, ChangeReview, ModelConnection, Run, RunStep, WorkerHeartbeat
 from agents.privacy import RUN_INPUT_FIELDS, redactor, redactor_active
 from core.models import ChainRecord
@@ -549,6 +549,7 @@ def change_request_view(request: ChangeRequest) -> dict[str, Any]:
     """A change request as its page and the API show it: reviews of the current round counted."""
     reviews = list(request.reviews.all())
     current = [r for r in reviews if r.round == request.round]
+    problems = review_problems(request) if request.state == ChangeRequest.State.PENDING else {}
     return {
         "id": request.pk,
         "agent": request.agent_id,
@@ -563,7 +564,9 @@ def change_request_view(request: ChangeRequest) -> dict[str, Any]:
         "updated_at": request.updated_at,
         "decided_at": request.decided_at,
         "round": request.round,
-        "approvals": sum(1 for r in current if r.decision == ChangeReview.Decision.APPROVE),
+        "approvals": sum(
+            1 for r in current if r.decision == ChangeReview.Decision.APPROVE and r.pk not in problems
+        ),
         "approvals_required": request.agent.approvals_required,
         "stale": change_request_stale(request) if request.state == ChangeRequest.State.PENDING else "",
         "reviews": [
@@ -573,6 +576,7 @@ def change_request_view(request: ChangeRequest) -> dict[str, Any]:
                 "comment": r.comment,
                 "round": r.round,
                 "current": r.round == request.round,
+                "not_counted": problems.get(r.pk, ""),
                 "created_at": r.created_at,
             }
             for r in reviews

@@ -16,8 +16,8 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from accounts.roles import has_role, is_approver
-from agents.changes import change_request_stale
+from accounts.roles import credential_may_approve, credential_of, has_role, is_approver
+from agents.changes import accounts_of, change_request_stale, review_problems
 from agents.errors import AgentConflictError, AgentError, ChangeRequested
 from agents.models import Agent, ChangeRequest, ChangeReview
 from agents.services.agents import agent_delete, agent_save_values
@@ -158,6 +158,19 @@ def change_request_review(
             )
         if request.requested_by_id == actor.pk:
             raise PermissionDenied(_("You asked for this change: someone else must approve or reject it."))
+        credential = credential_of(actor)
+        if not credential_may_approve(credential):
+            raise PermissionDenied(
+                _(
+                    "A token capped at a role cannot approve or reject changes: use your own session or an uncapped token."
+                )
+            )
+        if actor.pk in accounts_of(request.requested_by_id):
+            raise PermissionDenied(
+                _(
+                    "The requester created or empowered your account: someone independent of them must review it."
+                )
+            )
         if request.reviews.filter(reviewer=actor, round=request.round).exists():
             raise AgentConflictError(_("You already reviewed this version of the change."))
         ChangeReview.objects.create(
@@ -167,10 +180,13 @@ def change_request_review(
             decision=decision,
             comment=comment,
             round=request.round,
+            credential=credential,
         )
+        # Only approvals valid now count: the approver is still active, still an approver, independent
+        # of the requester, and approved with a credential allowed to (agents.changes.review_problems).
         approvals = request.reviews.filter(
             round=request.round, decision=ChangeReview.Decision.APPROVE
-        ).count()
+        ).count() - len(review_problems(request))
         needed = request.agent.approvals_required
         audit_record(
             actor=actor,

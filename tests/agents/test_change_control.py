@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 import pytest
+from django.core.exceptions import PermissionDenied
 from django.test import Client
 from django.urls import reverse
 
@@ -283,3 +284,87 @@ def test_only_the_description_changes_at_once(protected, author) -> None:
         actor=author, agent=agent, values={**services.agent_values(agent), "description": "now documented"}
     )
     assert saved.description == "now documented" and not ChangeRequest.objects.exists()
+
+
+# --- Valid when applied (part 2) ------------------------------------------------------------------
+
+
+def _approve(user, change, credential: str = "session"):
+    user._llamon_credential = credential
+    return services.change_request_review(actor=user, change_request=change, decision="approve")
+
+
+def _prompt_request(author, agent) -> ChangeRequest:
+    agent = Agent.objects.get(pk=agent.pk)
+    with pytest.raises(ChangeRequested) as asked:
+        services.agent_save_values(
+            actor=author, agent=agent, values={**services.agent_values(agent), "system_prompt": "new"}
+        )
+    return ChangeRequest.objects.get(pk=asked.value.change_request_id)
+
+
+@pytest.mark.parametrize("lapse", ["deactivated", "no longer an approver"])
+def test_an_approval_that_lapsed_no_longer_counts(
+    protected, author, admin, approver, make_user, lapse
+) -> None:
+    from accounts.services import user_set_active, user_set_approver
+
+    change = _prompt_request(author, protected)
+    _approve(approver, change)
+    if lapse == "deactivated":
+        user_set_active(actor=admin, user=approver, active=False)
+    else:
+        user_set_approver(actor=admin, user=approver, approver=False)
+    second = make_user("viewer")
+    approver_set(user=second, approver=True)
+    change = _approve(second, change)  # 2 needed: the lapsed one no longer counts
+    assert change.state == "pending" and Agent.objects.get(pk=protected.pk).system_prompt == "p"
+    viewer = Client()
+    viewer.force_login(second)
+    for language, words in (("en", "does not count"), ("ko", "반영되지 않음")):
+        page = viewer.get(reverse("agents:change_detail", args=[change.pk]), HTTP_ACCEPT_LANGUAGE=language)
+        text = page.content.decode()
+        assert words in text and "review-not-counted" in text, language
+    assert viewer.get(f"/api/change-requests/{change.pk}").json()["approvals"] == 1
+    third = make_user("editor")
+    approver_set(user=third, approver=True)
+    assert _approve(third, change).state == "applied"
+
+
+def test_a_token_capped_at_a_role_cannot_approve(protected, author, make_user) -> None:
+    user = make_user("editor")
+    approver_set(user=user, approver=True)
+    change = _prompt_request(author, protected)
+    capped = token_create(actor=user, name="capped", max_role="viewer").secret
+    response = Client().post(
+        f"/api/change-requests/{change.pk}/approve",
+        {"comment": ""},
+        content_type="application/json",
+        headers={"Authorization": f"Bearer {capped}"},
+    )
+    assert response.status_code == 403 and "capped" in response.json()["detail"], response.content
+    assert change.reviews.count() == 0
+    own = token_create(actor=user, name="own").secret
+    response = Client().post(
+        f"/api/change-requests/{change.pk}/approve",
+        {"comment": ""},
+        content_type="application/json",
+        headers={"Authorization": f"Bearer {own}"},
+    )
+    assert response.status_code == 200 and response.json()["state"] == "pending"  # 2 needed
+
+
+def test_an_account_the_requester_made_cannot_approve_their_change(protected, admin, make_user) -> None:
+    from accounts.services import user_create, user_set_approver, user_set_role
+
+    stand_in = user_create(actor=admin, username="stand-in", role="viewer")
+    user_set_approver(actor=admin, user=stand_in, approver=True)
+    deputy = user_create(actor=admin, username="deputy", role="admin")
+    # The deputy (an account the requester made) makes another: still the requester's.
+    third = user_create(actor=deputy, username="third", role="viewer")
+    user_set_role(actor=deputy, user=third, role="admin")
+    change = _prompt_request(admin, protected)
+    for user in (stand_in, deputy, third):
+        with pytest.raises(PermissionDenied, match="created or empowered"):
+            _approve(user, change)
+    assert change.reviews.count() == 0
