@@ -17,7 +17,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from accounts.roles import credential_may_approve, credential_of, has_role, is_approver
-from agents.changes import accounts_of, change_request_stale, review_problems
+from agents.changes import change_request_stale, independent, review_problems
 from agents.errors import AgentConflictError, AgentError, ChangeRequested
 from agents.models import Agent, ChangeRequest, ChangeReview
 from agents.services.agents import agent_delete, agent_save_values
@@ -165,10 +165,10 @@ def change_request_review(
                     "A token capped at a role cannot approve or reject changes: use your own session or an uncapped token."
                 )
             )
-        if actor.pk in accounts_of(request.requested_by_id):
+        if not independent(request.requested_by_id, actor.pk):
             raise PermissionDenied(
                 _(
-                    "The requester created or empowered your account: someone independent of them must review it."
+                    "You are not independent of the requester: one of you made or empowered the other, or one account made or empowered you both. Someone independent must review it."
                 )
             )
         if request.reviews.filter(reviewer=actor, round=request.round).exists():
