@@ -13,7 +13,8 @@ from django.db.models import Case, Count, FilteredRelation, Q, QuerySet, Value, 
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from agents.changes import change_request_stale, review_problems
+from accounts.roles import is_approver
+from agents.changes import change_request_stale, independent, review_problems
 from agents.models import Agent, ChangeRequest, ChangeReview, ModelConnection, Run, RunStep, WorkerHeartbeat
 from agents.privacy import RUN_INPUT_FIELDS, redactor, redactor_active
 from core.models import ChainRecord
@@ -621,3 +622,22 @@ def change_request_view(request: ChangeRequest) -> dict[str, Any]:
             for r in reviews
         ],
     }
+
+
+def change_inbox(user: Any) -> list[ChangeRequest]:
+    """The pending change requests waiting for this user: they may approve (an approver, not the
+    requester, independent of them) and have not reviewed the current round."""
+    if not getattr(user, "is_authenticated", False) or not is_approver(user):
+        return []
+    pending = (
+        ChangeRequest.objects.filter(state=ChangeRequest.State.PENDING)
+        .exclude(requested_by=user)
+        .select_related("agent")
+        .order_by("-id")
+    )
+    reviewed = set(
+        ChangeReview.objects.filter(
+            reviewer=user, change_request__state=ChangeRequest.State.PENDING
+        ).values_list("change_request_id", "round")
+    )
+    return [r for r in pending if (r.pk, r.round) not in reviewed and independent(r.requested_by_id, user.pk)]

@@ -134,8 +134,11 @@ def change_list(request: HtmxHttpRequest) -> HttpResponse:
     """Change requests of every agent (or of ``?agent=``), pending first."""
     agent_id = db_id(request.GET.get("agent")) if request.GET.get("agent") else None
     agent = Agent.objects.filter(pk=agent_id).first() if agent_id is not None else None
-    requests = selectors.change_request_list(agent=agent)[:200]
-    return render(request, "agents/change_list.html", {"requests": requests, "agent": agent})
+    inbox = request.GET.get("inbox") == "1"
+    requests = (
+        selectors.change_inbox(request.user) if inbox else selectors.change_request_list(agent=agent)[:200]
+    )
+    return render(request, "agents/change_list.html", {"requests": requests, "agent": agent, "inbox": inbox})
 
 
 def _change_page(

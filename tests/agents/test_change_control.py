@@ -368,3 +368,52 @@ def test_an_account_the_requester_made_cannot_approve_their_change(protected, ad
         with pytest.raises(PermissionDenied, match="not independent"):
             _approve(user, change)
     assert change.reviews.count() == 0
+
+
+# --- Approvers know (part 5) ----------------------------------------------------------------------
+
+
+def test_the_inbox_counts_what_waits_for_each_approver(protected, author, approver, make_user) -> None:
+    change = _prompt_request(author, protected)
+    other = make_user("editor")  # not an approver: no inbox at all
+    pages = {}
+    for user in (approver, author, other):
+        client = Client()
+        client.force_login(user)
+        pages[user.pk] = client
+    page = pages[approver.pk].get(reverse("agents:list"), HTTP_ACCEPT_LANGUAGE="ko").content.decode()
+    assert 'id="nav-inbox-count"' in page and ">1</span>" in page and "승인" in page
+    inbox = pages[approver.pk].get(reverse("agents:change_list"), {"inbox": "1"}).content.decode()
+    assert f"#{change.pk}" in inbox
+    assert "nav-inbox" not in pages[other.pk].get(reverse("agents:list")).content.decode()
+    approver_set(user=author, approver=True)  # the requester's own request never waits for them
+    assert "nav-inbox-count" not in pages[author.pk].get(reverse("agents:list")).content.decode()
+    _approve(approver, change)  # reviewed this round (2 needed): no longer waiting for them
+    assert "nav-inbox-count" not in pages[approver.pk].get(reverse("agents:list")).content.decode()
+
+
+def test_approvers_get_a_mail_when_configured(
+    protected, author, approver, make_user, settings, django_capture_on_commit_callbacks
+) -> None:
+    from django.core import mail
+
+    from accounts.services import language_set
+
+    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    approver.email = "approver@bank.example"
+    approver.save()
+    language_set(user=approver, language="ko")
+    silent = make_user("editor")  # no approver: no mail
+    silent.email = "editor@bank.example"
+    silent.save()
+    with django_capture_on_commit_callbacks(execute=True):
+        _prompt_request(author, protected)
+    assert mail.outbox == []  # off by default
+    settings.LLAMON_APPROVAL_MAIL = True
+    with django_capture_on_commit_callbacks(execute=True) as sent, pytest.raises(ChangeRequested):
+        services.agent_delete(actor=author, agent=protected)
+    assert len(sent) == 1 and len(mail.outbox) == 1  # once the request is committed
+    change = ChangeRequest.objects.get(action="agent.delete")
+    message = mail.outbox[-1]
+    assert message.to == ["approver@bank.example"] and f"#{change.pk}" in message.subject
+    assert "검토" in message.subject and f"/agents/changes/{change.pk}/" in message.body
