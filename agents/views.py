@@ -152,6 +152,8 @@ def _change_page(
         "form": form or ReviewForm(),
         "can_review": view["state"] == "pending" and not mine and is_approver(request.user),
         "can_withdraw": view["state"] == "pending" and (mine or has_role(request.user, "admin")),
+        "can_analyse": is_approver(request.user) or has_role(request.user, "editor"),
+        "impact_id": db_id(request.GET.get("impact")) if request.GET.get("impact") else None,
         "mine": mine,
     }
     return render(request, "agents/change_detail.html", context, status=status)

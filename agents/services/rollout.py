@@ -383,7 +383,18 @@ def rollout_publish(
         from rules.engine import rule_set_snapshot
 
         rows = version_diff(old=latest.content if latest else [], new=rule_set_snapshot(rule_set))
-        diff = {"versions": {"from": f"v{latest.number}" if latest else "", "to": "draft", "rows": rows}}
+        before = _rollout_state(agent)
+        proposed = {
+            **before,
+            "rollout_guard": [guard_error_percent, guard_min_runs],
+            "rollout_version": next_number,
+            "rollout_percent": percent,
+            "rollout_chatbot_ids": chatbots,
+        }
+        diff = {
+            "fields": field_diff(before, proposed),  # the share it asks for, among the rest
+            "versions": {"from": f"v{latest.number}" if latest else "", "to": "draft", "rows": rows},
+        }
     if pending := change_gate(
         actor=actor,
         agent=agent,

@@ -417,3 +417,38 @@ def test_approvers_get_a_mail_when_configured(
     message = mail.outbox[-1]
     assert message.to == ["approver@bank.example"] and f"#{change.pk}" in message.subject
     assert "검토" in message.subject and f"/agents/changes/{change.pk}/" in message.body
+
+
+def test_a_viewer_approver_reads_the_share_and_runs_the_impact_on_the_request_page(
+    protected, versions, author, approver, make_user
+) -> None:
+    from governance.models import ImpactAnalysis
+    from governance.services import impact_execute
+
+    with pytest.raises(ChangeRequested) as asked:
+        services.rollout_publish(actor=author, agent=protected, percent=25, chatbot_ids=["bot-a"])
+    change = ChangeRequest.objects.get(pk=asked.value.change_request_id)
+    client = Client()
+    client.force_login(approver)
+    page = client.get(reverse("agents:change_detail", args=[change.pk])).content.decode()
+    assert "<code>rollout_percent</code></td><td><code>0</code></td><td><code>25</code>" in page
+    assert "bot-a" in page and 'id="change-impact-run"' in page
+    response = client.post(reverse("governance:change_impact", args=[change.pk]))
+    analysis = ImpactAnalysis.objects.get()
+    assert response.status_code == 302 and f"?impact={analysis.pk}" in response["Location"]
+    assert analysis.candidate_ref.startswith("draft") and analysis.agent_name == protected.name
+    impact_execute(analysis_id=analysis.pk)  # what the worker does
+    page = client.get(response["Location"]).content.decode()
+    assert reverse("governance:impact_report", args=[analysis.pk]) in page
+    report = client.get(reverse("governance:impact_report", args=[analysis.pk])).content.decode()
+    assert 'id="impact-summary"' in report and "<html" not in report
+    # A viewer who is no approver reads the page but may not start an analysis.
+    nobody = Client()
+    nobody.force_login(make_user("viewer"))
+    assert (
+        'id="change-impact-run"'
+        not in nobody.get(reverse("agents:change_detail", args=[change.pk])).content.decode()
+    )
+    refused = nobody.post(reverse("governance:change_impact", args=[change.pk]), follow=True)
+    assert "approver permission" in refused.content.decode()
+    assert ImpactAnalysis.objects.count() == 1
