@@ -399,7 +399,8 @@ def guard_judgement(agent: Agent) -> dict[str, Any]:
     else:
         state = "watching"
     act = (
-        state == "watching"
+        threshold is not None
+        and state == "watching"
         and candidate["errors"] * 100 > threshold * candidate["judged"]
         and (not stable_needed or candidate_rate > stable_rate)
     )
