@@ -22,7 +22,7 @@ from ninja.errors import AuthenticationError, AuthorizationError, HttpError
 from ninja.security import APIKeyCookie, HttpBearer
 from ninja.utils import check_csrf
 
-from accounts.roles import ROLES, Role
+from accounts.roles import ROLES, Role, credential_name
 from accounts.token_services import token_authenticate, token_roles
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
@@ -41,6 +41,7 @@ class _RoleCheck:
         user._llamon_roles = roles
         if token is not None:
             user._llamon_capped = True
+        user._llamon_credential = credential_name(token)
         if self.role not in roles:
             held = max((r for r in roles), key=ROLES.index, default=None)
             raise AuthorizationError(

@@ -56,6 +56,24 @@ def is_approver(user: Any) -> bool:
     return bool(user.groups.filter(name=APPROVER).exists())
 
 
+def credential_name(token: Any) -> str:
+    """How a request authenticated, as a review records it: "session", "token", or "token:<role>" for a
+    token capped at that role."""
+    if token is None:
+        return "session"
+    return f"token:{token.max_role}" if token.max_role else "token"
+
+
+def credential_of(user: Any) -> str:
+    """The credential the user acts with in this request (the API and the MCP endpoint set it)."""
+    return str(getattr(user, "_llamon_credential", "session"))
+
+
+def credential_may_approve(credential: str) -> bool:
+    """Approving is a person's act: a token capped at a role (a program's narrowed credential) may not."""
+    return not credential.startswith("token:")
+
+
 def approver_set(*, user: Any, approver: bool) -> None:
     """Give or take the approver permission (the caller audits)."""
     group, _ = Group.objects.get_or_create(name=APPROVER)

@@ -110,12 +110,13 @@ def update_agent(request: HttpRequest, agent_id: DbId, payload: AgentPatchIn) ->
 
 @router.put(
     "/agents/{agent_id}/protection",
-    response={200: AgentOut, **error_responses(404)},
+    response={200: AgentOut, **CHANGE_REQUESTED, **error_responses(404, 409)},
     auth=ADMIN,
     tags=AGENTS,
 )
 def set_protection(request: HttpRequest, agent_id: DbId, payload: ProtectionIn) -> Any:
-    """Protect the agent (its changes become change requests) and how many approvals they need (admin)."""
+    """Protect the agent (its changes become change requests) and how many approvals they need (admin);
+    lowering either on a protected agent is itself a change request (202)."""
     return services.agent_protect(
         actor=request.auth,
         agent=get_or_404(Agent, "agent", pk=agent_id),
@@ -184,9 +185,15 @@ def reject_change_request(request: HttpRequest, change_id: DbId, payload: Review
     return _review(request, change_id, "reject", payload.comment)
 
 
-@router.delete("/agents/{agent_id}", response={204: None, **error_responses(404)}, auth=EDITOR, tags=AGENTS)
+@router.delete(
+    "/agents/{agent_id}",
+    response={204: None, **CHANGE_REQUESTED, **error_responses(404, 409)},
+    auth=EDITOR,
+    tags=AGENTS,
+)
 def delete_agent(request: HttpRequest, agent_id: DbId) -> Any:
-    """Delete an agent (editor); its runs stay, with its name."""
+    """Delete an agent (editor); its runs stay, with its name. A protected agent's deletion is a
+    change request (202); an agent with pending change requests is a 409."""
     services.agent_delete(actor=request.auth, agent=get_or_404(Agent, "agent", pk=agent_id))
     return Status(204, None)
 
@@ -343,7 +350,10 @@ def get_shadow(request: HttpRequest, agent_id: DbId) -> Any:
 
 
 @router.put(
-    "/agents/{agent_id}/shadow", response={200: ShadowOut, **error_responses(404)}, auth=EDITOR, tags=AGENTS
+    "/agents/{agent_id}/shadow",
+    response={200: ShadowOut, **CHANGE_REQUESTED, **error_responses(404)},
+    auth=EDITOR,
+    tags=AGENTS,
 )
 def set_shadow(request: HttpRequest, agent_id: DbId, payload: ShadowIn) -> Any:
     """Name the version evaluated in shadow beside every run (editor); ``null`` stops shadow mode."""

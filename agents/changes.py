@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from django.contrib.auth import get_user_model
 from django.utils.translation import gettext as _
 
-from agents.models import ChangeRequest
+from accounts.roles import credential_may_approve, is_approver
+from agents.models import ChangeRequest, ChangeReview
+from core.models import AuditEvent
 from rules.models import RuleSet
 
 
@@ -22,3 +25,73 @@ def change_request_stale(request: ChangeRequest) -> str:
                 "The rule set's draft changed since this publish was asked: what would be published is not what was reviewed. The requester publishes again (that resets the approvals), or withdraws it."
             )
     return ""
+
+
+# What puts an account under another's hand: created, given a role or the approver permission,
+# re-activated or sent a password invite by it. Counted from the first protection of an agent on
+# (before, no change needed a second person).
+ACCOUNT_GRANTS = ("user.create", "user.set_role", "user.set_approver", "user.activate", "user.invite")
+
+
+def controllers(user_id: int | None) -> set[int]:
+    """The user and every account that made or empowered it since change control began, transitively
+    (from the audit chain): the people who may act as it."""
+    if user_id is None:
+        return set()
+    since = (
+        AuditEvent.objects.filter(action="agent.protect").order_by("id").values_list("id", flat=True).first()
+    )
+    if since is None:
+        return {user_id}
+    label = get_user_model()._meta.label_lower
+    found, frontier = {user_id}, {user_id}
+    while frontier:
+        made_by = AuditEvent.objects.filter(
+            id__gt=since,
+            action__in=ACCOUNT_GRANTS,
+            object_type=label,
+            object_id__in=[str(i) for i in frontier],
+        ).values_list("actor_id", flat=True)
+        frontier = {i for i in made_by if i is not None} - found
+        found |= frontier
+    return found
+
+
+def independent(requester_id: int | None, reviewer_id: int) -> bool:
+    """Whether no one could act as both: neither made or empowered the other, nor one account both."""
+    return not controllers(requester_id) & controllers(reviewer_id)
+
+
+def review_problems(request: ChangeRequest) -> dict[int, str]:
+    """Why an approval of the current round no longer counts, per review id (none: it counts).
+
+    Read when the request is applied and on its page: an approval counts only from a person still
+    active, still an approver, independent of the requester (:func:`independent`), who approved with a credential allowed to approve.
+    """
+    reviews = [
+        r
+        for r in request.reviews.all()
+        if r.round == request.round and r.decision == ChangeReview.Decision.APPROVE
+    ]
+    if not reviews:
+        return {}
+    users = get_user_model()._default_manager.in_bulk([r.reviewer_id for r in reviews if r.reviewer_id])
+    theirs = controllers(request.requested_by_id)
+    problems = {}
+    for review in reviews:
+        user = users.get(review.reviewer_id) if review.reviewer_id else None
+        if user is None:
+            problems[review.pk] = _("the account was deleted")
+        elif not user.is_active:
+            problems[review.pk] = _("the account is deactivated")
+        elif not is_approver(user):
+            problems[review.pk] = _("no longer an approver")
+        elif user.pk == request.requested_by_id:
+            problems[review.pk] = _("the requester")
+        elif theirs & controllers(user.pk):
+            problems[review.pk] = _(
+                "not independent of the requester (one made or empowered the other, or one account both)"
+            )
+        elif not credential_may_approve(review.credential):
+            problems[review.pk] = _("approved with a token capped at a role")
+    return problems

@@ -192,6 +192,8 @@ class ChangeReview(models.Model):
     decision = models.CharField(max_length=8, choices=Decision.choices)
     comment = models.TextField(blank=True)
     round = models.PositiveIntegerField()
+    # How the reviewer authenticated: "session", "token" or "token:<role>" (a capped token).
+    credential = models.CharField(max_length=20, default="session")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -452,6 +452,10 @@ class ChangeReviewOut(Schema):
     comment: str
     round: int
     current: bool = Field(description="Given since the requester's last edit (only these count)")
+    not_counted: str = Field(
+        "",
+        description="Why this approval no longer counts (deactivated, no longer an approver ...); empty: it counts",
+    )
     created_at: Any
 
 
@@ -460,7 +464,7 @@ class ChangeRequestOut(Schema):
     agent: int
     agent_name: str
     action: str = Field(
-        description="agent.update, rollout.set, rollout.promote, rollout.rollback, rollout.publish, rule_set.publish"
+        description="agent.update, agent.protect, agent.delete, shadow.set, rollout.set, rollout.promote, rollout.rollback, rollout.publish, rule_set.publish"
     )
     state: Literal["pending", "applied", "rejected", "withdrawn"]
     payload: dict[str, Any]
@@ -513,10 +517,21 @@ class RolloutGuardOut(Schema):
     error_percent: int | None = Field(description="the threshold (null: the guard is off)")
     min_runs: int
     state: Literal["off", "waiting", "watching"] = Field(
-        description="waiting: fewer candidate runs than min_runs; watching: it judges every finished run"
+        description="waiting: fewer judged runs than min_runs on a side (the stable side only under 100 %); watching: it judges every finished run"
     )
-    judged_runs: int = Field(description="the candidate's succeeded, failed and timed-out runs")
+    judged_runs: int = Field(
+        description="the candidate's succeeded, failed and timed-out runs, refusals both versions give (the guardrails) aside"
+    )
+    errors: int = Field(description="the candidate's judged runs that failed or timed out")
     candidate_error_percent: float
+    stable_judged_runs: int = Field(description="the stable side's judged runs since the rollout started")
+    stable_error_percent: float
+    stable_needed: bool = Field(
+        description="whether the guard waits for the stable side too (a share under 100 %)"
+    )
+    act: bool = Field(
+        description="whether the guard rolls back now: over the threshold and worse than stable"
+    )
 
 
 class RolloutStateOut(Schema):

@@ -13,7 +13,8 @@ from django.db.models import Case, Count, FilteredRelation, Q, QuerySet, Value, 
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from agents.changes import change_request_stale
+from accounts.roles import is_approver
+from agents.changes import change_request_stale, independent, review_problems
 from agents.models import Agent, ChangeRequest, ChangeReview, ModelConnection, Run, RunStep, WorkerHeartbeat
 from agents.privacy import RUN_INPUT_FIELDS, redactor, redactor_active
 from core.models import ChainRecord
@@ -357,6 +358,64 @@ def stable_ref(agent: Agent) -> str:
 
 GUARD_STATUSES = (Run.Status.SUCCEEDED, Run.Status.FAILED, Run.Status.TIMED_OUT)  # what the guard judges
 ERROR_STATUSES = (Run.Status.FAILED, Run.Status.TIMED_OUT)
+# Refusals every version gives alike (the input or output guardrail: a pattern, an over-long input):
+# never the candidate's own failure, so the guard neither counts nor judges them.
+GUARD_REFUSALS = ("guardrail",)
+
+
+def guard_judgement(agent: Agent) -> dict[str, Any]:
+    """Where the rollout guard stands: the one judgement the worker acts on and the page shows.
+
+    Per side (the candidate, the stable version), the runs it judges since the rollout started
+    (finished, not cancelled, not a refusal both versions give) and those that failed. It waits
+    until each side serving traffic has ``rollout_guard_min_runs`` (the stable side only when the
+    share is under 100 %), then rolls back when the candidate fails more than the threshold and
+    more often than the stable version on the same traffic (``act``).
+    """
+    threshold, least = agent.rollout_guard_error_percent, agent.rollout_guard_min_runs
+    counts = {
+        row["rollout_candidate"]: row
+        for row in Run.objects.filter(
+            agent=agent,
+            created_at__gte=agent.rollout_started_at,
+            status__in=GUARD_STATUSES,
+            rule_set_version_id__isnull=False,
+        )
+        .exclude(error_kind__in=GUARD_REFUSALS)
+        .filter(Q(rollout_candidate=False) | Q(rule_set_version_id=agent.rollout_version_id))
+        .values("rollout_candidate")
+        .annotate(judged=Count("id"), errors=Count("id", filter=Q(status__in=ERROR_STATUSES)))
+        .order_by("rollout_candidate")
+    }
+    candidate = counts.get(True, {"judged": 0, "errors": 0})
+    stable = counts.get(False, {"judged": 0, "errors": 0})
+    candidate_rate = _percent(candidate["errors"], candidate["judged"])
+    stable_rate = _percent(stable["errors"], stable["judged"])
+    stable_needed = agent.rollout_percent < 100
+    if threshold is None:
+        state = "off"
+    elif candidate["judged"] < least or (stable_needed and stable["judged"] < least):
+        state = "waiting"
+    else:
+        state = "watching"
+    act = (
+        threshold is not None
+        and state == "watching"
+        and candidate["errors"] * 100 > threshold * candidate["judged"]
+        and (not stable_needed or candidate_rate > stable_rate)
+    )
+    return {
+        "error_percent": threshold,
+        "min_runs": least,
+        "state": state,
+        "judged_runs": candidate["judged"],
+        "errors": candidate["errors"],
+        "candidate_error_percent": candidate_rate,
+        "stable_judged_runs": stable["judged"],
+        "stable_error_percent": stable_rate,
+        "stable_needed": stable_needed,
+        "act": act,
+    }
 
 
 def _percent(part: int, whole: int) -> float:
@@ -387,11 +446,10 @@ def rollout_figures(agent: Agent) -> dict[str, Any] | None:
             sessions=Count("session_id", distinct=True, filter=~Q(session_id="")),
             errors=Count("id", filter=Q(status__in=ERROR_STATUSES)),
             fired=Count("id", filter=Q(prestep_calls__gt=0)),
-            judged=Count("id", filter=Q(status__in=GUARD_STATUSES)),
         )
         .order_by("rollout_candidate", "rule_set_ref")
     )
-    served, sides = [], {False: dict.fromkeys(("runs", "sessions", "errors", "fired", "judged"), 0)}
+    served, sides = [], {False: dict.fromkeys(("runs", "sessions", "errors", "fired"), 0)}
     sides[True] = dict(sides[False])
     for row in rows:
         runs, errors, fired = row["runs"], row["errors"], row["fired"]
@@ -442,24 +500,7 @@ def rollout_figures(agent: Agent) -> dict[str, Any] | None:
     ]
     if shadow is not None and shadow.pk != candidate.pk:
         versions.append({"role": "shadow", "version": f"v{shadow.number}", **nothing, **differ(shadow.pk)})
-    threshold, least, judged = (
-        agent.rollout_guard_error_percent,
-        agent.rollout_guard_min_runs,
-        sides[True]["judged"],
-    )
-    if threshold is None:
-        state = "off"
-    elif judged < least:
-        state = "waiting"
-    else:
-        state = "watching"
-    guard = {
-        "error_percent": threshold,
-        "min_runs": least,
-        "state": state,
-        "judged_runs": judged,
-        "candidate_error_percent": _percent(sides[True]["errors"], judged),
-    }
+    guard = guard_judgement(agent)
     return {"served": served, "versions": versions, "guard": guard}
 
 
@@ -549,6 +590,7 @@ def change_request_view(request: ChangeRequest) -> dict[str, Any]:
     """A change request as its page and the API show it: reviews of the current round counted."""
     reviews = list(request.reviews.all())
     current = [r for r in reviews if r.round == request.round]
+    problems = review_problems(request) if request.state == ChangeRequest.State.PENDING else {}
     return {
         "id": request.pk,
         "agent": request.agent_id,
@@ -563,7 +605,9 @@ def change_request_view(request: ChangeRequest) -> dict[str, Any]:
         "updated_at": request.updated_at,
         "decided_at": request.decided_at,
         "round": request.round,
-        "approvals": sum(1 for r in current if r.decision == ChangeReview.Decision.APPROVE),
+        "approvals": sum(
+            1 for r in current if r.decision == ChangeReview.Decision.APPROVE and r.pk not in problems
+        ),
         "approvals_required": request.agent.approvals_required,
         "stale": change_request_stale(request) if request.state == ChangeRequest.State.PENDING else "",
         "reviews": [
@@ -573,8 +617,28 @@ def change_request_view(request: ChangeRequest) -> dict[str, Any]:
                 "comment": r.comment,
                 "round": r.round,
                 "current": r.round == request.round,
+                "not_counted": problems.get(r.pk, ""),
                 "created_at": r.created_at,
             }
             for r in reviews
         ],
     }
+
+
+def change_inbox(user: Any) -> list[ChangeRequest]:
+    """The pending change requests waiting for this user: they may approve (an approver, not the
+    requester, independent of them) and have not reviewed the current round."""
+    if not getattr(user, "is_authenticated", False) or not is_approver(user):
+        return []
+    pending = (
+        ChangeRequest.objects.filter(state=ChangeRequest.State.PENDING)
+        .exclude(requested_by=user)
+        .select_related("agent")
+        .order_by("-id")
+    )
+    reviewed = set(
+        ChangeReview.objects.filter(
+            reviewer=user, change_request__state=ChangeRequest.State.PENDING
+        ).values_list("change_request_id", "round")
+    )
+    return [r for r in pending if (r.pk, r.round) not in reviewed and independent(r.requested_by_id, user.pk)]

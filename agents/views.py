@@ -110,6 +110,8 @@ def agent_protect(request: HtmxHttpRequest, pk: int) -> HttpResponse:
             protected=form.cleaned_data["protected"],
             approvals_required=form.cleaned_data["approvals_required"],
         )
+    except ChangeRequested as exc:
+        return _change_requested(request, exc)
     except AgentError as exc:
         messages.error(request, exc.message)
     else:
@@ -132,8 +134,11 @@ def change_list(request: HtmxHttpRequest) -> HttpResponse:
     """Change requests of every agent (or of ``?agent=``), pending first."""
     agent_id = db_id(request.GET.get("agent")) if request.GET.get("agent") else None
     agent = Agent.objects.filter(pk=agent_id).first() if agent_id is not None else None
-    requests = selectors.change_request_list(agent=agent)[:200]
-    return render(request, "agents/change_list.html", {"requests": requests, "agent": agent})
+    inbox = request.GET.get("inbox") == "1"
+    requests = (
+        selectors.change_inbox(request.user) if inbox else selectors.change_request_list(agent=agent)[:200]
+    )
+    return render(request, "agents/change_list.html", {"requests": requests, "agent": agent, "inbox": inbox})
 
 
 def _change_page(
@@ -147,6 +152,8 @@ def _change_page(
         "form": form or ReviewForm(),
         "can_review": view["state"] == "pending" and not mine and is_approver(request.user),
         "can_withdraw": view["state"] == "pending" and (mine or has_role(request.user, "admin")),
+        "can_analyse": is_approver(request.user) or has_role(request.user, "editor"),
+        "impact_id": db_id(request.GET.get("impact")) if request.GET.get("impact") else None,
         "mine": mine,
     }
     return render(request, "agents/change_detail.html", context, status=status)
@@ -764,6 +771,8 @@ def agent_shadow_set(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         version = selectors.agent_version(agent, number)
         try:
             services.shadow_set(actor=request.user, agent=agent, version=version)
+        except ChangeRequested as exc:
+            return _change_requested(request, exc)
         except AgentError as exc:
             form.add_error("version", exc.message)
         else:

@@ -19,10 +19,12 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from accounts.roles import has_role, is_approver
 from agents.errors import BrokerUnavailableError
 from agents.models import Agent
 from agents.privacy import redactor
@@ -535,3 +537,48 @@ def memo_stored(mask: Callable[[Any], Any]) -> Callable[[Any], Any]:
         return found
 
     return stored
+
+
+# Which rules a change request would serve, by its action: the draft (a publish), or a version.
+def _change_candidate(change: Any) -> tuple[Any, str | int]:
+    payload, agent = change.payload, change.agent
+    if change.action in ("rule_set.publish", "rollout.publish"):
+        return RuleSet.objects.filter(pk=payload.get("rule_set")).first(), "draft"
+    if change.action == "rollout.set":
+        return agent.rule_set, payload.get("version")
+    if change.action == "shadow.set" and payload.get("version") is not None:
+        return agent.rule_set, payload["version"]
+    if change.action == "agent.update" and payload.get("pinned_version") is not None:
+        return RuleSet.objects.filter(pk=payload.get("rule_set")).first(), payload["pinned_version"]
+    if (
+        change.action == "agent.update"
+        and payload.get("rule_set_mode") == "latest"
+        and payload.get("rule_set")
+    ):
+        rule_set = RuleSet.objects.filter(pk=payload["rule_set"]).first()
+        latest = rule_set.versions.order_by("-number").first() if rule_set else None
+        if latest is not None:
+            return rule_set, latest.number
+    return None, ""
+
+
+def change_impact_start(*, actor: Any, change_request: Any, enqueue: bool = True) -> ImpactAnalysis:
+    """The impact analysis of what a change request would serve, on the agent's recorded runs of the
+    last 7 days: for whoever may review it (an approver, a viewer included) or an editor."""
+    if not (is_approver(actor) or has_role(actor, "editor")):
+        raise PermissionDenied(
+            _("Analysing a change request's impact needs the approver permission or the editor role.")
+        )
+    rule_set, version = _change_candidate(change_request)
+    if rule_set is None or version in ("", None):
+        raise ImpactError(
+            _("This change does not change the rules the agent serves: there is nothing to replay.")
+        )
+    return impact_start(
+        actor=actor,
+        enqueue=enqueue,
+        rule_set=rule_set,
+        version=version,
+        days=7,
+        agent=change_request.agent.name,
+    )

@@ -10,4 +10,6 @@ urlpatterns = [
     path("rule-sets/<int:pk>/health/", views.rule_health, name="rule_health"),
     path("impact/<int:pk>/", views.impact_detail, name="impact_detail"),
     path("impact/<int:pk>/progress", views.impact_progress, name="impact_progress"),
+    path("impact/<int:pk>/report", views.impact_report, name="impact_report"),
+    path("changes/<int:pk>/impact", views.change_impact, name="change_impact"),
 ]

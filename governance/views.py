@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRefresh
 
 from accounts.roles import has_role, require_role
 from agents.errors import BrokerUnavailableError
-from agents.models import Agent
+from agents.models import Agent, ChangeRequest
 from core.http import HtmxHttpRequest
 from governance import health, selectors, services
 from governance.errors import HealthError, ImpactError
@@ -67,6 +70,31 @@ def impact_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     """One analysis: its progress while it runs, then the report (a shareable URL)."""
     analysis = get_object_or_404(ImpactAnalysis.objects.select_related("rule_set", "created_by"), pk=pk)
     return render(request, "governance/impact_detail.html", {"analysis": analysis})
+
+
+@require_GET
+@require_role("viewer")
+def impact_report(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """An analysis's progress and report alone: what a change request's page embeds."""
+    analysis = get_object_or_404(ImpactAnalysis.objects.select_related("rule_set", "created_by"), pk=pk)
+    return render(request, "governance/impact_detail.html#impact-report", {"analysis": analysis})
+
+
+@require_POST
+@require_role("viewer")
+def change_impact(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """Run the impact analysis of what a change request would serve, from the request's page (an
+    approver who is a viewer included); the page then shows it."""
+    change = get_object_or_404(ChangeRequest, pk=pk)
+    try:
+        analysis = services.change_impact_start(actor=request.user, change_request=change)
+    except (ImpactError, BrokerUnavailableError) as exc:
+        messages.error(request, exc.message)
+        return redirect("agents:change_detail", pk=pk)
+    except PermissionDenied as exc:  # a viewer without the approver permission: the page says why
+        messages.error(request, str(exc))
+        return redirect("agents:change_detail", pk=pk)
+    return redirect(f"{reverse('agents:change_detail', args=[pk])}?impact={analysis.pk}#change-impact-report")
 
 
 @require_GET

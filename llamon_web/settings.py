@@ -50,6 +50,14 @@ ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"] if
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 # MCP servers on loopback or private addresses: allowed in development only, unless set.
 LLAMON_ALLOW_PRIVATE_MCP = env_bool("LLAMON_ALLOW_PRIVATE_MCP", DEV)
+# Change requests: e-mail the approvers who can review one (off by default; Django's mail settings).
+LLAMON_APPROVAL_MAIL = env_bool("LLAMON_APPROVAL_MAIL", False)
+EMAIL_HOST = env_str("EMAIL_HOST", "localhost") or "localhost"
+EMAIL_PORT = env_int("EMAIL_PORT", 25, minimum=1)
+EMAIL_HOST_USER = env_str("EMAIL_HOST_USER", "") or ""
+EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD", "") or ""
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "llamon@localhost") or "llamon@localhost"
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -106,6 +114,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "accounts.roles.roles_context",
+                "agents.context.change_inbox_context",
             ],
         },
     }

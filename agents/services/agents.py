@@ -7,14 +7,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db import transaction
 from django.utils.translation import gettext as _
 
 from agents.errors import (
+    AgentConflictError,
     AgentError,
     ChangeRequested,
 )
-from agents.models import Agent, ModelConnection
+from agents.models import Agent, ChangeRequest, ModelConnection
 from agents.services.editing import locked_for_edit
 from agents.services.gate import change_gate, field_diff, gated_atomic
 from agents.services.rollout import rollout_keep
@@ -164,15 +164,26 @@ def agent_save_values(
     )
 
 
-# What a protected agent changes only through an approved change request: what it serves and its model.
-GATED_FIELDS = (
-    "rule_set",
-    "rule_set_mode",
-    "pinned_version",
-    "model_provider",
-    "model_connection",
-    "model_name",
-)
+# Change control gates by default: on a protected agent every change of a stored field (and of its
+# ReAct servers) is a change request, except these, which change neither what it does nor shows.
+UNGATED_FIELDS = frozenset({"description"})
+# Bookkeeping the save itself writes (or keeps): never a change someone asks for.
+_BOOKKEEPING = frozenset({"id", "revision", "created_at", "updated_at"})
+
+
+def agent_gated_state(agent: Agent, react_servers: list[Any] | None = None) -> dict[str, Any]:
+    """Every gated value of ``agent`` as stored (each concrete field, the ReAct servers): a protected
+    agent changes without a request only when this stays the same."""
+    state = {
+        f.attname: f.value_from_object(agent)
+        for f in Agent._meta.concrete_fields
+        if f.name not in UNGATED_FIELDS | _BOOKKEEPING
+    }
+    if react_servers is not None:
+        state["react_servers"] = sorted(s.pk for s in react_servers)
+    elif agent.pk:
+        state["react_servers"] = sorted(agent.react_servers.values_list("pk", flat=True))
+    return state
 
 
 def _agent_validate(agent: Agent) -> None:
@@ -233,7 +244,7 @@ def agent_save(
 ) -> Agent | ChangeRequested:
     """Create or update an agent (validated, audited); a stale revision is refused.
 
-    On a protected agent, a change of what it serves or of its model is a change request of the
+    On a protected agent, a change of any field but :data:`UNGATED_FIELDS` is a change request of the
     whole edit (``change_reason``: why, for the approvers), applied once approved.
     """
     creating = agent.pk is None
@@ -263,7 +274,7 @@ def agent_save(
         old_values, new_values = agent_values(current), agent_values(agent)
         if react_servers is not None:
             new_values["react_servers"] = [s.mcp_id for s in react_servers]
-        if any(old_values[f] != new_values[f] for f in GATED_FIELDS) and (
+        if agent_gated_state(current) != agent_gated_state(agent, react_servers) and (
             pending := change_gate(
                 actor=actor,
                 agent=current,
@@ -289,8 +300,28 @@ def agent_save(
     return agent
 
 
-@transaction.atomic
-def agent_delete(*, actor: Any, agent: Agent) -> None:
-    """Delete an agent (its runs stay, with the agent's name); audited."""
-    audit_record(actor=actor, action="agent.delete", obj=agent, before=_agent_snapshot(agent))
-    agent.delete()
+@gated_atomic
+def agent_delete(*, actor: Any, agent: Agent, change_reason: str = "") -> None | ChangeRequested:
+    """Delete an agent (its runs stay, with the agent's name); audited.
+
+    A protected agent's deletion is a change request; an agent with a pending change request is
+    refused (the requests are decided or withdrawn first: a deletion never drops one unseen).
+    """
+    current = Agent.objects.select_for_update(of=("self",)).get(pk=agent.pk)
+    if asked := change_gate(
+        actor=actor,
+        agent=current,
+        action="agent.delete",
+        payload={},
+        diff={"fields": [{"field": "deleted", "before": current.name, "after": None}]},
+        reason=change_reason,
+    ):
+        return asked
+    if current.change_requests.filter(state=ChangeRequest.State.PENDING).exists():
+        raise AgentConflictError(
+            _("Agent %(name)r has pending change requests: decide or withdraw them before deleting it.")
+            % {"name": current.name}
+        )
+    audit_record(actor=actor, action="agent.delete", obj=current, before=_agent_snapshot(current))
+    current.delete()
+    return None

@@ -16,13 +16,19 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from accounts.roles import has_role, is_approver
-from agents.changes import change_request_stale
-from agents.errors import AgentConflictError, AgentError
+from accounts.roles import credential_may_approve, credential_of, has_role, is_approver
+from agents.changes import change_request_stale, independent, review_problems
+from agents.errors import AgentConflictError, AgentError, ChangeRequested
 from agents.models import Agent, ChangeRequest, ChangeReview
-from agents.services.agents import agent_save_values
-from agents.services.gate import bounded, ungated
-from agents.services.rollout import rollout_promote, rollout_publish, rollout_rollback, rollout_set
+from agents.services.agents import agent_delete, agent_save_values
+from agents.services.gate import bounded, change_gate, field_diff, gated_atomic, ungated
+from agents.services.rollout import (
+    rollout_promote,
+    rollout_publish,
+    rollout_rollback,
+    rollout_set,
+    shadow_set,
+)
 from core.audit import audit_record
 from rules.models import RuleSet
 from rules.services import rule_set_publish
@@ -82,7 +88,28 @@ def _apply_publish(actor: Any, agent: Agent, payload: dict[str, Any]) -> None:
     rule_set_publish(actor=actor, rule_set=rule_set, message=payload.get("message", ""))
 
 
+def _apply_protect(actor: Any, agent: Agent, payload: dict[str, Any]) -> None:
+    agent_protect(
+        actor=actor,
+        agent=agent,
+        protected=payload["protected"],
+        approvals_required=payload["approvals_required"],
+    )
+
+
+def _apply_delete(actor: Any, agent: Agent, payload: dict[str, Any]) -> None:
+    agent_delete(actor=actor, agent=agent)
+
+
+def _apply_shadow(actor: Any, agent: Agent, payload: dict[str, Any]) -> None:
+    number = payload["version"]
+    shadow_set(actor=actor, agent=agent, version=None if number is None else _version(agent, number))
+
+
 APPLY: dict[str, Callable[[Any, Agent, dict[str, Any]], None]] = {
+    "agent.protect": _apply_protect,
+    "agent.delete": _apply_delete,
+    "shadow.set": _apply_shadow,
     "agent.update": _apply_agent_update,
     "rollout.set": _apply_rollout_set,
     "rollout.promote": _apply_rollout_promote,
@@ -131,6 +158,19 @@ def change_request_review(
             )
         if request.requested_by_id == actor.pk:
             raise PermissionDenied(_("You asked for this change: someone else must approve or reject it."))
+        credential = credential_of(actor)
+        if not credential_may_approve(credential):
+            raise PermissionDenied(
+                _(
+                    "A token capped at a role cannot approve or reject changes: use your own session or an uncapped token."
+                )
+            )
+        if not independent(request.requested_by_id, actor.pk):
+            raise PermissionDenied(
+                _(
+                    "You are not independent of the requester: one of you made or empowered the other, or one account made or empowered you both. Someone independent must review it."
+                )
+            )
         if request.reviews.filter(reviewer=actor, round=request.round).exists():
             raise AgentConflictError(_("You already reviewed this version of the change."))
         ChangeReview.objects.create(
@@ -140,10 +180,13 @@ def change_request_review(
             decision=decision,
             comment=comment,
             round=request.round,
+            credential=credential,
         )
+        # Only approvals valid now count: the approver is still active, still an approver, independent
+        # of the requester, and approved with a credential allowed to (agents.changes.review_problems).
         approvals = request.reviews.filter(
             round=request.round, decision=ChangeReview.Decision.APPROVE
-        ).count()
+        ).count() - len(review_problems(request))
         needed = request.agent.approvals_required
         audit_record(
             actor=actor,
@@ -169,7 +212,10 @@ def change_request_review(
                 obj=request,
                 after={"agent": request.agent.name, "action": request.action, "payload": request.payload},
             )
-        request.refresh_from_db()
+        if ChangeRequest.objects.filter(pk=request.pk).exists():
+            request.refresh_from_db()
+        else:  # an approved deletion: the agent went, and its change requests with it (the audit keeps them)
+            request.state = ChangeRequest.State.APPLIED
     return request
 
 
@@ -193,9 +239,16 @@ def change_request_withdraw(*, actor: Any, change_request: ChangeRequest) -> Cha
 # --- Protection --------------------------------------------------------------------------------------
 
 
-@transaction.atomic
-def agent_protect(*, actor: Any, agent: Agent, protected: bool, approvals_required: int = 1) -> Agent:
-    """Mark an agent protected (or not) and how many approvals its changes need (admin); audited."""
+@gated_atomic
+def agent_protect(
+    *, actor: Any, agent: Agent, protected: bool, approvals_required: int = 1, change_reason: str = ""
+) -> Agent | ChangeRequested:
+    """Mark an agent protected (or not) and how many approvals its changes need (admin); audited.
+
+    Raising protection applies at once; lowering it on a protected agent (no longer protected, fewer
+    approvals) is a change request like any other change of it: one admin cannot unprotect, edit and
+    protect again alone.
+    """
     if not has_role(actor, "admin"):
         raise PermissionDenied(_("Protecting an agent needs the admin role."))
     if (
@@ -220,6 +273,18 @@ def agent_protect(*, actor: Any, agent: Agent, protected: bool, approvals_requir
     after = {"protected": bool(protected), "approvals_required": approvals_required}
     if before == after:
         return agent
+    lowering = agent.protected and (not protected or approvals_required < agent.approvals_required)
+    if lowering and (
+        pending := change_gate(
+            actor=actor,
+            agent=agent,
+            action="agent.protect",
+            payload=after,
+            diff={"fields": field_diff(before, after)},
+            reason=change_reason,
+        )
+    ):
+        return pending
     agent.protected, agent.approvals_required = bool(protected), approvals_required
     agent.revision += 1
     agent.save(update_fields=["protected", "approvals_required", "revision", "updated_at"])

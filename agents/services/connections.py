@@ -111,7 +111,9 @@ def connection_save(
 
 def _adopt_waiting_agents(*, actor: Any, connection: ModelConnection) -> None:
     """Give the connection to agents saved before connections with exactly its URL and key variable."""
+    # A protected agent changes only by a change request: it keeps waiting (its editor asks for it).
     waiting = Agent.objects.select_for_update().filter(
+        protected=False,
         model_connection=None,
         model_provider=Agent.Provider.OPENAI,
         legacy_base_url=connection.base_url,

@@ -11,21 +11,31 @@ Review and application: agents.services.changes.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from functools import wraps
 from typing import Any, ParamSpec, TypeVar
 
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.mail import send_mail
 from django.db import transaction
 from django.urls import reverse
+from django.utils import translation
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
+from accounts.roles import is_approver
+from accounts.services import language_of
+from agents.changes import independent
 from agents.errors import AgentError, ChangeRequested
 from agents.models import Agent, ChangeRequest
 from core.audit import audit_record
 from rules.selectors import version_diff
+
+logger = logging.getLogger(__name__)
 
 MAX_REASON_CHARS = 2000
 
@@ -148,6 +158,8 @@ def change_gate(
             obj=request,
             after={"agent": agent.name, "action": action, "payload": payload, "reason": reason},
         )
+    if settings.LLAMON_APPROVAL_MAIL:
+        transaction.on_commit(lambda: change_request_mail(request.pk))
     needed = agent.approvals_required
     message = ngettext(
         "Agent %(name)r is protected: your change is change request #%(id)s and waits for %(n)s approval by someone else. Nothing changed yet.",
@@ -157,6 +169,39 @@ def change_gate(
     return ChangeRequested(
         message, change_request_id=request.pk, url=reverse("agents:change_detail", args=[request.pk])
     )
+
+
+def change_request_mail(change_request_id: int) -> int:
+    """E-mail each approver who may review the request (active, with an address, independent of the
+    requester), in their language, through Django's mail settings; returns how many were sent. A mail
+    server that fails is logged: the request stands, the inbox shows it."""
+    request = ChangeRequest.objects.select_related("agent").get(pk=change_request_id)
+    users = get_user_model()._default_manager.filter(is_active=True).exclude(email="").order_by("pk")
+    sent = 0
+    for user in users:
+        if user.pk == request.requested_by_id or not is_approver(user):
+            continue
+        if not independent(request.requested_by_id, user.pk):
+            continue
+        with translation.override(language_of(user) or settings.LANGUAGE_CODE):
+            subject = _("Change request #%(id)s on %(agent)s waits for your review") % {
+                "id": request.pk,
+                "agent": request.agent.name,
+            }
+            body = _(
+                "%(who)s asks for %(action)s on agent %(agent)s.\n\nWhy: %(reason)s\n\nReview it: %(url)s"
+            ) % {
+                "who": request.requested_by_name,
+                "action": request.action,
+                "agent": request.agent.name,
+                "reason": request.reason or "-",
+                "url": reverse("agents:change_detail", args=[request.pk]),
+            }
+        try:
+            sent += send_mail(subject, body, None, [user.email])
+        except OSError:
+            logger.warning("change request %s: no mail to %s (the mail server failed)", request.pk, user.pk)
+    return sent
 
 
 def publish_gate(

@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
@@ -16,6 +15,7 @@ from agents.errors import (
     ChangeRequested,
 )
 from agents.models import Agent
+from agents.selectors import guard_judgement
 from agents.services.gate import bounded, change_gate, field_diff, gated_atomic, ungated
 from core.audit import audit_record
 
@@ -383,7 +383,18 @@ def rollout_publish(
         from rules.engine import rule_set_snapshot
 
         rows = version_diff(old=latest.content if latest else [], new=rule_set_snapshot(rule_set))
-        diff = {"versions": {"from": f"v{latest.number}" if latest else "", "to": "draft", "rows": rows}}
+        before = _rollout_state(agent)
+        proposed = {
+            **before,
+            "rollout_guard": [guard_error_percent, guard_min_runs],
+            "rollout_version": next_number,
+            "rollout_percent": percent,
+            "rollout_chatbot_ids": chatbots,
+        }
+        diff = {
+            "fields": field_diff(before, proposed),  # the share it asks for, among the rest
+            "versions": {"from": f"v{latest.number}" if latest else "", "to": "draft", "rows": rows},
+        }
     if pending := change_gate(
         actor=actor,
         agent=agent,
@@ -486,11 +497,10 @@ def rollout_rollback(
 def rollout_guard_check(*, agent_id: int, version_id: int) -> bool:
     """After a candidate's run finished: roll the rollout back when its error rate is over the guard.
 
-    Counts the candidate's runs since the rollout started (failed and timed-out ones are errors;
-    cancelled ones are neither). Returns whether it rolled back (audited, by no person).
+    The judgement is agents.selectors.guard_judgement (the Rollout page shows the same): only the
+    candidate's own failures count, refusals both versions give never do. Returns whether it rolled
+    back (audited, by no person).
     """
-    from agents.models import Run
-
     agent = (
         Agent.objects.filter(pk=agent_id, rollout_version_id=version_id)
         .exclude(rollout_guard_error_percent=None)
@@ -498,28 +508,17 @@ def rollout_guard_check(*, agent_id: int, version_id: int) -> bool:
     )
     if agent is None or agent.rollout_started_at is None:
         return False
-    runs = Run.objects.filter(
-        agent_id=agent_id,
-        rule_set_version_id=version_id,
-        rollout_candidate=True,
-        created_at__gte=agent.rollout_started_at,
-        status__in=[Run.Status.SUCCEEDED, Run.Status.FAILED, Run.Status.TIMED_OUT],
-    )
-    total = runs.count()
-    if total < agent.rollout_guard_min_runs:
-        return False
-    errors = runs.filter(status__in=[Run.Status.FAILED, Run.Status.TIMED_OUT]).count()
-    threshold = agent.rollout_guard_error_percent or 0
-    if errors * 100 <= threshold * total:
+    guard = guard_judgement(agent)
+    if not guard["act"]:
         return False
     reason = _(
         "The guard rolled back v%(number)s: %(errors)s of its %(total)s runs failed (%(rate)s %%, over %(threshold)s %%)."
     ) % {
         "number": agent.rollout_version.number if agent.rollout_version else "?",
-        "errors": errors,
-        "total": total,
-        "rate": round(errors * 100 / total),
-        "threshold": threshold,
+        "errors": guard["errors"],
+        "total": guard["judged_runs"],
+        "rate": round(guard["candidate_error_percent"]),
+        "threshold": guard["error_percent"],
     }
     try:
         with ungated():  # the guard acts for nobody, protected agent or not (audited as the system)
@@ -530,8 +529,8 @@ def rollout_guard_check(*, agent_id: int, version_id: int) -> bool:
     return True
 
 
-@transaction.atomic
-def shadow_set(*, actor: Any, agent: Agent, version: Any) -> Agent:
+@gated_atomic
+def shadow_set(*, actor: Any, agent: Agent, version: Any, change_reason: str = "") -> Agent | ChangeRequested:
     """Name the version evaluated in shadow beside every run (None: shadow mode off)."""
     agent = _locked_agent(agent)
     if version is not None:
@@ -539,6 +538,16 @@ def shadow_set(*, actor: Any, agent: Agent, version: Any) -> Agent:
     before = _rollout_state(agent)
     if (version.pk if version else None) == agent.shadow_version_id:
         return agent
+    proposed = {**before, "shadow_version": version.number if version else None}
+    if pending := change_gate(
+        actor=actor,
+        agent=agent,
+        action="shadow.set",
+        payload={"version": version.number if version else None},
+        diff={"fields": field_diff(before, proposed)},
+        reason=change_reason,
+    ):
+        return pending
     agent.shadow_version = version
     _agent_bump(agent, ["shadow_version"])
     audit_record(

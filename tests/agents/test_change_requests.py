@@ -122,11 +122,11 @@ def test_a_rejected_change_changes_nothing_and_a_stale_one_is_refused(
     assert Agent.objects.values().get(pk=protected.pk) == before
     with pytest.raises(AgentConflictError):
         _approve(admin, change)
-    # The agent moves on (an admin changes its protection) after a change was asked: refused on apply.
+    # The agent moves on (its description is edited, which needs no approval) after a change was
+    # asked: refused on apply.
     stale = _rollout(author, protected, v2)
-    services.agent_protect(actor=admin, agent=protected, protected=True, approvals_required=1)
-    services.agent_protect(actor=admin, agent=protected, protected=True, approvals_required=2)
-    services.agent_protect(actor=admin, agent=protected, protected=True, approvals_required=1)
+    values = {**services.agent_values(protected), "description": "moved on"}
+    services.agent_save_values(actor=admin, agent=Agent.objects.get(pk=protected.pk), values=values)
     with pytest.raises(AgentConflictError, match="changed since this was asked"):
         _approve(approver, stale)
     stale.refresh_from_db()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.core.management import call_command
 
-from agents import services
+from agents import selectors, services
 from agents.models import Agent, Run, ShadowTally
 from llamon_agent.tools import AgentRequest
 from rules import services as rule_services
@@ -63,3 +63,91 @@ def test_a_rollout_chooses_the_version_and_the_shadow_records_divergences(redis_
     assert [c["rule"] for c in example.live_calls] == ["route_order_lookup"]
     assert [c["params"] for c in example.shadow_calls] == [{"query": QUERY}, {"order_id": "A-1001"}]
     assert nobody.prestep_calls == 1  # the shadow's dry run made no call of its own
+
+
+@pytest.mark.slow
+def test_the_guard_blames_the_candidate_only_for_its_own_failures(redis_publisher, make_user) -> None:
+    """100 inputs the guardrail refuses (for both versions alike) never roll back; a candidate whose
+    own runs fail, beside a stable version that answers the same traffic, is rolled back."""
+    import sys
+
+    from core.models import AuditEvent
+    from servers.models import McpServer
+    from tests.support.runs import MISBEHAVING
+
+    author = make_user("editor")
+    McpServer.objects.create(
+        mcp_id="misbehaving",
+        transport="stdio",
+        command=sys.executable,
+        args=[MISBEHAVING],
+        timeout_s=20,
+        tools=[
+            {"name": "echo", "description": "", "input_schema": {}},
+            {"name": "fail", "description": "", "input_schema": {}},
+        ],
+    )
+    rule_set = rule_services.rule_set_create(actor=author, name="guarded")
+    rule = rule_services.rule_create(
+        actor=author,
+        rule_set=rule_set,
+        name="look_up",
+        mcp_id="misbehaving",
+        tool_name="echo",
+        when="True",
+        params='{"value": "ok"}',
+    )
+    v1 = rule_services.rule_set_publish(actor=author, rule_set=rule_set)
+    rule_services.rule_update(
+        actor=author, rule=rule, revision=None, tool_name="fail", params='{"message": "candidate broke"}'
+    )
+    rule_set.refresh_from_db()
+    v2 = rule_services.rule_set_publish(actor=author, rule_set=rule_set)
+    agent = Agent.objects.create(
+        name="guarded",
+        system_prompt="p",
+        rule_set=rule_set,
+        rule_set_mode="pinned",
+        pinned_version=v1,
+        answer_from_prestep=True,
+        input_max_chars=20,
+    )
+    services.rollout_set(
+        actor=author,
+        agent=agent,
+        version=v2,
+        percent=50,
+        chatbot_ids=[],
+        guard_error_percent=20,
+        guard_min_runs=5,
+    )
+
+    def send(query: str, count: int, prefix: str) -> list[Run]:
+        ids = [
+            services.run_create(
+                actor=None,
+                agent=agent,
+                request=AgentRequest(query=query, context={"sessionId": f"{prefix}{i}"}),
+            ).pk
+            for i in range(count)
+        ]
+        return [wait_for_run(i, timeout_s=120) for i in ids]
+
+    with celery_worker(redis_publisher) as (_, output):
+        refused = send("x" * 200, 100, "long-")  # over the 20-character limit: refused by both versions
+        assert {(r.status, r.error_kind) for r in refused} == {(Run.Status.FAILED, "guardrail")}, (
+            output.text()[-2000:]
+        )
+        assert {r.rollout_candidate for r in refused} == {True, False}  # both sides got them
+        agent.refresh_from_db()
+        assert agent.rollout_version == v2  # nothing the candidate did
+        assert selectors.guard_judgement(agent)["judged_runs"] == 0
+        answered = send("hi", 40, "ok-")
+    agent.refresh_from_db()
+    assert agent.rollout_version is None and agent.pinned_version == v1, [
+        (r.rollout_candidate, r.status) for r in answered
+    ]
+    event = AuditEvent.objects.get(action="agent.rollout.guard_rollback", object_id=str(agent.pk))
+    assert "candidate broke" not in event.after["reason"] and "runs failed" in event.after["reason"]
+    stable = [r for r in answered if not r.rollout_candidate]
+    assert stable and all(r.status == Run.Status.SUCCEEDED for r in stable)

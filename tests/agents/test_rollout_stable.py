@@ -169,7 +169,12 @@ def test_the_rollout_page_says_what_latest_means_and_counts_each_side(
         "min_runs": 5,
         "state": "waiting",
         "judged_runs": 2,
+        "errors": 1,
         "candidate_error_percent": 50.0,
+        "stable_judged_runs": 2,
+        "stable_error_percent": 0.0,
+        "stable_needed": True,
+        "act": False,
     }
     # Shadow data of the candidate: the calls that differ from stable; the poller gets the figures alone.
     shadow_record(agent=latest_agent, version=v2, run_id=None, live=[], shadow=[], error="")

@@ -42,7 +42,12 @@ def test_start_change_promote_through_the_api(editor_api, viewer_api, sample, tw
         "min_runs": 20,
         "state": "waiting",
         "judged_runs": 0,
+        "errors": 0,
         "candidate_error_percent": 0.0,
+        "stable_judged_runs": 0,
+        "stable_error_percent": 0.0,
+        "stable_needed": True,
+        "act": False,
     }
     body = editor_api.post(f"{url}/promote").json()
     assert body["rollout"] is None and body["stable"] == "v2"

@@ -121,6 +121,8 @@ EXCLUDED: dict[str, str] = {
     "agents:run_open_in_tester": "POST only (its result is the rule set editor, checked)",
     "agents:run_replay": "POST only",
     "governance:impact_start": "POST only",
+    "governance:change_impact": "POST only (its result is the change request's page, checked)",
+    "governance:impact_report": "htmx fragment loaded into a change request's page",
     "governance:impact_progress": "htmx fragment polled into an analysis page",
     "governance:impact_detail": "needs a finished analysis; its page is exercised by tests/e2e/test_impact.py",
     "invite_accept": "needs a fresh one-time link; exercised by tests/e2e/test_users.py",

@@ -60,3 +60,62 @@ def test_a_rollout_on_a_protected_agent_applies_once_a_second_person_approves(
     assert page.inner_text("#change-state") == "applied"
     agent.refresh_from_db()
     assert (agent.rollout_version, agent.rollout_percent) == (v2, 10)
+
+
+@pytest.mark.parametrize("language", ["en", "ko"])
+def test_an_approver_sees_the_count_reads_the_share_and_the_impact_and_approves(
+    page, make_user, live_server, language
+) -> None:
+    from accounts.services import language_set
+    from agents.errors import ChangeRequested
+    from agents.models import ChangeRequest
+    from governance.models import ImpactAnalysis
+    from governance.services import impact_execute
+
+    rule_set = build_rule_set(None, "seed-rules", SEED_RULES)
+    v1 = rule_services.rule_set_publish(actor=None, rule_set=rule_set, message="v1")
+    agent = Agent.objects.create(
+        name="seed-demo", system_prompt="p", rule_set=rule_set, rule_set_mode="pinned", pinned_version=v1
+    )
+    rule = rule_set.rules.order_by("position").first()
+    rule_services.rule_update(actor=None, rule=rule, revision=rule.revision, description="v2 wording")
+    services.agent_protect(actor=make_user("admin"), agent=agent, protected=True, approvals_required=1)
+    author = make_user("editor")
+    with pytest.raises(ChangeRequested):
+        services.rollout_publish(
+            actor=author, agent=agent, percent=25, chatbot_ids=["bot-a"], change_reason="v2 rewords a rule"
+        )
+    change = ChangeRequest.objects.get()
+
+    approver = make_user("viewer")
+    approver_set(user=approver, approver=True)
+    client = Client()
+    client.force_login(approver)
+    cookie = client.cookies[settings.SESSION_COOKIE_NAME]
+    page.context.add_cookies([{"name": cookie.key, "value": cookie.value, "url": live_server.url}])
+    language_set(user=approver, language=language)
+    page.goto("/")
+    assert page.locator("html").get_attribute("lang") == language
+    assert page.inner_text("#nav-inbox-count") == "1"
+    assert page.inner_text("#nav-inbox").startswith("승인" if language == "ko" else "Approvals")
+    screenshot(page, f"change-inbox-{language}", element=page.locator("header"))
+    page.click("#nav-inbox")
+    page.click(f"a[href='/agents/changes/{change.pk}/']")
+    page.wait_for_selector("#change-diff")
+    diff = page.inner_text("#change-diff")
+    assert "rollout_percent" in diff and "25" in diff and "bot-a" in diff
+    page.click("#change-impact-run")
+    page.wait_for_selector("#change-impact-report")
+    impact_execute(analysis_id=ImpactAnalysis.objects.get().pk)  # what the worker does
+    page.reload()
+    page.wait_for_selector("#change-impact-report #impact-summary")
+    assert page.locator("#impact-replayed").count() == 1
+    screenshot(page, f"change-request-impact-{language}")
+    page.fill("#id_comment", "확인했습니다." if language == "ko" else "Read the share and the impact.")
+    page.click("#change-approve")
+    page.wait_for_selector("#change-state")
+    change.refresh_from_db()
+    assert change.state == "applied"
+    agent.refresh_from_db()
+    assert agent.rollout_percent == 25 and agent.rollout_chatbot_ids == ["bot-a"]
+    assert page.locator("#nav-inbox-count").count() == 0

@@ -105,6 +105,8 @@ EXPECTED: dict[str, tuple[str, dict[str, int | str]]] = {
         "viewer",
         {"anonymous": LOGIN, "viewer": 200, "editor": 200, "admin": 200},
     ),
+    "governance:impact_report": ("viewer", {"anonymous": LOGIN, "viewer": 200, "editor": 200, "admin": 200}),
+    "governance:change_impact": ("viewer", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
     # API tokens: every user with a role manages their own (revoking someone else's token is a 404).
     "tokens": ("viewer", {"anonymous": LOGIN, "viewer": 200, "editor": 200, "admin": 200}),
     "token_create": ("viewer", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
@@ -238,6 +240,8 @@ def sample_kwargs(make_user) -> dict[str, dict[str, object]]:
     kwargs["governance:impact_new"] = kwargs["governance:impact_start"] = {"pk": rule_set.pk}
     kwargs["governance:rule_health"] = {"pk": rule_set.pk}
     kwargs["governance:impact_detail"] = kwargs["governance:impact_progress"] = {"pk": analysis.pk}
+    kwargs["governance:impact_report"] = {"pk": analysis.pk}
+    kwargs["governance:change_impact"] = {"pk": change.pk}
     from accounts.token_services import token_create
 
     matrix_token = token_create(actor=author, name="matrix").token
