@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("agents", "0016_step_warnings"),
+        ("agents", "0017_privacy_presets_on_for_new_installs"),
     ]
 
     operations = [
