@@ -31,7 +31,7 @@ from agents import selectors
 from agents.evidence import decision_records
 from agents.models import Run, RunStep
 from agents.privacy import redactor
-from core.chain import chain_head
+from core.chain import chain_head, chain_sign
 from core.models import ChainRecord
 
 FORMAT = "llamon-evidence/1"
@@ -158,38 +158,94 @@ def _row(run: dict[str, Any], step: dict[str, Any], link: dict[str, Any] | None)
     }
 
 
-def evidence_jsonl(filters: dict[str, Any]) -> Iterator[str]:
-    """The export as JSON Lines (see the module's docstring)."""
-    digest = hashlib.sha256()
-    counts = {"runs": 0, "calls": 0}
+MANIFEST_FORMAT = "llamon-evidence-manifest/1"
+CSV_MANIFEST = "#llamon-evidence-manifest"
+UNSIGNED = (
+    "unsigned: no LLAMON_CHAIN_SIGNING_KEY is set, so anyone who can edit this file can recompute "
+    "this manifest; it shows the file is whole, it proves nothing against a forger"
+)
 
-    def line(value: dict[str, Any]) -> str:
-        text = _json(value) + "\n"
-        digest.update(text.encode("utf-8", "surrogatepass"))
+
+def canonical(value: Any) -> bytes:
+    """The canonical JSON the manifest is signed over (what tools/verify_evidence.py recomputes)."""
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode(
+        "utf-8", "surrogatepass"
+    )
+
+
+class Manifest:
+    """What the export's last line signs: the filter, the runs in order with their chain position and
+    the digest of their lines, the counts, the digest of the file before it, the signed head."""
+
+    def __init__(self, fmt: str, filters: dict[str, Any]) -> None:
+        self.fmt = fmt
+        self.filters = json.loads(_json({k: v for k, v in filters.items() if v not in (None, "")}))
+        self.file = hashlib.sha256()
+        self.index: list[list[Any]] = []
+        self.calls = 0
+
+    def write(self, text: str) -> str:
+        self.file.update(text.encode("utf-8", "surrogatepass"))
         return text
 
-    yield line(
-        {
-            "type": "export",
-            "format": FORMAT,
+    def run(self, run_id: int, link: dict[str, Any] | None, digest: str, calls: int) -> None:
+        self.index.append([run_id, link["seq"] if link else None, digest])
+        self.calls += calls
+
+    def signed(self) -> dict[str, Any]:
+        manifest: dict[str, Any] = {
+            "type": "end",
+            "format": MANIFEST_FORMAT,
+            "export": self.fmt,
             "exported_at": timezone.now().isoformat(),
-            "filters": {k: v for k, v in filters.items() if v not in (None, "")},
+            "filters": self.filters,
+            "runs": len(self.index),
+            "calls": self.calls,
+            "index": self.index,
+            "sha256": self.file.hexdigest(),
             "chain_head": chain_head(),
         }
+        signature = chain_sign(canonical(manifest))
+        if signature is None:
+            manifest["unsigned"] = UNSIGNED
+        else:
+            manifest.update(signature)
+        return manifest
+
+
+def evidence_jsonl(filters: dict[str, Any]) -> Iterator[str]:
+    """The export as JSON Lines (see the module's docstring); the last line is the signed manifest."""
+    manifest = Manifest("jsonl", filters)
+    yield manifest.write(
+        _json(
+            {
+                "type": "export",
+                "format": FORMAT,
+                "exported_at": timezone.now().isoformat(),
+                "filters": manifest.filters,
+                "chain_head": chain_head(),
+            }
+        )
+        + "\n"
     )
     for run, record, steps, link in evidence_rows(filters, records=True):
-        counts["runs"] += 1
-        yield line({"type": "run", **_row(run, {}, link), "decision": record, "link": link})
+        lines = [_json({"type": "run", **_row(run, {}, link), "decision": record, "link": link}) + "\n"]
         for step in steps:
-            counts["calls"] += 1
             call = _row(run, step, link)
             call.update(type="call", seq=step["seq"], input=step["input"], output=step["output"])
-            yield line(call)
-    yield _json({"type": "end", **counts, "sha256": digest.hexdigest()}) + "\n"
+            lines.append(_json(call) + "\n")
+        text = "".join(lines)
+        manifest.run(
+            run["id"], link, hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest(), len(steps)
+        )
+        yield manifest.write(text)
+    yield _json(manifest.signed()) + "\n"
 
 
 def evidence_csv(filters: dict[str, Any]) -> Iterator[str]:
-    """The export as CSV: one row per call (a run without one: one row), JSON values as JSON text."""
+    """The export as CSV: one row per call (a run without one: one row), JSON values as JSON text;
+    the last row is the signed manifest (its first cell CSV_MANIFEST, its second the JSON)."""
+    manifest = Manifest("csv", filters)
     buffer = io.StringIO()
     writer = csv.writer(buffer)
 
@@ -201,17 +257,22 @@ def evidence_csv(filters: dict[str, Any]) -> Iterator[str]:
 
     buffer.write("\ufeff")  # a byte-order mark, so that spreadsheet programs read the Korean as UTF-8
     writer.writerow(COLUMNS)
-    yield flush()
+    yield manifest.write(flush())
     for run, _record, steps, link in evidence_rows(filters):
+        cells = []
         for step in steps or [{}]:  # a run without a call: one row, its call columns empty
             row = _row(run, step, link)
-            writer.writerow(
+            cells.append(
                 [
                     _json(row[c]) if c in ("params", "result") and row[c] is not None else _cell(row[c])
                     for c in COLUMNS
                 ]
             )
-        yield flush()
+        writer.writerows(cells)
+        manifest.run(run["id"], link, hashlib.sha256(canonical(cells)).hexdigest(), len(steps))
+        yield manifest.write(flush())
+    writer.writerow([CSV_MANIFEST, _json(manifest.signed())])
+    yield flush()
 
 
 def _cell(value: Any) -> str:

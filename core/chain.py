@@ -289,6 +289,18 @@ def _signing_key() -> Ed25519PrivateKey | None:
     return Ed25519PrivateKey.from_private_bytes(seed) if seed else None
 
 
+def chain_sign(message: bytes) -> dict[str, str] | None:
+    """``{"public_key", "signature"}`` (base64) of ``message`` signed with the chain's key; None
+    when no key is set (what is exported is then unsigned: see docs/evidence.md)."""
+    key = _signing_key()
+    if key is None:
+        return None
+    return {
+        "public_key": public_key_text(key.public_key()),
+        "signature": base64.b64encode(key.sign(message)).decode(),
+    }
+
+
 def public_key_text(key: Ed25519PublicKey) -> str:
     """A public key as base64 of its 32 raw bytes (what the about line and exported heads show)."""
     return base64.b64encode(key.public_bytes(Encoding.Raw, PublicFormat.Raw)).decode()

@@ -88,6 +88,7 @@ def test_a_viewer_exports_one_customers_last_seven_days_as_csv(viewer_client, ru
     assert response.status_code == 200 and response["Content-Type"].startswith("text/csv")
     assert response["Content-Disposition"].startswith('attachment; filename="llamon-evidence-')
     rows = list(csv.DictReader(io.StringIO(b"".join(response.streaming_content).decode("utf-8-sig"))))
+    assert rows.pop()["run"] == "#llamon-evidence-manifest"  # the last row: the signed manifest
     # Two calls of the recent run, one row for the run that called nothing; not the old run, not C-2002.
     assert [(int(r["run"]), r["rule"], r["tool"]) for r in rows] == [
         (runs["none"].pk, "", ""),
