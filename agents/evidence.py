@@ -14,6 +14,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from django.db import transaction
+from django.utils import timezone
 from django.utils.translation import gettext_lazy
 
 from agents.models import Run, RunStep
@@ -101,16 +103,21 @@ def decision_records(run_ids: list[int]) -> dict[str, dict[str, Any]]:
     return {str(pk): decision_record(run, steps[pk]) for pk, run in runs.items()}
 
 
-def run_seal(run_id: int) -> None:
-    """Append a finished run's decision record to the evidence chain (once; a run not finished: nothing)."""
-    record = decision_records([run_id]).get(str(run_id))
-    if record is not None:
-        chain_append(kind="run", ref=str(run_id), content=record)
-
-
-def runs_seal(run_ids: Iterable[int]) -> None:
-    for run_id in run_ids:
-        run_seal(run_id)
+def run_end(run_id: int, *, where: Mapping[str, Any], **fields: Any) -> bool:
+    """THE way a run ends, whatever the route (worker, cancel, reaper, redelivery, ingest): set its
+    end (``fields``: status, answer, error, ...; ``finished_at`` now unless given) if the run still
+    matches ``where``, mark its steps still running as interrupted, and append its decision record
+    to the evidence chain, in one transaction. False when the run no longer matched (ended already).
+    Nothing else finishes a run (a test scans the code for any other write of an end)."""
+    fields.setdefault("finished_at", timezone.now())
+    with transaction.atomic():
+        ended = Run.objects.filter(pk=run_id, **where).update(**fields)
+        if ended:
+            RunStep.objects.filter(run_id=run_id, status="running").update(status="interrupted")
+            record = decision_records([run_id]).get(str(run_id))
+            if record is not None:
+                chain_append(kind="run", ref=str(run_id), content=record)
+    return bool(ended)
 
 
 def runs_deletion(run_ids: list[int], *, reason: str) -> None:

@@ -47,7 +47,7 @@ RULES = [
 
 def seed(n: int) -> None:
     """N finished runs with their steps and evidence links, written in bulk (the links are computed
-    exactly as run_seal computes them, without its one-transaction-per-run cost)."""
+    exactly as run_end computes them, without its one-transaction-per-run cost)."""
     from agents.evidence import decision_records
     from agents.models import Agent, Run, RunStep
     from core.chain import GENESIS, link_hash

@@ -70,28 +70,47 @@ def _head_for_update() -> ChainHead:
     return head
 
 
+def chain_lock() -> ChainHead:
+    """Lock the chain's head for the rest of the transaction: writers of linked rows take it before
+    they write, so that they write one at a time (core.audit numbers its rows by it)."""
+    return _head_for_update()
+
+
 def chain_append(*, kind: str, ref: str = "", content: Any, payload: Any = None) -> ChainRecord:
     """Append one link (inside the caller's transaction: the link stands or falls with the write).
 
     The head row is locked (PostgreSQL: SELECT ... FOR UPDATE; SQLite takes its write lock at
     BEGIN IMMEDIATE), so concurrent workers append one after the other and never fork the chain.
     """
+    (record,) = chain_append_many(kind=kind, items=[(ref, content)], payload=payload)
+    return record
+
+
+def chain_append_many(*, kind: str, items: list[tuple[str, Any]], payload: Any = None) -> list[ChainRecord]:
+    """Append one link per ``(ref, content)``, in order, under one lock of the head."""
     with transaction.atomic():
         head = _head_for_update()
-        seq = head.seq + 1
-        content_hash = sha256(content)
-        record_hash = link_hash(seq, kind, ref, content_hash, head.record_hash)
-        record = ChainRecord.objects.create(
-            seq=seq,
-            kind=kind,
-            ref=ref,
-            content_hash=content_hash,
-            prev_hash=head.record_hash,
-            record_hash=record_hash,
-            payload=payload,
-        )
-        ChainHead.objects.filter(pk=head.pk).update(seq=seq, record_hash=record_hash)
-    return record
+        seq, prev = head.seq, head.record_hash
+        records = []
+        for ref, content in items:
+            seq += 1
+            content_hash = sha256(content)
+            record_hash = link_hash(seq, kind, ref, content_hash, prev)
+            records.append(
+                ChainRecord(
+                    seq=seq,
+                    kind=kind,
+                    ref=ref,
+                    content_hash=content_hash,
+                    prev_hash=prev,
+                    record_hash=record_hash,
+                    payload=payload,
+                )
+            )
+            prev = record_hash
+        ChainRecord.objects.bulk_create(records, batch_size=BATCH)
+        ChainHead.objects.filter(pk=head.pk).update(seq=seq, record_hash=prev)
+    return records
 
 
 def chain_deletion(*, kind: str, refs: Iterable[str], reason: str) -> ChainRecord:

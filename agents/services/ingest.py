@@ -16,8 +16,8 @@ from agents.errors import (
     AgentConflictError,
     AgentError,
 )
-from agents.evidence import run_seal
-from agents.models import Agent, Run, RunStep
+from agents.evidence import run_end
+from agents.models import Agent, Run
 from agents.privacy import run_redactor
 from agents.services.runs import request_check_size, request_lookup_ids
 from llamon_agent.tools import AgentRequest
@@ -112,16 +112,15 @@ def run_ingest(
         "prestep_calls": F("prestep_calls") + prestep,
     }
     if finish is not None:
-        Run.objects.filter(pk=run.pk).update(
+        run_end(
+            run.pk,
+            where={"finished_at__isnull": True},
             status=finish["status"],
             answer=redact(finish.get("answer") or ""),
             error=redact(finish.get("error") or "")[:10_000],
             error_kind=(finish.get("error_kind") or "")[:20],
-            finished_at=timezone.now(),
             **counts,
         )
-        RunStep.objects.filter(run_id=run.pk, status="running").update(status="interrupted")
-        run_seal(run.pk)
     else:
         Run.objects.filter(pk=run.pk).update(**counts)
     run.refresh_from_db()
