@@ -39,6 +39,7 @@ FORMATS = ("csv", "jsonl")
 BATCH = 500
 RUN_COLUMNS = (
     "created_at",
+    "source",
     "user_id",
     "session_id",
     "chatbot_id",
@@ -58,6 +59,7 @@ COLUMNS = (
     "session_id",
     "chatbot_id",
     "agent",
+    "source",
     "rule_set",
     "version",
     "rule_set_hash",
@@ -139,6 +141,7 @@ def _row(run: dict[str, Any], step: dict[str, Any], link: dict[str, Any] | None)
         "session_id": run["session_id"],
         "chatbot_id": run["chatbot_id"],
         "agent": run["agent_name"],
+        "source": run["source"],
         "rule_set": run["rule_set_name"],
         "version": run["rule_set_ref"],
         "rule_set_hash": run["rule_set_hash"],

@@ -133,7 +133,7 @@ def _b64(text: Any) -> bytes:
 
 # --- JSON Lines: each run's lines against its decision record ---------------------------------------
 
-RUN_FIELDS = (("agent", "agent"), ("run_status", "status"), ("candidate", "candidate"))
+RUN_FIELDS = (("agent", "agent"), ("source", "source"), ("run_status", "status"), ("candidate", "candidate"))
 
 
 def check_run(number: int, row: dict[str, Any], previous_link: dict[str, Any] | None) -> None:

@@ -96,8 +96,9 @@ def test_a_viewer_exports_one_customers_last_seven_days_as_csv(viewer_client, ru
         (runs["recent"].pk, "order_lookup_2", "get_order"),
     ]
     first = rows[1]
-    assert (first["user_id"], first["mcp_id"], first["version"], first["rule_set_hash"]) == (
+    assert (first["user_id"], first["source"], first["mcp_id"], first["version"], first["rule_set_hash"]) == (
         "C-1001",
+        "worker",
         "order-service",
         "v3",
         "a" * 64,

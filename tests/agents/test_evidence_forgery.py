@@ -111,6 +111,13 @@ def edit_user(lines: list[str], rng: random.Random) -> list[str]:
     return _edit(lines, rng, lambda row: row.update({field: f"X-{rng.randrange(10_000)}"}))
 
 
+def edit_source(lines: list[str], rng: random.Random) -> list[str]:
+    """A worker run passed off as a served one, or the other way round."""
+    return _edit(
+        lines, rng, lambda row: row.update(source="served" if row["source"] == "worker" else "worker")
+    )
+
+
 def fabricate_run(lines: list[str], rng: random.Random) -> list[str]:
     block = rng.choice(_blocks(lines))
     new_id = 10_000 + rng.randrange(1000)
@@ -162,6 +169,7 @@ JSONL_FORGERIES = [
     edit_version,
     edit_time,
     edit_user,
+    edit_source,
     fabricate_run,
     fabricate_call,
     reorder,
@@ -278,7 +286,9 @@ def csv_remove_run(rows, rng):
 
 def csv_edit(rows, rng):
     header = rows[0]
-    column = header.index(rng.choice(["version", "time", "user_id", "rule_set_hash", "tool", "result"]))
+    column = header.index(
+        rng.choice(["version", "time", "user_id", "source", "rule_set_hash", "tool", "result"])
+    )
     index = rng.randrange(1, len(rows) - 1)
     out = [list(r) for r in rows]
     out[index][column] = out[index][column] + rng.choice(["0", "x", " "])
