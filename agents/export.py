@@ -20,8 +20,10 @@ import csv
 import hashlib
 import io
 import json
+import unicodedata
 from collections import defaultdict
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any
 
 from django.http import StreamingHttpResponse
@@ -182,7 +184,15 @@ class Manifest:
 
     def __init__(self, fmt: str, filters: dict[str, Any]) -> None:
         self.fmt = fmt
-        self.filters = json.loads(_json({k: v for k, v in filters.items() if v not in (None, "")}))
+        self.filters = json.loads(
+            _json(
+                {
+                    k: v.isoformat() if isinstance(v, datetime) else v
+                    for k, v in filters.items()
+                    if v not in (None, "")
+                }
+            )
+        )
         self.file = hashlib.sha256()
         self.index: list[list[Any]] = []
         self.calls = 0
@@ -218,6 +228,7 @@ class Manifest:
 
 def evidence_jsonl(filters: dict[str, Any]) -> Iterator[str]:
     """The export as JSON Lines (see the module's docstring); the last line is the signed manifest."""
+    filters = selectors.period_absolute(filters, timezone.now())
     manifest = Manifest("jsonl", filters)
     yield manifest.write(
         _json(
@@ -248,6 +259,7 @@ def evidence_jsonl(filters: dict[str, Any]) -> Iterator[str]:
 def evidence_csv(filters: dict[str, Any]) -> Iterator[str]:
     """The export as CSV: one row per call (a run without one: one row), JSON values as JSON text;
     the last row is the signed manifest (its first cell CSV_MANIFEST, its second the JSON)."""
+    filters = selectors.period_absolute(filters, timezone.now())
     manifest = Manifest("csv", filters)
     buffer = io.StringIO()
     writer = csv.writer(buffer)
@@ -278,10 +290,18 @@ def evidence_csv(filters: dict[str, Any]) -> Iterator[str]:
     yield flush()
 
 
+# What a spreadsheet may take for the start of a formula: = + - @, their fullwidth and small forms
+# (NFKC folds ＝＋－＠﹦﹢﹣﹫ to them), the minus sign, and a tab, CR or LF before anything.
+FORMULA_START = frozenset("=+-@\u2212\t\r\n")
+
+
 def _cell(value: Any) -> str:
     """A CSV cell; text a spreadsheet would run as a formula is quoted with a leading apostrophe."""
     text = "" if value is None else str(value)
-    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+    first = text.lstrip(" \u3000")[:1]
+    if first and (text[0] in FORMULA_START or unicodedata.normalize("NFKC", first) in FORMULA_START):
+        return "'" + text
+    return text
 
 
 REPORT_ROWS = 500
@@ -291,12 +311,20 @@ def evidence_report(filters: dict[str, Any]) -> dict[str, Any]:
     """The evidence report page: the first REPORT_ROWS call rows (the files hold them all)."""
     rows: list[dict[str, Any]] = []
     runs = 0
+    filters = selectors.period_absolute(filters, timezone.now())
     for run, _record, steps, link in evidence_rows(filters):
         runs += 1
         rows.extend(_row(run, step, link) for step in steps or [{}])
         if len(rows) >= REPORT_ROWS:
             break
-    return {"rows": rows[:REPORT_ROWS], "cut": len(rows) >= REPORT_ROWS, "runs": runs, "head": chain_head()}
+    return {
+        "rows": rows[:REPORT_ROWS],
+        "cut": len(rows) >= REPORT_ROWS,
+        "runs": runs,
+        "head": chain_head(),
+        "since": filters.get("since"),
+        "until": filters["until"],
+    }
 
 
 def run_document(run: Run) -> dict[str, Any]:

@@ -223,3 +223,60 @@ def test_the_export_masks_the_ids_as_the_pages_do(viewer_client, agent) -> None:
     # Nowhere in the file either: the decision record carries the ids as a digest, and still verifies.
     text = "\n".join(_lines(viewer_client.get(reverse("agents:run_export") + "?format=jsonl")))
     assert "kim@example.com" not in text and "kim" not in text.replace("[이메일]", "")
+
+
+def test_an_invalid_filter_on_the_report_is_refused_naming_the_field(viewer_client, runs) -> None:
+    response = viewer_client.get(reverse("agents:run_evidence") + "?since=yesterday&user_id=C-1001")
+    page = response.content.decode()
+    assert response.status_code == 400 and "filter-errors" in page and "Since" in page
+    assert "evidence-table" not in page and "order-service.get_order" not in page  # not every run
+
+
+def test_the_report_and_the_exports_state_the_period_as_absolute_dates(viewer_client, runs) -> None:
+    page = viewer_client.get(reverse("agents:run_evidence") + "?period=7d").content.decode()
+    since = (timezone.now() - timedelta(days=7)).strftime("%Y-%m-%d")
+    period = re.search(r'id="report-period">([^<]*)<', page)
+    assert (
+        period
+        and period.group(1).startswith(since)
+        and timezone.now().strftime("%Y-%m-%d") in period.group(1)
+    )
+    first = json.loads(_lines(viewer_client.get(reverse("agents:run_export") + "?period=7d&format=jsonl"))[0])
+    assert "period" not in first["filters"] and first["filters"]["since"].startswith(since)
+    assert first["filters"]["until"].startswith(timezone.now().strftime("%Y-%m-%d"))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "=1+1",
+        "+1",
+        "-1",
+        "@SUM(A1)",
+        "\t=1",
+        "\r=1",
+        "\n=1",
+        "＝1+1",
+        "＋1",
+        "－1",
+        "＠SUM(A1)",
+        "﹦1",
+        "﹢1",
+        "﹣1",
+        "﹫x",
+        "\u22121",
+        " =1",
+        "\u3000＝1",
+    ],
+)
+def test_every_formula_leading_character_is_neutralised_in_csv(viewer_client, agent, text) -> None:
+    _run(agent, text, "A-1")
+    body = b"".join(viewer_client.get(reverse("agents:run_export") + "?format=csv").streaming_content)
+    rows = list(csv.DictReader(io.StringIO(body.decode("utf-8-sig"))))
+    assert rows[0]["user_id"] == "'" + text
+
+
+def test_ordinary_cells_are_left_alone(viewer_client, agent) -> None:
+    _run(agent, "고객 C-1001", "A-1")
+    body = b"".join(viewer_client.get(reverse("agents:run_export") + "?format=csv").streaming_content)
+    assert list(csv.DictReader(io.StringIO(body.decode("utf-8-sig"))))[0]["user_id"] == "고객 C-1001"
