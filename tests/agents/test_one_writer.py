@@ -51,6 +51,7 @@ class Operations:
     def __init__(self, editor, admin, agent: Agent, document: dict, rng: random.Random) -> None:
         self.editor, self.admin, self.agent, self.document, self.rng = editor, admin, agent, document, rng
         self.n = 0
+        self.credential = None
         self.pushed = rule_set_create(actor=editor, name="pushed", description="")
 
     def _next(self) -> int:
@@ -88,8 +89,12 @@ class Operations:
         services.runs_reap(stale_after_s=60)
 
     def ingest(self) -> None:
+        if self.credential is None:
+            self.credential, _secret = services.ingest_credential_issue(
+                actor=self.admin, agent_name="served-bot"
+            )
         services.run_ingest(
-            actor=self.admin,
+            credential=self.credential,
             run=None,
             events=[],
             agent_name="served-bot",
