@@ -52,6 +52,8 @@ class Kind:
     current: Callable[[list[str]], Mapping[str, Any]]
     unchained: Callable[[str], list[str]] | None = None
     label: Any = ""
+    # The same record in the shapes older links were sealed with (a link matches any of them).
+    older: Callable[[Any], list[Any]] | None = None
 
 
 _KINDS: dict[str, Kind] = {}
@@ -143,6 +145,9 @@ def _audit_now(refs: list[str]) -> dict[str, Any]:
 
 
 def _audit_unchained(after_ref: str) -> list[str]:
+    # Ids the database never hands out (<= 0) are rows written by hand, whenever they claim to be.
+    if forged := list(AuditEvent.objects.filter(pk__lte=0).order_by("pk").values_list("pk", flat=True)[:10]):
+        return [str(pk) for pk in forged]
     rows = AuditEvent.objects.filter(pk__gte=int(after_ref)).order_by("pk")
     links = ChainRecord.objects.filter(kind="audit")
     if rows.count() <= links.count():  # deletions are found link by link; this looks for insertions
@@ -258,7 +263,9 @@ def _check_link(
         if record.ref in excused.get(record.kind, ()):
             return None
         return _("%(what)s %(ref)s (link #%(seq)s) was deleted.") % what
-    if sha256(content) != record.content_hash:
+    if sha256(content) != record.content_hash and not any(
+        sha256(shape) == record.content_hash for shape in (kind.older(content) if kind.older else [])
+    ):
         return _("%(what)s %(ref)s (link #%(seq)s) was changed after it was recorded.") % what
     return None
 

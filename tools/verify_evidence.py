@@ -189,6 +189,8 @@ def check_call(number: int, row: dict[str, Any], run: dict[str, Any] | None, ste
         raise Broken(f"line {number}: step #{row['seq']} of run {row['run']}: params or result differ")
     if row.get("status") != step[3]:
         raise Broken(f"line {number}: step #{row['seq']} of run {row['run']}: its status was changed")
+    if len(step) > 9 and row.get("time") != (step[9] or run["decision"].get("created_at")):
+        raise Broken(f"line {number}: step #{row['seq']} of run {row['run']}: its time was changed")
     check_run_fields(number, row, run["decision"])
 
 
