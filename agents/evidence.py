@@ -131,12 +131,18 @@ def decision_records(run_ids: list[int]) -> dict[str, dict[str, Any]]:
     steps: dict[int, list[Any]] = defaultdict(list)
     for step in RunStep.objects.filter(run_id__in=list(runs)).order_by("run_id", "seq").values(*STEP_FIELDS):
         steps[step["run_id"]].append(step)
+    tools = run_tools(list(runs))
+    return {str(pk): decision_record(run, steps[pk], tools[pk]) for pk, run in runs.items()}
+
+
+def run_tools(run_ids: list[int]) -> dict[int, list[tuple[str, Any]]]:
+    """The runs' "tool called" rows: {run id: [(tool, time)]}."""
     tools: dict[int, list[tuple[str, Any]]] = defaultdict(list)
-    for run_id, name, at in RunTool.objects.filter(run_id__in=list(runs)).values_list(
+    for run_id, name, at in RunTool.objects.filter(run_id__in=run_ids).values_list(
         "run_id", "tool_name", "created_at"
     ):
         tools[run_id].append((name, at))
-    return {str(pk): decision_record(run, steps[pk], tools[pk]) for pk, run in runs.items()}
+    return tools
 
 
 def older_records(record: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -30,7 +30,7 @@ from django.http import StreamingHttpResponse
 from django.utils import timezone
 
 from agents import selectors
-from agents.evidence import decision_records
+from agents.evidence import RUN_FIELDS, STEP_FIELDS, decision_record, decision_records, run_tools
 from agents.models import Run, RunStep
 from agents.privacy import redactor
 from core.chain import chain_head, chain_sign
@@ -115,23 +115,34 @@ def evidence_rows(
     filters: dict[str, Any], *, records: bool = False
 ) -> Iterator[tuple[dict[str, Any], dict[str, Any] | None, list[dict[str, Any]], dict[str, Any] | None]]:
     """(run, its decision record if ``records``, its rule steps, its chain link) per run, in the run
-    list's order; rows as dicts (no model instances: they were most of the export's time)."""
+    list's order; rows as dicts (no model instances: they were most of the export's time). With
+    ``records``, each batch's runs and steps are read once for both the rows and the records."""
     redact = redactor()  # once: the privacy settings as they are when the export starts
+    run_fields = sorted({"id", *RUN_COLUMNS, *(RUN_FIELDS if records else ())})
+    step_fields = sorted({*STEP_COLUMNS, *(STEP_FIELDS if records else ())})
     for ids in _ids(filters):
-        runs = {r["id"]: r for r in Run.objects.filter(pk__in=ids).values("id", *RUN_COLUMNS)}
+        runs = {r["id"]: r for r in Run.objects.filter(pk__in=ids).values(*run_fields)}
+        steps = RunStep.objects.filter(run_id__in=ids).order_by("run_id", "seq")
+        if not records:
+            steps = steps.filter(kind=RunStep.Kind.RULE)
+        every: dict[int, list[dict[str, Any]]] = defaultdict(list)
+        for step in steps.values(*step_fields):
+            every[step["run_id"]].append(step)
+        decided: dict[int, dict[str, Any]] = {}
+        if records:  # from the rows as stored, before the input is masked for display
+            tools = run_tools(ids)
+            for pk, run in runs.items():
+                if run["status"] in Run.FINISHED:
+                    decided[pk] = decision_record(run, every[pk], tools[pk])
         for run in runs.values():  # the input masked as the pages show it: the query and the ids
             for field in ("query", "user_id", "session_id", "chatbot_id"):
                 run[field] = redact(run[field])
-        calls: dict[int, list[dict[str, Any]]] = defaultdict(list)
-        steps = RunStep.objects.filter(run_id__in=ids, kind=RunStep.Kind.RULE).order_by("run_id", "seq")
-        for step in steps.values(*STEP_COLUMNS):
-            calls[step["run_id"]].append(step)
         chained = ChainRecord.objects.filter(kind="run", ref__in=[str(i) for i in ids]).values(*LINK_COLUMNS)
         links = {int(link["ref"]): link for link in chained}
-        decided = decision_records(ids) if records else {}
         for pk in ids:
             if pk in runs:
-                yield runs[pk], decided.get(str(pk)), calls[pk], links.get(pk)
+                calls = [s for s in every[pk] if s.get("kind", RunStep.Kind.RULE) == RunStep.Kind.RULE]
+                yield runs[pk], decided.get(pk), calls, links.get(pk)
 
 
 def _row(run: dict[str, Any], step: dict[str, Any], link: dict[str, Any] | None) -> dict[str, Any]:

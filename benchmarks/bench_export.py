@@ -126,6 +126,11 @@ def export_once(fmt: str) -> None:
     """In a fresh process: stream the whole export to /dev/null; print seconds, bytes, peak RSS."""
     from agents.export import evidence_stream
 
+    from agents import export as _loaded  # noqa: F401  (imports before the baseline)
+
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    baseline_mb = before.ru_maxrss / 1024
+    cpu_before = before.ru_utime + before.ru_stime
     start = time.perf_counter()
     size = 0
     with open(os.devnull, "w", encoding="utf-8") as sink:
@@ -133,14 +138,18 @@ def export_once(fmt: str) -> None:
             size += len(piece.encode())
             sink.write(piece)
     seconds = time.perf_counter() - start
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = usage.ru_utime + usage.ru_stime - cpu_before
+    peak_mb = usage.ru_maxrss / 1024
     print(
         json.dumps(
             {
                 "format": fmt,
                 "seconds": round(seconds, 2),
+                "cpu_seconds": round(cpu, 2),
                 "mb": round(size / 1e6, 1),
                 "peak_rss_mb": round(peak_mb),
+                "baseline_rss_mb": round(baseline_mb),
             }
         )
     )
@@ -159,7 +168,7 @@ def main() -> None:
     print(
         f"seeded {args.runs:,} runs in {time.perf_counter() - started:.0f} s ({os.environ['LLAMON_VAR_DIR']})"
     )
-    print(f"{'format':<6} {'runs':>8} {'seconds':>8} {'MB':>7} {'peak RSS MB':>12}")
+    print(f"{'format':<6} {'runs':>8} {'seconds':>8} {'CPU s':>8} {'MB':>7} {'peak RSS MB':>12}")
     for fmt in ("csv", "jsonl"):
         out = (
             subprocess.run(
@@ -173,7 +182,10 @@ def main() -> None:
             .splitlines()[-1]
         )
         row = json.loads(out)
-        print(f"{fmt:<6} {args.runs:>8,} {row['seconds']:>8} {row['mb']:>7} {row['peak_rss_mb']:>12}")
+        print(
+            f"{fmt:<6} {args.runs:>8,} {row['seconds']:>8} {row['cpu_seconds']:>8} {row['mb']:>7}"
+            f" {row['peak_rss_mb']:>12} (before the export: {row['baseline_rss_mb']})"
+        )
 
 
 if __name__ == "__main__":
