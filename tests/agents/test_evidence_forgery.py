@@ -22,8 +22,8 @@ from django.urls import reverse
 from agents.export import canonical, evidence_csv, evidence_jsonl
 from agents.models import Agent
 from core.chain import chain_public_key, new_signing_key
-from tests.agents.test_evidence_export import _run
 from tests.conftest import ROOT
+from tests.support.evidence import finished_run
 
 pytestmark = pytest.mark.django_db
 
@@ -41,7 +41,7 @@ SEED = base64.urlsafe_b64decode(new_signing_key())
 def signed(settings, agent: Agent) -> str:
     settings.LLAMON_CHAIN_SIGNING_KEY = SEED
     for number, calls in enumerate([2, 0, 3, 1, 2, 1]):
-        _run(agent, f"C-{1000 + number % 2}", f"A-{number}", calls=calls)
+        finished_run(agent, f"C-{1000 + number % 2}", f"A-{number}", calls=calls)
     key = chain_public_key()
     assert key
     return key
@@ -358,7 +358,7 @@ def test_the_offline_ed25519_check_agrees_with_the_cryptography_package() -> Non
 
 def test_without_a_key_the_export_says_it_is_unsigned(settings, agent, capsys) -> None:
     settings.LLAMON_CHAIN_SIGNING_KEY = None
-    _run(agent, "C-1", "A-1")
+    finished_run(agent, "C-1", "A-1")
     lines = _jsonl()
     manifest = json.loads(lines[-1])
     assert "signature" not in manifest and manifest["unsigned"].startswith("unsigned:")

@@ -19,10 +19,11 @@ from core.audit import audit_record
 from core.chain import chain_verify
 from core.models import AuditEvent, ChainRecord
 from llamon_agent.tools import AgentRequest
+from llamon_web.demo import SEED_RULES
 from rules.exporting import rule_set_content_replace, rule_set_export_json, rule_set_import_json
 from rules.services import rule_set_create
 from tests.conftest import ROOT
-from tests.rules.test_exporting import _tricky_rule_set
+from tests.support.rule_sets import build_rule_set
 
 # --- Any sequence of ordinary operations keeps the chain whole ---------------------------------------
 
@@ -115,7 +116,7 @@ def test_verify_records_holds_after_any_sequence_of_ordinary_operations(
     seed, editor, admin, agent, demo_servers
 ) -> None:
     rng = random.Random(seed)
-    document = rule_set_export_json(_tricky_rule_set(editor))
+    document = rule_set_export_json(build_rule_set(editor, "source", SEED_RULES[:3]))
     ops = Operations(editor, admin, agent, document, rng)
     done = []
     for _ in range(14):
