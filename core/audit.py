@@ -5,10 +5,10 @@ Each event is also a link of the evidence chain (core.chain), in the same transa
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from django.db import connection, transaction
-from django.db.models import Max, Model
+from django.db.models import Field, Max, Model
 from django.utils import timezone
 
 from core.chain import audit_content, chain_append_many, chain_lock
@@ -110,11 +110,11 @@ def insert_many(model: type[Model], rows: list[dict[str, Any]]) -> None:
 
     Rows are prepared by the model fields (the same conversions Django's save makes), not
     bulk_create, whose per-row SQL compilation took seconds of the write lock for 2,000 rules."""
-    fields = [model._meta.get_field(name) for name in rows[0]]
+    fields = [cast("Field[Any, Any]", model._meta.get_field(name)) for name in rows[0]]
     quote = connection.ops.quote_name
     sql = "INSERT INTO {} ({}) VALUES ({})".format(
         quote(model._meta.db_table),
-        ", ".join(quote(f.column) for f in fields),
+        ", ".join(quote(f.column or f.name) for f in fields),
         ", ".join(["%s"] * len(fields)),
     )
     params = [
