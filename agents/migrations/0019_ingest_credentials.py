@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("agents", "0016_step_warnings"),
+        ("agents", "0018_review_credential"),
     ]
 
     operations = [
