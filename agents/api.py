@@ -12,8 +12,11 @@ from typing import Any
 from django.http import HttpRequest
 from django.utils.translation import gettext as _
 from ninja import Query, Router, Status
+from ninja.errors import AuthenticationError, AuthorizationError
+from ninja.security import HttpBearer
 
 from accounts.api_auth import roles
+from accounts.token_services import token_authenticate
 from agents import selectors, services
 from agents.errors import AgentError
 from agents.export import evidence_response
@@ -479,19 +482,37 @@ def create_run(request: HttpRequest, payload: RunCreateIn) -> Any:
     return Status(202, _accepted(run))
 
 
+class IngestAuth(HttpBearer):
+    """``Authorization: Bearer llamon_ingest_...``: a served agent's ingest credential, never a
+    person's token or session (an editor could otherwise make up runs under any agent)."""
+
+    def authenticate(self, request: HttpRequest, token: str) -> Any:
+        credential = services.ingest_credential_authenticate(token.strip())
+        if credential is not None:
+            return credential
+        if token_authenticate(token.strip()) is not None:
+            raise AuthorizationError(
+                message=_(
+                    "Ingest takes a served agent's ingest credential (an admin issues it: manage.py ingest_credential issue NAME), not a person's API token."
+                )
+            )
+        raise AuthenticationError(message=_("The ingest credential is unknown or revoked."))
+
+
 @router.post(
     "/runs/ingest",
     response={200: IngestOut, 201: IngestOut, **error_responses(404, 409)},
-    auth=EDITOR,
+    auth=[IngestAuth()],
     tags=RUNS,
 )
 def ingest_run(request: HttpRequest, payload: IngestIn) -> Any:
-    """Trace ingest for served and flow runs (editor): create the run, append events, finish it. docs/api.md."""
+    """Trace ingest for served and flow runs (a served agent's ingest credential): create the run,
+    append events, finish it. docs/api.md."""
     run = get_or_404(Run, "run", pk=payload.run_id) if payload.run_id is not None else None
     agent = get_or_404(Agent, "agent", pk=payload.agent) if payload.agent is not None else None
     sample = AgentRequest(**payload.request.dict()) if payload.request is not None else None
     run, created = services.run_ingest(
-        actor=request.auth,
+        credential=request.auth,
         run=run,
         events=[TraceEvent.from_json(e.dict()) for e in payload.events],
         source=payload.source,

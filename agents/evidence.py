@@ -14,17 +14,33 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
 from django.utils.translation import gettext_lazy
 
-from agents.models import Run, RunStep
-from core.chain import Kind, chain_append, chain_deletion, chain_kind
+from agents.models import Run, RunStep, RunTool
+from core.chain import DELETION, Kind, chain_append, chain_deletion, chain_kind
 from core.content_hash import sha256
 from core.models import ChainRecord
 
-STEP_FIELDS = ("run_id", "seq", "kind", "name", "status", "mcp_id", "tool_name", "input", "output", "error")
+STEP_FIELDS = (
+    "run_id",
+    "seq",
+    "kind",
+    "name",
+    "status",
+    "mcp_id",
+    "tool_name",
+    "input",
+    "output",
+    "error",
+    "started_at",
+)
 RUN_FIELDS = (
     "id",
     "source",
+    "ingested_by_id",
     "status",
     "agent_name",
     "user_id",
@@ -53,8 +69,13 @@ def request_digest(run: Mapping[str, Any]) -> str:
     )
 
 
+def _iso(value: Any) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
 def step_digest(step: Mapping[str, Any]) -> list[Any]:
-    """One step as its decision-record entry: what it was, and the digests of what it saw and said."""
+    """One step as its decision-record entry: what it was, the digests of what it saw and said,
+    and when it started (the call time exports show)."""
     return [
         step["seq"],
         step["kind"],
@@ -65,12 +86,24 @@ def step_digest(step: Mapping[str, Any]) -> list[Any]:
         sha256(step["input"]),
         sha256(step["output"]),
         sha256(step["error"]),
+        _iso(step["started_at"]),
     ]
 
 
-def decision_record(run: Mapping[str, Any], steps: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+# The record's shape: 2 added each step's start time, the run's "tool called" rows (what the run
+# list's tool filter reads) and the ingest credential. Links sealed before hold shape 1, which
+# the verifier still accepts for them (older_records): they cover what they covered.
+RECORD_VERSION = 2
+
+
+def decision_record(
+    run: Mapping[str, Any], steps: Iterable[Mapping[str, Any]], tools: Iterable[tuple[str, Any]] = ()
+) -> dict[str, Any]:
     """A finished run's record (without the ids of rows that may be deleted and set to null)."""
     return {
+        "v": RECORD_VERSION,
+        "ingested_by": run["ingested_by_id"],
+        "tools": sorted([name, _iso(at)] for name, at in tools),
         "run": run["id"],
         "source": run["source"],
         "status": run["status"],
@@ -98,19 +131,44 @@ def decision_records(run_ids: list[int]) -> dict[str, dict[str, Any]]:
     steps: dict[int, list[Any]] = defaultdict(list)
     for step in RunStep.objects.filter(run_id__in=list(runs)).order_by("run_id", "seq").values(*STEP_FIELDS):
         steps[step["run_id"]].append(step)
-    return {str(pk): decision_record(run, steps[pk]) for pk, run in runs.items()}
+    tools = run_tools(list(runs))
+    return {str(pk): decision_record(run, steps[pk], tools[pk]) for pk, run in runs.items()}
 
 
-def run_seal(run_id: int) -> None:
-    """Append a finished run's decision record to the evidence chain (once; a run not finished: nothing)."""
-    record = decision_records([run_id]).get(str(run_id))
-    if record is not None:
-        chain_append(kind="run", ref=str(run_id), content=record)
+def run_tools(run_ids: list[int]) -> dict[int, list[tuple[str, Any]]]:
+    """The runs' "tool called" rows: {run id: [(tool, time)]}."""
+    tools: dict[int, list[tuple[str, Any]]] = defaultdict(list)
+    for run_id, name, at in RunTool.objects.filter(run_id__in=run_ids).values_list(
+        "run_id", "tool_name", "created_at"
+    ):
+        tools[run_id].append((name, at))
+    return tools
 
 
-def runs_seal(run_ids: Iterable[int]) -> None:
-    for run_id in run_ids:
-        run_seal(run_id)
+def older_records(record: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The record as links sealed before RECORD_VERSION 2 hold it (fewer fields covered)."""
+    if record.get("v") != RECORD_VERSION:
+        return []
+    old = {k: v for k, v in record.items() if k not in ("v", "ingested_by", "tools")}
+    old["steps"] = [step[:9] for step in record["steps"]]
+    return [old]
+
+
+def run_end(run_id: int, *, where: Mapping[str, Any], **fields: Any) -> bool:
+    """THE way a run ends, whatever the route (worker, cancel, reaper, redelivery, ingest): set its
+    end (``fields``: status, answer, error, ...; ``finished_at`` now unless given) if the run still
+    matches ``where``, mark its steps still running as interrupted, and append its decision record
+    to the evidence chain, in one transaction. False when the run no longer matched (ended already).
+    Nothing else finishes a run (a test scans the code for any other write of an end)."""
+    fields.setdefault("finished_at", timezone.now())
+    with transaction.atomic():
+        ended = Run.objects.filter(pk=run_id, **where).update(**fields)
+        if ended:
+            RunStep.objects.filter(run_id=run_id, status="running").update(status="interrupted")
+            record = decision_records([run_id]).get(str(run_id))
+            if record is not None:
+                chain_append(kind="run", ref=str(run_id), content=record)
+    return bool(ended)
 
 
 def runs_deletion(run_ids: list[int], *, reason: str) -> None:
@@ -119,14 +177,23 @@ def runs_deletion(run_ids: list[int], *, reason: str) -> None:
 
 
 def _unchained(after_ref: str) -> list[str]:
+    """Finished runs with no link: ended after the first sealed run, created after it, or with an id
+    the database never hands out (<= 0), whatever times they claim."""
     first = Run.objects.filter(pk=int(after_ref)).values_list("finished_at", flat=True).first()
-    if first is None:
+    since = Q(pk__gt=int(after_ref)) | Q(pk__lte=0)
+    if first is not None:
+        since |= Q(finished_at__gte=first)
+    rows = Run.objects.filter(since, status__in=Run.FINISHED)
+    links = ChainRecord.objects.filter(kind="run").count()
+    deleted = sum(
+        len(payload.get("refs") or [])
+        for payload in ChainRecord.objects.filter(kind=DELETION).values_list("payload", flat=True)
+        if isinstance(payload, dict) and payload.get("kind") == "run"
+    )
+    if rows.count() <= links - deleted:  # deletions are found link by link; this looks for insertions
         return []
-    rows = Run.objects.filter(status__in=Run.FINISHED, finished_at__gte=first)
-    links = ChainRecord.objects.filter(kind="run")
-    if rows.count() <= links.count():
-        return []
-    chained = {int(r) for r in links.values_list("ref", flat=True).iterator() if r.isdigit()}
+    refs = ChainRecord.objects.filter(kind="run").values_list("ref", flat=True)
+    chained = {int(r) for r in refs.iterator() if r.lstrip("-").isdigit()}
     return [
         str(pk) for pk in rows.order_by("pk").values_list("pk", flat=True).iterator() if pk not in chained
     ][:10]
@@ -139,6 +206,7 @@ def register() -> None:
         Kind(
             current=lambda refs: decision_records([int(r) for r in refs if r.isdigit()]),
             unchained=_unchained,
+            older=older_records,
             label=gettext_lazy("run"),
         ),
     )

@@ -20,18 +20,20 @@ import csv
 import hashlib
 import io
 import json
+import unicodedata
 from collections import defaultdict
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any
 
 from django.http import StreamingHttpResponse
 from django.utils import timezone
 
 from agents import selectors
-from agents.evidence import decision_records
+from agents.evidence import RUN_FIELDS, STEP_FIELDS, decision_record, decision_records, run_tools
 from agents.models import Run, RunStep
 from agents.privacy import redactor
-from core.chain import chain_head
+from core.chain import chain_head, chain_sign
 from core.models import ChainRecord
 
 FORMAT = "llamon-evidence/1"
@@ -39,6 +41,7 @@ FORMATS = ("csv", "jsonl")
 BATCH = 500
 RUN_COLUMNS = (
     "created_at",
+    "source",
     "user_id",
     "session_id",
     "chatbot_id",
@@ -58,6 +61,7 @@ COLUMNS = (
     "session_id",
     "chatbot_id",
     "agent",
+    "source",
     "rule_set",
     "version",
     "rule_set_hash",
@@ -111,23 +115,34 @@ def evidence_rows(
     filters: dict[str, Any], *, records: bool = False
 ) -> Iterator[tuple[dict[str, Any], dict[str, Any] | None, list[dict[str, Any]], dict[str, Any] | None]]:
     """(run, its decision record if ``records``, its rule steps, its chain link) per run, in the run
-    list's order; rows as dicts (no model instances: they were most of the export's time)."""
+    list's order; rows as dicts (no model instances: they were most of the export's time). With
+    ``records``, each batch's runs and steps are read once for both the rows and the records."""
     redact = redactor()  # once: the privacy settings as they are when the export starts
+    run_fields = sorted({"id", *RUN_COLUMNS, *(RUN_FIELDS if records else ())})
+    step_fields = sorted({*STEP_COLUMNS, *(STEP_FIELDS if records else ())})
     for ids in _ids(filters):
-        runs = {r["id"]: r for r in Run.objects.filter(pk__in=ids).values("id", *RUN_COLUMNS)}
+        runs = {r["id"]: r for r in Run.objects.filter(pk__in=ids).values(*run_fields)}
+        steps = RunStep.objects.filter(run_id__in=ids).order_by("run_id", "seq")
+        if not records:
+            steps = steps.filter(kind=RunStep.Kind.RULE)
+        every: dict[int, list[dict[str, Any]]] = defaultdict(list)
+        for step in steps.values(*step_fields):
+            every[step["run_id"]].append(step)
+        decided: dict[int, dict[str, Any]] = {}
+        if records:  # from the rows as stored, before the input is masked for display
+            tools = run_tools(ids)
+            for pk, run in runs.items():
+                if run["status"] in Run.FINISHED:
+                    decided[pk] = decision_record(run, every[pk], tools[pk])
         for run in runs.values():  # the input masked as the pages show it: the query and the ids
             for field in ("query", "user_id", "session_id", "chatbot_id"):
                 run[field] = redact(run[field])
-        calls: dict[int, list[dict[str, Any]]] = defaultdict(list)
-        steps = RunStep.objects.filter(run_id__in=ids, kind=RunStep.Kind.RULE).order_by("run_id", "seq")
-        for step in steps.values(*STEP_COLUMNS):
-            calls[step["run_id"]].append(step)
         chained = ChainRecord.objects.filter(kind="run", ref__in=[str(i) for i in ids]).values(*LINK_COLUMNS)
         links = {int(link["ref"]): link for link in chained}
-        decided = decision_records(ids) if records else {}
         for pk in ids:
             if pk in runs:
-                yield runs[pk], decided.get(str(pk)), calls[pk], links.get(pk)
+                calls = [s for s in every[pk] if s.get("kind", RunStep.Kind.RULE) == RunStep.Kind.RULE]
+                yield runs[pk], decided.get(pk), calls, links.get(pk)
 
 
 def _row(run: dict[str, Any], step: dict[str, Any], link: dict[str, Any] | None) -> dict[str, Any]:
@@ -139,6 +154,7 @@ def _row(run: dict[str, Any], step: dict[str, Any], link: dict[str, Any] | None)
         "session_id": run["session_id"],
         "chatbot_id": run["chatbot_id"],
         "agent": run["agent_name"],
+        "source": run["source"],
         "rule_set": run["rule_set_name"],
         "version": run["rule_set_ref"],
         "rule_set_hash": run["rule_set_hash"],
@@ -158,38 +174,104 @@ def _row(run: dict[str, Any], step: dict[str, Any], link: dict[str, Any] | None)
     }
 
 
-def evidence_jsonl(filters: dict[str, Any]) -> Iterator[str]:
-    """The export as JSON Lines (see the module's docstring)."""
-    digest = hashlib.sha256()
-    counts = {"runs": 0, "calls": 0}
+MANIFEST_FORMAT = "llamon-evidence-manifest/1"
+CSV_MANIFEST = "#llamon-evidence-manifest"
+UNSIGNED = (
+    "unsigned: no LLAMON_CHAIN_SIGNING_KEY is set, so anyone who can edit this file can recompute "
+    "this manifest; it shows the file is whole, it proves nothing against a forger"
+)
 
-    def line(value: dict[str, Any]) -> str:
-        text = _json(value) + "\n"
-        digest.update(text.encode("utf-8", "surrogatepass"))
+
+def canonical(value: Any) -> bytes:
+    """The canonical JSON the manifest is signed over (what tools/verify_evidence.py recomputes)."""
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode(
+        "utf-8", "surrogatepass"
+    )
+
+
+class Manifest:
+    """What the export's last line signs: the filter, the runs in order with their chain position and
+    the digest of their lines, the counts, the digest of the file before it, the signed head."""
+
+    def __init__(self, fmt: str, filters: dict[str, Any]) -> None:
+        self.fmt = fmt
+        self.filters = json.loads(
+            _json(
+                {
+                    k: v.isoformat() if isinstance(v, datetime) else v
+                    for k, v in filters.items()
+                    if v not in (None, "")
+                }
+            )
+        )
+        self.file = hashlib.sha256()
+        self.index: list[list[Any]] = []
+        self.calls = 0
+
+    def write(self, text: str) -> str:
+        self.file.update(text.encode("utf-8", "surrogatepass"))
         return text
 
-    yield line(
-        {
-            "type": "export",
-            "format": FORMAT,
+    def run(self, run_id: int, link: dict[str, Any] | None, digest: str, calls: int) -> None:
+        self.index.append([run_id, link["seq"] if link else None, digest])
+        self.calls += calls
+
+    def signed(self) -> dict[str, Any]:
+        manifest: dict[str, Any] = {
+            "type": "end",
+            "format": MANIFEST_FORMAT,
+            "export": self.fmt,
             "exported_at": timezone.now().isoformat(),
-            "filters": {k: v for k, v in filters.items() if v not in (None, "")},
+            "filters": self.filters,
+            "runs": len(self.index),
+            "calls": self.calls,
+            "index": self.index,
+            "sha256": self.file.hexdigest(),
             "chain_head": chain_head(),
         }
+        signature = chain_sign(canonical(manifest))
+        if signature is None:
+            manifest["unsigned"] = UNSIGNED
+        else:
+            manifest.update(signature)
+        return manifest
+
+
+def evidence_jsonl(filters: dict[str, Any]) -> Iterator[str]:
+    """The export as JSON Lines (see the module's docstring); the last line is the signed manifest."""
+    filters = selectors.period_absolute(filters, timezone.now())
+    manifest = Manifest("jsonl", filters)
+    yield manifest.write(
+        _json(
+            {
+                "type": "export",
+                "format": FORMAT,
+                "exported_at": timezone.now().isoformat(),
+                "filters": manifest.filters,
+                "chain_head": chain_head(),
+            }
+        )
+        + "\n"
     )
     for run, record, steps, link in evidence_rows(filters, records=True):
-        counts["runs"] += 1
-        yield line({"type": "run", **_row(run, {}, link), "decision": record, "link": link})
+        lines = [_json({"type": "run", **_row(run, {}, link), "decision": record, "link": link}) + "\n"]
         for step in steps:
-            counts["calls"] += 1
             call = _row(run, step, link)
             call.update(type="call", seq=step["seq"], input=step["input"], output=step["output"])
-            yield line(call)
-    yield _json({"type": "end", **counts, "sha256": digest.hexdigest()}) + "\n"
+            lines.append(_json(call) + "\n")
+        text = "".join(lines)
+        manifest.run(
+            run["id"], link, hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest(), len(steps)
+        )
+        yield manifest.write(text)
+    yield _json(manifest.signed()) + "\n"
 
 
 def evidence_csv(filters: dict[str, Any]) -> Iterator[str]:
-    """The export as CSV: one row per call (a run without one: one row), JSON values as JSON text."""
+    """The export as CSV: one row per call (a run without one: one row), JSON values as JSON text;
+    the last row is the signed manifest (its first cell CSV_MANIFEST, its second the JSON)."""
+    filters = selectors.period_absolute(filters, timezone.now())
+    manifest = Manifest("csv", filters)
     buffer = io.StringIO()
     writer = csv.writer(buffer)
 
@@ -201,23 +283,36 @@ def evidence_csv(filters: dict[str, Any]) -> Iterator[str]:
 
     buffer.write("\ufeff")  # a byte-order mark, so that spreadsheet programs read the Korean as UTF-8
     writer.writerow(COLUMNS)
-    yield flush()
+    yield manifest.write(flush())
     for run, _record, steps, link in evidence_rows(filters):
+        cells = []
         for step in steps or [{}]:  # a run without a call: one row, its call columns empty
             row = _row(run, step, link)
-            writer.writerow(
+            cells.append(
                 [
                     _json(row[c]) if c in ("params", "result") and row[c] is not None else _cell(row[c])
                     for c in COLUMNS
                 ]
             )
-        yield flush()
+        writer.writerows(cells)
+        manifest.run(run["id"], link, hashlib.sha256(canonical(cells)).hexdigest(), len(steps))
+        yield manifest.write(flush())
+    writer.writerow([CSV_MANIFEST, _json(manifest.signed())])
+    yield flush()
+
+
+# What a spreadsheet may take for the start of a formula: = + - @, their fullwidth and small forms
+# (NFKC folds ＝＋－＠﹦﹢﹣﹫ to them), the minus sign, and a tab, CR or LF before anything.
+FORMULA_START = frozenset("=+-@\u2212\t\r\n")
 
 
 def _cell(value: Any) -> str:
     """A CSV cell; text a spreadsheet would run as a formula is quoted with a leading apostrophe."""
     text = "" if value is None else str(value)
-    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+    first = text.lstrip(" \u3000")[:1]
+    if first and (text[0] in FORMULA_START or unicodedata.normalize("NFKC", first) in FORMULA_START):
+        return "'" + text
+    return text
 
 
 REPORT_ROWS = 500
@@ -227,12 +322,20 @@ def evidence_report(filters: dict[str, Any]) -> dict[str, Any]:
     """The evidence report page: the first REPORT_ROWS call rows (the files hold them all)."""
     rows: list[dict[str, Any]] = []
     runs = 0
+    filters = selectors.period_absolute(filters, timezone.now())
     for run, _record, steps, link in evidence_rows(filters):
         runs += 1
         rows.extend(_row(run, step, link) for step in steps or [{}])
         if len(rows) >= REPORT_ROWS:
             break
-    return {"rows": rows[:REPORT_ROWS], "cut": len(rows) >= REPORT_ROWS, "runs": runs, "head": chain_head()}
+    return {
+        "rows": rows[:REPORT_ROWS],
+        "cut": len(rows) >= REPORT_ROWS,
+        "runs": runs,
+        "head": chain_head(),
+        "since": filters.get("since"),
+        "until": filters["until"],
+    }
 
 
 def run_document(run: Run) -> dict[str, Any]:

@@ -208,6 +208,24 @@ class ChangeReview(models.Model):
         return f"{self.decision} of change request {self.change_request_id}"
 
 
+class IngestCredential(models.Model):
+    """What a served agent posts its runs with (``Authorization: Bearer llamon_ingest_...``): issued
+    by an admin for one agent name, never a person's token. Only a SHA-256 of the secret is kept."""
+
+    agent_name = models.CharField(max_length=100, db_index=True)
+    prefix = models.CharField(max_length=16, db_index=True)
+    token_hash = models.CharField(max_length=64, unique=True)
+    created_by_name = models.CharField(max_length=150, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.agent_name} (llamon_ingest_{self.prefix}_…)"
+
+
 class Run(models.Model):
     """One request answered by an agent: its input, where it ran, how it ended."""
 
@@ -262,6 +280,10 @@ class Run(models.Model):
     queued_at = models.DateTimeField(null=True, blank=True)
     delivery_attempts = models.PositiveSmallIntegerField(default=0)
     worker = models.CharField(max_length=255, blank=True)
+    # The credential a served run was ingested with (None: a worker run, or one older than credentials).
+    ingested_by = models.ForeignKey(
+        IngestCredential, null=True, blank=True, on_delete=models.PROTECT, related_name="runs"
+    )
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )

@@ -43,6 +43,17 @@ def connection_list() -> QuerySet[ModelConnection]:
 PERIODS = {"24h": timedelta(hours=24), "7d": timedelta(days=7), "30d": timedelta(days=30)}
 
 
+def period_absolute(filters: dict[str, Any], now: datetime) -> dict[str, Any]:
+    """The filters with their period as absolute times: a preset ("7d") becomes ``since``, and
+    ``until`` is at most ``now`` (an export or a report covers exactly the period it states)."""
+    out = {k: v for k, v in filters.items() if k != "period"}
+    if filters.get("period") in PERIODS:
+        start = now - PERIODS[filters["period"]]
+        out["since"] = max(out["since"], start) if out.get("since") else start
+    out["until"] = min(out["until"], now) if out.get("until") else now
+    return out
+
+
 def run_list(*, filters: dict[str, Any]) -> QuerySet[Run]:
     """Runs newest first, filtered like the run list: agent, status, rule fired, tool called, ids, text, time."""
     runs = Run.objects.select_related("agent").order_by("-created_at", "-id")

@@ -296,12 +296,14 @@ def run_export(request: HtmxHttpRequest) -> HttpResponseBase:
 def run_evidence(request: HtmxHttpRequest) -> HttpResponse:
     """The printable evidence report of the run list's filters (what a reviewer attaches to a finding)."""
     form = RunFilterForm(request.GET)
-    filters = form.cleaned_data if form.is_valid() else {}
+    # An invalid filter is refused, the field named (not a report of every run).
+    report = evidence_report(form.cleaned_data) if form.is_valid() else None
+    filters = form.cleaned_data if report is not None else {}
     query = request.GET.copy()
     query.pop("format", None)
     context = {
         "form": form,
-        "report": evidence_report(filters),
+        "report": report,
         "chain_check": chain_last_check(),
         "export_query": query.urlencode(),
         "shown_filters": [

@@ -47,7 +47,7 @@ RULES = [
 
 def seed(n: int) -> None:
     """N finished runs with their steps and evidence links, written in bulk (the links are computed
-    exactly as run_seal computes them, without its one-transaction-per-run cost)."""
+    exactly as run_end computes them, without its one-transaction-per-run cost)."""
     from agents.evidence import decision_records
     from agents.models import Agent, Run, RunStep
     from core.chain import GENESIS, link_hash
@@ -124,8 +124,11 @@ def seed(n: int) -> None:
 
 def export_once(fmt: str) -> None:
     """In a fresh process: stream the whole export to /dev/null; print seconds, bytes, peak RSS."""
-    from agents.export import evidence_stream
+    from agents.export import evidence_stream  # imported before the baseline below
 
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    baseline_mb = before.ru_maxrss / 1024
+    cpu_before = before.ru_utime + before.ru_stime
     start = time.perf_counter()
     size = 0
     with open(os.devnull, "w", encoding="utf-8") as sink:
@@ -133,14 +136,18 @@ def export_once(fmt: str) -> None:
             size += len(piece.encode())
             sink.write(piece)
     seconds = time.perf_counter() - start
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = usage.ru_utime + usage.ru_stime - cpu_before
+    peak_mb = usage.ru_maxrss / 1024
     print(
         json.dumps(
             {
                 "format": fmt,
                 "seconds": round(seconds, 2),
+                "cpu_seconds": round(cpu, 2),
                 "mb": round(size / 1e6, 1),
                 "peak_rss_mb": round(peak_mb),
+                "baseline_rss_mb": round(baseline_mb),
             }
         )
     )
@@ -159,7 +166,7 @@ def main() -> None:
     print(
         f"seeded {args.runs:,} runs in {time.perf_counter() - started:.0f} s ({os.environ['LLAMON_VAR_DIR']})"
     )
-    print(f"{'format':<6} {'runs':>8} {'seconds':>8} {'MB':>7} {'peak RSS MB':>12}")
+    print(f"{'format':<6} {'runs':>8} {'seconds':>8} {'CPU s':>8} {'MB':>7} {'peak RSS MB':>12}")
     for fmt in ("csv", "jsonl"):
         out = (
             subprocess.run(
@@ -173,7 +180,10 @@ def main() -> None:
             .splitlines()[-1]
         )
         row = json.loads(out)
-        print(f"{fmt:<6} {args.runs:>8,} {row['seconds']:>8} {row['mb']:>7} {row['peak_rss_mb']:>12}")
+        print(
+            f"{fmt:<6} {args.runs:>8,} {row['seconds']:>8} {row['cpu_seconds']:>8} {row['mb']:>7}"
+            f" {row['peak_rss_mb']:>12} (before the export: {row['baseline_rss_mb']})"
+        )
 
 
 if __name__ == "__main__":

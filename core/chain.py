@@ -52,6 +52,8 @@ class Kind:
     current: Callable[[list[str]], Mapping[str, Any]]
     unchained: Callable[[str], list[str]] | None = None
     label: Any = ""
+    # The same record in the shapes older links were sealed with (a link matches any of them).
+    older: Callable[[Any], list[Any]] | None = None
 
 
 _KINDS: dict[str, Kind] = {}
@@ -70,28 +72,47 @@ def _head_for_update() -> ChainHead:
     return head
 
 
+def chain_lock() -> ChainHead:
+    """Lock the chain's head for the rest of the transaction: writers of linked rows take it before
+    they write, so that they write one at a time (core.audit numbers its rows by it)."""
+    return _head_for_update()
+
+
 def chain_append(*, kind: str, ref: str = "", content: Any, payload: Any = None) -> ChainRecord:
     """Append one link (inside the caller's transaction: the link stands or falls with the write).
 
     The head row is locked (PostgreSQL: SELECT ... FOR UPDATE; SQLite takes its write lock at
     BEGIN IMMEDIATE), so concurrent workers append one after the other and never fork the chain.
     """
+    (record,) = chain_append_many(kind=kind, items=[(ref, content)], payload=payload)
+    return record
+
+
+def chain_append_many(*, kind: str, items: list[tuple[str, Any]], payload: Any = None) -> list[ChainRecord]:
+    """Append one link per ``(ref, content)``, in order, under one lock of the head."""
     with transaction.atomic():
         head = _head_for_update()
-        seq = head.seq + 1
-        content_hash = sha256(content)
-        record_hash = link_hash(seq, kind, ref, content_hash, head.record_hash)
-        record = ChainRecord.objects.create(
-            seq=seq,
-            kind=kind,
-            ref=ref,
-            content_hash=content_hash,
-            prev_hash=head.record_hash,
-            record_hash=record_hash,
-            payload=payload,
-        )
-        ChainHead.objects.filter(pk=head.pk).update(seq=seq, record_hash=record_hash)
-    return record
+        seq, prev = head.seq, head.record_hash
+        records = []
+        for ref, content in items:
+            seq += 1
+            content_hash = sha256(content)
+            record_hash = link_hash(seq, kind, ref, content_hash, prev)
+            records.append(
+                ChainRecord(
+                    seq=seq,
+                    kind=kind,
+                    ref=ref,
+                    content_hash=content_hash,
+                    prev_hash=prev,
+                    record_hash=record_hash,
+                    payload=payload,
+                )
+            )
+            prev = record_hash
+        ChainRecord.objects.bulk_create(records, batch_size=BATCH)
+        ChainHead.objects.filter(pk=head.pk).update(seq=seq, record_hash=prev)
+    return records
 
 
 def chain_deletion(*, kind: str, refs: Iterable[str], reason: str) -> ChainRecord:
@@ -124,6 +145,9 @@ def _audit_now(refs: list[str]) -> dict[str, Any]:
 
 
 def _audit_unchained(after_ref: str) -> list[str]:
+    # Ids the database never hands out (<= 0) are rows written by hand, whenever they claim to be.
+    if forged := list(AuditEvent.objects.filter(pk__lte=0).order_by("pk").values_list("pk", flat=True)[:10]):
+        return [str(pk) for pk in forged]
     rows = AuditEvent.objects.filter(pk__gte=int(after_ref)).order_by("pk")
     links = ChainRecord.objects.filter(kind="audit")
     if rows.count() <= links.count():  # deletions are found link by link; this looks for insertions
@@ -239,7 +263,9 @@ def _check_link(
         if record.ref in excused.get(record.kind, ()):
             return None
         return _("%(what)s %(ref)s (link #%(seq)s) was deleted.") % what
-    if sha256(content) != record.content_hash:
+    if sha256(content) != record.content_hash and not any(
+        sha256(shape) == record.content_hash for shape in (kind.older(content) if kind.older else [])
+    ):
         return _("%(what)s %(ref)s (link #%(seq)s) was changed after it was recorded.") % what
     return None
 
@@ -287,6 +313,18 @@ def _head_message(head: Mapping[str, Any]) -> bytes:
 def _signing_key() -> Ed25519PrivateKey | None:
     seed = settings.LLAMON_CHAIN_SIGNING_KEY
     return Ed25519PrivateKey.from_private_bytes(seed) if seed else None
+
+
+def chain_sign(message: bytes) -> dict[str, str] | None:
+    """``{"public_key", "signature"}`` (base64) of ``message`` signed with the chain's key; None
+    when no key is set (what is exported is then unsigned: see docs/evidence.md)."""
+    key = _signing_key()
+    if key is None:
+        return None
+    return {
+        "public_key": public_key_text(key.public_key()),
+        "signature": base64.b64encode(key.sign(message)).decode(),
+    }
 
 
 def public_key_text(key: Ed25519PublicKey) -> str:

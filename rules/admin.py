@@ -15,6 +15,9 @@ class AuditEventAdmin(admin.ModelAdmin):
     list_display = ["created_at", "actor_name", "action", "object_type", "object_repr"]
     list_filter = ["action", "object_type"]
 
+    def has_add_permission(self, request):
+        return False  # written only by core.audit.audit_write, with its evidence link
+
     def has_change_permission(self, request, obj=None):
         return False  # the audit log is append-only
 

@@ -22,15 +22,14 @@ import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from django.db import connection, transaction
-from django.db.models import F, Model
+from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from core.audit import audit_record
+from core.audit import audit_record, audit_write, insert_many
 from core.content_hash import sha256
 from core.json_messages import json_error_reason
-from core.models import AuditEvent
 from llamon_agent import strictjson
 from llamon_agent.expr import ExprError, check_rule_name, expression_rule
 from llamon_agent.mcp.spec import MCP_ID_RE
@@ -456,7 +455,7 @@ def _import_rules(*, actor: Any, rule_set: RuleSet, rules: list[dict[str, Any]])
     user = actor if getattr(actor, "is_authenticated", False) else None
     now = timezone.now()
     rows = [{**rule, "position": i + 1} for i, rule in enumerate(rules)]
-    _insert_many(
+    insert_many(
         Rule,
         [
             {**row, "rule_set": rule_set.pk, "revision": 1, "updated_at": now, "updated_by": user and user.pk}
@@ -466,40 +465,19 @@ def _import_rules(*, actor: Any, rule_set: RuleSet, rules: list[dict[str, Any]])
     # One revision per rule, as rule_create counts them.
     RuleSet.objects.filter(pk=rule_set.pk).update(revision=F("revision") + len(rules), updated_at=now)
     ids = dict(Rule.objects.filter(rule_set=rule_set).values_list("name", "pk"))
-    _insert_many(
-        AuditEvent,
-        [
+    audit_write(
+        actor=actor,
+        events=[
             {
-                "actor": user and user.pk,
-                "actor_name": user.get_username() if user else "system",
                 "action": "rule.create",
                 "object_type": Rule._meta.label_lower,
                 "object_id": str(ids[row["name"]]),
                 "object_repr": row["name"][:200],
-                "before": None,
                 "after": {k: row[k] for k in RULE_FIELDS},
-                "created_at": now,
             }
             for row in rows
         ],
     )
-
-
-def _insert_many(model: type[Model], rows: list[dict[str, Any]]) -> None:
-    """INSERT ``rows`` (field name -> value; a foreign key by its id) with one executemany."""
-    fields = [model._meta.get_field(name) for name in rows[0]]
-    quote = connection.ops.quote_name
-    sql = "INSERT INTO {} ({}) VALUES ({})".format(
-        quote(model._meta.db_table),
-        ", ".join(quote(f.column) for f in fields),
-        ", ".join(["%s"] * len(fields)),
-    )
-    params = [
-        [f.get_db_prep_save(row[f.name], connection) if row[f.name] is not None else None for f in fields]
-        for row in rows
-    ]
-    with connection.cursor() as cursor:
-        cursor.executemany(sql, params)
 
 
 # --- app/tools.py -------------------------------------------------------------------------------

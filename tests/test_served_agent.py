@@ -2,7 +2,7 @@
 
 A react project and a flow project (both made by `llamon new`) are served by `llamon run`
 subprocesses in registry mode against the live server (LLAMON_REGISTRY_URL + an editor's API
-token); the trace goes to the same llamon-web by default. An a2a-sdk client sends each one
+token); the trace goes to the same llamon-web by default, with each agent's ingest credential. An a2a-sdk client sends each one
 message; the runs appear with source "served" / "flow", their full trace and the answer, and
 the run pages render them (the flow's with its graph).
 """
@@ -22,6 +22,7 @@ from django.urls import reverse
 
 from accounts.token_services import token_create
 from agents.models import Run
+from agents.services import ingest_credential_issue
 from tests.support.served import Served, a2a_send, new_project
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True), pytest.mark.timeout(240)]
@@ -46,9 +47,14 @@ def served(live_server: Any, make_user: Any, tmp_path: Path) -> Iterator[dict[st
     secret = token_create(actor=editor, name="served-agent").secret
     env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMON_") and k != "MCP_ID"}
     env.update(LLAMON_REGISTRY_URL=live_server.url, LLAMON_REGISTRY_TOKEN=secret)
+
+    def traced(name: str) -> dict[str, str]:
+        """The trace goes with the agent's own ingest credential (a person's token is refused)."""
+        return {**env, "LLAMON_TRACE_TOKEN": ingest_credential_issue(actor=None, agent_name=name)[1]}
+
     agents = {
-        "react": Served(new_project("react", tmp_path / "support-agent"), env),
-        "flow": Served(new_project("graph-sequential", tmp_path / "order-flow"), env),
+        "react": Served(new_project("react", tmp_path / "support-agent"), traced("support-agent")),
+        "flow": Served(new_project("graph-sequential", tmp_path / "order-flow"), traced("order-flow")),
     }
     try:
         for agent in agents.values():

@@ -44,6 +44,9 @@ from agents.services.export import (
     runs_export,
 )
 from agents.services.ingest import (
+    ingest_credential_authenticate,
+    ingest_credential_issue,
+    ingest_credential_revoke,
     run_ingest,
 )
 from agents.services.privacy import (
@@ -86,6 +89,9 @@ from agents.services.runs import (
 )
 
 __all__ = [
+    "ingest_credential_authenticate",
+    "ingest_credential_issue",
+    "ingest_credential_revoke",
     "worker_heartbeat_record",
     "request_check_size",
     "request_lookup_ids",

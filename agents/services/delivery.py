@@ -8,7 +8,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
 from django.db.models import Max, Q
 from django.utils import timezone
 
@@ -18,8 +17,8 @@ from agents.errors import (
     SERVED_LOST,
     WORKER_LOST,
 )
-from agents.evidence import run_seal
-from agents.models import Run, RunStep, WorkerHeartbeat
+from agents.evidence import run_end
+from agents.models import Run, WorkerHeartbeat
 
 logger = logging.getLogger(__name__)
 
@@ -94,13 +93,19 @@ def _reap_hard_limited(runs: Any, stale_after_s: int) -> int:
     error = f"The run took longer than the hard limit of {limit_s} s and its worker process was stopped."
     ids = list(overdue.values_list("pk", flat=True))
     for run_id in ids:
-        with transaction.atomic():
-            if overdue.filter(pk=run_id).update(
-                status=Run.Status.TIMED_OUT, error=error, error_kind="timeout", finished_at=now
-            ):
-                RunStep.objects.filter(run_id=run_id, status="running").update(status="interrupted")
-                run_seal(run_id)
-                logger.warning("run %s timed out: %s", run_id, error)
+        if run_end(
+            run_id,
+            where={
+                "status": Run.Status.RUNNING,
+                "heartbeat_at__lt": now - timedelta(seconds=stale_after_s),
+                "started_at__lte": now - timedelta(seconds=limit_s),
+            },
+            status=Run.Status.TIMED_OUT,
+            error=error,
+            error_kind="timeout",
+            finished_at=now,
+        ):
+            logger.warning("run %s timed out: %s", run_id, error)
     return len(ids)
 
 
@@ -127,15 +132,13 @@ def runs_redeliver(*, sent_before: datetime | None = None) -> dict[str, int]:
         mine = Run.objects.filter(pk=run_id, status=Run.Status.QUEUED, delivery_attempts=attempts)
         if attempts >= settings.LLAMON_RUN_DELIVERY_ATTEMPTS:
             error = NOT_DELIVERED.format(attempts=attempts + 1)
-            with transaction.atomic():
-                failed = mine.update(
-                    status=Run.Status.FAILED,
-                    error=error,
-                    error_kind="not_delivered",
-                    finished_at=timezone.now(),
-                )
-                if failed:
-                    run_seal(run_id)
+            failed = run_end(
+                run_id,
+                where={"status": Run.Status.QUEUED, "delivery_attempts": attempts},
+                status=Run.Status.FAILED,
+                error=error,
+                error_kind="not_delivered",
+            )
             if failed:
                 counts["failed"] += 1
                 logger.warning("run %s failed: %s", run_id, error)
@@ -151,13 +154,13 @@ def _reap(runs: Any, stale_after_s: int, message: str, kind: str) -> int:
     stale = list(runs.filter(status=Run.Status.RUNNING, heartbeat_at__lt=cutoff).values_list("pk", flat=True))
     error = message.format(seconds=stale_after_s)
     for run_id in stale:
-        with transaction.atomic():
-            updated = Run.objects.filter(
-                pk=run_id, status=Run.Status.RUNNING, heartbeat_at__lt=cutoff
-            ).update(status=Run.Status.FAILED, error=error, error_kind=kind, finished_at=timezone.now())
-            if updated:
-                RunStep.objects.filter(run_id=run_id, status="running").update(status="interrupted")
-                run_seal(run_id)
+        updated = run_end(
+            run_id,
+            where={"status": Run.Status.RUNNING, "heartbeat_at__lt": cutoff},
+            status=Run.Status.FAILED,
+            error=error,
+            error_kind=kind,
+        )
         if updated:
             logger.warning("run %s failed: %s", run_id, error)
     return len(stale)

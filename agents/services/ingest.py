@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import logging
+import re
+import secrets
 from typing import Any
 
 from django.core.exceptions import PermissionDenied
@@ -16,19 +20,93 @@ from agents.errors import (
     AgentConflictError,
     AgentError,
 )
-from agents.evidence import run_seal
-from agents.models import Agent, Run, RunStep
+from agents.evidence import run_end
+from agents.models import Agent, IngestCredential, Run
 from agents.privacy import run_redactor
 from agents.services.runs import request_check_size, request_lookup_ids
+from core.audit import audit_record
 from llamon_agent.tools import AgentRequest
 
 logger = logging.getLogger(__name__)
 
 
+INGEST_PREFIX = "llamon_ingest_"
+INGEST_RE = re.compile(r"^llamon_ingest_([0-9a-f]{8})_[A-Za-z0-9_-]{20,}$")
+
+
+def _secret_hash(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+@transaction.atomic
+def ingest_credential_issue(*, actor: Any, agent_name: str) -> tuple[IngestCredential, str]:
+    """Issue a served agent's ingest credential for ``agent_name`` (admin; None: the operator's
+    command); returns it with its secret, shown once. Audited."""
+    if actor is not None and not has_role(actor, "admin"):
+        raise PermissionDenied(_("Only an admin issues ingest credentials."))
+    name = (agent_name or "").strip()
+    if not name or len(name) > 100:
+        raise AgentError(
+            _("Name the served agent the credential is for (1 to 100 characters)."), field="agent_name"
+        )
+    _not_a_worker_agent(name, field="agent_name")
+    prefix = secrets.token_hex(4)
+    secret = f"{INGEST_PREFIX}{prefix}_{secrets.token_urlsafe(32)}"
+    credential = IngestCredential.objects.create(
+        agent_name=name,
+        prefix=prefix,
+        token_hash=_secret_hash(secret),
+        created_by_name=actor.get_username() if actor is not None else "system",
+    )
+    audit_record(
+        actor=actor, action="ingest_credential.issue", obj=credential, after={"agent": name, "prefix": prefix}
+    )
+    return credential, secret
+
+
+@transaction.atomic
+def ingest_credential_revoke(*, actor: Any, credential: IngestCredential) -> IngestCredential:
+    """Revoke an ingest credential at once (admin; None: the operator's command). Audited."""
+    if actor is not None and not has_role(actor, "admin"):
+        raise PermissionDenied(_("Only an admin revokes ingest credentials."))
+    IngestCredential.objects.filter(pk=credential.pk, revoked_at__isnull=True).update(
+        revoked_at=timezone.now()
+    )
+    credential.refresh_from_db()
+    audit_record(
+        actor=actor, action="ingest_credential.revoke", obj=credential, after={"prefix": credential.prefix}
+    )
+    return credential
+
+
+def _not_a_worker_agent(name: str, *, field: str | None = None) -> None:
+    """The workbench's agents run on workers: none of their runs comes through ingest."""
+    if Agent.objects.filter(name=name).exists():
+        raise AgentConflictError(
+            _(
+                "%(agent)s is an agent of this workbench: its runs run on workers and cannot be ingested. A served agent needs a name of its own."
+            )
+            % {"agent": name},
+            field=field,
+        )
+
+
+def ingest_credential_authenticate(secret: str) -> IngestCredential | None:
+    """The live credential a secret stands for, or None (compared in constant time)."""
+    match = INGEST_RE.match(secret or "")
+    if match is None:
+        return None
+    wanted, found = _secret_hash(secret), None
+    for candidate in IngestCredential.objects.filter(prefix=match.group(1)):
+        if hmac.compare_digest(candidate.token_hash, wanted):
+            found = candidate
+    return found if found is not None and found.revoked_at is None else None
+
+
 @transaction.atomic
 def run_ingest(
     *,
-    actor: Any,
+    credential: IngestCredential,
     run: Run | None,
     events: list[Any],
     source: str = Run.Source.SERVED,
@@ -49,13 +127,17 @@ def run_ingest(
     if run is None:
         if source not in (Run.Source.SERVED, Run.Source.FLOW):
             raise AgentError(_("Ingested runs have the source 'served' or 'flow'."), field="source")
-        if agent is None and not agent_name.strip():
-            raise AgentError(
+        # The credential names the one agent it ingests for: a run under any other is refused,
+        # so a worker agent's (or a protected agent's) runs cannot be made up by anyone else.
+        named = agent.name if agent is not None else agent_name.strip()
+        if named and named != credential.agent_name:
+            raise PermissionDenied(
                 _(
-                    "A new ingested run needs the agent it traces: send 'agent' (a registered agent's id) or 'agent_name'. To add to a run, send its 'run_id'."
-                ),
-                field="agent_name",
+                    "This ingest credential is for the agent %(agent)s only; it cannot ingest runs of %(other)s."
+                )
+                % {"agent": credential.agent_name, "other": named}
             )
+        _not_a_worker_agent(credential.agent_name)
         if request is None and not events and finish is None:
             raise AgentError(
                 _(
@@ -66,15 +148,14 @@ def run_ingest(
         request = request or AgentRequest(query="")
         request_check_size(request)
         run = Run.objects.create(
-            agent=agent,
-            agent_name=(agent.name if agent else agent_name)[:100],
+            agent_name=credential.agent_name,
+            ingested_by=credential,
             source=source,
             status=Run.Status.RUNNING,
             query=request.query,
             context=request.context,
             a2a_data=request.a2a_data,
             a2a_files=request.a2a_files,
-            created_by=actor if getattr(actor, "is_authenticated", False) else None,
             started_at=timezone.now(),
             heartbeat_at=timezone.now(),
             **request_lookup_ids(request),
@@ -91,12 +172,11 @@ def run_ingest(
                 _("Run %(pk)s has already finished (%(status)s); it takes no more events.")
                 % {"pk": run.pk, "status": run.status}
             )
-        owner = run.created_by_id is not None and run.created_by_id == getattr(actor, "pk", None)
-        if actor is not None and not owner and not has_role(actor, "admin"):  # None: the system itself
-            # An editor could otherwise write steps into, or end, someone else's served run.
+        if run.ingested_by_id != credential.pk:
+            # Another agent's credential (or a person) could otherwise write steps into, or end, this run.
             raise PermissionDenied(
                 _(
-                    "Run %(pk)s was started by another user: only they (or an admin) may add to it or finish it."
+                    "Run %(pk)s was not started with this ingest credential: only its own credential adds to it."
                 )
                 % {"pk": run.pk}
             )
@@ -112,16 +192,15 @@ def run_ingest(
         "prestep_calls": F("prestep_calls") + prestep,
     }
     if finish is not None:
-        Run.objects.filter(pk=run.pk).update(
+        run_end(
+            run.pk,
+            where={"finished_at__isnull": True},
             status=finish["status"],
             answer=redact(finish.get("answer") or ""),
             error=redact(finish.get("error") or "")[:10_000],
             error_kind=(finish.get("error_kind") or "")[:20],
-            finished_at=timezone.now(),
             **counts,
         )
-        RunStep.objects.filter(run_id=run.pk, status="running").update(status="interrupted")
-        run_seal(run.pk)
     else:
         Run.objects.filter(pk=run.pk).update(**counts)
     run.refresh_from_db()

@@ -25,7 +25,7 @@ from agents.errors import (
     AgentError,
     BrokerUnavailableError,
 )
-from agents.evidence import run_seal
+from agents.evidence import run_end
 from agents.models import Agent, Run, RunStep
 from agents.privacy import redactor
 from agents.services.rollout import rollout_guard_check
@@ -181,15 +181,14 @@ def run_replay(*, actor: Any, run: Run, agent: Agent | None = None) -> Run:
 def run_cancel(*, actor: Any, run: Run) -> Run:
     """Cancel a queued run at once; ask a running one to stop at its next step."""
     now = timezone.now()
-    with transaction.atomic():
-        cancelled = Run.objects.filter(pk=run.pk, status=Run.Status.QUEUED).update(
-            status=Run.Status.CANCELLED,
-            finished_at=now,
-            error="cancelled before it started",
-            error_kind="cancelled",
-        )
-        if cancelled:
-            run_seal(run.pk)
+    cancelled = run_end(
+        run.pk,
+        where={"status": Run.Status.QUEUED},
+        status=Run.Status.CANCELLED,
+        finished_at=now,
+        error="cancelled before it started",
+        error_kind="cancelled",
+    )
     if not cancelled:
         Run.objects.filter(pk=run.pk, status=Run.Status.RUNNING).update(cancel_requested=True)
     run.refresh_from_db()
@@ -250,18 +249,15 @@ def run_finish(
 
     A rollout candidate's run is then counted by the rollout's guard, which may roll it back.
     """
-    with transaction.atomic():  # the run's end and its link in the evidence chain, together
-        ended = Run.objects.filter(pk=run_id, status=Run.Status.RUNNING).update(
-            status=status,
-            answer=answer,
-            error=error[:10_000],
-            error_kind=error_kind,
-            finished_at=timezone.now(),
-            **counts,
-        )
-        RunStep.objects.filter(run_id=run_id, status="running").update(status="interrupted")
-        if ended:
-            run_seal(run_id)
+    ended = run_end(  # the run's end and its link in the evidence chain, together
+        run_id,
+        where={"status": Run.Status.RUNNING},
+        status=status,
+        answer=answer,
+        error=error[:10_000],
+        error_kind=error_kind,
+        **counts,
+    )
     if ended:
         served = (
             Run.objects.filter(pk=run_id, rollout_candidate=True)

@@ -8,6 +8,8 @@ from typing import Any
 from django import template
 from django.utils.translation import gettext_lazy as _
 
+from core.chain import chain_public_key
+
 register = template.Library()
 
 
@@ -50,3 +52,9 @@ STATUS_LABELS = {
 def status_label(value: Any) -> str:
     """A status or source value in the user's language (unknown values are shown as they are)."""
     return str(STATUS_LABELS.get(str(value), value))
+
+
+@register.inclusion_tag("_evidence_signing.html")
+def evidence_signing() -> dict[str, Any]:
+    """Whether exports are signed, and with which key (or what unsigned means)."""
+    return {"public_key": chain_public_key()}

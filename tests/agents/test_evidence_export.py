@@ -17,47 +17,16 @@ from django.utils import timezone
 
 from accounts.token_services import token_create
 from agents import services
-from agents.models import Agent, Run, RunStep
+from agents.models import Run, RunStep
 from core.models import AuditEvent
 from tests.conftest import ROOT
+from tests.support.evidence import finished_run
 
 pytestmark = pytest.mark.django_db
 
 VERIFIER = ROOT / "tools" / "verify_evidence.py"
-CARD = "4111 1111 1111 1111"
 # A piece of the card number, not digits inside a longer number (a timestamp's microseconds: 11:49:03.411182).
 CARD_PIECE = re.compile(r"(?<!\d)4111(?!\d)")
-
-
-def _run(agent: Agent, user: str, order: str, *, days_ago: int = 0, calls: int = 1) -> Run:
-    run = Run.objects.create(
-        agent=agent,
-        agent_name=agent.name,
-        query=f"주문 {order} 카드 {CARD}",
-        status=Run.Status.RUNNING,
-        user_id=user,
-        session_id=f"s-{order}",
-        rule_set_name="seed-rules",
-        rule_set_ref="v3",
-        rule_set_hash="a" * 64,
-    )
-    for seq in range(1, calls + 1):
-        RunStep.objects.create(
-            run=run,
-            seq=seq,
-            kind=RunStep.Kind.RULE,
-            name=f"order_lookup_{seq}",
-            status="ok",
-            mcp_id="order-service",
-            tool_name="get_order",
-            started_at=timezone.now(),
-            input={"params": {"order_id": order}},
-            output={"order_id": order, "status": "배송 중", "note": "line\u2028break"},
-        )
-    if days_ago:  # before it ends: the end seals the run's record, its time included
-        Run.objects.filter(pk=run.pk).update(created_at=timezone.now() - timedelta(days=days_ago))
-    services.run_finish(run_id=run.pk, status=Run.Status.SUCCEEDED, answer=f"{order} 배송 중")
-    return run
 
 
 @pytest.fixture
@@ -66,10 +35,10 @@ def runs(agent) -> dict[str, Run]:
         actor=None, redaction_patterns=[], mask_presets=["card_number"], retention_days=30
     )
     return {
-        "recent": _run(agent, "C-1001", "A-1001", calls=2),
-        "old": _run(agent, "C-1001", "A-1000", days_ago=10),
-        "other": _run(agent, "C-2002", "A-2002"),
-        "none": _run(agent, "C-1001", "A-1003", calls=0),
+        "recent": finished_run(agent, "C-1001", "A-1001", calls=2),
+        "old": finished_run(agent, "C-1001", "A-1000", days_ago=10),
+        "other": finished_run(agent, "C-2002", "A-2002"),
+        "none": finished_run(agent, "C-1001", "A-1003", calls=0),
     }
 
 
@@ -88,6 +57,7 @@ def test_a_viewer_exports_one_customers_last_seven_days_as_csv(viewer_client, ru
     assert response.status_code == 200 and response["Content-Type"].startswith("text/csv")
     assert response["Content-Disposition"].startswith('attachment; filename="llamon-evidence-')
     rows = list(csv.DictReader(io.StringIO(b"".join(response.streaming_content).decode("utf-8-sig"))))
+    assert rows.pop()["run"] == "#llamon-evidence-manifest"  # the last row: the signed manifest
     # Two calls of the recent run, one row for the run that called nothing; not the old run, not C-2002.
     assert [(int(r["run"]), r["rule"], r["tool"]) for r in rows] == [
         (runs["none"].pk, "", ""),
@@ -95,8 +65,9 @@ def test_a_viewer_exports_one_customers_last_seven_days_as_csv(viewer_client, ru
         (runs["recent"].pk, "order_lookup_2", "get_order"),
     ]
     first = rows[1]
-    assert (first["user_id"], first["mcp_id"], first["version"], first["rule_set_hash"]) == (
+    assert (first["user_id"], first["source"], first["mcp_id"], first["version"], first["rule_set_hash"]) == (
         "C-1001",
+        "worker",
         "order-service",
         "v3",
         "a" * 64,
@@ -208,7 +179,7 @@ def test_the_evidence_report_lists_the_calls_with_their_links(viewer_client, run
 
 def test_the_export_masks_the_ids_as_the_pages_do(viewer_client, agent) -> None:
     services.privacy_update(actor=None, redaction_patterns=[], mask_presets=["email"], retention_days=30)
-    run = _run(agent, "kim@example.com", "A-1004")
+    run = finished_run(agent, "kim@example.com", "A-1004")
     response = viewer_client.get(reverse("agents:run_export") + "?format=csv")
     text = b"".join(response.streaming_content).decode("utf-8-sig")
     assert response.status_code == 200 and str(run.pk) in text
@@ -221,3 +192,60 @@ def test_the_export_masks_the_ids_as_the_pages_do(viewer_client, agent) -> None:
     # Nowhere in the file either: the decision record carries the ids as a digest, and still verifies.
     text = "\n".join(_lines(viewer_client.get(reverse("agents:run_export") + "?format=jsonl")))
     assert "kim@example.com" not in text and "kim" not in text.replace("[이메일]", "")
+
+
+def test_an_invalid_filter_on_the_report_is_refused_naming_the_field(viewer_client, runs) -> None:
+    response = viewer_client.get(reverse("agents:run_evidence") + "?since=yesterday&user_id=C-1001")
+    page = response.content.decode()
+    assert response.status_code == 400 and "filter-errors" in page and "Since" in page
+    assert "evidence-table" not in page and "order-service.get_order" not in page  # not every run
+
+
+def test_the_report_and_the_exports_state_the_period_as_absolute_dates(viewer_client, runs) -> None:
+    page = viewer_client.get(reverse("agents:run_evidence") + "?period=7d").content.decode()
+    since = (timezone.now() - timedelta(days=7)).strftime("%Y-%m-%d")
+    period = re.search(r'id="report-period">([^<]*)<', page)
+    assert (
+        period
+        and period.group(1).startswith(since)
+        and timezone.now().strftime("%Y-%m-%d") in period.group(1)
+    )
+    first = json.loads(_lines(viewer_client.get(reverse("agents:run_export") + "?period=7d&format=jsonl"))[0])
+    assert "period" not in first["filters"] and first["filters"]["since"].startswith(since)
+    assert first["filters"]["until"].startswith(timezone.now().strftime("%Y-%m-%d"))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "=1+1",
+        "+1",
+        "-1",
+        "@SUM(A1)",
+        "\t=1",
+        "\r=1",
+        "\n=1",
+        "＝1+1",
+        "＋1",
+        "－1",
+        "＠SUM(A1)",
+        "﹦1",
+        "﹢1",
+        "﹣1",
+        "﹫x",
+        "\u22121",
+        " =1",
+        "\u3000＝1",
+    ],
+)
+def test_every_formula_leading_character_is_neutralised_in_csv(viewer_client, agent, text) -> None:
+    finished_run(agent, text, "A-1")
+    body = b"".join(viewer_client.get(reverse("agents:run_export") + "?format=csv").streaming_content)
+    rows = list(csv.DictReader(io.StringIO(body.decode("utf-8-sig"))))
+    assert rows[0]["user_id"] == "'" + text
+
+
+def test_ordinary_cells_are_left_alone(viewer_client, agent) -> None:
+    finished_run(agent, "고객 C-1001", "A-1")
+    body = b"".join(viewer_client.get(reverse("agents:run_export") + "?format=csv").streaming_content)
+    assert list(csv.DictReader(io.StringIO(body.decode("utf-8-sig"))))[0]["user_id"] == "고객 C-1001"

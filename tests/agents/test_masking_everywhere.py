@@ -73,10 +73,9 @@ def test_no_seeded_value_reaches_a_viewer_anywhere(values, make_user, monkeypatc
         a2a_data=[{"data": data} for _, data in values],
     )
     run, _ = services.run_ingest(
-        actor=None,
+        credential=services.ingest_credential_issue(actor=None, agent_name="masking-everywhere")[0],
         run=None,
         events=_events(values),
-        agent_name="masking-everywhere",
         request=request,
         finish={"status": "succeeded", "answer": " ".join(values_text(d) for _, d in values)},
     )

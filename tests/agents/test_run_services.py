@@ -380,9 +380,17 @@ def test_the_reaper_fails_served_runs_that_stopped_sending_traces_with_their_own
     assert worker.error_kind == "worker_lost"
 
 
+def _bot():
+    """The served agent "bot"'s ingest credential (one per test)."""
+    from agents.models import IngestCredential
+
+    found = IngestCredential.objects.filter(agent_name="bot").first()
+    return found or services.ingest_credential_issue(actor=None, agent_name="bot")[0]
+
+
 def test_every_ingested_batch_is_a_sign_of_life() -> None:
     run, _ = services.run_ingest(
-        actor=None,
+        credential=_bot(),
         run=None,
         events=[],
         source="served",
@@ -393,7 +401,7 @@ def test_every_ingested_batch_is_a_sign_of_life() -> None:
     )
     Run.objects.filter(pk=run.pk).update(heartbeat_at=timezone.now() - timedelta(seconds=900))
     services.run_ingest(
-        actor=None,
+        credential=_bot(),
         run=run,
         events=[],
         source="served",
@@ -434,7 +442,7 @@ def test_a_served_runs_steps_hide_what_its_input_hid_even_in_pieces() -> None:
     span.output = {"terms": ["메일", "kim", "example", "com", "검색"]}
     span.finish()
     run, _ = services.run_ingest(
-        actor=None,
+        credential=_bot(),
         run=None,
         events=recorded.events,
         source="served",
@@ -463,7 +471,7 @@ def test_a_served_runs_oversized_tool_output_is_stored_cut(settings) -> None:
     small.output = {"ok": True}
     small.finish()
     run, _ = services.run_ingest(
-        actor=None,
+        credential=_bot(),
         run=None,
         events=recorded.events,
         source="served",

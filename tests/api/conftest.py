@@ -167,3 +167,15 @@ def sample(api_servers, make_user) -> dict[str, Any]:
         "run": run,
         "served_run": served,
     }
+
+
+@pytest.fixture
+def ingest_caller() -> Callable[[str], Caller]:
+    """``ingest_caller("support-bot")`` -> a Caller holding an ingest credential for that served agent."""
+    from agents.services import ingest_credential_issue
+
+    def make(agent_name: str) -> Caller:
+        _credential, secret = ingest_credential_issue(actor=None, agent_name=agent_name)
+        return Caller(Client(), {"Authorization": f"Bearer {secret}"}, token=secret)
+
+    return make

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from accounts.api_auth import SessionAuth, TokenAuth
+from agents.api import IngestAuth
 from llamon_web.api import api
 from tests.api.conftest import PRINCIPALS
 
@@ -72,7 +73,8 @@ EXPECTED: dict[str, tuple[str, int, bool]] = {
     "DELETE /api/rule-sets/{rule_set_id}/cases/{case_id}": ("editor", 204, False),
     "POST /api/rule-sets/{rule_set_id}/cases/run": ("editor", 200, False),
     "GET /api/audit": ("viewer", 200, False),
-    # Agents and runs: viewers read, editors write and start runs; served agents ingest as editors.
+    # Agents and runs: viewers read, editors write and start runs (served agents ingest with their
+    # own credential: INGEST below).
     "GET /api/agents": ("viewer", 200, False),
     "POST /api/agents": ("editor", 201, False),
     "GET /api/agents/{agent_id}": ("viewer", 200, False),
@@ -96,7 +98,6 @@ EXPECTED: dict[str, tuple[str, int, bool]] = {
     "DELETE /api/model-connections/{connection_id}": ("admin", 204, False),
     "GET /api/runs": ("viewer", 200, False),
     "POST /api/runs": ("editor", 202, False),
-    "POST /api/runs/ingest": ("editor", 201, False),
     "GET /api/runs/{run_id}": ("viewer", 200, False),
     "GET /api/runs/export": ("viewer", 200, False),
     "GET /api/runs/{run_id}/export": ("viewer", 200, False),
@@ -238,9 +239,13 @@ def _own_token_id(caller: Any) -> int:
     return token_create(actor=caller.user, name="to revoke").token.pk
 
 
+# Operations that take no person at all: a served agent's ingest credential (agents.api.IngestAuth).
+INGEST = {"POST /api/runs/ingest"}
+
+
 def test_every_api_operation_is_in_the_table() -> None:
     operations = set(api_operations())
-    missing = sorted(operations - set(EXPECTED))
+    missing = sorted(operations - set(EXPECTED) - INGEST)
     stale = sorted(set(EXPECTED) - operations)
     assert not missing, f"add these API operations to EXPECTED with their role: {missing}"
     assert not stale, f"these EXPECTED entries have no API operation any more: {stale}"
@@ -254,10 +259,25 @@ def test_every_operation_declares_the_role_in_the_table() -> None:
                 for method in operation.methods:
                     key = f"{method} /api{_openapi_path(path)}"
                     callbacks = operation.auth_callbacks
+                    if key in INGEST:
+                        assert [type(c) for c in callbacks] == [IngestAuth], key
+                        continue
                     assert callbacks and isinstance(callbacks[0], TokenAuth), f"{key} has no role check"
                     assert isinstance(callbacks[1], SessionAuth) and callbacks[1].role == callbacks[0].role
                     declared[key] = (callbacks[0].role, callbacks[0].session_only)
     assert declared == {key: (role, session_only) for key, (role, _status, session_only) in EXPECTED.items()}
+
+
+@pytest.mark.parametrize("principal", PRINCIPALS)
+def test_no_person_ingests_whatever_their_role(principal: str, caller, sample) -> None:
+    who = caller(principal)
+    for key in INGEST:
+        response = _call_isolated(who, key, sample, 0)
+        # A person's token: 403 saying what ingest takes; a session or nothing: 401 (no credential).
+        expected = 403 if principal.startswith("token:") else 401
+        assert response.status_code == expected, (key, response.content)
+        if expected == 403:
+            assert "ingest credential" in response.json()["detail"]
 
 
 def _openapi_path(path: str) -> str:
@@ -291,6 +311,7 @@ def test_each_caller_gets_the_expected_response(principal: str, caller, sample) 
 def test_a_user_without_any_role_is_refused_everywhere(kind: str, caller, sample) -> None:
     who = caller(f"{kind}:none")
     token_id = _own_token_id(caller("anonymous"))
-    for key in EXPECTED:
+    for key in [*EXPECTED, *INGEST]:
         response = _call_isolated(who, key, sample, token_id)
-        assert response.status_code == 403, f"{key}: {response.status_code}"
+        expected = 401 if key in INGEST and kind == "session" else 403
+        assert response.status_code == expected, f"{key}: {response.status_code}"

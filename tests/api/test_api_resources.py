@@ -410,13 +410,14 @@ def _events(kind: str, name: str, **end: Any) -> tuple[dict[str, Any], dict[str,
     return start.to_json(), finish.to_json()
 
 
-def test_ingest_creates_a_served_run_and_completes_steps_across_batches(editor_api) -> None:
+def test_ingest_creates_a_served_run_and_completes_steps_across_batches(editor_api, ingest_caller) -> None:
+    bot = ingest_caller("support-bot")
     PrivacySettings.objects.update_or_create(
         pk=1, defaults={"redaction_patterns": [r"\d{4} \d{4} \d{4} \d{4}"]}
     )
     llm_start, llm_end = _events("llm", "turn 1", output={"content": "hi"})
     rule_start, rule_end = _events("rule", "route_order_lookup", output={"ok": True})
-    first = editor_api.post(
+    first = bot.post(
         "/api/runs/ingest",
         {
             "source": "served",
@@ -430,7 +431,7 @@ def test_ingest_creates_a_served_run_and_completes_steps_across_batches(editor_a
     steps = editor_api.get(f"/api/runs/{run_id}/steps").json()
     assert [s["status"] for s in steps["steps"]] == ["running", "running"] and steps["last_seq"] == 0
     assert "4111" not in json.dumps(steps)  # the privacy redaction applies to ingested steps
-    second = editor_api.post(
+    second = bot.post(
         "/api/runs/ingest",
         {
             "run_id": run_id,
@@ -450,17 +451,19 @@ def test_ingest_creates_a_served_run_and_completes_steps_across_batches(editor_a
     assert list(RunStep.objects.filter(run=run).values_list("status", flat=True)) == ["ok", "ok"]
     after = editor_api.get(f"/api/runs/{run_id}/steps?after=1").json()
     assert [s["seq"] for s in after["steps"]] == [2] and after["finished"] is True
-    late = editor_api.post("/api/runs/ingest", {"run_id": run_id, "events": [llm_start]})
+    late = bot.post("/api/runs/ingest", {"run_id": run_id, "events": [llm_start]})
     assert late.status_code == 409
 
 
-def test_ingest_never_writes_into_a_worker_run(editor_api, sample) -> None:
-    response = editor_api.post("/api/runs/ingest", {"run_id": sample["run"].pk, "events": []})
+def test_ingest_never_writes_into_a_worker_run(ingest_caller, sample) -> None:
+    response = ingest_caller("support-bot").post(
+        "/api/runs/ingest", {"run_id": sample["run"].pk, "events": []}
+    )
     assert response.status_code == 409 and "worker" in response.json()["detail"]
 
 
-def test_ingested_runs_show_in_the_run_list(editor_api) -> None:
-    editor_api.post(
+def test_ingested_runs_show_in_the_run_list(editor_api, ingest_caller) -> None:
+    ingest_caller("graph").post(
         "/api/runs/ingest", {"source": "flow", "agent_name": "graph", "request": {"query": "flow run"}}
     )
     listed = editor_api.get("/api/runs?q=flow+run").json()

@@ -65,31 +65,62 @@ def test_a_superusers_viewer_token_cannot_list_everyones_tokens(django_user_mode
     assert everyone.status_code == 200 and other.pk in {t["id"] for t in everyone.json()}
 
 
-# --- only the run's starter (or an admin) adds to or finishes a served run -----------------------
+# --- only the credential that started a served run adds to or finishes it; no person ingests ------
 
 FINISH = {"status": "succeeded", "answer": "done by someone else"}
 
 
 def _served_run(api) -> int:
-    created = api.post("/api/runs/ingest", {"agent_name": "served-bot", "request": {"query": "hi"}})
+    created = api.post("/api/runs/ingest", {"request": {"query": "hi"}})
     assert created.status_code == 201, created.content
     return created.json()["run_id"]
 
 
-def test_an_editor_cannot_finish_another_users_served_run(caller) -> None:
-    owner, intruder = caller("token:editor"), caller("token:editor")
+def test_another_credential_cannot_add_to_or_finish_a_served_run(ingest_caller) -> None:
+    owner, other = ingest_caller("served-bot"), ingest_caller("other-bot")
     run_id = _served_run(owner)
-    refused = intruder.post("/api/runs/ingest", {"run_id": run_id, "events": [], "finish": FINISH})
-    assert refused.status_code == 403 and "another user" in refused.json()["detail"]
+    refused = other.post("/api/runs/ingest", {"run_id": run_id, "events": [], "finish": FINISH})
+    assert refused.status_code == 403 and "this ingest credential" in refused.json()["detail"]
     run = Run.objects.get(pk=run_id)
     assert run.status == Run.Status.RUNNING and run.answer == ""
-    # The owner may, and so may an admin (on another run).
     assert owner.post("/api/runs/ingest", {"run_id": run_id, "finish": FINISH}).status_code == 200
-    other_id = _served_run(owner)
-    assert (
-        caller("token:admin").post("/api/runs/ingest", {"run_id": other_id, "finish": FINISH}).status_code
-        == 200
-    )
+
+
+@pytest.mark.parametrize("role", ["editor", "admin"])
+def test_a_persons_token_is_refused_by_ingest_whatever_the_role(caller, ingest_caller, role) -> None:
+    owner = ingest_caller("served-bot")
+    run_id = _served_run(owner)
+    person = caller(f"token:{role}")
+    for body in (
+        {"agent_name": "served-bot", "request": {"query": "x"}},
+        {"run_id": run_id, "finish": FINISH},
+    ):
+        refused = person.post("/api/runs/ingest", body)
+        assert refused.status_code == 403 and "not a person's API token" in refused.json()["detail"]
+    assert Run.objects.count() == 1 and Run.objects.get().status == Run.Status.RUNNING
+
+
+def test_a_made_up_run_under_a_worker_agent_is_impossible(ingest_caller, sample, admin) -> None:
+    """The forgery of issue 40: an approve_transfer call posted under a (protected) worker agent."""
+    from agents.errors import AgentConflictError
+    from agents.services import ingest_credential_issue
+
+    agent = sample["agent"]
+    runs_before = Run.objects.count()
+    agent.protected = True
+    agent.save(update_fields=["protected"])
+    forged = {
+        "agent": agent.pk,
+        "request": {"query": "transfer"},
+        "events": [{"id": "r", "kind": "rule", "name": "approve_transfer", "phase": "start", "start": 0}],
+        "finish": {"status": "succeeded", "answer": "approved"},
+    }
+    refused = ingest_caller("served-bot").post("/api/runs/ingest", forged)
+    assert refused.status_code == 403 and agent.name in refused.json()["detail"]
+    # Nor can an admin issue a credential under a workbench agent's name.
+    with pytest.raises(AgentConflictError, match="cannot be ingested"):
+        ingest_credential_issue(actor=admin, agent_name=agent.name)
+    assert Run.objects.count() == runs_before
 
 
 # --- nonsense ingest bodies create nothing -------------------------------------------------------
@@ -98,16 +129,16 @@ def test_an_editor_cannot_finish_another_users_served_run(caller) -> None:
 @pytest.mark.parametrize(
     ("body", "field"),
     [
-        ({}, "agent_name"),
-        ({"events": []}, "agent_name"),
-        ({"agent_name": "   "}, "agent_name"),
+        ({}, "events"),
+        ({"events": []}, "events"),
+        ({"agent_name": "   "}, "events"),
         ({"agent_name": "bot"}, "events"),
         ({"agent_name": "bot", "events": []}, "events"),
-        ({"source": "flow", "agent_name": "graph"}, "events"),
+        ({"source": "flow", "agent_name": "bot"}, "events"),
     ],
 )
-def test_an_ingest_body_with_nothing_to_record_is_refused(caller, body, field) -> None:
-    response = caller("token:editor").post("/api/runs/ingest", body)
+def test_an_ingest_body_with_nothing_to_record_is_refused(ingest_caller, body, field) -> None:
+    response = ingest_caller("bot").post("/api/runs/ingest", body)
     assert response.status_code == 422, response.content
     assert response.json()["field"] == field and "ingested run" in response.json()["detail"]
     assert not Run.objects.exists()
@@ -181,3 +212,19 @@ def test_admins_see_the_stderr_with_given_values_and_tokens_redacted(caller, cra
         caller("session:admin").get(reverse("servers:detail", args=[crashed_server["id"]])).content.decode()
     )
     assert "stderr-canary" in html and CHILD_SECRET not in html and FAKE_TOKEN not in html
+
+
+def test_a_revoked_ingest_credential_is_refused_at_once(capsys) -> None:
+    from django.core.management import call_command
+    from django.test import Client
+
+    call_command("ingest_credential", "issue", "served-bot")
+    secret = capsys.readouterr().out.strip()
+    bot = Client(headers={"Authorization": f"Bearer {secret}"})
+    body = {"request": {"query": "hi"}}
+    assert bot.post("/api/runs/ingest", body, content_type="application/json").status_code == 201
+    call_command("ingest_credential", "revoke", secret.split("_")[2])
+    refused = bot.post("/api/runs/ingest", body, content_type="application/json")
+    assert refused.status_code == 401 and "unknown or revoked" in refused.json()["detail"]
+    call_command("ingest_credential", "list")
+    assert "served-bot" in capsys.readouterr().out

@@ -60,7 +60,9 @@ def _export(page) -> list[dict[str, str]]:
     with page.expect_download() as info:
         page.click("#export-csv")  # click 2
     text = Path(info.value.path()).read_text(encoding="utf-8-sig")
-    return list(csv.DictReader(io.StringIO(text)))
+    rows = list(csv.DictReader(io.StringIO(text)))
+    assert rows.pop()["run"] == "#llamon-evidence-manifest"  # the last row: the signed manifest
+    return rows
 
 
 @pytest.mark.parametrize("language", ["en", "ko"])

@@ -146,10 +146,16 @@ def test_exporter_close_ends_unfinished_runs_as_cancelled(ingest: FakeIngest) ->
 
 def test_trace_url_defaults_to_the_registry_llamon_web() -> None:
     exporter = trace_exporter(
-        Settings(registry_url="http://127.0.0.1:8000", registry_token="tok", _env_file=None)
+        Settings(
+            registry_url="http://127.0.0.1:8000",
+            registry_token="tok",
+            trace_token="llamon_ingest_x",
+            _env_file=None,
+        )
     )
     assert exporter is not None and exporter.url == "http://127.0.0.1:8000/api/runs/ingest"
-    assert exporter.client.headers["Authorization"] == "Bearer tok"
+    # The served agent's ingest credential, never the registry's (a person's) token.
+    assert exporter.client.headers["Authorization"] == "Bearer llamon_ingest_x"
     exporter.close()
     assert trace_exporter(Settings(registry_file="r.yaml", _env_file=None)) is None
     explicit = trace_exporter(

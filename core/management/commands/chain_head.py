@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from core.chain import chain_head, new_signing_key
+from core.chain import chain_head, chain_public_key, new_signing_key
 
 
 class Command(BaseCommand):
@@ -21,8 +21,21 @@ class Command(BaseCommand):
         parser.add_argument(
             "--new-key", action="store_true", help="Print a fresh key for LLAMON_CHAIN_SIGNING_KEY instead."
         )
+        parser.add_argument(
+            "--public-key",
+            action="store_true",
+            help="Print the public key (base64) an auditor passes to tools/verify_evidence.py --public-key.",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if options["public_key"]:
+            key = chain_public_key()
+            if key is None:
+                raise CommandError(
+                    "No LLAMON_CHAIN_SIGNING_KEY is set: heads and exports are unsigned, there is no key to hand over."
+                )
+            self.stdout.write(key)
+            return
         if options["new_key"]:
             self.stdout.write(new_signing_key())
             return

@@ -278,14 +278,16 @@ def _description(project: Project) -> str:
 
 
 def trace_exporter(settings: Settings) -> HttpTraceExporter | None:
-    """The llamon-web to send traces to: ``trace_url``, else the registry's llamon-web; None when neither."""
+    """The llamon-web to send traces to: ``trace_url``, else the registry's llamon-web; None when neither.
+
+    The token is ``trace_token`` only: ingest takes the served agent's own ingest credential, never
+    the (person's) registry token."""
     from llamon_agent.trace_http import HttpTraceExporter
 
     url = settings.trace_url
     token = settings.trace_token
     if not url and settings.registry_url and not settings.registry_file:
         url = settings.registry_url
-        token = token or settings.registry_token
     if not url:
         return None
     return HttpTraceExporter(url, token.get_secret_value() if token is not None else None)
