@@ -21,7 +21,7 @@ from llamon_agent.serve import _bind_servers, served_pool
 from llamon_agent.settings import Settings, SettingsError
 from tests.support.fake_dns import fake_resolver
 
-DEMO = Path(__file__).resolve().parents[2] / "examples" / "mcp_servers"
+DEMO = Path(__file__).resolve().parents[2] / "sdk" / "src" / "llamon_agent" / "demo_servers"
 
 
 @pytest.fixture
