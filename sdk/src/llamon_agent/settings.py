@@ -101,6 +101,9 @@ class Settings(CostBudgets):
     # What a served agent masks in the OTel spans it exports (docs/observability.md): preset names
     # (comma-separated; "all", or "none"). Unset: the registry's llamon-web privacy settings.
     mask_presets: str = ""
+    # The registry URL is the operator's own (a llamon-web whose admins registered its stdio
+    # servers): its stdio entries start. Never assumed, not even for a loopback URL.
+    registry_trusted: bool = False
     # ``llamon run``'s A2A task store (docs/cli.md): finished tasks kept for tasks/get, at most
     # this many (oldest forgotten first) and for at most this long.
     a2a_tasks_kept: int = Field(default=DEFAULT_A2A_TASKS_KEPT, ge=0, le=1_000_000)
