@@ -31,6 +31,7 @@ from agents.privacy import redactor
 from agents.sink import json_safe
 from core.audit import audit_record
 from core.content_hash import sha256
+from core.errors import disk_full
 from governance import dispatch, selectors
 from governance.errors import ImpactError
 from governance.impact import Call, ImpactReport, Side, run_diff
@@ -173,6 +174,12 @@ def impact_publish(*, analysis_id: int) -> None:
     except (OperationalError, OSError) as exc:
         logger.warning("impact analysis %s: the broker refused its task message: %s", analysis_id, exc)
         ImpactAnalysis.objects.filter(pk=analysis_id, status=ImpactAnalysis.Status.QUEUED).delete()
+        if disk_full(exc):
+            raise BrokerUnavailableError(
+                _(
+                    "The server's disk is full, so the analysis could not be queued and nothing was kept. Free disk space (the embedded task queue is kept under LLAMON_VAR_DIR), then try again."
+                )
+            ) from None
         raise BrokerUnavailableError(
             _(
                 "The task queue (the Celery broker) is unavailable, so the analysis was not started and nothing was kept. Try again in a moment; /healthz shows whether the broker is back."
