@@ -187,7 +187,7 @@ def test_a_database_outage_and_a_systemd_stop_fail_no_run(services, capsys) -> N
     [web_command] = re.findall(r"<!-- web-command.*?-->\s*```sh\n(.*?)\n```", DOC, re.S)
     web, _ = services.spawn([str(Path(sys.executable).parent / "gunicorn"), *web_command.split()[1:]])
     wait_for_port(services.web_port, timeout_s=60, proc=web)
-    assert "KillMode" not in DOC  # the default, control-group: SIGTERM to every process of the unit
+    assert "\nKillMode=" not in DOC  # the default, control-group: SIGTERM to every process of the unit
     stop_timeout_s = min(int(_unit_line("TimeoutStopSec", "worker")), 120)
     workers = []
     for instance in ("1", "2"):
