@@ -94,7 +94,7 @@ class Agent(models.Model):
     # db_default: the release before writes agents without them (expand/contract, docs/development.md).
     legacy_base_url = models.CharField(max_length=500, blank=True, db_default="")
     legacy_api_key_env = models.CharField(max_length=100, blank=True, db_default="")
-    # The same values under the names the release before 0012 reads (0012 renamed them; 0019 added
+    # The same values under the names the release before 0012 reads (0012 renamed them; 0020 added
     # them back, filled): kept until the release after the one that stops reading them drops them.
     model_base_url = models.CharField(max_length=500, blank=True, db_default="", editable=False)
     model_api_key_env = models.CharField(max_length=100, blank=True, db_default="", editable=False)

@@ -20,7 +20,7 @@ def fill_previous_names(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("agents", "0018_review_credential"),
+        ("agents", "0019_ingest_credentials"),
     ]
 
     operations = [
