@@ -109,7 +109,7 @@ class Agent(models.Model):
     max_iterations = models.PositiveIntegerField(default=6)
     answer_from_prestep = models.BooleanField(default=False)
 
-    # Staged rollout (agents.rollout, docs/agents.md): a candidate version of the rule set served
+    # Staged rollout (agents.rollout_runtime, docs/agents.md): a candidate version of the rule set served
     # to a share of sessions and/or to named chatbots, besides the stable version above.
     rollout_version = models.ForeignKey(
         RuleSetVersion, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
@@ -414,7 +414,7 @@ class RunTool(models.Model):
 
 
 class ShadowTally(models.Model):
-    """Shadow mode's counts for one agent and one shadow version (agents.rollout.shadow_record)."""
+    """Shadow mode's counts for one agent and one shadow version (agents.rollout_runtime.shadow_record)."""
 
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="shadow_tallies")
     version = models.ForeignKey(RuleSetVersion, on_delete=models.CASCADE, related_name="shadow_tallies")

@@ -27,7 +27,7 @@ from django.utils.translation import gettext as _
 from accounts.roles import has_role, is_approver
 from agents.errors import BrokerUnavailableError
 from agents.models import Agent
-from agents.privacy import redactor
+from agents.redaction import redactor
 from agents.sink import json_safe
 from core.audit import audit_record
 from core.content_hash import sha256
@@ -428,7 +428,7 @@ MASK_MEMO_CHARS = 2_000  # longer strings are masked every time
 
 
 def memo_mask(mask: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    """``mask`` (``agents.privacy.redactor()``) with each distinct value masked once per replay.
+    """``mask`` (``agents.redaction.redactor()``) with each distinct value masked once per replay.
 
     A string, and a dict or list as a whole (the redaction reads JSON-like data as one text, so a
     card number split across a list's strings is found: ``guardrails.Redactor``), are remembered

@@ -27,7 +27,7 @@ from agents.errors import (
 )
 from agents.evidence import run_end
 from agents.models import Agent, Run, RunStep
-from agents.privacy import redactor
+from agents.redaction import redactor
 from agents.services.rollout import rollout_guard_check
 from core.audit import audit_record
 from core.errors import disk_full
