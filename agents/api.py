@@ -19,7 +19,7 @@ from accounts.api_auth import roles
 from accounts.token_services import token_authenticate
 from agents import selectors, services
 from agents.errors import AgentError
-from agents.export import evidence_response
+from agents.evidence_rows import evidence_response
 from agents.forms import RunStartForm
 from agents.models import Agent, ChangeRequest, ModelConnection, Run
 from agents.schemas import (
@@ -63,7 +63,7 @@ AGENTS, RUNS = ["agents"], ["runs"]
 def privacy(request: HttpRequest) -> Any:
     """The privacy settings served agents mask their OTel spans with: ``redaction_patterns`` (RE2)
     and ``mask_presets`` (names of ``llamon_agent.guardrails.MASK_PRESETS``). docs/observability.md."""
-    from agents.privacy import privacy_get
+    from agents.redaction import privacy_get
 
     current = privacy_get()
     return {

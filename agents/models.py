@@ -91,8 +91,13 @@ class Agent(models.Model):
     )
     # What an agent saved before connections named as its endpoint: kept to show and to match a
     # connection an admin creates later; never used to connect (agents.runtime reads the connection).
-    legacy_base_url = models.CharField(max_length=500, blank=True)
-    legacy_api_key_env = models.CharField(max_length=100, blank=True)
+    # db_default: the release before writes agents without them (expand/contract, docs/development.md).
+    legacy_base_url = models.CharField(max_length=500, blank=True, db_default="")
+    legacy_api_key_env = models.CharField(max_length=100, blank=True, db_default="")
+    # The same values under the names the release before 0012 reads (0012 renamed them; 0020 added
+    # them back, filled): kept until the release after the one that stops reading them drops them.
+    model_base_url = models.CharField(max_length=500, blank=True, db_default="", editable=False)
+    model_api_key_env = models.CharField(max_length=100, blank=True, db_default="", editable=False)
     model_script = OrderedJSONField(default=list, blank=True, help_text="Replies for the scripted model.")
     temperature = models.FloatField(default=0.0)
 
@@ -104,7 +109,7 @@ class Agent(models.Model):
     max_iterations = models.PositiveIntegerField(default=6)
     answer_from_prestep = models.BooleanField(default=False)
 
-    # Staged rollout (agents.rollout, docs/agents.md): a candidate version of the rule set served
+    # Staged rollout (agents.rollout_runtime, docs/agents.md): a candidate version of the rule set served
     # to a share of sessions and/or to named chatbots, besides the stable version above.
     rollout_version = models.ForeignKey(
         RuleSetVersion, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
@@ -115,7 +120,7 @@ class Agent(models.Model):
     # The guard: more than this share of the candidate's runs failing (None: no guard), once it has
     # served rollout_guard_min_runs, rolls the rollout back on its own (agents.services.rollout).
     rollout_guard_error_percent = models.PositiveSmallIntegerField(null=True, blank=True, default=20)
-    rollout_guard_min_runs = models.PositiveIntegerField(default=20)
+    rollout_guard_min_runs = models.PositiveIntegerField(default=20, db_default=20)
     # Shadow mode: a version evaluated as a dry run beside the live pre-step of every run.
     shadow_version = models.ForeignKey(
         RuleSetVersion, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
@@ -124,8 +129,9 @@ class Agent(models.Model):
     # Change control (agents.services.changes, docs/governance.md): on a protected agent, what
     # changes the version or the model it serves becomes a change request that needs this many
     # approvals by people other than the requester.
-    protected = models.BooleanField(default=False)
-    approvals_required = models.PositiveSmallIntegerField(default=1)
+    # db_default on every column added since the release before: it inserts rows without them.
+    protected = models.BooleanField(default=False, db_default=False)
+    approvals_required = models.PositiveSmallIntegerField(default=1, db_default=1)
 
     revision = models.PositiveIntegerField(default=1)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -373,7 +379,7 @@ class RunStep(models.Model):
     error = models.TextField(blank=True)
     tokens = OrderedJSONField(null=True, blank=True)
     # Why a tool's result breaks its declared output schema (it was handed on; a warning, not an error).
-    warnings = OrderedJSONField(default=list, blank=True)
+    warnings = OrderedJSONField(default=list, blank=True, db_default=[])
 
     class Meta:
         ordering = ["run_id", "seq"]  # by the column: "run" would join agents_run for its ordering
@@ -408,7 +414,7 @@ class RunTool(models.Model):
 
 
 class ShadowTally(models.Model):
-    """Shadow mode's counts for one agent and one shadow version (agents.rollout.shadow_record)."""
+    """Shadow mode's counts for one agent and one shadow version (agents.rollout_runtime.shadow_record)."""
 
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="shadow_tallies")
     version = models.ForeignKey(RuleSetVersion, on_delete=models.CASCADE, related_name="shadow_tallies")

@@ -16,11 +16,11 @@ from typing import Any
 from django.conf import settings
 from django.utils.translation import gettext as _
 
-from agents import rollout
+from agents import rollout_runtime as rollout
 from agents.checks import agent_model_problem, connection_check
 from agents.errors import AgentError
 from agents.models import Agent, Run
-from agents.privacy import run_redactor
+from agents.redaction import run_redactor
 from agents.sink import DbStepSink
 from core.content_hash import sha256
 from llamon_agent.otel import otel_sink

@@ -14,9 +14,9 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from accounts.roles import is_approver
-from agents.changes import change_request_stale, independent, review_problems
+from agents.change_reads import change_request_stale, independent, review_problems
 from agents.models import Agent, ChangeRequest, ChangeReview, ModelConnection, Run, RunStep, WorkerHeartbeat
-from agents.privacy import RUN_INPUT_FIELDS, redactor, redactor_active
+from agents.redaction import RUN_INPUT_FIELDS, redactor, redactor_active
 from core.models import ChainRecord
 from llamon_agent.prestep import PRESTEP_FAILED
 from rules.expr_messages import engine_text

@@ -523,7 +523,7 @@ def prestep_rules(
     # The tester's bound: the first SKIPPED_SHOWN skipped rows are explained, also when all are listed.
     explain = [r.name for r in out.rows if r.status == RuleStatus.SKIPPED][:SKIPPED_SHOWN]
     if explain:
-        from agents.privacy import run_redactor
+        from agents.redaction import run_redactor
 
         request = AgentRequest(
             query=run.query or "",

@@ -19,7 +19,7 @@ from agents import trace as traces
 from agents.checks import agent_model_problem
 from agents.compare import COMPARE_STEPS, compare_runs
 from agents.errors import AgentError, BrokerUnavailableError, ChangeRequested
-from agents.export import FORMATS, evidence_report, evidence_response
+from agents.evidence_rows import FORMATS, evidence_report, evidence_response
 from agents.forms import (
     AgentForm,
     ModelConnectionForm,
@@ -34,7 +34,7 @@ from agents.forms import (
 )
 from agents.graph_svg import flow_graph
 from agents.models import Agent, ChangeRequest, ModelConnection, Run
-from agents.privacy import privacy_get
+from agents.redaction import privacy_get
 from core.chain import chain_last_check
 from core.http import HtmxHttpRequest
 from core.userinput import db_id, typed_count

@@ -124,7 +124,7 @@ def seed(n: int) -> None:
 
 def export_once(fmt: str) -> None:
     """In a fresh process: stream the whole export to /dev/null; print seconds, bytes, peak RSS."""
-    from agents.export import evidence_stream  # imported before the baseline below
+    from agents.evidence_rows import evidence_stream  # imported before the baseline below
 
     before = resource.getrusage(resource.RUSAGE_SELF)
     baseline_mb = before.ru_maxrss / 1024

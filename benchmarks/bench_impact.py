@@ -184,7 +184,7 @@ def seed(n_runs: int, distinct_queries: bool = False) -> tuple[object, list[dict
 def naive(candidate: list[dict], run_ids: list[int]) -> dict:
     """The obvious way: one run at a time, whole rows, the tester's evaluate per request."""
     from agents.models import Run
-    from agents.privacy import redactor
+    from agents.redaction import redactor
     from governance.impact import ImpactReport
     from governance.services import new_side, old_side
     from llamon_agent.tools import AgentRequest

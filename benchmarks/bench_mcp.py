@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/bench_mcp.py [--pooled 200] [--default 20]
 
-Same server, the demo order-service (examples/mcp_servers/order_service.py, tool
+Same server, the demo order-service (sdk/src/llamon_agent/demo_servers/order_service.py, tool
 ``get_order`` on order A-1001: a JSON object, so structured content checked against its output
 schema, as real tools return), same interpreter, one call at a time. Prints p50/p99 per way of calling and the ratio of the default's p50 to the pool's.
 """
@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 from llamon_agent.mcp import McpPool, McpServerSpec  # noqa: E402
 
-SERVER = ROOT / "examples" / "mcp_servers" / "order_service.py"
+SERVER = ROOT / "sdk" / "src" / "llamon_agent" / "demo_servers" / "order_service.py"
 TOOL, ARGS = "get_order", {"order_id": "A-1001"}
 
 

@@ -86,7 +86,7 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=300)
     args = parser.parse_args()
 
-    from agents import rollout
+    from agents import rollout_runtime as rollout
     from llamon_agent.tools import AgentRequest
     from rules import engine
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+
 from django.db import InterfaceError, OperationalError
 from django.utils.translation import gettext_lazy
 
@@ -54,3 +56,16 @@ def database_unavailable(exc: BaseException) -> bool:
         return False
     text = str(exc).lower()
     return not any(marker in text for marker in _SQLITE_QUERY_ERRORS)
+
+
+def disk_full(exc: BaseException) -> bool:
+    """Whether ``exc``, or an error it was raised from or during, is a full disk or quota (ENOSPC,
+    EDQUOT): then a 503 must say so, not blame the service (the embedded broker's folder, ...)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        current = current.__cause__ or current.__context__
+    return False

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import unicodedata
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
@@ -48,6 +49,31 @@ def typed_count(text: str | None) -> int | str:
     if len(text) <= 18 and text.isascii() and text.isdigit():
         return int(text)
     return text
+
+
+# Characters a name shown in lists, logs and the audit may not hold: controls (CR, LF, tab, ...),
+# invisible format characters (the bidi overrides and isolates among them), line and paragraph
+# separators, surrogates, private-use and unassigned code points; and right-to-left letters, which
+# reorder what is shown around them in an English or Korean list.
+_NOT_PLAIN_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
+_RIGHT_TO_LEFT = frozenset({"R", "AL", "RLE", "RLO", "RLI", "LRE", "LRO", "LRI", "FSI", "PDF", "PDI"})
+
+
+def plain_text_refusal(text: str) -> str | None:
+    """Why ``text`` is not plain printable left-to-right text on one line (the first character at
+    fault, named), or None when it is. The message is translated."""
+    for char in text:
+        if (
+            unicodedata.category(char) in _NOT_PLAIN_CATEGORIES
+            or unicodedata.bidirectional(char) in _RIGHT_TO_LEFT
+        ):
+            name = unicodedata.name(char, "")
+            shown = f"U+{ord(char):04X} {name}".strip()
+            return _(
+                "Use plain printable text on one line: %(character)s is not allowed (no line breaks, "
+                "control, invisible or right-to-left characters)."
+            ) % {"character": shown}
+    return None
 
 
 NUL_MESSAGE = "Null characters are not allowed."  # Django's ProhibitNullCharactersValidator says the same

@@ -27,10 +27,11 @@ from django.utils.translation import gettext as _
 from accounts.roles import has_role, is_approver
 from agents.errors import BrokerUnavailableError
 from agents.models import Agent
-from agents.privacy import redactor
+from agents.redaction import redactor
 from agents.sink import json_safe
 from core.audit import audit_record
 from core.content_hash import sha256
+from core.errors import disk_full
 from governance import dispatch, selectors
 from governance.errors import ImpactError
 from governance.impact import Call, ImpactReport, Side, run_diff
@@ -173,6 +174,12 @@ def impact_publish(*, analysis_id: int) -> None:
     except (OperationalError, OSError) as exc:
         logger.warning("impact analysis %s: the broker refused its task message: %s", analysis_id, exc)
         ImpactAnalysis.objects.filter(pk=analysis_id, status=ImpactAnalysis.Status.QUEUED).delete()
+        if disk_full(exc):
+            raise BrokerUnavailableError(
+                _(
+                    "The server's disk is full, so the analysis could not be queued and nothing was kept. Free disk space (the embedded task queue is kept under LLAMON_VAR_DIR), then try again."
+                )
+            ) from None
         raise BrokerUnavailableError(
             _(
                 "The task queue (the Celery broker) is unavailable, so the analysis was not started and nothing was kept. Try again in a moment; /healthz shows whether the broker is back."
@@ -421,7 +428,7 @@ MASK_MEMO_CHARS = 2_000  # longer strings are masked every time
 
 
 def memo_mask(mask: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    """``mask`` (``agents.privacy.redactor()``) with each distinct value masked once per replay.
+    """``mask`` (``agents.redaction.redactor()``) with each distinct value masked once per replay.
 
     A string, and a dict or list as a whole (the redaction reads JSON-like data as one text, so a
     card number split across a list's strings is found: ``guardrails.Redactor``), are remembered

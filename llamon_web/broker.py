@@ -18,6 +18,7 @@ may be another filesystem, where kombu's ``shutil.move`` silently copies).
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import uuid
@@ -30,6 +31,7 @@ from kombu.utils.encoding import bytes_to_str, str_to_bytes
 from kombu.utils.json import dumps, loads
 
 SCHEME = "atomicfs"
+DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 TMP_PREFIX = ".tmp-"  # "partition('.')[2]" of this name never ends in ".msg" for a queue
 
 
@@ -49,6 +51,8 @@ def write_atomic(folder: str, name: str, data: bytes) -> None:
             os.unlink(tmp)
         except OSError:
             pass
+        if exc.errno in DISK_FULL_ERRNOS:
+            raise  # the disk, not the broker: the publisher says so (agents.errors.disk_full)
         raise ChannelError(f"Cannot add file {name!r} to directory {folder!r}: {exc}") from exc
 
 

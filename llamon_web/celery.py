@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
+import signal
 
 from celery import Celery
-from celery.signals import worker_process_shutdown
+from celery.signals import task_prerun, worker_process_init, worker_process_shutdown
 
 from llamon_web import broker
 
@@ -41,3 +42,29 @@ def _export_queued_spans(**_: object) -> None:
     from llamon_agent.otel import shutdown_tracer_provider
 
     shutdown_tracer_provider()
+
+
+_pool_child = False  # set in a prefork pool's child process
+
+
+def _leave_sigterm_to_the_main_process(signum: int, frame: object) -> None:
+    """A pool child's SIGTERM handler: nothing. The main process's warm shutdown ends the child once
+    its run is done."""
+
+
+@worker_process_init.connect
+def _mark_pool_child(**_: object) -> None:
+    global _pool_child
+    _pool_child = True
+
+
+@task_prerun.connect
+def _pool_children_finish_their_runs(**_: object) -> None:
+    """A SIGTERM to the worker's whole process group (systemd's default KillMode, container inits,
+    `kill -TERM -PGID`) reaches the pool's children too, and billiard's handler ends a child at
+    once, mid-run. A child leaves it to the main process instead, whose warm shutdown lets the runs
+    finish and then ends the children. Set before each task because billiard installs its handler
+    after worker_process_init; a handler, not SIG_IGN, so that the MCP servers a child starts do
+    not inherit it. The hard time limit still ends a child (billiard follows SIGTERM with SIGKILL)."""
+    if _pool_child and signal.getsignal(signal.SIGTERM) is not _leave_sigterm_to_the_main_process:
+        signal.signal(signal.SIGTERM, _leave_sigterm_to_the_main_process)

@@ -12,13 +12,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from django.conf import settings
-
+from llamon_agent import demo_servers
 from rules.models import RuleSet
 from servers.models import McpServer
 from servers.services import mcp_server_upsert
 
-EXAMPLES = Path(settings.BASE_DIR) / "examples" / "mcp_servers"
+EXAMPLES = Path(demo_servers.__file__).parent  # the SDK ships them: installed, not in the checkout
 DEMO_HTTP_PORT = 8765
 SEED_RULE_SET = "seed-rules"
 DEMO_AGENT = "seed-demo"

@@ -303,8 +303,20 @@ def _parse_error(reason: str) -> HttpResponse:
     return JsonResponse(body, status=400)
 
 
-def _refuse(status: int, detail: str) -> HttpResponse:
-    response = JsonResponse({"detail": detail}, status=status)
+def _refuse(status: int, detail: str, body: bytes = b"") -> HttpResponse:
+    """The HTTP status with the sentence twice: ``detail`` (as the REST API answers) and a JSON-RPC
+    error for the request's id, which MCP clients (the Python SDK, fastmcp, TypeScript) show
+    instead of a bare "Server returned an error response"."""
+    try:
+        request_id = json.loads(body).get("id") if body else None
+    except (ValueError, AttributeError, RecursionError):
+        request_id = None
+    if not isinstance(request_id, (str, int)) or isinstance(request_id, bool):
+        request_id = None
+    error = {"code": -32001, "message": detail}
+    response = JsonResponse(
+        {"jsonrpc": "2.0", "id": request_id, "error": error, "detail": detail}, status=status
+    )
     if status == 401:
         response["WWW-Authenticate"] = 'Bearer realm="llamon-web"'
     return response
@@ -327,10 +339,11 @@ def mcp_view(request: HttpRequest) -> HttpResponse:
         return _refuse(
             401,
             "Send a personal API token as 'Authorization: Bearer <token>' (make one on the API tokens page).",
+            body,
         )
     found = token_authenticate(secret.strip())
     if found is None:
-        return _refuse(401, "The API token is unknown, revoked or expired, or its user is inactive.")
+        return _refuse(401, "The API token is unknown, revoked or expired, or its user is inactive.", body)
     request.mcp_principal = found  # type: ignore[attr-defined]
     try:  # the REST API's parser: no NaN, no huge numbers, no deep nesting, no NUL; the SDK's would take them
         strictjson.loads(body)

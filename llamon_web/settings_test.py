@@ -17,6 +17,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from llamon_agent import demo_servers
+
 os.environ.setdefault("LLAMON_ENV", "dev")
 # The outer environment's Redis is never used by tests: workers and tests that need Redis get
 # the private redis-server of the test run through LLAMON_TEST_REDIS_URL.
@@ -51,8 +53,13 @@ else:
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast logins in tests
 LLAMON_ALLOW_PRIVATE_MCP = True
-# Under test, stdio servers may only run executables from examples/ and tests/servers/.
-LLAMON_STDIO_ALLOWED_DIRS = [BASE_DIR / "examples", BASE_DIR / "tests" / "servers"]
+# Under test, stdio servers may only run executables from examples/, the SDK's demo servers and
+# tests/servers/.
+LLAMON_STDIO_ALLOWED_DIRS = [
+    BASE_DIR / "examples",
+    Path(demo_servers.__file__).parent,
+    BASE_DIR / "tests" / "servers",
+]
 CELERY_WORKER_HEARTBEAT_S = 1
 LLAMON_RUN_HEARTBEAT_S = 1
 LLAMON_RUN_STALE_AFTER_S = 4

@@ -41,6 +41,9 @@ _REASONS = {
     "reassigned": gettext_lazy("the local %(detail)s is assigned more than once (a rule has no variables)"),
     "statement": gettext_lazy("%(detail)s cannot be translated into a rule"),
     "too-complex": gettext_lazy("more than %(detail)s paths through the function once its ifs are unfolded"),
+    "module-too-complex": gettext_lazy(
+        "the file has more than %(detail)s paths in all; this function and the ones after it are not translated"
+    ),
     "too-long": gettext_lazy("the function is too long to translate (limit: %(detail)s)"),
     "loop-value": gettext_lazy(
         "the returned call uses the loop variable %(detail)s, which a rule cannot keep"

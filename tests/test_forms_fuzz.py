@@ -162,7 +162,7 @@ def _wrote(queries: CaptureQueriesContext) -> bool:
 def test_hostile_values_never_give_a_5xx_and_a_refusal_changes_nothing(
     name: str, role: str, client, make_user, sample_kwargs
 ) -> None:
-    from agents.privacy import privacy_get
+    from agents.redaction import privacy_get
 
     privacy_get()  # the singleton is made with its defaults on first read, by any request
     client.force_login(make_user(role))

@@ -81,7 +81,10 @@ def test_a_customer_email_is_masked_in_spans_from_a_worker_and_from_llamon_run(
         token = token_create(actor=make_user("editor"), name="served-agent").secret
         env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMON_") and k != "MCP_ID"}
         env.update(
-            LLAMON_REGISTRY_URL=live_server.url, LLAMON_REGISTRY_TOKEN=token, OTEL_SERVICE_NAME="llamon-run"
+            LLAMON_REGISTRY_URL=live_server.url,
+            LLAMON_REGISTRY_TOKEN=token,
+            LLAMON_REGISTRY_TRUSTED="1",  # the workbench is the operator's own: its stdio servers start
+            OTEL_SERVICE_NAME="llamon-run",
         )
         served = Served(new_project("react", tmp_path / "support-agent"), env)
         try:

@@ -46,7 +46,8 @@ def served(live_server: Any, make_user: Any, tmp_path: Path) -> Iterator[dict[st
     editor = make_user("editor")
     secret = token_create(actor=editor, name="served-agent").secret
     env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMON_") and k != "MCP_ID"}
-    env.update(LLAMON_REGISTRY_URL=live_server.url, LLAMON_REGISTRY_TOKEN=secret)
+    # The workbench is the operator's own: its stdio servers (the demo servers) may start.
+    env.update(LLAMON_REGISTRY_URL=live_server.url, LLAMON_REGISTRY_TOKEN=secret, LLAMON_REGISTRY_TRUSTED="1")
 
     def traced(name: str) -> dict[str, str]:
         """The trace goes with the agent's own ingest credential (a person's token is refused)."""

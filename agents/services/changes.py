@@ -17,7 +17,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from accounts.roles import credential_may_approve, credential_of, has_role, is_approver
-from agents.changes import change_request_stale, independent, review_problems
+from agents.change_reads import change_request_stale, independent, review_problems
 from agents.errors import AgentConflictError, AgentError, ChangeRequested
 from agents.models import Agent, ChangeRequest, ChangeReview
 from agents.services.agents import agent_delete, agent_save_values
@@ -183,7 +183,7 @@ def change_request_review(
             credential=credential,
         )
         # Only approvals valid now count: the approver is still active, still an approver, independent
-        # of the requester, and approved with a credential allowed to (agents.changes.review_problems).
+        # of the requester, and approved with a credential allowed to (agents.change_reads.review_problems).
         approvals = request.reviews.filter(
             round=request.round, decision=ChangeReview.Decision.APPROVE
         ).count() - len(review_problems(request))

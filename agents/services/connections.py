@@ -19,6 +19,7 @@ from agents.errors import AgentConflictError, AgentError
 from agents.models import Agent, ModelConnection
 from agents.services.editing import locked_for_edit
 from core.audit import audit_record
+from core.userinput import plain_text_refusal
 
 CONNECTION_FIELDS = ("name", "provider", "base_url", "api_key_env", "model_names", "max_tokens")
 MAX_CONNECTION_MODELS = 100
@@ -40,6 +41,9 @@ def _validate(connection: ModelConnection) -> None:
     except ValidationError as exc:
         field, messages = next(iter(exc.message_dict.items()))
         raise AgentError(messages[0], field=field) from None
+    refusal = plain_text_refusal(connection.name)
+    if refusal is not None:
+        raise AgentError(refusal, field="name")
     models = connection.model_names
     if not isinstance(models, list) or not models:
         raise AgentError(_("Name at least one model agents may use on this connection."), field="model_names")

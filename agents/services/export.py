@@ -1,4 +1,4 @@
-"""Evidence export: audited, then streamed (agents.export builds the rows)."""
+"""Evidence export: audited, then streamed (agents.evidence_rows builds the rows)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 from django.db.models import Model
 
-from agents.export import evidence_stream, run_document
+from agents.evidence_rows import evidence_stream, run_document
 from core.audit import audit_record
 
 

@@ -29,7 +29,7 @@ from django.utils.translation import ngettext
 
 from accounts.roles import is_approver
 from accounts.services import language_of
-from agents.changes import independent
+from agents.change_reads import independent
 from agents.errors import AgentError, ChangeRequested
 from agents.models import Agent, ChangeRequest
 from core.audit import audit_record

@@ -22,7 +22,7 @@ from agents.errors import (
 )
 from agents.evidence import run_end
 from agents.models import Agent, IngestCredential, Run
-from agents.privacy import run_redactor
+from agents.redaction import run_redactor
 from agents.services.runs import request_check_size, request_lookup_ids
 from core.audit import audit_record
 from llamon_agent.tools import AgentRequest

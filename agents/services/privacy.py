@@ -6,7 +6,7 @@ import logging
 from typing import Any
 
 from agents.models import PrivacySettings, Run
-from agents.privacy import RUN_INPUT_FIELDS, privacy_get, redactor
+from agents.redaction import RUN_INPUT_FIELDS, privacy_get, redactor
 from core.audit import audit_record
 
 logger = logging.getLogger(__name__)

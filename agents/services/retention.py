@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from agents.evidence import runs_deletion
 from agents.models import Run
-from agents.privacy import privacy_get
+from agents.redaction import privacy_get
 from rules.tester import tester_recent_delete_before
 
 logger = logging.getLogger(__name__)

@@ -1,4 +1,4 @@
-"""Staged rollout and shadow mode: start, change, promote, roll back, shadow (agents.rollout
+"""Staged rollout and shadow mode: start, change, promote, roll back, shadow (agents.rollout_runtime
 decides per run; docs/agents.md)."""
 
 from __future__ import annotations

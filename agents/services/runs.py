@@ -27,9 +27,10 @@ from agents.errors import (
 )
 from agents.evidence import run_end
 from agents.models import Agent, Run, RunStep
-from agents.privacy import redactor
+from agents.redaction import redactor
 from agents.services.rollout import rollout_guard_check
 from core.audit import audit_record
+from core.errors import disk_full
 from llamon_agent.expr import MAX_DATA_BYTES, MAX_QUERY_CHARS
 from llamon_agent.tools import AgentRequest
 
@@ -119,6 +120,12 @@ def run_publish(*, run_id: int) -> None:
     except (OperationalError, OSError) as exc:
         logger.warning("run %s: the broker refused its task message: %s", run_id, exc)
         deleted, _count = Run.objects.filter(pk=run_id, status=Run.Status.QUEUED).delete()
+        if deleted and disk_full(exc):
+            raise BrokerUnavailableError(
+                _(
+                    "The server's disk is full, so the run could not be queued and nothing was kept. Free disk space (the embedded run queue is kept under LLAMON_VAR_DIR), then try again."
+                )
+            ) from None
         if deleted:
             raise BrokerUnavailableError(
                 _(

@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from django.core.management import call_command
 from django.urls import reverse
 
-from agents.export import canonical, evidence_csv, evidence_jsonl
+from agents.evidence_rows import canonical, evidence_csv, evidence_jsonl
 from agents.models import Agent
 from core.chain import chain_public_key, new_signing_key
 from tests.conftest import ROOT

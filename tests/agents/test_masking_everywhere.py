@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from agents import services
 from agents.models import PrivacySettings
-from agents.privacy import run_redactor
+from agents.redaction import run_redactor
 from llamon_agent.guardrails import MASK_PRESETS
 from llamon_agent.otel import otel_sink, shutdown_tracer_provider
 from llamon_agent.tools import AgentRequest

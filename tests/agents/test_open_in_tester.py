@@ -10,7 +10,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from agents.models import Agent, Run, RunStep
-from agents.privacy import privacy_get
+from agents.redaction import privacy_get
 from rules import services as rule_services
 from servers.models import McpServer
 from tests.support.tester import execute_confirmed

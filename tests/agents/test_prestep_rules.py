@@ -7,7 +7,7 @@ import pytest
 from django.urls import reverse
 
 from agents import trace as traces
-from agents.privacy import privacy_get
+from agents.redaction import privacy_get
 from rules import services as rule_services
 from tests.support.recorded_runs import record_run
 

@@ -11,7 +11,7 @@ from django.urls import reverse
 
 from agents.forms import MASK_CHOICES
 from agents.models import Agent, PrivacySettings
-from agents.privacy import privacy_get
+from agents.redaction import privacy_get
 from llamon_agent.guardrails import MASK_PRESETS
 
 pytestmark = pytest.mark.django_db

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from agents import rollout, runtime, services
+from agents import rollout_runtime as rollout
+from agents import runtime, services
 from agents.errors import AgentConflictError, AgentError
 from agents.models import Agent, Run, ShadowExample, ShadowTally
 from core.models import AuditEvent

@@ -17,7 +17,7 @@ from django.urls import reverse
 from agents import runtime, selectors, services
 from agents.errors import AgentError
 from agents.models import Agent, Run
-from agents.rollout import shadow_record
+from agents.rollout_runtime import shadow_record
 from core.models import AuditEvent
 from llamon_web.demo import SEED_RULES
 from rules import services as rule_services

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from agents import rollout
+from agents import rollout_runtime as rollout
 from agents.models import Agent
 
 pytestmark = pytest.mark.django_db

@@ -6,7 +6,9 @@ Everything talks to a real redis-server: the test run's own, or a loopback port 
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import signal
 import time
 from datetime import timedelta
@@ -198,3 +200,41 @@ def test_the_run_page_says_a_lost_message_was_sent_again_and_then_why_it_failed(
     assert services.runs_redeliver(sent_before=timezone.now() + timedelta(minutes=1))["failed"] == 1
     page = viewer_client.get(reverse("agents:run_detail", args=[run.pk])).content.decode()
     assert "never picked up by a worker (broker unavailable?): its task message was sent 2 times" in page
+
+
+class _FullDisk:
+    """The os module, except that writing a file fails as on a full disk (ENOSPC)."""
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(os, name)
+
+    @staticmethod
+    def write(fd: int, data: bytes) -> int:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def test_a_full_disk_under_the_embedded_broker_is_said_not_blamed_on_the_broker(
+    editor_client, agent, settings, monkeypatch
+) -> None:
+    """The embedded broker writes each message to a file: on a full disk the 503 says the disk is
+    full (English and Korean), not that the broker is down; no run is kept."""
+    from llamon_web import broker
+    from tests.support.celery_publish import publishing_to
+
+    assert settings.CELERY_BROKER_URL == "atomicfs://"
+    monkeypatch.setattr(broker, "os", _FullDisk())
+    with publishing_to("atomicfs://", settings.CELERY_BROKER_TRANSPORT_OPTIONS):
+        for language, full in (
+            ("en", "The server's disk is full, so the run could not be queued"),
+            ("ko", "서버 디스크"),
+        ):
+            response = editor_client.post(
+                "/api/runs",
+                {"agent": agent.pk, "query": "hello"},
+                content_type="application/json",
+                headers={"Accept-Language": language},
+            )
+            detail = response.json()["detail"]
+            assert response.status_code == 503 and full in detail, detail
+            assert "broker" not in detail.lower() and "브로커" not in detail
+    assert not Run.objects.exists()

@@ -15,7 +15,7 @@ from django.urls import reverse
 from accounts.token_services import token_create
 from agents import services
 from agents.models import Agent, Run
-from agents.privacy import privacy_get
+from agents.redaction import privacy_get
 from rules.models import TestCase as RuleCase
 from tests.support.rule_sets import build_rule_set
 

@@ -21,7 +21,7 @@ from django.urls import reverse
 
 from agents import services
 from agents.models import Agent, Run
-from agents.privacy import privacy_get
+from agents.redaction import privacy_get
 from llamon_agent.guardrails import DASH_CHARS, INVISIBLE_CHARS, JSON_PUNCTUATION
 from llamon_agent.tools import AgentRequest
 from tests.conftest import celery_worker

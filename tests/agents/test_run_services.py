@@ -213,7 +213,7 @@ def test_the_sink_commits_a_step_on_start_and_completes_it_on_end(agent) -> None
 
 
 def test_the_sink_redacts_what_it_stores(agent) -> None:
-    from agents.privacy import redactor
+    from agents.redaction import redactor
 
     run = Run.objects.create(agent=agent, query="q")
     sink = DbStepSink(run, redact=redactor(patterns=[r"C-\d{4}"], presets=["card_number"]))
@@ -226,7 +226,7 @@ def test_the_sink_redacts_what_it_stores(agent) -> None:
 
 
 def test_a_result_off_its_output_schema_is_stored_masked_and_shown_as_a_warning(agent, admin_client) -> None:
-    from agents.privacy import redactor
+    from agents.redaction import redactor
 
     run = Run.objects.create(agent=agent, query="q")
     sink = DbStepSink(run, redact=redactor(patterns=[], presets=["card_number"]))
@@ -415,7 +415,7 @@ def test_every_ingested_batch_is_a_sign_of_life() -> None:
 
 
 def test_stored_run_data_keeps_no_mcp_stderr_tail() -> None:
-    from agents.privacy import redactor
+    from agents.redaction import redactor
     from llamon_agent.mcp.transports import STDERR_MARKER
 
     redact = redactor(patterns=[], presets=[])
@@ -431,7 +431,7 @@ def test_stored_run_data_keeps_no_mcp_stderr_tail() -> None:
 
 
 def test_a_served_runs_steps_hide_what_its_input_hid_even_in_pieces() -> None:
-    from agents.privacy import privacy_get
+    from agents.redaction import privacy_get
     from llamon_agent.trace import ListSink
 
     privacy = privacy_get()

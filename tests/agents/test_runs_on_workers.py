@@ -151,3 +151,35 @@ def test_cancelling_a_running_run_stops_it_at_the_next_step(redis_publisher, han
 
 def test_the_celery_app_is_back_on_the_embedded_broker_after_these_tests() -> None:
     assert app.conf.broker_url == "atomicfs://"
+
+
+def test_a_sigterm_to_the_workers_whole_process_group_lets_its_runs_finish(
+    redis_publisher, make_user
+) -> None:
+    """`kill -TERM -PGID` (systemd's default KillMode=control-group) while two runs wait on a tool:
+    the pool's children ignore it, the main process shuts down warm, and both runs succeed. A third
+    child has run nothing yet: it may die of the signal, which loses nothing."""
+    agent = misbehaving_agent(
+        make_user("editor"),
+        tool="hang",
+        when="len(query) > 0",
+        params='{"seconds": 2}',
+        timeout_s=30,
+        name="release",
+        rule_set_name="release",
+    )
+    with celery_worker(redis_publisher, concurrency=3) as (proc, output):
+        runs = [
+            services.run_create(actor=None, agent=agent, request=AgentRequest(query=f"run {i}"))
+            for i in range(2)
+        ]
+        for run in runs:
+            wait_for_run(run.pk, until=lambda r: r.status == Run.Status.RUNNING)
+        os.killpg(proc.pid, signal.SIGTERM)  # the whole group: main process and pool children
+        assert proc.wait(timeout=60) == 0, output.text()[-3000:]
+    ended = [Run.objects.get(pk=run.pk) for run in runs]
+    assert [r.status for r in ended] == [Run.Status.SUCCEEDED] * 2, (
+        [(r.status, r.error_kind, r.error) for r in ended],
+        output.text()[-3000:],
+    )
+    assert all(r.steps.get(kind="rule").status == "ok" for r in ended)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 from typing import Any
 
 import httpx
@@ -22,6 +23,7 @@ from llamon_web.demo import SEED_RULES
 from rules import cases
 from rules.models import Rule, RuleSet
 from tests.support.rule_sets import build_rule_set
+from tests.support.side_venvs import MCP_2
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -93,6 +95,23 @@ def test_without_a_valid_token_the_endpoint_refuses(live_server, client, make_us
         _url(live_server), json=body, headers={**accept, "Authorization": "Bearer llamon_x_y"}, timeout=30
     )
     assert bad.status_code == 401 and "unknown, revoked" in bad.json()["detail"]
+    # The same sentence as a JSON-RPC error for the request's id: what an MCP client shows (mcp 2,
+    # fastmcp and the TypeScript SDK read a JSON-RPC error at a non-2xx status).
+    parsed = subprocess.run(
+        [
+            str(MCP_2.python()),
+            "-c",
+            "import sys; from mcp.types import jsonrpc_message_adapter as a; "
+            "m = a.validate_json(sys.stdin.buffer.read(), by_name=False); "
+            "print(type(m).__name__, m.id, m.error.code, m.error.message)",
+        ],
+        input=bad.content,
+        capture_output=True,
+        check=True,
+    )
+    assert parsed.stdout.decode().startswith("JSONRPCError 1 -32001 The API token is unknown, revoked"), (
+        parsed
+    )
     # A browser session is not a credential here (no CSRF exposure): the cookie alone is refused.
     client.force_login(make_user("admin"))
     cookie = client.cookies["sessionid"].value

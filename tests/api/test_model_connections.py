@@ -387,3 +387,50 @@ def test_through_the_mcp_endpoint_a_run_sends_the_key_nowhere_unpaired(
     run.refresh_from_db()
     assert run.status == Run.Status.FAILED and "has no connection" in run.error
     assert hostile.connections == 0 and corp.requests == []
+
+
+HOSTILE_NAMES = {
+    "right-to-left override": "corp\u202egnp.exe",
+    "bidi isolate": "corp\u2067x\u2069",
+    "line feed": "corp\nadmin",
+    "carriage return": "corp\rforged",
+    "tab": "corp\tx",
+    "bell": "corp\x07",
+    "escape": "corp\x1b[31m",
+    "zero-width space": "co\u200brp",
+    "line separator": "corp\u2028x",
+    "private use": "corp\ue000",
+    "Hebrew": "\u05e9\u05dc\u05d5\u05dd",
+    "Arabic": "\u0645\u0631\u062d\u0628\u0627",
+}
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("kind", sorted(HOSTILE_NAMES))
+def test_a_connection_name_is_plain_printable_text_on_every_route(caller, admin_client, kind) -> None:
+    """The API's create and change and the admin's page refuse the name with the character named,
+    in English and Korean; nothing is saved."""
+    name = HOSTILE_NAMES[kind]
+    admin = caller("token:admin")
+    body = {"name": name, "base_url": "http://127.0.0.1:9/v1", "model_names": ["m"]}
+    refused = admin.post("/api/model-connections", body)
+    assert refused.status_code == 422 and refused.json()["field"] == "name", refused.content
+    assert "plain printable text on one line" in refused.json()["detail"]
+    korean = admin.post("/api/model-connections", body, headers={"Accept-Language": "ko"})
+    assert korean.status_code == 422 and "한 줄" in korean.json()["detail"], korean.json()
+    assert not ModelConnection.objects.exists()
+
+    kept = _connection("http://127.0.0.1:9/v1", name="운영 연결 (prod-1)")  # Korean and punctuation pass
+    changed = admin.patch(f"/api/model-connections/{kept.pk}", {"revision": kept.revision, "name": name})
+    assert changed.status_code == 422 and changed.json()["field"] == "name", changed.content
+    page = admin_client.post(
+        reverse("agents:connection_create"),
+        {
+            "name": name,
+            "provider": "openai-compatible",
+            "base_url": "http://127.0.0.1:9/v1",
+            "model_names": "m",
+        },
+    )
+    assert "plain printable text on one line" in page.content.decode()
+    assert list(ModelConnection.objects.values_list("name", flat=True)) == ["운영 연결 (prod-1)"]

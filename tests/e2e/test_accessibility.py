@@ -380,3 +380,47 @@ def test_a_second_enter_right_after_the_list_is_redrawn_moves_the_rule_again_in_
     expect(rules.nth(2)).to_have_id(f"rule-{first.pk}")
     expect(rules.nth(2).locator("button[value=up]")).to_be_focused()
     assert loads == []  # both moves were htmx requests: no page load
+
+
+@pytest.mark.slow
+def test_flash_messages_disabled_rules_and_wide_diffs_in_both_languages(
+    browser, live_server, demo_objects
+) -> None:
+    """States the demo never reaches, in English and Korean: a page with a flash message, a rule set
+    with a disabled rule, a version diff with a long value. No serious axe violation (listitem,
+    contrast), no sideways overflow at 1440 px, and no English change label in the Korean diff."""
+    from rules.models import Rule
+
+    rule = Rule.objects.filter(rule_set=demo_objects["rule_set"]).order_by("position").first()
+    Rule.objects.filter(pk=rule.pk).update(enabled=False, params='{"query": "' + "긴 값 " * 120 + '"}')
+    problems: list[str] = []
+    for locale, saved in (("en-US", "Saved agent"), ("ko-KR", "저장")):
+        context = browser.new_context(
+            base_url=live_server.url, viewport={"width": 1440, "height": 900}, locale=locale
+        )
+        context.set_default_timeout(15_000)
+        page = context.new_page()
+        try:
+            _login(page, demo_objects["admin"].username)
+            page.goto(f"/agents/{demo_objects['agent'].pk}/edit")
+            page.click("#agent-form button[type=submit]")
+            page.wait_for_url("**/agents/")
+            assert saved in page.locator("#messages").inner_text(), page.locator("#messages").inner_text()
+            problems += axe_problems(page, f"{locale} flash message", 1440)
+            page.goto(f"/rules/{demo_objects['rule_set'].pk}/?rule={rule.pk}")
+            assert page.locator(".rule.is-disabled").count() == 1
+            problems += axe_problems(page, f"{locale} disabled rule", 1440)
+            page.goto(f"/rules/{demo_objects['rule_set'].pk}/versions/diff?a=1&b=draft")
+            problems += axe_problems(page, f"{locale} wide diff", 1440)
+            scroll = page.evaluate("document.documentElement.scrollWidth")
+            if scroll > 1440:
+                problems.append(f"{locale} wide diff: the page is {scroll}px wide at 1440 px")
+            labels = page.locator("#diff .tag").all_inner_texts()
+            assert labels, "the diff shows no change"
+            if locale == "ko-KR":
+                english = [label for label in labels if label in ("added", "removed", "changed", "moved")]
+                if english:
+                    problems.append(f"English change labels in the Korean diff: {english}")
+        finally:
+            context.close()
+    assert not problems, f"{len(problems)} accessibility problems:\n" + "\n".join(problems)

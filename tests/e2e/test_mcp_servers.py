@@ -18,7 +18,14 @@ from tests.e2e.conftest import screenshot
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
-KB_SCRIPT = str(Path(__file__).resolve().parents[2] / "examples" / "mcp_servers" / "knowledge_base.py")
+KB_SCRIPT = str(
+    Path(__file__).resolve().parents[2]
+    / "sdk"
+    / "src"
+    / "llamon_agent"
+    / "demo_servers"
+    / "knowledge_base.py"
+)
 
 
 @pytest.fixture(autouse=True)

@@ -6,7 +6,7 @@ import pytest
 from django.utils import timezone
 
 from agents.models import Agent, Run, RunStep
-from agents.privacy import privacy_get
+from agents.redaction import privacy_get
 from rules import services
 from servers.models import McpServer
 from tests.e2e.conftest import screenshot

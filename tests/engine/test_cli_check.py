@@ -89,7 +89,7 @@ def test_rule_on_an_mcp_id_the_registry_does_not_know(
 def test_a_tool_name_the_server_does_not_offer_is_reported_with_a_did_you_mean(
     react: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The servers are asked for their tools; one that cannot be reached is a note, not a problem."""
+    """The servers are asked for their tools; one that cannot be reached is a problem of its own."""
     tools = react / "app" / "tools.py"
     tools.write_text(tools.read_text().replace('"get_order"', '"get_ordr"'), encoding="utf-8")
     registry = react / "registry.yaml"
@@ -98,15 +98,31 @@ def test_a_tool_name_the_server_does_not_offer_is_reported_with_a_did_you_mean(
     registry.write_text(
         head + "knowledge-base:\n  transport: http\n  url: http://127.0.0.1:9/mcp\n", encoding="utf-8"
     )
-    code, lines, err = _check(react, capsys, offline=False)
+    code, lines, _ = _check(react, capsys, offline=False)
     assert code == 1
-    assert len(lines) == 1, lines
-    assert lines[0].startswith("app/tools.py:") and lines[0].split(":")[1].isdigit()
-    assert "rule route_order_lookup calls tool 'get_ordr', which order-service does not offer" in lines[0]
-    assert "did you mean 'get_order'?" in lines[0]
-    assert "note: knowledge-base: its tools could not be listed" in err
+    unreachable = [line for line in lines if "MCP server 'knowledge-base' could not start" in line]
+    typo = [line for line in lines if "get_ordr" in line]
+    assert len(unreachable) == 1 and len(typo) == 1 and len(lines) == 2, lines
+    assert unreachable[0].startswith("app/tools.py:")
+    assert typo[0].startswith("app/tools.py:") and typo[0].split(":")[1].isdigit()
+    assert "rule route_order_lookup calls tool 'get_ordr', which order-service does not offer" in typo[0]
+    assert "did you mean 'get_order'?" in typo[0]
     # Offline, nothing is asked and the typo passes (as every check did before).
     assert _check(react, capsys)[0] == 0
+
+
+def test_a_server_that_cannot_start_is_a_problem(flow: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A flow's server that dies on start (here: a demo server on an mcp it cannot import) fails
+    the check where the flow names it; the same project with the server intact is clean."""
+    assert _check(flow, capsys, offline=False)[0] == 0
+    registry = flow / "registry.yaml"
+    text = registry.read_text(encoding="utf-8")
+    registry.write_text(text.replace("order_service.py", "no_such_server.py", 1), encoding="utf-8")
+    code, lines, _ = _check(flow, capsys, offline=False)
+    assert code == 1, lines
+    assert len(lines) == 1 and lines[0].startswith("app/graph.py:"), lines
+    assert "MCP server 'order-service' could not start or list its tools" in lines[0]
+    assert _check(flow, capsys)[0] == 0  # offline: nothing is started
 
 
 def test_flow_mcp_id_is_checked_against_the_registry(flow: Path, capsys: pytest.CaptureFixture[str]) -> None:

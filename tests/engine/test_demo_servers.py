@@ -1,4 +1,4 @@
-"""The demo MCP servers in examples/mcp_servers, driven by the plain mcp client (stdio and HTTP)."""
+"""The demo MCP servers in sdk/src/llamon_agent/demo_servers, driven by the plain mcp client (stdio and HTTP)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult
 
-SERVERS_DIR = Path(__file__).resolve().parents[2] / "examples" / "mcp_servers"
+SERVERS_DIR = Path(__file__).resolve().parents[2] / "sdk" / "src" / "llamon_agent" / "demo_servers"
 
 
 def _stdio_params(script: str) -> StdioServerParameters:

@@ -35,7 +35,7 @@ def forget_project(path: Path) -> None:
 
 
 ROOT = Path(__file__).resolve().parents[2]
-DEMO = ROOT / "examples" / "mcp_servers"
+DEMO = ROOT / "sdk" / "src" / "llamon_agent" / "demo_servers"
 
 
 def _request(query: str, **context: Any) -> AgentRequest:

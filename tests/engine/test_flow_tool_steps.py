@@ -15,7 +15,9 @@ from llamon_agent.mcp import McpServerSpec
 from llamon_agent.tools import AgentRequest
 from llamon_agent.trace import ListSink
 
-ORDER_SERVICE = Path(__file__).resolve().parents[2] / "examples" / "mcp_servers" / "order_service.py"
+ORDER_SERVICE = (
+    Path(__file__).resolve().parents[2] / "sdk" / "src" / "llamon_agent" / "demo_servers" / "order_service.py"
+)
 
 
 def test_an_mcp_call_inside_a_node_is_a_tool_step_of_the_flow() -> None:

@@ -3,7 +3,7 @@
 The connection dict (langchain-mcp-adapters' shape) becomes the registry
 (llamon_agent.mcp.langchain_compat), and ``prestep_node`` runs the routing rules as the first
 node of a plain ``StateGraph``, tracing into the sink it finds (config or the running trace).
-The graph tests use the real demo MCP servers of examples/mcp_servers: order-service over
+The graph tests use the real demo MCP servers of sdk/src/llamon_agent/demo_servers: order-service over
 stdio and knowledge-base over streamable HTTP; the model node is the product's offline model.
 """
 
@@ -36,7 +36,7 @@ from llamon_agent.trace import ListSink, traced
 from tests.conftest import free_port
 
 pytestmark = pytest.mark.timeout(120)
-SERVERS = Path(__file__).resolve().parents[2] / "examples" / "mcp_servers"
+SERVERS = Path(__file__).resolve().parents[2] / "sdk" / "src" / "llamon_agent" / "demo_servers"
 
 
 # --------------------------------------------------------------------------- the connection dict

@@ -272,7 +272,7 @@ def test_no_registry_configured_names_both_variables() -> None:
 
 
 def test_seed_flow_against_the_demo_order_service(tmp_path: Path, handle_pool: McpPool) -> None:
-    script = MISBEHAVING.parents[2] / "examples" / "mcp_servers" / "order_service.py"
+    script = MISBEHAVING.parents[2] / "sdk" / "src" / "llamon_agent" / "demo_servers" / "order_service.py"
     assert script.exists(), script
     path = tmp_path / "registry.yaml"
     entry = {"transport": "stdio", "command": sys.executable, "args": [str(script)], "timeout_s": 20}

@@ -23,7 +23,7 @@ from llamon_agent.mcp.errors import (
 from llamon_agent.mcp.pool import McpPool, get_pool
 from llamon_agent.mcp.results import DEFAULT_MAX_RESULT_BYTES
 from llamon_agent.mcp.transports import child_env
-from tests.engine.conftest import HttpServer, children_running, stdio_spec, wait_until
+from tests.engine.conftest import MISBEHAVING, HttpServer, children_running, stdio_spec, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -175,6 +175,21 @@ def test_server_that_cannot_start_is_a_connection_error() -> None:
         )
         with pytest.raises(McpConnectionError, match="MCP server 'crashes'.*boom"):
             pool.list_tools_sync("crashes")
+    finally:
+        pool.close()
+
+
+def test_the_start_up_limit_is_the_servers_own_timeout() -> None:
+    """A server slow to start (thousands of tools): its session may take its ``timeout_s`` to open,
+    not a fixed 30 s; one that takes longer than its own setting is refused with that setting."""
+    pool = McpPool()  # no pool-wide limit: each server's timeout_s
+    try:
+        slow = [str(MISBEHAVING), "--start-delay", "1.5"]
+        pool.register(stdio_spec("patient", args=slow, timeout_s=20))
+        pool.register(stdio_spec("impatient", args=slow, timeout_s=0.5))
+        assert "add" in [tool.name for tool in pool.list_tools_sync("patient")]
+        with pytest.raises(McpConnectionError, match=r"MCP server 'impatient': .*within 0\.5s"):
+            pool.list_tools_sync("impatient")
     finally:
         pool.close()
 

@@ -46,7 +46,7 @@ from tests.support.react import (
 )
 
 REPO = Path(__file__).resolve().parents[2]
-ORDER_SERVICE = REPO / "examples" / "mcp_servers" / "order_service.py"
+ORDER_SERVICE = REPO / "sdk" / "src" / "llamon_agent" / "demo_servers" / "order_service.py"
 
 
 def kinds(sink: ListSink) -> list[tuple[str, str, str]]:

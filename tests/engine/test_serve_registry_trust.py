@@ -21,7 +21,7 @@ from llamon_agent.serve import _bind_servers, served_pool
 from llamon_agent.settings import Settings, SettingsError
 from tests.support.fake_dns import fake_resolver
 
-DEMO = Path(__file__).resolve().parents[2] / "examples" / "mcp_servers"
+DEMO = Path(__file__).resolve().parents[2] / "sdk" / "src" / "llamon_agent" / "demo_servers"
 
 
 @pytest.fixture
@@ -82,8 +82,8 @@ def test_the_operator_may_allow_a_command_and_a_registry_file_is_trusted(registr
     settings = Settings(registry_url=remote, mcp_stdio_allow=sys.executable)
     assert served_pool(settings).stdio_allowed(_spec("order-service", entry))
     assert not served_pool(Settings(registry_url=remote)).stdio_allowed(_spec("order-service", entry))
-    # A workbench on this machine (a loopback URL) is the operator's own, like a file.
-    assert served_pool(Settings(registry_url="http://127.0.0.1:8000")).stdio_allowed(
+    # A registry the operator declares their own (their workbench) is trusted, like a file.
+    assert served_pool(Settings(registry_url=remote, registry_trusted=True)).stdio_allowed(
         _spec("order-service", entry)
     )
     registry_file = tmp_path / "registry.json"
@@ -120,3 +120,27 @@ def test_a_plain_http_registry_off_this_machine_needs_saying_so(values, ok) -> N
     else:
         with pytest.raises(SettingsError):
             Settings(**values)
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost"])
+def test_a_loopback_registry_is_not_trusted_for_being_loopback(registry, caplog, host) -> None:
+    """Any local process (another user's, a compromised tool) can listen on a loopback port: its
+    stdio entries do not start unless the operator says the registry is theirs."""
+    url, entries, marker = registry
+    entries["evil"] = {"transport": "stdio", "command": "/bin/sh", "args": ["-c", f"touch {marker}"]}
+    port = url.rsplit(":", 1)[1]
+    settings = Settings(registry_url=f"http://{host}:{port}")
+    pool = served_pool(settings)
+
+    async def bind() -> None:
+        try:
+            await _bind_servers(["evil"], settings, pool)
+        finally:
+            await pool.aclose()
+
+    with caplog.at_level(logging.ERROR, logger="llamon_agent"):
+        asyncio.run(bind())
+    assert not marker.exists()
+    assert "set LLAMON_REGISTRY_TRUSTED=1 if this registry is your own" in caplog.text
+    trusted = served_pool(Settings(registry_url=f"http://{host}:{port}", registry_trusted=True))
+    assert trusted.stdio_allowed(_spec("evil", entries["evil"]))  # said so: the operator's own

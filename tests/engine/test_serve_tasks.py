@@ -403,3 +403,35 @@ def test_an_a2a_03_client_streams_and_reads_the_task(served_on_loopback: str) ->
     assert "확정 호출 결과" in events[-1]["text"]
     assert out["task"]["state"] == "completed" and "확정 호출 결과" in out["task"]["artifacts"][0]
     assert out["unknown"].startswith("A2AClientJSONRPCError") and "-32001" in out["unknown"]
+
+
+def test_one_callers_large_tasks_push_out_only_its_own() -> None:
+    """A caller (here: unauthenticated, from one address) that sends large messages without
+    waiting keeps at most its byte budget of finished tasks; another caller's task stays."""
+    store = BoundedTaskStore(kept=1000, bytes_per_caller=1_000_000)
+    app = build_app(react_runner([route_order]), URL, task_store=store)
+    big = "주문 조회 " + "x" * 200_000  # ~200 KB of request kept in each task's history
+
+    async def go() -> None:
+        def client(address: str) -> httpx.AsyncClient:
+            transport = httpx.ASGITransport(app=app, client=(address, 40000))
+            return httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:8001")
+
+        async with client("10.0.0.2") as other, client("10.0.0.1") as flooder:
+            quiet, loud = Rpc(other), Rpc(flooder)
+            kept = (await quiet.stream("SendStreamingMessage", {"message": message()}))[0]
+            kept_id = kept["result"]["task"]["id"]
+            ids = []
+            for _ in range(12):
+                events = await loud.stream("SendStreamingMessage", {"message": message(big)})
+                ids.append(events[0]["result"]["task"]["id"])
+            assert 0 < store.bytes_of("address:10.0.0.1") <= 1_000_000
+            assert len(store) < 12  # the flood's oldest went
+            assert (await loud("GetTask", {"id": ids[0]}))["error"]["code"] == -32001
+            assert (await loud("GetTask", {"id": ids[-1]}))["result"]["status"][
+                "state"
+            ] == "TASK_STATE_COMPLETED"
+            done = (await quiet("GetTask", {"id": kept_id}))["result"]
+            assert done["status"]["state"] == "TASK_STATE_COMPLETED"  # the other caller's is kept
+
+    asyncio.run(go())

@@ -17,7 +17,7 @@ import pytest
 from django.utils import timezone
 
 from agents.models import Run
-from agents.privacy import redactor
+from agents.redaction import redactor
 from governance import requests, services
 from governance.impact import ImpactReport
 from governance.selectors import RunFilter

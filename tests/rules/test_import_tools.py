@@ -130,3 +130,32 @@ def test_the_page_previews_then_imports_on_confirmation(editor_client) -> None:
     ]
     stale = editor_client.post(url, {"action": "confirm", "source": SEED, "sha256": sha, "name": "other"})
     assert stale.status_code == 400 and not RuleSet.objects.filter(name="other").exists()
+
+
+def _branchy(count: int, ifs: int = 7) -> str:
+    """``count`` routing functions, each with ``ifs`` ifs in a row: 2**ifs paths to unfold each."""
+    functions = []
+    for i in range(count):
+        lines = ['@deterministic_tool(mcp_id="order-service")', f"def route_{i}(ctx):"]
+        for d in range(ifs):
+            lines += [f'    if "k{d}" in ctx.query:', f"        seen_{d} = 1"]
+        lines.append('    return {"tool_name": "get_order", "params": {"q": ctx.query}}')
+        functions.append("\n".join(lines))
+    return "from llamon_agent.tools import deterministic_tool\n\n\n" + "\n\n\n".join(functions) + "\n"
+
+
+def test_a_hostile_file_is_translated_within_a_bound_on_its_paths() -> None:
+    """A file of many functions just under the per-function limit (here 40 x 128 paths) made the
+    preview unfold every path (a 700 KB one: 16 s of the web's CPU). The module-wide budget stops
+    at MAX_MODULE_PATHS: the functions after it are reported, not translated (English and Korean)."""
+    from llamon_agent.tools_import import MAX_MODULE_PATHS
+
+    preview = tools_py_preview(_branchy(40))
+    translated = len(preview.rules)
+    assert translated == MAX_MODULE_PATHS // 128 < 40
+    refused = preview.untranslatable
+    assert len(refused) == 40 - translated
+    assert all("more than 4096 paths in all" in u["message"] for u in refused), refused[:2]
+    with translation.override("ko"):
+        korean = tools_py_preview(_branchy(40)).untranslatable[0]["message"]
+    assert "4096" in korean and "paths in all" not in korean, korean

@@ -2,7 +2,8 @@
 
 Run: ``python tests/servers/misbehaving.py`` (stdio) or ``... --http PORT`` (streamable HTTP
 on 127.0.0.1:PORT, endpoint ``/mcp``). ``--extra-tools N`` lists N more tools, each with a
-``--tool-description-bytes`` long description (a server whose tool list is too big to store).
+``--tool-description-bytes`` long description (a server whose tool list is too big to store);
+``--start-delay S`` waits S seconds before it serves (a server slow to start).
 """
 
 from __future__ import annotations
@@ -150,7 +151,11 @@ def main() -> None:
     parser.add_argument("--http", type=int, metavar="PORT", help="serve streamable HTTP on 127.0.0.1:PORT")
     parser.add_argument("--extra-tools", type=int, default=0, metavar="N", help="list N more tools")
     parser.add_argument("--tool-description-bytes", type=int, default=20, metavar="B")
+    parser.add_argument(
+        "--start-delay", type=float, default=0, metavar="S", help="wait S seconds before serving"
+    )
     args = parser.parse_args()
+    time.sleep(args.start_delay)  # a slow start (a server with thousands of tools): the handshake waits
     for i in range(args.extra_tools):
         mcp.add_tool(_extra_tool, name=f"extra_{i:05d}", description="d" * args.tool_description_bytes)
     if args.http:

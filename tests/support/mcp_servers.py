@@ -11,7 +11,7 @@ from servers.models import McpServer
 from servers.services import mcp_server_create
 
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLES = ROOT / "examples" / "mcp_servers"
+EXAMPLES = ROOT / "sdk" / "src" / "llamon_agent" / "demo_servers"
 KB_SCRIPT = str(EXAMPLES / "knowledge_base.py")
 ORDER_SCRIPT = str(EXAMPLES / "order_service.py")
 HTMX = {"HTTP_HX_REQUEST": "true"}

@@ -10,7 +10,7 @@ from typing import Any
 from django.utils import timezone
 
 from agents.models import Agent, Run
-from agents.privacy import redactor
+from agents.redaction import redactor
 from agents.sink import DbStepSink
 from core.content_hash import sha256
 from llamon_agent.prestep import StaticToolBackend, run_prestep

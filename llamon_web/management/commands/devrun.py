@@ -193,7 +193,8 @@ class Command(BaseCommand):
             ],
             "demo-mcp": [
                 python,
-                str(base / "examples" / "mcp_servers" / "order_service.py"),
+                "-m",
+                "llamon_agent.demo_servers.order_service",
                 "--http",
                 "--host",
                 "127.0.0.1",

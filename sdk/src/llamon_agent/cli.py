@@ -117,7 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _new(args: argparse.Namespace) -> int:
-    from llamon_agent.flow.scaffold import ScaffoldError, default_demo_dir, new_project
+    from llamon_agent.flow.scaffold import ScaffoldError, new_project
 
     try:
         written = new_project(
@@ -127,11 +127,6 @@ def _new(args: argparse.Namespace) -> int:
         print(f"llamon new: {exc}", file=sys.stderr)
         return EXIT_PROBLEMS
     print(f"created {args.directory} from template {args.template} ({len(written)} files)")
-    if args.demo_servers is None and default_demo_dir() is None:
-        print(
-            "note: the demo MCP servers were not found; edit registry.yaml (or pass --demo-servers DIR)",
-            file=sys.stderr,
-        )
     print(f"next: cd {args.directory} && cp .env.example .env && pytest && llamon run .")
     return EXIT_OK
 

@@ -352,9 +352,9 @@ async def check_project(
 ) -> CheckReport:
     """Load a project and report its problems (unlisted rules, unknown mcp_ids and tools, broken modules, ...).
 
-    With ``ask_servers`` the registry's MCP servers are asked for their tool lists (concurrently,
-    TOOL_LIST_TIMEOUT_S each), and a rule returning a ``tool_name`` its server does not offer is a
-    problem; a server that cannot be reached is a note (its tool names go unchecked).
+    With ``ask_servers`` every registry server the project uses is started (or reached) and asked for
+    its tool list (concurrently, TOOL_LIST_TIMEOUT_S each): one that cannot answer is a problem, and
+    so is a rule returning a ``tool_name`` its server does not offer.
     """
     from llamon_agent.mcp.registry import registry_from_settings
 
@@ -411,20 +411,29 @@ async def check_project(
                     line,
                 )
             )
-    if ask_servers and project.kind == "react":
-        calls = [c for c in _rule_tool_calls(root, project) if c[2] in known]
-        if calls:
-            await _check_tool_names(report, calls, {c[2]: known[c[2]] for c in calls}, settings)
+    if ask_servers:
+        used = {mcp_id: (file, line) for file, line, mcp_id, _ in reversed(wanted) if mcp_id in known}
+        calls = (
+            [c for c in _rule_tool_calls(root, project) if c[2] in known] if project.kind == "react" else []
+        )
+        if used:
+            await _ask_servers(report, used, calls, {mcp_id: known[mcp_id] for mcp_id in used}, settings)
     return report
 
 
-async def _check_tool_names(
+async def _ask_servers(
     report: CheckReport,
+    used: dict[str, tuple[str, int | None]],
     calls: list[tuple[str, int | None, str, str, str]],
     specs: dict[str, Any],
     settings: Settings,
 ) -> None:
-    """Ask each server for its tools; a rule's literal ``tool_name`` that is not among them is a problem."""
+    """Start (or reach) every server the project uses and ask it for its tools, as `llamon run` will.
+
+    A server that cannot start, be reached or answer in time is a problem at the first place that
+    uses it (a served request would fail there); a rule's literal ``tool_name`` its server does not
+    offer is a problem with a "did you mean".
+    """
     import asyncio
 
     from llamon_agent.expr.messages import close_matches, quoted_list
@@ -451,8 +460,9 @@ async def _check_tool_names(
                 if isinstance(answer, TimeoutError)
                 else str(answer) or type(answer).__name__
             )
-            report.notes.append(
-                f"{mcp_id}: its tools could not be listed ({reason}); its tool names were not checked"
+            file, line = used[mcp_id]
+            report.problems.append(
+                Problem(f"MCP server {mcp_id!r} could not start or list its tools: {reason}", file, line)
             )
         else:
             offered[mcp_id] = answer

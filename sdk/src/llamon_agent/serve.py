@@ -39,7 +39,11 @@ from llamon_agent.a2a import A2AFormatError, to_request
 from llamon_agent.mcp.errors import McpError, RegistryError
 from llamon_agent.otel import otel_sink, shutdown_tracer_provider
 from llamon_agent.served_pool import served_pool
-from llamon_agent.settings import DEFAULT_A2A_TASK_TTL_S, DEFAULT_A2A_TASKS_KEPT
+from llamon_agent.settings import (
+    DEFAULT_A2A_TASK_BYTES_PER_CALLER,
+    DEFAULT_A2A_TASK_TTL_S,
+    DEFAULT_A2A_TASKS_KEPT,
+)
 from llamon_agent.tools import AgentRequest
 from llamon_agent.trace import MultiSink, TraceEvent, TraceSink
 
@@ -326,9 +330,27 @@ def agent_card(runner: Runner, url: str) -> Any:
     )
 
 
+def caller_of(context: ServerCallContext) -> str:
+    """Who a request comes from, for the task store's per-caller bound: an authenticated user's
+    name, else the client's address (set by :class:`CallerContextBuilder`)."""
+    if context.user.is_authenticated:
+        return f"user:{context.user.user_name}"
+    return f"address:{context.state.get('client', '')}"
+
+
+@dataclass
+class _Finished:
+    at: float  # when it finished
+    owner: ServerCallContext  # names its owner for the inner store (not the request's state)
+    caller: str
+    size: int  # its serialized bytes
+
+
 class BoundedTaskStore(TaskStore):
     """a2a-sdk's ``InMemoryTaskStore`` that forgets finished tasks: at most ``kept`` of them, none
-    older than ``ttl_s`` seconds (oldest first), so a long-running server does not grow without bound.
+    older than ``ttl_s`` seconds, and at most ``bytes_per_caller`` bytes of one caller's (oldest
+    first each time), so a long-running server does not grow without bound and one caller's
+    flood of large tasks pushes out only its own.
 
     A running task is never evicted. Eviction happens on each save and read (no timer).
     """
@@ -338,24 +360,35 @@ class BoundedTaskStore(TaskStore):
         kept: int = DEFAULT_A2A_TASKS_KEPT,
         ttl_s: float = DEFAULT_A2A_TASK_TTL_S,
         clock: Callable[[], float] = time.monotonic,
+        *,
+        bytes_per_caller: int = DEFAULT_A2A_TASK_BYTES_PER_CALLER,
     ) -> None:
         self.kept = kept
         self.ttl_s = ttl_s
+        self.bytes_per_caller = bytes_per_caller
         self._clock = clock
         self._store = InMemoryTaskStore()
-        # task id -> (when it finished, a context naming its owner), oldest first
-        self._finished: OrderedDict[str, tuple[float, ServerCallContext]] = OrderedDict()
+        self._finished: OrderedDict[str, _Finished] = OrderedDict()  # oldest first
+        self._bytes: dict[str, int] = {}  # caller -> bytes of its finished tasks kept
 
     def __len__(self) -> int:
         """How many finished tasks are kept (running ones are not counted)."""
         return len(self._finished)
 
+    def bytes_of(self, caller: str) -> int:
+        """The bytes of ``caller``'s finished tasks kept."""
+        return self._bytes.get(caller, 0)
+
     async def save(self, task: Task, context: ServerCallContext) -> None:
         await self._store.save(task, context)
         if task.status.state in TERMINAL_STATES and task.id not in self._finished:
-            # Only who owns it: the request's state (headers, ...) is not kept.
+            caller = caller_of(context)
             owner = ServerCallContext(user=context.user, tenant=context.tenant)
-            self._finished[task.id] = (self._clock(), owner)
+            self._finished[task.id] = _Finished(self._clock(), owner, caller, task.ByteSize())
+            self._bytes[caller] = self.bytes_of(caller) + task.ByteSize()
+            while self.bytes_of(caller) > self.bytes_per_caller:
+                oldest = next(task_id for task_id, f in self._finished.items() if f.caller == caller)
+                await self._forget(oldest)
         await self._evict()
 
     async def get(self, task_id: str, context: ServerCallContext) -> Task | None:
@@ -367,17 +400,31 @@ class BoundedTaskStore(TaskStore):
         return await self._store.list(params, context)
 
     async def delete(self, task_id: str, context: ServerCallContext) -> None:
-        self._finished.pop(task_id, None)
+        self._untrack(task_id)
         await self._store.delete(task_id, context)
 
     async def _evict(self) -> None:
         cutoff = self._clock() - self.ttl_s
         while self._finished:
-            task_id, (finished_at, owner) = next(iter(self._finished.items()))
-            if len(self._finished) <= self.kept and finished_at > cutoff:
+            task_id, finished = next(iter(self._finished.items()))
+            if len(self._finished) <= self.kept and finished.at > cutoff:
                 break
-            del self._finished[task_id]
-            await self._store.delete(task_id, owner)
+            await self._forget(task_id)
+
+    async def _forget(self, task_id: str) -> None:
+        finished = self._untrack(task_id)
+        if finished is not None:
+            await self._store.delete(task_id, finished.owner)
+
+    def _untrack(self, task_id: str) -> _Finished | None:
+        finished = self._finished.pop(task_id, None)
+        if finished is not None:
+            left = self._bytes[finished.caller] - finished.size
+            if left > 0:
+                self._bytes[finished.caller] = left
+            else:
+                del self._bytes[finished.caller]
+        return finished
 
 
 def _wants_task(context: Any) -> bool:
@@ -540,15 +587,17 @@ def build_app(
     *,
     tasks_kept: int = DEFAULT_A2A_TASKS_KEPT,
     task_ttl_s: float = DEFAULT_A2A_TASK_TTL_S,
+    task_bytes_per_caller: int = DEFAULT_A2A_TASK_BYTES_PER_CALLER,
     task_store: BoundedTaskStore | None = None,
 ) -> Starlette:
     """The Starlette app: the agent card, and JSON-RPC at ``/`` for A2A 1.0 and 0.3 clients.
 
     Tasks live in a :class:`BoundedTaskStore` (``task_store``, else one keeping ``tasks_kept``
-    finished tasks for ``task_ttl_s`` seconds).
+    finished tasks for ``task_ttl_s`` seconds, ``task_bytes_per_caller`` bytes of one caller's).
     """
     from a2a.server.request_handlers import DefaultRequestHandler
     from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
+    from a2a.server.routes.common import DefaultServerCallContextBuilder
     from a2a.utils.errors import UnsupportedOperationError
     from starlette.applications import Starlette
 
@@ -564,7 +613,20 @@ def build_app(
             )
 
     card = agent_card(runner, url)
-    store = task_store if task_store is not None else BoundedTaskStore(tasks_kept, task_ttl_s)
+
+    class CallerContextBuilder(DefaultServerCallContextBuilder):
+        """a2a-sdk's context, with the client's address (who the caller is when unauthenticated)."""
+
+        def build(self, request: Any) -> ServerCallContext:
+            context = super().build(request)
+            context.state["client"] = request.client.host if request.client is not None else ""
+            return context
+
+    store = (
+        task_store
+        if task_store is not None
+        else BoundedTaskStore(tasks_kept, task_ttl_s, bytes_per_caller=task_bytes_per_caller)
+    )
     handler = Handler(
         agent_executor=_executor(runner, exporter),
         task_store=store,
@@ -572,7 +634,9 @@ def build_app(
     )
     routes = [
         *create_agent_card_routes(card),
-        *create_jsonrpc_routes(handler, rpc_url="/", enable_v0_3_compat=True),
+        *create_jsonrpc_routes(
+            handler, rpc_url="/", context_builder=CallerContextBuilder(), enable_v0_3_compat=True
+        ),
     ]
     return Starlette(routes=routes)
 
@@ -588,7 +652,12 @@ async def serve(
     exporter = trace_exporter(settings)
     url = f"http://{host}:{port}/"
     app = build_app(
-        runner, url, exporter, tasks_kept=settings.a2a_tasks_kept, task_ttl_s=settings.a2a_task_ttl_s
+        runner,
+        url,
+        exporter,
+        tasks_kept=settings.a2a_tasks_kept,
+        task_ttl_s=settings.a2a_task_ttl_s,
+        task_bytes_per_caller=settings.a2a_task_bytes_per_caller,
     )
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off"))
 

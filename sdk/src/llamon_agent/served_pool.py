@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import logging
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
     from llamon_agent.settings import Settings
 
 logger = logging.getLogger("llamon_agent")
-LOOPBACK_HOSTS = ("127.0.0.1", "::1", "localhost")
 
 
 def served_pool(settings: Settings) -> Any:
@@ -22,10 +20,11 @@ def served_pool(settings: Settings) -> Any:
 
     The web's pool checks its stdio allow-list, env-name policy and URL guard; a served agent must
     too, or whoever controls its registry's answer (or the path to a plain-http one) runs commands
-    on its host. A registry *file*, or a workbench on this machine (a loopback URL, whose stdio
-    entries its admins registered under its own allow-list), is the operator's own: its stdio
-    entries start. From a registry elsewhere, a stdio command starts only when
-    ``LLAMON_MCP_STDIO_ALLOW`` names it (none by default).
+    on its host. A registry *file* is the operator's own: its stdio entries start. So are those of
+    a registry URL the operator declares their own (``LLAMON_REGISTRY_TRUSTED=1``, e.g. the
+    workbench on this machine, whose admins registered them under its allow-list); a loopback URL
+    is not trusted for being loopback (any local process may listen there). From any other
+    registry a stdio command starts only when ``LLAMON_MCP_STDIO_ALLOW`` names it (none by default).
     Env and header names follow ``LLAMON_MCP_ENV_NAMES``; HTTP servers pass the URL guard (cloud
     metadata and link-local never; private addresses unless ``LLAMON_MCP_ALLOW_PRIVATE=0``).
     Every refusal is logged.
@@ -34,15 +33,17 @@ def served_pool(settings: Settings) -> Any:
     from llamon_agent.mcp.pool import McpPool
     from llamon_agent.urlguard import UrlPolicy
 
-    host = urlsplit(settings.registry_url or "").hostname or ""
-    remote = settings.registry_file is None and bool(settings.registry_url) and host not in LOOPBACK_HOSTS
+    untrusted = (
+        settings.registry_file is None and bool(settings.registry_url) and not settings.registry_trusted
+    )
     allowed = {c.strip() for c in settings.mcp_stdio_allow.split(",") if c.strip()}
 
     def stdio_allowed(spec: Any) -> bool:
-        if not remote or spec.command in allowed:
+        if not untrusted or spec.command in allowed:
             return True
         logger.error(
-            "refused MCP server %r from the registry %s: stdio command %r is not in LLAMON_MCP_STDIO_ALLOW",
+            "refused MCP server %r from the registry %s: stdio command %r is not in LLAMON_MCP_STDIO_ALLOW "
+            "(or set LLAMON_REGISTRY_TRUSTED=1 if this registry is your own)",
             spec.mcp_id,
             settings.registry_url,
             spec.command,

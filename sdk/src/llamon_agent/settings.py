@@ -48,6 +48,8 @@ _MAX_COST_BUDGET = 10**10
 # A served agent's finished A2A tasks: how many are kept for tasks/get, and for how long.
 DEFAULT_A2A_TASKS_KEPT = 1_000
 DEFAULT_A2A_TASK_TTL_S = 3_600.0
+# ... and how many bytes of them one caller may keep (its oldest are forgotten first).
+DEFAULT_A2A_TASK_BYTES_PER_CALLER = 8 * 1024 * 1024
 
 
 class CostBudgets(BaseSettings):
@@ -101,10 +103,14 @@ class Settings(CostBudgets):
     # What a served agent masks in the OTel spans it exports (docs/observability.md): preset names
     # (comma-separated; "all", or "none"). Unset: the registry's llamon-web privacy settings.
     mask_presets: str = ""
+    # The registry URL is the operator's own (a llamon-web whose admins registered its stdio
+    # servers): its stdio entries start. Never assumed, not even for a loopback URL.
+    registry_trusted: bool = False
     # ``llamon run``'s A2A task store (docs/cli.md): finished tasks kept for tasks/get, at most
     # this many (oldest forgotten first) and for at most this long.
     a2a_tasks_kept: int = Field(default=DEFAULT_A2A_TASKS_KEPT, ge=0, le=1_000_000)
     a2a_task_ttl_s: float = Field(default=DEFAULT_A2A_TASK_TTL_S, gt=0, le=7 * 86_400)
+    a2a_task_bytes_per_caller: int = Field(default=DEFAULT_A2A_TASK_BYTES_PER_CALLER, ge=0, le=2**34)
 
     def __init__(self, **values: Any) -> None:
         try:

@@ -33,10 +33,9 @@ class ScaffoldError(Exception):
     """The project cannot be created (unknown template, target not empty); one readable line."""
 
 
-def default_demo_dir() -> Path | None:
-    """``examples/mcp_servers`` of the llamon-web checkout this package runs from, when there is one."""
-    candidate = Path(__file__).resolve().parents[4] / "examples" / "mcp_servers"  # sdk/src/llamon_agent/flow
-    return candidate if (candidate / DEMO_SCRIPTS["order-service"]).is_file() else None
+def default_demo_dir() -> Path:
+    """The demo MCP servers this package ships (``llamon_agent/demo_servers``): on mcp 1.x or 2."""
+    return Path(__file__).resolve().parents[1] / "demo_servers"
 
 
 def new_project(
@@ -57,8 +56,7 @@ def new_project(
     if target.exists() and any(target.iterdir()) and not force:
         raise ScaffoldError(f"{target} is not empty (use --force to write into it anyway)")
     project_name = name or target.name
-    demo = Path(demo_dir).resolve() if demo_dir is not None else default_demo_dir()
-    demo_base = demo if demo is not None else Path("/path/to/llamon-web/examples/mcp_servers")
+    demo_base = Path(demo_dir).resolve() if demo_dir is not None else default_demo_dir()
     values = {
         "name": project_name,
         "template": template,

@@ -137,7 +137,7 @@ class McpPool:
         http_guard: HttpGuard | None = None,
         *,
         env_policy: EnvNamePolicy | None = None,
-        connect_timeout_s: float = 30.0,
+        connect_timeout_s: float | None = None,
         max_message_bytes: int = 64 * 1024 * 1024,
         max_result_bytes: int | None = None,
     ) -> None:
@@ -146,6 +146,8 @@ class McpPool:
         # Checked each time a session opens: a spec saved before the allow-list (or before it was
         # narrowed) must not hand a forbidden variable to a child or a header.
         self.env_policy = env_policy
+        # A session's start-up limit (process, transport, handshake): each server's own timeout_s
+        # (a server with 1,200 tools may need more than 30 s to start), unless the pool sets one.
         self.connect_timeout_s = connect_timeout_s
         self.max_message_bytes = max_message_bytes
         # A tool result over this is cut (results.cap_result) as it arrives, before anything reads it.
@@ -428,7 +430,7 @@ class McpPool:
                 read_stream, write_stream = await stack.enter_async_context(self._transport(slot.spec, link))
                 read_stream, write_stream = link.tap.wrap(read_stream, write_stream)
                 session = await stack.enter_async_context(ClientSession(read_stream, write_stream))
-                with anyio.fail_after(self.connect_timeout_s):
+                with anyio.fail_after(self.startup_limit_s(slot.spec)):
                     await session.initialize()
                 slot.session, slot.link, attached = session, link, True
                 slot.connects += 1
@@ -447,6 +449,10 @@ class McpPool:
                 slot.session = None
             self._doom_inflight(slot, link)
             link.closed.set()
+
+    def startup_limit_s(self, spec: McpServerSpec) -> float:
+        """How long a session of ``spec`` may take to start: the pool's limit, else the server's timeout_s."""
+        return self.connect_timeout_s if self.connect_timeout_s is not None else spec.timeout_s
 
     def _transport(self, spec: McpServerSpec, link: _Link) -> Any:
         if self.env_policy is not None:
@@ -467,7 +473,7 @@ class McpPool:
         if isinstance(exc, McpError):
             return exc
         if isinstance(exc, TimeoutError):
-            reason = f"the server did not finish the MCP handshake within {self.connect_timeout_s}s"
+            reason = f"the server did not finish the MCP handshake within {self.startup_limit_s(spec)}s"
         else:
             reason = f"could not open a session: {_describe_exception(exc)}"
         if link.stderr_tail or link.returncode is not None:
@@ -496,11 +502,11 @@ class McpPool:
             slot.ready = asyncio.get_running_loop().create_future()
             slot.wanted.set()
         try:
-            async with asyncio.timeout(self.connect_timeout_s):
+            async with asyncio.timeout(self.startup_limit_s(slot.spec)):
                 await asyncio.shield(slot.ready)
         except TimeoutError:
             raise McpConnectionError.about(
-                f"no session within {self.connect_timeout_s}s", mcp_id=slot.spec.mcp_id
+                f"no session within {self.startup_limit_s(slot.spec)}s", mcp_id=slot.spec.mcp_id
             ) from None
         live = slot.live()
         if live is None:

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 from llamon_agent.tools_import._model import (
     MAX_LEAVES,
+    MAX_MODULE_PATHS,
     MAX_SOURCE_BYTES,
     MAX_STATEMENTS,
     MAX_TREE_DEPTH,
@@ -58,6 +59,7 @@ from llamon_agent.tools_import._reader import translate_tools_module
 __all__ = [
     "ImportedRule",
     "MAX_LEAVES",
+    "MAX_MODULE_PATHS",
     "MAX_SOURCE_BYTES",
     "MAX_STATEMENTS",
     "MAX_TREE_DEPTH",

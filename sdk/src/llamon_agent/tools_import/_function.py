@@ -22,6 +22,7 @@ from llamon_agent.tools_import._model import (
     _P_OR,
     _STR_CHAIN,
     MAX_LEAVES,
+    MAX_MODULE_PATHS,
     MAX_STATEMENTS,
     ImportedRule,
     _decorator,
@@ -100,6 +101,14 @@ def _function_rules(
     if statements > MAX_STATEMENTS:
         raise _Refused(
             fn, "too-long", str(MAX_STATEMENTS), f"the function has more than {MAX_STATEMENTS} statements"
+        )
+    if module.paths >= MAX_MODULE_PATHS:  # spent on the functions before: not even started
+        raise _Refused(
+            fn,
+            "module-too-complex",
+            str(MAX_MODULE_PATHS),
+            f"the module has more than {MAX_MODULE_PATHS} paths in all; this function and the ones "
+            "after it are not translated",
         )
     fx = _Function(module, fn, args.args[0].arg)
     try:
@@ -305,6 +314,15 @@ class _Function:
 
     def count(self, leaf: _Leaf) -> _Leaf:
         self.leaves += 1
+        self.m.paths += 1
+        if self.m.paths > MAX_MODULE_PATHS:
+            raise self.refuse(
+                self.fn,
+                "module-too-complex",
+                str(MAX_MODULE_PATHS),
+                f"the module has more than {MAX_MODULE_PATHS} paths in all; this function and the ones "
+                "after it are not translated",
+            )
         if self.leaves > MAX_LEAVES:
             raise self.refuse(
                 self.fn,

@@ -13,6 +13,9 @@ MAX_SOURCE_BYTES = 1024 * 1024  # a 40-function module is ~20 KB
 MAX_TREE_DEPTH = 100  # syntax-tree depth of the module
 MAX_TREE_NODES = 200_000
 MAX_LEAVES = 256  # returns reachable in one function once every if is unfolded
+# ... and in the whole module: the work of a translation grows with its paths (~60 us each), so a
+# 1 MB file of functions just under MAX_LEAVES took 20 s of the web's CPU. The seed has 3.
+MAX_MODULE_PATHS = 4096
 MAX_STATEMENTS = 500  # statements in one routing function (the translation recurses on them)
 RULESET_FORMAT = "llamon-ruleset/1"
 
@@ -150,6 +153,7 @@ class _Module:
     compiled: dict[str, tuple[str, str]]  # name -> ("when"|"params", source) of compile_when/compile_params
     decorators: set[str]  # local names of deterministic_tool
     ctx_names: set[str]  # local names of compile_when / compile_params imported from llamon_agent.expr
+    paths: int = 0  # paths unfolded so far in all its functions (MAX_MODULE_PATHS)
 
 
 def _decorator(fn: ast.FunctionDef | ast.AsyncFunctionDef, module: _Module) -> ast.Call | None:

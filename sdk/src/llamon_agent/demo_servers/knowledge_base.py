@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """knowledge-base: a demo MCP server that searches help articles (Korean and English) in demo_data.json.
 
-    python examples/mcp_servers/knowledge_base.py                      # stdio
-    python examples/mcp_servers/knowledge_base.py --http --port 8767   # http://127.0.0.1:8767/mcp
+    python -m llamon_agent.demo_servers.knowledge_base                      # stdio
+    python -m llamon_agent.demo_servers.knowledge_base --http --port 8767   # http://127.0.0.1:8767/mcp
 
 Tools: search_docs(q, limit=3).
 Self-contained on purpose (no shared helper module): each demo server can be copied alone.
@@ -18,8 +18,16 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from mcp.server.fastmcp import FastMCP
-from mcp.server.fastmcp.exceptions import ToolError
+try:  # mcp 2 renamed FastMCP to MCPServer; host and port moved from the constructor to run()
+    from mcp.server.mcpserver import MCPServer
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    MCP_2 = True
+except ImportError:  # mcp 1.x
+    from mcp.server.fastmcp import FastMCP as MCPServer  # type: ignore[no-redef]
+    from mcp.server.fastmcp.exceptions import ToolError  # type: ignore[no-redef]
+
+    MCP_2 = False
 from pydantic import BaseModel
 
 SERVER_NAME = "knowledge-base"
@@ -107,10 +115,11 @@ def search_docs(q: str, limit: int = 3) -> SearchResult:
     return SearchResult(query=q, terms=terms, count=len(results), results=results)
 
 
-def build_server(host: str = "127.0.0.1", port: int = DEFAULT_PORT) -> FastMCP:
-    """A FastMCP server with this module's tools (host/port matter only for --http)."""
-    # WARNING keeps stderr quiet: FastMCP logs every request at INFO.
-    server = FastMCP(SERVER_NAME, host=host, port=port, log_level="WARNING")
+def build_server(host: str = "127.0.0.1", port: int = DEFAULT_PORT) -> MCPServer:
+    """An MCP server with this module's tools (host/port matter only for --http), on mcp 1.x or 2."""
+    # WARNING keeps stderr quiet: the server logs every request at INFO. mcp 1.x takes host and
+    # port here (its DNS-rebinding protection follows the host); mcp 2 takes them in run().
+    server = MCPServer(SERVER_NAME, log_level="WARNING", **({} if MCP_2 else {"host": host, "port": port}))
     server.tool()(search_docs)
     return server
 
@@ -125,7 +134,7 @@ def main(argv: list[str] | None = None) -> None:
     server = build_server(args.host, args.port)
     if args.http:
         print(f"{SERVER_NAME} serving http://{args.host}:{args.port}/mcp", file=sys.stderr, flush=True)
-        server.run(transport="streamable-http")
+        server.run("streamable-http", **({"host": args.host, "port": args.port} if MCP_2 else {}))
     else:
         server.run(transport="stdio")
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """customer-crm: a demo MCP server that returns customer profiles from demo_data.json.
 
-    python examples/mcp_servers/customer_crm.py                      # stdio
-    python examples/mcp_servers/customer_crm.py --http --port 8766   # http://127.0.0.1:8766/mcp
+    python -m llamon_agent.demo_servers.customer_crm                      # stdio
+    python -m llamon_agent.demo_servers.customer_crm --http --port 8766   # http://127.0.0.1:8766/mcp
 
 Tools: get_customer_profile(customer_id).
 Self-contained on purpose (no shared helper module): each demo server can be copied alone.
@@ -17,8 +17,16 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from mcp.server.fastmcp import FastMCP
-from mcp.server.fastmcp.exceptions import ToolError
+try:  # mcp 2 renamed FastMCP to MCPServer; host and port moved from the constructor to run()
+    from mcp.server.mcpserver import MCPServer
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    MCP_2 = True
+except ImportError:  # mcp 1.x
+    from mcp.server.fastmcp import FastMCP as MCPServer  # type: ignore[no-redef]
+    from mcp.server.fastmcp.exceptions import ToolError  # type: ignore[no-redef]
+
+    MCP_2 = False
 
 SERVER_NAME = "customer-crm"
 DEFAULT_PORT = 8766
@@ -43,10 +51,11 @@ def get_customer_profile(customer_id: str) -> dict[str, Any]:
     raise ToolError(f"Customer {wanted} was not found (ids look like C-1001).")
 
 
-def build_server(host: str = "127.0.0.1", port: int = DEFAULT_PORT) -> FastMCP:
-    """A FastMCP server with this module's tools (host/port matter only for --http)."""
-    # WARNING keeps stderr quiet: FastMCP logs every request at INFO.
-    server = FastMCP(SERVER_NAME, host=host, port=port, log_level="WARNING")
+def build_server(host: str = "127.0.0.1", port: int = DEFAULT_PORT) -> MCPServer:
+    """An MCP server with this module's tools (host/port matter only for --http), on mcp 1.x or 2."""
+    # WARNING keeps stderr quiet: the server logs every request at INFO. mcp 1.x takes host and
+    # port here (its DNS-rebinding protection follows the host); mcp 2 takes them in run().
+    server = MCPServer(SERVER_NAME, log_level="WARNING", **({} if MCP_2 else {"host": host, "port": port}))
     server.tool()(get_customer_profile)
     return server
 
@@ -61,7 +70,7 @@ def main(argv: list[str] | None = None) -> None:
     server = build_server(args.host, args.port)
     if args.http:
         print(f"{SERVER_NAME} serving http://{args.host}:{args.port}/mcp", file=sys.stderr, flush=True)
-        server.run(transport="streamable-http")
+        server.run("streamable-http", **({"host": args.host, "port": args.port} if MCP_2 else {}))
     else:
         server.run(transport="stdio")
 

@@ -132,7 +132,7 @@ def shadow_record(
     error: str = "",
 ) -> bool:
     """Count one shadow evaluation; keep it as an example when it diverged or failed. Returns diverged."""
-    from agents.privacy import redactor, run_redactor
+    from agents.redaction import redactor, run_redactor
 
     diverged = not error and calls_diverge(live, shadow)
     with transaction.atomic():

@@ -32,7 +32,7 @@ from django.utils import timezone
 from agents import selectors
 from agents.evidence import RUN_FIELDS, STEP_FIELDS, decision_record, decision_records, run_tools
 from agents.models import Run, RunStep
-from agents.privacy import redactor
+from agents.redaction import redactor
 from core.chain import chain_head, chain_sign
 from core.models import ChainRecord
 
