@@ -12,13 +12,16 @@ from typing import Any
 
 import httpx
 import pytest
+from django.test import Client
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from ninja import Schema
 
 from accounts.token_services import token_create
+from agents.services import ingest_credential_issue
 from core.api import StrictIn, unknown_field_message
 from rules.models import RuleSet
+from tests.api.conftest import Caller
 
 WRITES = ("post", "put", "patch", "delete")
 
@@ -57,13 +60,18 @@ def _write_operations(schema: dict[str, Any]) -> list[tuple[str, str, list[str]]
 @pytest.mark.django_db
 def test_every_write_operation_refuses_an_unknown_field_and_names_the_closest(admin_api, caller) -> None:
     session = caller("session:admin")  # the operations a token may not call (making tokens)
+    # ingest takes a served agent's own credential, never a person's token
+    served = Caller(
+        Client(), {"Authorization": f"Bearer {ingest_credential_issue(actor=None, agent_name='strict')[1]}"}
+    )
     schema = admin_api.get("/api/openapi.json").json()
     operations = _write_operations(schema)
     assert len(operations) >= 40  # the whole API, not a sample
     for method, path, fields in operations:
         url = re.sub(r"\{[^}]+\}", "1", path)
         wrong = _misspelt(fields[0]) if fields else "confirm_delete"
-        response = admin_api.call(method, url, json={wrong: 1})
+        api = served if path.startswith("/api/runs/ingest") else admin_api
+        response = api.call(method, url, json={wrong: 1})
         if response.status_code == 403:
             response = session.call(method, url, json={wrong: 1})
         body = response.json()
