@@ -136,14 +136,8 @@ EXPR_MESSAGES = {
     "run.budget": _(
         "cost budget of %(limit)s units exceeded: the expression does too much work (see the cost table in docs/expressions.md)"
     ),
-    "expr.cost_bound": _(
-        "this expression may cost up to %(units)s units on a request within the caps, over the limit of %(limit)s units a rule: %(part)s costs up to %(part_units)s units (see the cost table in docs/expressions.md)"
-    ),
-    "rule.cost_bound": _(
-        "when and params together may cost up to %(units)s units on a request within the caps, over the limit of %(limit)s units a rule"
-    ),
-    "rules.cost_total": _(
-        "the rules together may cost up to %(units)s units on one request within the caps, over the limit of %(limit)s units a request; the costliest: %(rules)s"
+    "run.request_budget": _(
+        "request cost budget of %(limit)s units exceeded: the rules evaluated before this one did too much work together"
     ),
     "run.data_too_large": _("the request data is larger than %(limit)s bytes"),
     "run.data_too_deep": _("the request data is nested more than %(limit)s levels deep"),

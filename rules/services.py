@@ -267,22 +267,6 @@ def rule_set_publish(
     return outcome
 
 
-def _check_cost(content: list[dict[str, Any]]) -> None:
-    """Refuse a rule set whose rules together may cost more on one request than the request limit
-    (LLAMON_REQUEST_COST_BUDGET): each rule's cost is bounded when it is saved, their sum here, so
-    a published set cannot fail a request within the caps on cost (docs/expressions.md)."""
-    from llamon_agent.expr import ExprError, check_rule_set_cost
-    from rules.engine import compile_snapshot
-    from rules.expr_messages import expr_text
-
-    try:
-        check_rule_set_cost(compile_snapshot(content).rules)
-    except ExprError as exc:
-        raise RuleError(
-            _("This rule set cannot be published: %(reason)s") % {"reason": expr_text(exc)}
-        ) from None
-
-
 @transaction.atomic
 def _rule_set_publish(
     *, actor: Any, rule_set: RuleSet, message: str, revision: int | None, reason: str
@@ -303,7 +287,6 @@ def _rule_set_publish(
             _("Nothing changed since v%(number)s: the draft has the same content.")
             % {"number": draft.published_as}
         )
-    _check_cost(content)
     for gate in PUBLISH_GATES:
         gated = gate(
             actor=actor,

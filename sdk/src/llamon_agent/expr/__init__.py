@@ -42,13 +42,11 @@ from llamon_agent.expr.budget import (
     DEFAULT_REQUEST_BUDGET,
     READ_CHARS_PER_UNIT,
     REGEX_CHARS_PER_UNIT,
-    REGEX_COMPILE_ALLOWANCE,
     REGEX_COMPILE_UNITS,
     CostBudgetExceeded,
     CostMeter,
 )
-from llamon_agent.expr.compiled import CompiledExpr, check_cost, compile_params, compile_when
-from llamon_agent.expr.cost import Bound, estimate
+from llamon_agent.expr.compiled import CompiledExpr, compile_params, compile_when
 from llamon_agent.expr.errors import ExprError
 from llamon_agent.expr.helpers import (
     MAX_REGEX_SIZE,
@@ -81,14 +79,7 @@ from llamon_agent.expr.limits import (
     METHOD_NAMES,
 )
 from llamon_agent.expr.namespace import build_namespace, request_size_error
-from llamon_agent.expr.reads import DYNAMIC, Reads, reads
-from llamon_agent.expr.rules import (
-    ExpressionRule,
-    check_rule_name,
-    check_rule_set_cost,
-    expression_rule,
-    rule_set_cost,
-)
+from llamon_agent.expr.rules import ExpressionRule, check_rule_name, expression_rule
 
 __all__ = [
     "BUILTIN_NAMES",
@@ -116,7 +107,6 @@ __all__ = [
     "READ_CHARS_PER_UNIT",
     "REGEX_CHARS_PER_UNIT",
     "REGEX_COMPILE_UNITS",
-    "REGEX_COMPILE_ALLOWANCE",
     "CompiledExpr",
     "CostBudgetExceeded",
     "CostMeter",
@@ -129,14 +119,6 @@ __all__ = [
     "contains_all",
     "contains_any",
     "expression_rule",
-    "check_cost",
-    "check_rule_set_cost",
-    "rule_set_cost",
-    "estimate",
-    "reads",
-    "Reads",
-    "DYNAMIC",
-    "Bound",
     "re_find",
     "re_search",
     "regex_compile_allowance",

@@ -19,7 +19,6 @@ from llamon_agent.expr.budget import (
     REGEX_COMPILE_UNITS,
 )
 from llamon_agent.expr.checker import _parse, _syntax
-from llamon_agent.expr.cost import estimate
 from llamon_agent.expr.errors import ExprError, _Source, _type_name
 from llamon_agent.expr.guard import REQUEST_NAMES, _compile
 from llamon_agent.expr.helpers import check_regex, regex_size
@@ -27,7 +26,6 @@ from llamon_agent.expr.hints import _options, keywords_of
 from llamon_agent.expr.limits import _FILENAME, MAX_DATA_BYTES, MAX_DEPTH, REGEX_CALLS
 from llamon_agent.expr.messages import Message as M
 from llamon_agent.expr.namespace import build_namespace
-from llamon_agent.expr.reads import Reads, reads
 from llamon_agent.tools import DeterministicContext
 
 
@@ -202,7 +200,7 @@ class CompiledExpr:
     ``fn`` is its function, made once: ``fn(*request_args(namespace))`` evaluates it (guard).
     """
 
-    __slots__ = ("source", "fn", "bound", "_code", "_defaults", "_meta", "_hints")
+    __slots__ = ("source", "fn", "_code", "_defaults", "_meta", "_hints")
 
     def __init__(
         self,
@@ -211,13 +209,8 @@ class CompiledExpr:
         defaults: tuple[Any, ...] | None,
         meta: shapes.Template | _Own,
         hints: Any,
-        bound: int | None,
     ) -> None:
         self.source = source
-        # At most what one evaluation costs on a request within the caps (cost.estimate; None:
-        # no static bound, metered at run time). compile_when/compile_params refuse one over the
-        # per-rule limit.
-        self.bound = bound
         # Code shared by shape (see shapes) gets this expression's literals as the defaults
         # of its last arguments. The globals are the helpers only, the same for every request.
         self.fn = types.FunctionType(code, _BASE_NAMESPACE, None, defaults)
@@ -261,11 +254,6 @@ class CompiledExpr:
             options = shapes.hint(self._meta, self._defaults, _options)  # type: ignore[arg-type]
             return tuple(dict.fromkeys(options)) if options else None
         return self._hints[0]  # type: ignore[no-any-return]
-
-    @property
-    def request_reads(self) -> Reads:
-        """What the expression reads of a request (context and DataPart keys, literals, tools)."""
-        return reads(self.source)
 
     @property
     def cost_line(self) -> tuple[int, float] | None:
@@ -330,63 +318,15 @@ class CompiledExpr:
 
 
 def _own(
-    source: str,
-    kind: str,
-    compiled: tuple[types.CodeType, int, int, bool],
-    src: _Source,
-    hints: Any,
-    bound: int | None,
+    source: str, kind: str, compiled: tuple[types.CodeType, int, int, bool], src: _Source, hints: Any
 ) -> CompiledExpr:
     """An expression compiled on its own (not shared by shape)."""
-    return CompiledExpr(source, compiled[0], None, _Own(kind, *compiled[1:], src), hints, bound)
+    return CompiledExpr(source, compiled[0], None, _Own(kind, *compiled[1:], src), hints)
 
 
 def _shared(source: str, template: shapes.Template, values: tuple[Any, ...], hints: Any) -> CompiledExpr:
-    """An expression of ``template``'s shape with its own literal ``values`` (its bound made on
-    the template's tree with them put in, as the full path makes it on its own tree)."""
-    bound = shapes.on_values(template, values, _BOUNDS[template.kind])
-    return CompiledExpr(source, template.code, values, template, hints, bound)
-
-
-_BOUNDS = {kind: (lambda body, kind=kind: estimate(body, kind).units) for kind in ("when", "params")}
-
-
-def check_cost(expr: CompiledExpr, limit: int | None = None) -> CompiledExpr:
-    """``expr``, or ExprError when its static bound is over ``limit`` (default: the per-rule limit,
-    LLAMON_EXPR_COST_BUDGET), naming its costliest part and what it costs.
-
-    A bound over the limit made with the estimate of a literal pattern's program is made again
-    with the program RE2 builds (what the meter charges), once, and kept."""
-    if limit is None:
-        limit = _limits().expr_cost_budget
-    units = expr.bound
-    if units is None or units <= limit:
-        return expr
-    tree, src = _parse(expr.source)
-    # RE2's program is ~2-3x smaller than its estimate: a pattern is built to price it only when
-    # that could bring the rule within the limit (a huge one is refused unbuilt)
-    found = estimate(tree.body, expr.kind, exact=units <= 4 * limit)
-    expr.bound = found.units
-    if found.units is None or found.units <= limit:
-        return expr
-    part = ast.get_source_segment(src.wrapped, found.part) if found.part is not None else None
-    part = (part or expr.source).strip()
-    if len(part) > 80:
-        part = part[:77] + "..."
-    message = M(
-        "expr.cost_bound",
-        units=f"{found.units:,}",
-        limit=f"{limit:,}",
-        part=repr(part),
-        part_units=f"{found.part_units:,}",
-    )
-    raise src.node_error(found.part, message) if found.part is not None else ExprError(message)
-
-
-def _limits() -> Any:
-    from llamon_agent import settings
-
-    return settings.cost_budgets()
+    """An expression of ``template``'s shape with its own literal ``values``."""
+    return CompiledExpr(source, template.code, values, template, hints)
 
 
 def _regex_cost(tree: ast.AST) -> tuple[int, float] | None:
@@ -427,7 +367,7 @@ def compile_when(source: str) -> CompiledExpr:
     """Check and compile a ``when`` expression: callable ``(ctx) -> bool``; ExprError if not allowed."""
     if type(source) is not str:
         return _compile_when(source)  # the checker's own error; a list would not even hash
-    return check_cost(_cached_when(source))
+    return _cached_when(source)
 
 
 def _when_facts(body: ast.AST) -> tuple[Any, tuple[int, float] | None]:
@@ -465,8 +405,7 @@ def _compile_when(source: str) -> CompiledExpr:
         return _shared(source, template, values, hints)
     tree, src = _parse(source)
     facts = _when_facts(tree.body)  # before _compile, which rewrites the tree
-    bound = estimate(tree.body, "when").units
-    return _compile_shared(source, "when", tree, src, found is False, bound, facts)
+    return _compile_shared(source, "when", tree, src, found is False, facts)
 
 
 _NOT_A_DICT = (
@@ -486,7 +425,7 @@ def compile_params(source: str) -> CompiledExpr:
     """Check and compile a ``params`` expression: callable ``(ctx) -> dict``; ExprError if not allowed."""
     if type(source) is not str:
         return _compile_params(source)
-    return check_cost(_cached_params(source))
+    return _cached_params(source)
 
 
 def _compile_params(source: str) -> CompiledExpr:
@@ -499,7 +438,7 @@ def _compile_params(source: str) -> CompiledExpr:
         isinstance(tree.body, ast.UnaryOp) and isinstance(tree.body.op, ast.Not)
     ):
         raise src.node_error(tree.body, M("expr.params_not_dict"))
-    return _compile_shared(source, "params", tree, src, found is False, estimate(tree.body, "params").units)
+    return _compile_shared(source, "params", tree, src, found is False)
 
 
 def _compile_shared(
@@ -508,7 +447,6 @@ def _compile_shared(
     tree: ast.Expression,
     src: _Source,
     learn: bool,
-    bound: int | None,
     facts: tuple[Any, tuple[int, float] | None] | None = None,
 ) -> CompiledExpr:
     """Compile a checked tree; when ``learn``, as the template of its shape (see shapes).
@@ -520,13 +458,13 @@ def _compile_shared(
     if plan is None:
         compiled = _compile(tree, f"<{kind}>")
         hints = _NO_HINTS if facts is None else _when_hints(facts, compiled[1], compiled[2])
-        return _own(source, kind, compiled, src, hints, bound)
+        return _own(source, kind, compiled, src, hints)
     lift, literals, patterns, values = plan
     compiled = _compile(tree, f"<{kind}>", lift)
     hint = _options if kind == "when" else None
     template = shapes.remember(source, kind, compiled, pristine, literals, patterns, hint)
     hints = _NO_HINTS if facts is None else _when_hints(facts, compiled[1], compiled[2])
-    return CompiledExpr(source, template.code, values, template, hints, bound)
+    return _shared(source, template, values, hints)
 
 
 class _Cache:

@@ -8,6 +8,7 @@ from typing import Any
 
 from llamon_agent.expr.budget import (
     _BASE_NAMESPACE,
+    BUILT_CHARS_PER_UNIT,
     READ_CHARS_PER_UNIT,
     CostMeter,
 )
@@ -44,22 +45,23 @@ def plain_request(ctx: DeterministicContext | AgentRequest) -> PlainRequest:
 # From this length on, `"w" in query` tests read a table of the literals the query holds, made
 # once per request (the pre-step's index fills it from its automaton's one pass), instead of
 # each scanning the query: 10,000 rules on a 32,000-character query no longer read it 10,000
-# times.
+# times, and their static cost no longer adds up to the request budget (issue 26).
 LONG_QUERY_CHARS = 2_048
 
 
 class LiteralTable(dict[str, bool]):
     """Which literals one text holds, for ``"w" in <text>``: ``found`` and ``known`` (a set the
     text was searched for in one pass: known but not found means absent) answer at once; any
-    other literal is searched for once and remembered (its static bound counts a full read)."""
+    other literal is searched for once, charged to the request, and remembered."""
 
-    __slots__ = ("text", "found", "known")
+    __slots__ = ("text", "found", "known", "meter")
 
-    def __init__(self, text: str, found: Any, known: Any) -> None:
+    def __init__(self, text: str, found: Any, known: Any, meter: CostMeter) -> None:
         super().__init__()
         self.text = text
         self.found = found
         self.known = known
+        self.meter = meter
 
     def __contains__(self, word: object) -> bool:
         hit: bool | None = self.get(word)  # type: ignore[call-overload]
@@ -69,6 +71,7 @@ class LiteralTable(dict[str, bool]):
             elif word in self.known:
                 hit = False
             else:
+                self.meter.pool -= 1 + len(self.text) // READ_CHARS_PER_UNIT
                 hit = word in self.text  # type: ignore[operator]
             self[word] = hit  # type: ignore[index]
         return hit
@@ -127,6 +130,7 @@ def server_args(
     lowered = meter.lowered if meter.query is query else None
     if lowered is None:  # once per request: the namespaces of its servers share the meter
         lowered = query.lower()
+        meter.pool -= len(query) // BUILT_CHARS_PER_UNIT
         meter.query, meter.lowered, meter.tables, meter.searched = query, lowered, None, {}
     if meter.parts is not a2a_data or meter.first is None:
         # Once per request, like plain_request's copies (and, like them, bounded by the
@@ -146,7 +150,7 @@ def server_args(
     else:
         if meter.tables is None:
             raw, low, known = found if found is not None else (_NOTHING, _NOTHING, _NOTHING)
-            meter.tables = (LiteralTable(query, raw, known), LiteralTable(lowered, low, known))
+            meter.tables = (LiteralTable(query, raw, known, meter), LiteralTable(lowered, low, known, meter))
         in_query, in_lowered = meter.tables
         meter.rcost = 1  # a literal test is a lookup; a search is charged when it happens
     # In REQUEST_NAMES' order: ctx, query, context, a2a_data, a2a_files, tool_names, LOWERED,
