@@ -232,7 +232,7 @@ def test_timeout_out_of_range_is_refused(admin, timeout_s) -> None:
         (sys.executable, [], "first argument must be that script"),
         (sys.executable, [str(ROOT / "manage.py")], "outside the folders"),
         (sys.executable, [str(EXAMPLES / "nope.py")], "does not exist"),
-        (sys.executable, [str(EXAMPLES / ".." / ".." / "manage.py")], "outside the folders"),
+        (sys.executable, [str(EXAMPLES / ".." / ".." / ".." / ".." / "manage.py")], "outside the folders"),
         ("no-such-program-xyz", [], "was not found"),
     ],
 )
