@@ -10,6 +10,9 @@ such write, or for :meth:`DbStepSink.flush`, which the runtime calls before the 
 finished. So a worker killed during a call still leaves that call's step behind, ``running``,
 and every step before it; the demo's run of six steps commits five times instead of thirteen.
 A tool or rule step's output over LLAMON_TOOL_RESULT_MAX_BYTES is cut (with its full size) first.
+A run stores at most LLAMON_RUN_MAX_BYTES of step inputs and outputs (JSON bytes, after masking):
+past it, each further value over 1 KB is stored as ``{"llamon_cut": "run byte limit", "bytes",
+"sha256"}``, the size and digest of the value as it would have been stored (see :func:`bounded`).
 Everything stored passes through the privacy redaction, then through json_safe (a tool
 result may hold NaN or Infinity, which JSON columns refuse: they are stored as the strings
 "NaN", "Infinity" and "-Infinity", so the step is kept and shown).
@@ -17,6 +20,8 @@ result may hold NaN or Infinity, which JSON columns refuse: they are stored as t
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import math
 import threading
@@ -65,6 +70,7 @@ class DbStepSink:
         self._max_result_bytes = settings.LLAMON_TOOL_RESULT_MAX_BYTES
         redact = redact or (lambda value: value)
         self._redact = lambda value: json_safe(redact(value))
+        self._budget = RunBytes(settings.LLAMON_RUN_MAX_BYTES)
         self._lock = threading.Lock()
         self._batch = batch
         self._seq = 0 if created_at is not None else RunStep.objects.filter(run_id=run.pk).count()
@@ -117,7 +123,7 @@ class DbStepSink:
             name=event.name[:200],
             status="running",
             started_at=datetime.fromtimestamp(event.start, tz=UTC),
-            input=self._redact(event.input),
+            input=self._budget.bounded(self._redact(event.input)),
             **_call_fields(event),
         )
         self._new[row.seq] = row
@@ -136,10 +142,12 @@ class DbStepSink:
         fields = {
             "status": event.status,
             "duration_ms": event.duration_ms,
-            "output": self._redact(
-                cap_value(event.output, self._max_result_bytes)
-                if event.kind in ("tool", "rule")
-                else event.output
+            "output": self._budget.bounded(
+                self._redact(
+                    cap_value(event.output, self._max_result_bytes)
+                    if event.kind in ("tool", "rule")
+                    else event.output
+                )
             ),
             "error": self._redact(event.error or ""),
             "tokens": (event.meta or {}).get("usage") or (event.meta or {}).get("tokens"),
@@ -177,6 +185,36 @@ class DbStepSink:
                     ignore_conflicts=True,  # a resumed run may have recorded it before
                 )
         self._run_fields = {}
+
+
+# A value this small is always stored whole, even past the run's limit (an id, a status, a short answer).
+SMALL_VALUE_BYTES = 1024
+CUT_KEY = "llamon_cut"
+
+
+class RunBytes:
+    """The bytes one run has stored of its steps' inputs and outputs, against its limit."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+
+    def bounded(self, value: Any) -> Any:
+        """``value`` (already masked and JSON-safe), or, when storing it would take the run past its
+        limit and it is over SMALL_VALUE_BYTES, a marker with its size and SHA-256 (of its JSON,
+        keys sorted): the evidence still commits to what was returned, and no page carries it."""
+        if value is None or value == "":
+            return value
+        text = json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+        size = len(text.encode())
+        if self.used + size > self.limit and size > SMALL_VALUE_BYTES:
+            return {
+                CUT_KEY: "run byte limit",
+                "bytes": size,
+                "sha256": hashlib.sha256(text.encode()).hexdigest(),
+            }
+        self.used += size
+        return value
 
 
 def json_safe(value: Any, _depth: int = 0) -> Any:

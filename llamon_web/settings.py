@@ -300,6 +300,10 @@ LLAMON_MCP_MAX_TOOLS_BYTES = env_int("LLAMON_MCP_MAX_TOOLS_BYTES", 2 * 1024 * 10
 # stored, handed to the model and shown cut (llamon_agent.mcp.results.cap_result; the same variable
 # sets the SDK's own pool in a served agent).
 LLAMON_TOOL_RESULT_MAX_BYTES = env_int("LLAMON_TOOL_RESULT_MAX_BYTES", 256 * 1024, minimum=1024)
+# What one run may store of its steps' inputs and outputs, in bytes of JSON (agents.sink): past it,
+# each further value over 1 KB is stored as a marker with its size and its SHA-256, so a run of 200
+# rules returning 256 KB each stays a few MB and its evidence still commits to what was returned.
+LLAMON_RUN_MAX_BYTES = env_int("LLAMON_RUN_MAX_BYTES", 4 * 1024 * 1024, minimum=64 * 1024)
 # Signs the evidence chain's head (docs/evidence.md): keep the key where the database's owners cannot
 # read it, and give the public key (manage.py chain_head) to whoever checks anchored heads.
 LLAMON_CHAIN_SIGNING_KEY = env_ed25519_seed("LLAMON_CHAIN_SIGNING_KEY")

@@ -1,8 +1,10 @@
 """Runs that run out of time end `timed_out` (soft limit on a real worker, hard limit via the reaper),
-and a tool result holding NaN or Infinity keeps its trace step."""
+a tool result holding NaN or Infinity keeps its trace step, and a run stores at most LLAMON_RUN_MAX_BYTES."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from datetime import timedelta
 
@@ -12,7 +14,7 @@ from django.utils import timezone
 
 from agents import services
 from agents.models import Agent, Run, RunStep
-from agents.sink import DbStepSink
+from agents.sink import CUT_KEY, DbStepSink, RunBytes
 from llamon_agent.tools import AgentRequest
 from llamon_agent.trace import start_span
 from tests.conftest import celery_worker
@@ -99,3 +101,45 @@ def test_a_run_past_its_soft_limit_on_a_worker_ends_timed_out(redis_publisher, m
     assert run.error_kind == "timeout"
     assert run.error.startswith("The run took longer than 8 s and was stopped.")
     assert not run.steps.filter(status="running").exists()  # whatever was under way is settled
+
+
+@pytest.mark.django_db
+def test_a_run_stores_at_most_its_byte_limit_and_commits_to_what_it_cut(
+    agent, viewer_client, settings
+) -> None:
+    settings.LLAMON_RUN_MAX_BYTES = 1024 * 1024
+    run = Run.objects.create(agent=agent, query="q", status=Run.Status.SUCCEEDED)
+    sink = DbStepSink(run)
+    big = {"rows": ["가" * 1000 + str(i) for i in range(80)]}  # ~240 KB of JSON each
+    for i in range(40):  # 40 rules returning ~240 KB each: ~9.6 MB without the limit
+        span = start_span(sink, "rule", f"rule_{i}", input={"i": i})
+        span.output = {**big, "i": i}
+        span.finish()
+    span = start_span(sink, "answer", "answer", input={"i": "last"})
+    span.output = "답변: 주문이 배송 중입니다."  # small: stored whole past the limit
+    span.finish()
+    steps = list(RunStep.objects.filter(run=run).order_by("seq"))
+    stored = sum(len(json.dumps([s.input, s.output], ensure_ascii=False).encode()) for s in steps)
+    assert stored <= settings.LLAMON_RUN_MAX_BYTES + 41 * 200, stored
+    cut = [s for s in steps if isinstance(s.output, dict) and CUT_KEY in s.output]
+    assert 30 <= len(cut) <= 37, len(cut)  # the first ones whole, then markers
+    for step in cut:
+        i = int(step.name.removeprefix("rule_"))
+        text = json.dumps({**big, "i": i}, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+        assert step.output == {
+            CUT_KEY: "run byte limit",
+            "bytes": len(text.encode()),
+            "sha256": hashlib.sha256(text.encode()).hexdigest(),
+        }
+    assert steps[-1].output == "답변: 주문이 배송 중입니다."
+    page = viewer_client.get(reverse("agents:run_detail", args=[run.pk]))
+    assert page.status_code == 200 and len(page.content) < 3 * settings.LLAMON_RUN_MAX_BYTES
+
+
+def test_the_run_byte_limit_counts_what_it_keeps_and_never_cuts_small_values() -> None:
+    budget = RunBytes(4096)
+    small, large = {"id": "x" * 500}, {"blob": "y" * 3000}
+    assert budget.bounded(large) == large and budget.bounded(small) == small
+    assert budget.bounded(large)[CUT_KEY] == "run byte limit"  # 3,000 + 3,000 > 4,096
+    assert budget.bounded(small) == small  # under 1 KB: whole, even past the limit
+    assert budget.bounded(None) is None and budget.bounded("") == ""
