@@ -55,13 +55,7 @@ from llamon_agent.compiled_rules import FREEZE_AFTER_RULES as FREEZE_AFTER_RULES
 from llamon_agent.compiled_rules import CompiledRules as CompiledRules
 from llamon_agent.compiled_rules import compile_rules as compile_rules
 from llamon_agent.tools import AgentRequest, DeterministicContext, RuleInfo, ToolInfo
-from llamon_agent.trace import (
-    STATUS_OK,
-    Span,
-    TraceSink,
-    jsonable,
-    start_span,
-)
+from llamon_agent.trace import STATUS_OK, Span, TraceSink, jsonable, start_span
 
 logger = logging.getLogger("llamon_agent")
 
