@@ -12,15 +12,16 @@ from llamon_agent.tools import tool_view
 
 
 class _Budget:
-    __slots__ = ("left",)
+    __slots__ = ("left", "size", "msg_id")
 
-    def __init__(self, size: int) -> None:
-        self.left = size
+    def __init__(self, size: int, msg_id: str = "run.data_too_large") -> None:
+        self.left = self.size = size
+        self.msg_id = msg_id
 
     def spend(self, amount: int) -> None:
         self.left -= amount
         if self.left < 0:
-            raise ExprError(M("run.data_too_large", limit=f"{MAX_DATA_BYTES:,}"))
+            raise ExprError(M(self.msg_id, limit=f"{self.size:,}"))
 
 
 def _plain(value: Any, budget: _Budget, depth: int = 0) -> Any:
