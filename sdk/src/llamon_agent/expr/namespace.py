@@ -37,7 +37,7 @@ def plain_request(ctx: DeterministicContext | AgentRequest) -> PlainRequest:
     if type(context) is not dict:
         raise ExprError(M("run.context_type", type=_type_name(context)))
     a2a_data = None if ctx.a2a_data is None else _plain(_parts(ctx.a2a_data), budget)
-    files = _Budget(MAX_FILES_BYTES, "run.files_too_large")
+    files = _Budget(MAX_FILES_BYTES, files=True)
     a2a_files = None if ctx.a2a_files is None else _plain(_parts(ctx.a2a_files), files)
     return query, context, a2a_data, a2a_files
 

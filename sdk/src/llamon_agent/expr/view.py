@@ -6,22 +6,24 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from llamon_agent.expr.errors import ExprError
-from llamon_agent.expr.limits import MAX_DATA_BYTES, MAX_DATA_DEPTH
+from llamon_agent.expr.limits import MAX_DATA_BYTES, MAX_DATA_DEPTH, MAX_FILES_BYTES
 from llamon_agent.expr.messages import Message as M
 from llamon_agent.tools import tool_view
 
 
 class _Budget:
-    __slots__ = ("left", "size", "msg_id")
+    __slots__ = ("left", "files")
 
-    def __init__(self, size: int, msg_id: str = "run.data_too_large") -> None:
-        self.left = self.size = size
-        self.msg_id = msg_id
+    def __init__(self, size: int, files: bool = False) -> None:
+        self.left = size
+        self.files = files  # the FileParts' own cap (MAX_FILES_BYTES)
 
     def spend(self, amount: int) -> None:
         self.left -= amount
         if self.left < 0:
-            raise ExprError(M(self.msg_id, limit=f"{self.size:,}"))
+            if self.files:
+                raise ExprError(M("run.files_too_large", limit=f"{MAX_FILES_BYTES:,}"))
+            raise ExprError(M("run.data_too_large", limit=f"{MAX_DATA_BYTES:,}"))
 
 
 def _plain(value: Any, budget: _Budget, depth: int = 0) -> Any:
