@@ -32,6 +32,9 @@ class Reads:
     tools: frozenset[str]
     params: tuple[dict[str, Any], bool] | None  # a dict literal: {key: literal or DYNAMIC}, every key known
     normal: str
+    # DataPart values (as written) ordered against a number literal without a conversion: a value
+    # that arrives as text ("86") then fails the pre-step (rules.type_checks warns of each)
+    data_numbers: tuple[str, ...] = ()
 
 
 def _text(node: ast.AST | None) -> str | None:
@@ -92,6 +95,53 @@ def _data_keys(tree: ast.AST) -> frozenset[str] | None:
     return frozenset(keys)
 
 
+def _is_number(node: ast.AST) -> bool:
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
+        node = node.operand
+    return isinstance(node, ast.Constant) and type(node.value) in (int, float)
+
+
+def _root(node: ast.AST) -> ast.AST:
+    """What a chain of subscripts and ``.get(...)`` calls reads from (``d["a"]["b"]`` -> ``d``)."""
+    while True:
+        if isinstance(node, ast.Subscript):
+            node = node.value
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get":
+            node = node.func.value
+        else:
+            return node
+
+
+def _reads_datapart(node: ast.AST, loop_vars: set[str]) -> bool:
+    """Whether ``node`` is a DataPart value read without a conversion."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+        return node.func.id == "data_get"
+    if not isinstance(node, ast.Subscript | ast.Call):
+        return False
+    root = ast.unparse(_root(node))
+    return root != ast.unparse(node) and (root in loop_vars or root.endswith("a2a_data"))
+
+
+def _data_numbers(tree: ast.AST) -> tuple[str, ...]:
+    loop_vars = {
+        ast.unparse(gen.target)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.GeneratorExp | ast.ListComp | ast.SetComp)
+        for gen in node.generators
+        if "a2a_data" in ast.unparse(gen.iter) or "data_get" in ast.unparse(gen.iter)
+    }
+    found: list[str] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Compare) or not any(
+            isinstance(op, ast.Lt | ast.LtE | ast.Gt | ast.GtE) for op in node.ops
+        ):
+            continue
+        sides = [node.left, *node.comparators]
+        if any(_is_number(side) for side in sides):
+            found += [ast.unparse(side) for side in sides if _reads_datapart(side, loop_vars)]
+    return tuple(found)
+
+
 def _params(tree: ast.AST) -> tuple[dict[str, Any], bool] | None:
     if not isinstance(tree, ast.Dict):
         return None
@@ -136,4 +186,5 @@ def reads(source: str) -> Reads:
         frozenset(tools),
         _params(tree),
         ast.dump(tree),
+        _data_numbers(tree),
     )
