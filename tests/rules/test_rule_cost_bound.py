@@ -34,7 +34,7 @@ def rule_set(make_user):
             name=f"words_{i}",
             mcp_id="order-service",
             tool_name="get_order",
-            when=f"len(query.split()) > {i}",  # ~164,000 units at worst: within a rule's limit
+            when=f"len(query.split()) > {i}",  # ~134,000 units at worst: within a rule's limit
             params='{"q": query[:50]}',
         )
     return editor, rs
