@@ -30,9 +30,8 @@ from django.utils.translation import gettext as _
 
 from agents.models import Run, RunStep
 from governance.errors import HealthError
-from llamon_agent.expr import REGEX_COMPILE_UNITS, ExprError, regex_compile_allowance
+from llamon_agent.expr import REGEX_COMPILE_ALLOWANCE, ExprError, regex_compile_allowance
 from llamon_agent.prestep import RuleStatus
-from llamon_agent.settings import cost_budgets
 from llamon_agent.tools import AgentRequest
 from rules import engine
 from rules.cases import case_expected_clean, case_input_clean
@@ -305,7 +304,7 @@ def _case_coverage(
     runner: _DraftRunner | None = None
     # Each case is a pre-step with its own budget; the regexes they compile are also bounded
     # together, so that a viewer's GET over 500 cases costs one request's compiling at most.
-    with regex_compile_allowance(cost_budgets().request_cost_budget // REGEX_COMPILE_UNITS):
+    with regex_compile_allowance(REGEX_COMPILE_ALLOWANCE):
         for case in cases:
             try:
                 expected = case_expected_clean(case.expected)

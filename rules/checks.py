@@ -13,13 +13,15 @@ on a given input is checked by the tester (rules.engine.evaluate).
 
 from __future__ import annotations
 
-import ast
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from llamon_agent.expr import ExprError, check_rule_cost, expression_rule
+from llamon_agent.expr.reads import DYNAMIC, reads
 from llamon_agent.mcp.schemas import schema_errors
 from llamon_agent.prestep import MCP_NOT_LOADED
+from rules.expr_messages import expr_text
 from rules.type_checks import datapart_number_warnings
 from servers.models import McpServer
 
@@ -32,46 +34,31 @@ class Problem:
 
 
 def _normal(source: str) -> str:
-    """The expression's syntax tree as text, so that spacing and line breaks don't count."""
+    """The expression's normal form (the engine's), so that spacing and line breaks don't count."""
+    return reads(source).normal
+
+
+def _cost_problems(rule: Mapping[str, Any]) -> list[Problem]:
+    """A rule over the per-rule cost limit (saved before an upgrade, or under a higher limit): it
+    still runs, under its run-time meter, but a save or a new version would refuse it."""
     try:
-        return ast.dump(ast.parse(source.strip(), mode="eval"))
-    except SyntaxError:
-        return source.strip()
+        check_rule_cost(
+            expression_rule(name="r", mcp_id="m", tool_name="t", when=rule["when"], params=rule["params"])
+        )
+    except ExprError as exc:
+        if exc.msg_id in ("expr.cost_bound", "rule.cost_bound"):
+            return [Problem("warning", "cost_over", expr_text(exc))]
+    return []  # (an expression that does not compile is reported where it is saved)
 
 
 def _tool(server: McpServer, name: str) -> Mapping[str, Any] | None:
     return next((t for t in server.tools if t.get("name") == name), None)
 
 
-_DYNAMIC = object()  # a params value only known when the rule runs
-
-
-def _literal_params(source: str) -> tuple[dict[str, Any], bool] | None:
-    """The params dict literal's keys, each with its value if it is a literal, and whether every
-    key is known; None when the params are not a dict literal (e.g. a helper's result)."""
-    try:
-        tree = ast.parse(source.strip(), mode="eval").body
-    except (SyntaxError, ValueError):
-        return None  # the expression check reports it
-    if not isinstance(tree, ast.Dict):
-        return None
-    params: dict[str, Any] = {}
-    complete = True
-    for key, value in zip(tree.keys, tree.values, strict=True):
-        if not (isinstance(key, ast.Constant) and isinstance(key.value, str)):
-            complete = False  # **spread or a computed key
-            continue
-        try:
-            params[key.value] = ast.literal_eval(value)
-        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-            params[key.value] = _DYNAMIC
-    return params, complete
-
-
 def _params_problems(source: str, tool: Mapping[str, Any]) -> list[Problem]:
     """Where the params (as far as they are literal) no longer fit the tool's input schema."""
     schema = tool.get("input_schema") or {}
-    literal = _literal_params(source) if isinstance(schema, Mapping) and schema else None
+    literal = reads(source).params if isinstance(schema, Mapping) and schema else None
     if literal is None:
         return []
     params, complete = literal
@@ -81,7 +68,7 @@ def _params_problems(source: str, tool: Mapping[str, Any]) -> list[Problem]:
         missing = [name for name in required if isinstance(name, str) and name not in params]
         reasons += [f"'{name}' is required but the params do not set it" for name in missing]
     # The literal values (dynamic ones left out) against the schema, required keys aside.
-    known = {key: value for key, value in params.items() if value is not _DYNAMIC}
+    known = {key: value for key, value in params.items() if value is not DYNAMIC}
     properties = schema.get("properties")
     if schema.get("additionalProperties") is False and isinstance(properties, Mapping):
         reasons += [f"'{key}' is not a parameter of the tool" for key in params if key not in properties]
@@ -178,6 +165,7 @@ def rule_set_problems(
             if when == _normal("True"):
                 stop_conditions.setdefault("always", rule["name"])
         found += [Problem("warning", "datapart_number", m) for m in datapart_number_warnings(rule)]
+        found += _cost_problems(rule)
         if found:
             problems[rule["name"]] = found
     return problems

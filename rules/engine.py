@@ -23,6 +23,7 @@ from llamon_agent.expr import (
     HELPER_NAMES,
     METHOD_NAMES,
     ExprError,
+    check_cost,
     compile_params,
     compile_when,
     expression_rule,
@@ -470,7 +471,7 @@ def expression_diagnostics(field: str, source: str) -> list[dict[str, Any]]:
     the editor can mark the place; both are None when the error has no place.
     """
     try:
-        EXPRESSION_FIELDS[field](source)
+        check_cost(EXPRESSION_FIELDS[field](source))  # the editor checks what a save checks
     except ExprError as exc:
         from rules.expr_messages import expr_reason
 

@@ -136,11 +136,19 @@ EXPR_MESSAGES = {
     "run.budget": _(
         "cost budget of %(limit)s units exceeded: the expression does too much work (see the cost table in docs/expressions.md)"
     ),
-    "run.request_budget": _(
-        "request cost budget of %(limit)s units exceeded: the rules evaluated before this one did too much work together"
+    "expr.cost_bound": _(
+        "this expression may cost up to %(units)s units on a request within the caps, over the limit of %(limit)s units a rule: %(part)s costs up to %(part_units)s units (see the cost table in docs/expressions.md)"
+    ),
+    "rule.cost_bound": _(
+        "when and params together may cost up to %(units)s units on a request within the caps, over the limit of %(limit)s units a rule"
+    ),
+    "rules.cost_total": _(
+        "the rules together may cost up to %(units)s units on one request within the caps, over the limit of %(limit)s units a request; the costliest: %(rules)s"
     ),
     "run.data_too_large": _("the request data is larger than %(limit)s bytes"),
     "run.data_too_deep": _("the request data is nested more than %(limit)s levels deep"),
+    "run.too_many_parts": _("the request has more than %(limit)s DataParts or FileParts"),
+    "run.files_too_large": _("the request's FileParts are larger than %(limit)s bytes"),
     "run.query_too_long": _("the query is longer than %(limit)s characters"),
     "run.context_type": _("ctx.context must be a dict, not %(type)s"),
     "run.key_missing": _("key %(key)s is missing; use .get(%(key)s) for optional keys"),

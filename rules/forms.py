@@ -17,6 +17,7 @@ from llamon_agent.expr import (
     MAX_DATA_BYTES,
     MAX_QUERY_CHARS,
     ExprError,
+    check_cost,
     check_rule_name,
     compile_params,
     compile_when,
@@ -79,7 +80,7 @@ class RuleForm(forms.Form):
 
 def _compiled(source: str, compiler: Any) -> str:
     try:
-        compiler(source)
+        check_cost(compiler(source))  # a rule authored here must fit the per-rule limit
     except ExprError as exc:
         raise forms.ValidationError(expr_text(exc)) from None
     return source

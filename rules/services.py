@@ -43,7 +43,14 @@ def _rule_validate(
 
 def rule_fields_check(*, name: str, mcp_id: str, tool_name: str, when: str, params: str) -> None:
     """The checks of a rule that need no database: callers run them before taking the write lock."""
-    from llamon_agent.expr import ExprError, check_rule_name, compile_params, compile_when
+    from llamon_agent.expr import (
+        ExprError,
+        check_rule_cost,
+        check_rule_name,
+        compile_params,
+        compile_when,
+        expression_rule,
+    )
     from rules.expr_messages import expr_reason, expr_text
 
     try:
@@ -59,6 +66,12 @@ def rule_fields_check(*, name: str, mcp_id: str, tool_name: str, when: str, para
             compiler(source)
         except ExprError as exc:
             raise RuleError(f"{field_name}: {expr_text(exc)}", field=field_name) from None
+    try:  # a rule saved must fit the per-rule cost limit (a stored one over it still runs, metered)
+        check_rule_cost(
+            expression_rule(name=name, mcp_id=mcp_id, tool_name=tool_name, when=when, params=params)
+        )
+    except ExprError as exc:  # its text names the field
+        raise RuleError(expr_text(exc), field=exc.field or "when") from None
 
 
 def rule_tool_check(
@@ -267,6 +280,31 @@ def rule_set_publish(
     return outcome
 
 
+def _check_cost(content: list[dict[str, Any]]) -> None:
+    """Refuse a rule set whose rules together may cost more on one request than the request limit
+    (LLAMON_REQUEST_COST_BUDGET): each rule's cost is bounded when it is saved, their sum here, so
+    a published set cannot fail a request within the caps on cost (docs/expressions.md)."""
+    from llamon_agent.expr import ExprError, ExpressionRule, check_rule_cost, check_rule_set_cost
+    from rules.engine import compile_snapshot
+    from rules.expr_messages import expr_text
+
+    rules = compile_snapshot(content).rules
+    try:
+        for rule in rules:  # a rule saved before an upgrade (or a limit lowered) is checked again
+            if isinstance(rule, ExpressionRule):
+                check_rule_cost(rule)
+        check_rule_set_cost(rules)
+    except ExprError as exc:
+        if exc.msg_id != "rules.cost_total":
+            raise RuleError(
+                _("This rule set cannot be published: rule %(name)s: %(reason)s")
+                % {"name": rule.name, "reason": expr_text(exc)}
+            ) from None
+        raise RuleError(
+            _("This rule set cannot be published: %(reason)s") % {"reason": expr_text(exc)}
+        ) from None
+
+
 @transaction.atomic
 def _rule_set_publish(
     *, actor: Any, rule_set: RuleSet, message: str, revision: int | None, reason: str
@@ -287,6 +325,7 @@ def _rule_set_publish(
             _("Nothing changed since v%(number)s: the draft has the same content.")
             % {"number": draft.published_as}
         )
+    _check_cost(content)
     for gate in PUBLISH_GATES:
         gated = gate(
             actor=actor,

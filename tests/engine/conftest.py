@@ -160,3 +160,16 @@ def _engine_pool_is_not_the_webs() -> Iterator[None]:
         made = mcp_pool.set_pool(installed)  # the web's pool, back for the web's tests
         if made is not None and made is not installed:
             made.close(timeout=10)
+
+
+@pytest.fixture
+def raised_cost_limit(monkeypatch: pytest.MonkeyPatch) -> Iterator[int]:
+    """A per-rule cost limit of 10**9 units (LLAMON_EXPR_COST_BUDGET), for tests of what an
+    expression does that the default limit refuses at the data cap (sorting request data)."""
+    from llamon_agent import settings
+
+    monkeypatch.setenv("LLAMON_EXPR_COST_BUDGET", str(10**9))
+    settings.cost_budgets.cache_clear()
+    yield 10**9
+    monkeypatch.delenv("LLAMON_EXPR_COST_BUDGET")
+    settings.cost_budgets.cache_clear()

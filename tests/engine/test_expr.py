@@ -27,6 +27,7 @@ from llamon_agent.expr import (
     required_keywords,
 )
 from llamon_agent.expr.helpers import _repr, _str
+from llamon_agent.expr.limits import MAX_FILES_BYTES, MAX_PARTS
 from llamon_agent.tools import DeterministicContext, ToolInfo, is_rule, rule_info
 
 
@@ -193,7 +194,6 @@ def test_tool_attribute_access_points_to_dict_lookup() -> None:
         ("max([], default=0)", 0),
         ("any([False, True])", True),
         ("all(t in ['vip', 'kr'] for t in context['tags'])", True),
-        ("sorted(context['tags'], reverse=True)", ["vip", "kr"]),
         ("abs(-3)", 3),
         ("round(2.567, 2)", 2.57),
         ("round(2.5)", 2),
@@ -203,6 +203,13 @@ def test_tool_attribute_access_points_to_dict_lookup() -> None:
 )
 def test_helpers_and_builtins(source: str, expected: Any) -> None:
     assert value(source) == expected
+
+
+def test_sorting_request_data_takes_a_raised_cost_limit(raised_cost_limit: int) -> None:
+    # At the data cap (256 KiB of request data) a sort may cost ~5,500,000 units: over the default
+    # per-rule limit, refused when saved; a deployment whose data is small may raise the limit.
+    assert value("sorted(context['tags'], reverse=True)") == ["vip", "kr"]
+    assert compile_params("{'a': sorted(query.split(), key=len)}")(CTX) == {"a": ["주문", "조회", "부탁해"]}
 
 
 def test_data_get_reaches_a_chatbot_id_sent_in_a_datapart() -> None:
@@ -516,7 +523,6 @@ def test_text_of_a_live_object_is_refused_when_evaluated() -> None:
         with pytest.raises(ExprError, match="only data"):
             convert([1, {"a": len}])
     assert _str([1, "a", None, 2.5, True, {"k": (1,)}]) == "[1, 'a', None, 2.5, True, {'k': (1,)}]"
-    assert compile_params("{'a': sorted(query.split(), key=len)}")(CTX) == {"a": ["주문", "조회", "부탁해"]}
 
 
 @pytest.mark.parametrize("source", ["'q'", "[query]", "query == 'x'", "f'{query}'", "not query", "{query}"])
@@ -802,3 +808,23 @@ def test_methods_cannot_be_passed_as_values(source: str) -> None:
     """A method as a value (e.g. a sort key) would be called once per item: refused when saved."""
     with pytest.raises(ExprError, match=r"can only be called, not used as a value"):
         compile_when(source)
+
+
+def test_requests_past_the_part_caps_get_a_clear_error_and_no_rule_sees_them() -> None:
+    # Past MAX_PARTS DataParts (or FileParts), or FileParts over MAX_FILES_BYTES, the request is
+    # over the caps the cost bound assumes: refused whole (every expression rule fails with the
+    # reason, in the user's language through its msg_id), never truncated behind the rules' back.
+    many = [{"n": i} for i in range(MAX_PARTS + 1)]
+    big_files = [{"name": "x" * (MAX_FILES_BYTES // 2)}, {"name": "y" * (MAX_FILES_BYTES // 2)}]
+    for kwargs, msg_id in (
+        ({"a2a_data": many}, "run.too_many_parts"),
+        ({"a2a_files": many}, "run.too_many_parts"),
+        ({"a2a_files": big_files}, "run.files_too_large"),
+    ):
+        with pytest.raises(ExprError) as info:
+            build_namespace(make_ctx(**kwargs))
+        assert info.value.msg_id == msg_id
+        assert request_size_error(query="q", **kwargs)
+    at_the_caps = {"a2a_data": many[:MAX_PARTS], "a2a_files": [{"name": "x" * (MAX_FILES_BYTES - 64)}]}
+    assert request_size_error(query="q", **at_the_caps) is None
+    build_namespace(make_ctx(**at_the_caps))

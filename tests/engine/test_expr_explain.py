@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+import llamon_agent.expr.compiled as compiled_module
 from llamon_agent.expr import CostBudgetExceeded, CostMeter, ExprError, build_namespace, compile_when
 from llamon_agent.expr.budget import _METER
 from llamon_agent.expr.explain import explain_when
@@ -111,13 +112,13 @@ def test_budget_is_shared_by_the_operands_as_in_the_real_evaluation() -> None:
     # needs, the explanation fails exactly when the real evaluation fails, with the same error.
     source = 'query.upper() == "" or query.lower() == "" or "x" in query'
     query = "주문 조회 " * 400
-    meter = CostMeter(10**6, 10**9)
+    meter = CostMeter(10**6)
     _real(source, _ns(query, meter=meter))
     needed = meter.expr_budget - meter.left
     outcomes = set()
     for budget in range(max(1, needed - 60), needed + 5):
-        real = _real(source, _ns(query, meter=CostMeter(budget, 10**9)))
-        explained = explain_when(source, _ns(query, meter=CostMeter(budget, 10**9)))
+        real = _real(source, _ns(query, meter=CostMeter(budget)))
+        explained = explain_when(source, _ns(query, meter=CostMeter(budget)))
         assert (explained.value, explained.error) == real, budget
         outcomes.add(real[1] is None)
     assert outcomes == {True, False}  # the sweep crossed the limit
@@ -128,7 +129,7 @@ def test_budget_error_is_the_cost_budget_message() -> None:
     query = "a" * 10_000
     explained = explain_when(source, _ns(query))
     with pytest.raises(CostBudgetExceeded) as info:
-        compile_when(source).evaluate(_ns(query))
+        compiled_module._cached_when(source).evaluate(_ns(query))  # refused when saved: the meter alone
     assert explained.value is None
     assert explained.error == str(info.value)
     assert "cost budget of" in explained.error

@@ -9,10 +9,11 @@ from collections.abc import Iterator
 import pytest
 
 from llamon_agent.expr import (
-    DEFAULT_REQUEST_BUDGET,
     MAX_REGEX_SIZE,
     REGEX_COMPILE_UNITS,
     ExprError,
+    check_cost,
+    check_rule_set_cost,
     compile_when,
     expression_rule,
     helpers,
@@ -41,6 +42,9 @@ def built() -> Iterator[list[str]]:
         yield patterns
     finally:
         helpers.re2.compile = real
+
+
+BUDGET = 1_000_000  # the meter these tests were measured with (the default is 4,000,000)
 
 
 def _tag() -> str:
@@ -94,9 +98,13 @@ def test_an_invalid_pattern_is_built_once_then_remembered(built: list[str]) -> N
 
 def test_saving_rules_with_large_literal_patterns_builds_none(built: list[str]) -> None:
     tag = _tag()
-    rules = _rules([f're_search(r"{tag}{i}\\pL{{100}}", query)' for i in range(200)])
+    rules = _rules([f're_search(r"{tag}{i}\\d{{40}}", query)' for i in range(200)])
     compile_rules(rules)
     assert built == []  # checked without building; the index's RE2 set leaves them out
+    # \pL{100} (~120,000 instructions) over a 32,000-character query costs ~240,000,000 units:
+    # refused when saved, by its estimate, without building it
+    with pytest.raises(ExprError, match="over the limit of"):
+        check_cost(compile_when(f're_search(r"{tag}\\pL{{100}}", query)'))
     with pytest.raises(ExprError, match="pattern too large"):
         compile_when(f're_search(r"{tag}\\pL{{1000}}", query)')
     assert built == []
@@ -107,11 +115,19 @@ def test_2000_failing_or_slow_regex_rules_cost_one_request_budget_of_compiling(b
     failing = [f're_search("{tag}f{i}\\\\pL{{10" + "00}}", query)' for i in range(1_000)]
     slow = [f're_search("{tag}s{i}\\\\pL{{2" + "0}}", query)' for i in range(1_000)]
     rules = _rules([w for pair in zip(failing, slow, strict=True) for w in pair])
-    outcome = run_prestep(rules, AgentRequest(query="가" * 1_000), backend=BACKEND, dry_run=True)
-    # Every rule ends in an error (the failing ones, and the slow ones once the budget is spent);
-    # what RE2 built in full fits the request's budget, priced before building.
+    # A meter of 1,000,000 units: each slow rule (~1,700,000 units on this query) runs out of it
+    # before it searches, which keeps the test quick.
+    outcome = run_prestep(
+        rules, AgentRequest(query="가" * 1_000), backend=BACKEND, dry_run=True, expr_budget=BUDGET
+    )
+    # Every rule ends in an error (the failing ones, and the slow ones on their own meter); what
+    # RE2 built in full fits what each evaluation may compile, priced before building. Patterns
+    # made at run time have no static bound: each counts as a whole per-rule limit in the set's
+    # total, so this set is refused when published (over the request limit).
     assert all(rec.status is RuleStatus.ERROR for rec in outcome.records)
-    bound = DEFAULT_REQUEST_BUDGET // REGEX_COMPILE_UNITS + MAX_REGEX_SIZE
+    with pytest.raises(ExprError, match="over the limit of 1,000,000,000 units a request"):
+        check_rule_set_cost(rules)
+    bound = len(rules) * (BUDGET // REGEX_COMPILE_UNITS) + MAX_REGEX_SIZE
     assert sum(regex_size(p) for p in built) <= bound
     assert len(built) <= bound // regex_size(r"s999\pL{20}")
     assert built and not any("\\pL{1000}" in p for p in built)
@@ -123,9 +139,11 @@ def test_an_allowance_bounds_what_many_requests_compile_together(built: list[str
     allowance = 100_000
     with regex_compile_allowance(allowance):
         for case in range(20):  # the rule-health page dry-runs up to 500 cases
-            run_prestep(rules, AgentRequest(query=f"case {case}"), backend=BACKEND, dry_run=True)
+            run_prestep(
+                rules, AgentRequest(query=f"case {case}"), backend=BACKEND, dry_run=True, expr_budget=BUDGET
+            )
     assert sum(regex_size(p) for p in built) <= allowance
-    run_prestep(rules, AgentRequest(query="after"), backend=BACKEND, dry_run=True)
+    run_prestep(rules, AgentRequest(query="after"), backend=BACKEND, dry_run=True, expr_budget=BUDGET)
     assert sum(regex_size(p) for p in built) > allowance  # outside the block, the request's own budget
 
 

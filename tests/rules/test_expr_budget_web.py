@@ -11,7 +11,7 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from llamon_agent.expr import DEFAULT_EXPR_BUDGET, MAX_QUERY_CHARS
+from llamon_agent.expr import MAX_QUERY_CHARS
 from llamon_agent.prestep import PRESTEP_FAILED
 from rules import services
 from rules.models import Rule
@@ -45,7 +45,7 @@ def rule_set(make_user):
     return rs
 
 
-def test_viewer_tester_with_a_hostile_draft_answers_with_the_budget_error(viewer_client, rule_set) -> None:
+def test_viewer_tester_with_a_hostile_draft_runs_the_saved_rule(viewer_client, rule_set) -> None:
     rule = rule_set.rules.get()
     data = {
         "t-query": ("주문 조회 " * 6000)[:MAX_QUERY_CHARS],
@@ -62,7 +62,8 @@ def test_viewer_tester_with_a_hostile_draft_answers_with_the_budget_error(viewer
     response = viewer_client.post(reverse("rules:test", args=[rule_set.pk]), data, **HX)
     html = response.content.decode()
     assert response.status_code == 200
-    assert "Includes your unsaved edit" in html  # the hostile draft is what ran
-    assert f"cost budget of {DEFAULT_EXPR_BUDGET:,} units exceeded" in html
-    assert f"{PRESTEP_FAILED}: route_order_lookup:" in html
+    # the hostile draft is refused as a save would refuse it (its static cost bound is far over
+    # the per-rule limit): the tester runs the saved rule instead, and nothing fails on cost
+    assert "has errors, so the tester uses its saved version" in html
+    assert "cost budget" not in html and PRESTEP_FAILED not in html
     assert Rule.objects.get(pk=rule.pk).when == '"주문" in query'  # nothing saved

@@ -60,6 +60,11 @@ class CompiledRules:
     def __len__(self) -> int:
         return len(self.rules)
 
+    def request_reads(self) -> list[Any]:
+        """What each rule reads of a request, in rule order: an expression rule's
+        ``(when, params)`` :class:`~llamon_agent.expr.reads.Reads`, None for a Python function."""
+        return [getattr(rule, "request_reads", None) for rule in self.rules]
+
     def candidates(
         self,
         query: str,

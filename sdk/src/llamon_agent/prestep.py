@@ -32,11 +32,10 @@ Decisions beyond the seed (documented here because callers rely on them):
   outcome is the same with ``use_index=False``. To keep that true when an expression
   namespace cannot be built (request over the expression caps), the namespace is built at
   the first expression rule's position even when that rule is not a candidate.
-- Expression rules share one cost budget per request (``request_budget``, besides each
-  evaluation's ``expr_budget``; defaults from ``LLAMON_REQUEST_COST_BUDGET`` and
-  ``LLAMON_EXPR_COST_BUDGET``, see docs/expressions.md): once it is spent, every later
-  expression rule fails with ``request cost budget of N units exceeded`` through the usual
-  error path, so 10,000 costly rules cannot add up to more than one request's worth.
+- An expression rule's cost is bounded when it is compiled (docs/expressions.md, "Cost bound"):
+  a request within the caps cannot fail on cost. There is no request-wide budget; the
+  per-evaluation meter (``expr_budget``, default ``LLAMON_EXPR_COST_BUDGET``) is a backstop,
+  and the bound of the rules that have no static one.
 """
 
 from __future__ import annotations
@@ -239,17 +238,16 @@ def run_prestep(
     use_index: bool = True,
     trace_parent: str | None = None,
     expr_budget: int | None = None,
-    request_budget: int | None = None,
 ) -> PrestepOutcome:
     """Run the rules on ``request``: bind check, evaluate in order, call tools (unless dry run).
 
-    ``expr_budget`` and ``request_budget`` are the expression cost budgets in units (per
-    evaluation, and for the whole request); ``None`` takes them from the settings.
+    ``expr_budget`` is the run-time meter's budget of one evaluation, in units; ``None`` takes
+    it from the settings.
     """
     started = time.perf_counter()
     compiled = compile_rules(rules_or_compiled, use_index=use_index)
     run = _PrestepRun(compiled, _as_request(request), backend, dry_run, sink, trace_parent)
-    run.budgets = (expr_budget, request_budget)
+    run.expr_budget = expr_budget
     run.execute(use_index=use_index)
     return run.outcome(round((time.perf_counter() - started) * 1000.0, 3))
 
@@ -264,7 +262,6 @@ async def arun_prestep(
     use_index: bool = True,
     trace_parent: str | None = None,
     expr_budget: int | None = None,
-    request_budget: int | None = None,
 ) -> PrestepOutcome:
     """:func:`run_prestep` on a worker thread: the backend's calls block, the event loop must not."""
     return await asyncio.to_thread(
@@ -277,7 +274,6 @@ async def arun_prestep(
         use_index=use_index,
         trace_parent=trace_parent,
         expr_budget=expr_budget,
-        request_budget=request_budget,
     )
 
 
@@ -328,7 +324,7 @@ class _PrestepRun:
         self.span: Span | None = None
         self.indexed = False
         self.namespace_failed = False
-        self.budgets: tuple[int | None, int | None] = (None, None)
+        self.expr_budget: int | None = None
         self.meter: Any = None  # the request's expression CostMeter, made with the first namespace
         self.plain: Any = None  # plain_request() of the request (or the ExprError it raised)
         self.found: Any = None  # the literals a long query holds, from the index (build_namespace)
@@ -419,7 +415,7 @@ class _PrestepRun:
         found: list[Any] | None = None
         if type(query) is str and len(query) >= _LONG_QUERY_CHARS:
             found = []  # the literals it holds, for build_namespace's tables
-        order = self.compiled.candidates(query, self._index_data, self.budgets[0], found)
+        order = self.compiled.candidates(query, self._index_data, self.expr_budget, found)
         self.found = found[0] if found else None
         return order
 
@@ -451,30 +447,17 @@ class _PrestepRun:
                         if args is None:
                             args = self._args(mcp_id)
                             meter = self.meter
-                        pool = meter.pool
-                        if pool < 0:
-                            meter.request_exceeded()
                         static, reads, metered = costs[i]
-                        if reads:
-                            static += reads * meter.rcost
-                        meter.pool = pool - static
                         try:
                             if metered:
-                                meter.left = left = meter.expr_budget - static
-                                try:
-                                    value = when(*args)
-                                finally:
-                                    spent = left - meter.left
-                                    if spent:  # numbers added or compared: often nothing
-                                        meter.pool -= spent
-                            else:
-                                value = when(*args)
+                                meter.left = meter.expr_budget - static - reads * meter.rcost
+                            value = when(*args)
                         except Exception as exc:
                             raise rules[i].compiled_when.failed(exc)  # noqa: B904  # failed() sets the cause
                         if not value:
                             continue
                         rule = rules[i]
-                        left = meter.left if metered else meter.expr_budget - static
+                        left = meter.left if metered else meter.expr_budget - static - reads * meter.rcost
                         call = rule.tool_name, rule.params_for(args, meter, left)
                     else:
                         if (evaluate := fast[i]) is None:
@@ -660,7 +643,7 @@ class _PrestepRun:
         The index checks these first (_indexed_order), without building the namespace."""
         try:
             if self.meter is None:
-                self.meter = _expr().expr.CostMeter(*self.budgets)
+                self.meter = _expr().expr.CostMeter(self.expr_budget)
             plain = self._plain()
             tools, names = self._server_tools(mcp_id)
         except Exception:

@@ -39,10 +39,11 @@ def _check_http_url(value: str | None) -> str | None:
     return value
 
 
-# The cost budgets of routing-rule expressions (docs/expressions.md, "Cost budget"); the
-# defaults are llamon_agent.expr.DEFAULT_EXPR_BUDGET and DEFAULT_REQUEST_BUDGET.
-DEFAULT_EXPR_COST_BUDGET = 250_000
-DEFAULT_REQUEST_COST_BUDGET = 2_500_000
+# The cost limits of routing-rule expressions (docs/expressions.md, "Cost bound"): a rule's static
+# bound (and its run-time meter), and what a rule set's bounds may add up to when it is published;
+# the defaults are llamon_agent.expr.DEFAULT_EXPR_BUDGET and DEFAULT_REQUEST_BUDGET.
+DEFAULT_EXPR_COST_BUDGET = 4_000_000
+DEFAULT_REQUEST_COST_BUDGET = 1_000_000_000
 _MAX_COST_BUDGET = 10**10
 # A served agent's finished A2A tasks: how many are kept for tasks/get, and for how long.
 DEFAULT_A2A_TASKS_KEPT = 1_000
@@ -52,7 +53,7 @@ DEFAULT_A2A_TASK_BYTES_PER_CALLER = 8 * 1024 * 1024
 
 
 class CostBudgets(BaseSettings):
-    """``LLAMON_EXPR_COST_BUDGET`` (units per evaluation) and ``LLAMON_REQUEST_COST_BUDGET`` (per request)."""
+    """``LLAMON_EXPR_COST_BUDGET`` (units a rule) and ``LLAMON_REQUEST_COST_BUDGET`` (a rule set's total)."""
 
     model_config = SettingsConfigDict(
         env_prefix=ENV_PREFIX,

@@ -40,13 +40,16 @@ from llamon_agent.expr.budget import (
     BUILT_CHARS_PER_UNIT,
     DEFAULT_EXPR_BUDGET,
     DEFAULT_REQUEST_BUDGET,
+    DEFAULT_RULE_LIMIT,
     READ_CHARS_PER_UNIT,
     REGEX_CHARS_PER_UNIT,
+    REGEX_COMPILE_ALLOWANCE,
     REGEX_COMPILE_UNITS,
     CostBudgetExceeded,
     CostMeter,
 )
-from llamon_agent.expr.compiled import CompiledExpr, compile_params, compile_when
+from llamon_agent.expr.compiled import CompiledExpr, check_cost, compile_params, compile_when
+from llamon_agent.expr.cost import Bound, estimate
 from llamon_agent.expr.errors import ExprError
 from llamon_agent.expr.helpers import (
     MAX_REGEX_SIZE,
@@ -79,7 +82,15 @@ from llamon_agent.expr.limits import (
     METHOD_NAMES,
 )
 from llamon_agent.expr.namespace import build_namespace, request_size_error
-from llamon_agent.expr.rules import ExpressionRule, check_rule_name, expression_rule
+from llamon_agent.expr.reads import DYNAMIC, Reads, reads
+from llamon_agent.expr.rules import (
+    ExpressionRule,
+    check_rule_cost,
+    check_rule_name,
+    check_rule_set_cost,
+    expression_rule,
+    rule_set_cost,
+)
 
 __all__ = [
     "BUILTIN_NAMES",
@@ -103,10 +114,12 @@ __all__ = [
     "MAX_STR_LITERAL_CHARS",
     "BUILT_CHARS_PER_UNIT",
     "DEFAULT_EXPR_BUDGET",
+    "DEFAULT_RULE_LIMIT",
     "DEFAULT_REQUEST_BUDGET",
     "READ_CHARS_PER_UNIT",
     "REGEX_CHARS_PER_UNIT",
     "REGEX_COMPILE_UNITS",
+    "REGEX_COMPILE_ALLOWANCE",
     "CompiledExpr",
     "CostBudgetExceeded",
     "CostMeter",
@@ -119,6 +132,15 @@ __all__ = [
     "contains_all",
     "contains_any",
     "expression_rule",
+    "check_cost",
+    "check_rule_cost",
+    "check_rule_set_cost",
+    "rule_set_cost",
+    "estimate",
+    "reads",
+    "Reads",
+    "DYNAMIC",
+    "Bound",
     "re_find",
     "re_search",
     "regex_compile_allowance",

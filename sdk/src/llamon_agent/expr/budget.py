@@ -32,7 +32,7 @@ from llamon_agent.expr.helpers import (
     regex_cached,
     regex_size,
 )
-from llamon_agent.expr.limits import MAX_INT, MAX_PATTERN_CHARS, SORT_KEYS
+from llamon_agent.expr.limits import MAX_INT, MAX_PATTERN_CHARS, MAX_RESULT_CHARS, MAX_RESULT_ITEMS, SORT_KEYS
 from llamon_agent.expr.messages import Message as M
 
 # Caps bound what one operation may build; they cannot bound how often an expression repeats
@@ -40,17 +40,30 @@ from llamon_agent.expr.messages import Message as M
 # can call sorted(query) 196 times). So every evaluation also has a cost budget, as CEL has in
 # Kubernetes: each operation is charged in proportion to its work before (or, for results
 # bounded by a cap, right after) it runs, and an evaluation that spends more than its budget
-# raises CostBudgetExceeded. One CostMeter per request also caps all evaluations together.
+# raises CostBudgetExceeded. Since the static bound (cost.py) refuses a rule that could, the meter
+# is a backstop, and the bound of the rules that have no static one.
 #
 # A unit is about one step of the interpreter: one syntax-tree node evaluated, one item
 # visited, built or compared, READ_CHARS_PER_UNIT characters read, BUILT_CHARS_PER_UNIT
-# characters built. The defaults keep one evaluation under ~50 ms and ~64 MB at worst.
-DEFAULT_EXPR_BUDGET = 250_000  # units per evaluation of one when or params
-DEFAULT_REQUEST_BUDGET = 2_500_000  # units per request, every rule's evaluations together
+# characters built. The default keeps one evaluation under ~200 ms and ~64 MB at worst.
+DEFAULT_EXPR_BUDGET = 4_000_000  # units an evaluation of a rule may spend: its run-time meter's budget
+# A rule is authored only when its static bound is within half of that (rule_limit): the meter,
+# a backstop, keeps a 2x margin no such rule can reach. Figures: docs/performance.md, "Cost bound".
+DEFAULT_RULE_LIMIT = DEFAULT_EXPR_BUDGET // 2
+
+
+def rule_limit(expr_budget: int) -> int:
+    """The per-rule static limit under a meter of ``expr_budget`` units."""
+    return expr_budget // 2
+
+
+DEFAULT_REQUEST_BUDGET = 1_000_000_000  # units a rule set's static bounds may add up to (at publish)
 READ_CHARS_PER_UNIT = 16  # scanning text (in, find, count, ==, startswith ...)
 BUILT_CHARS_PER_UNIT = 8  # building text (+, join, slices, lower, str(), f-strings ...)
 REGEX_CHARS_PER_UNIT = 16  # a regex search: len(text) x program size / 16
 REGEX_COMPILE_UNITS = 8  # per instruction (regex_size) of a pattern not compiled yet, before it is
+# Instructions of new patterns a page of many dry runs (the rule-health page) may build together.
+REGEX_COMPILE_ALLOWANCE = 312_500
 
 
 class CostBudgetExceeded(ExprError):
@@ -61,20 +74,19 @@ _settings: Any = None  # llamon_agent.settings, imported by the first meter that
 
 
 class CostMeter:
-    """The cost budget of one request: ``expr_budget`` per evaluation, ``request_budget`` for all.
+    """The run-time meter of one request: ``expr_budget`` units per evaluation of a rule.
 
     :func:`build_namespace` puts one in the namespace (``meter=`` shares one between the
-    namespaces of one request, as the pre-step does). Each :meth:`CompiledExpr.evaluate`
-    starts with ``left = expr_budget`` and the rewritten operations charge ``left``; each
-    :meth:`ExpressionRule.evaluate_ns` (the pre-step's call) then takes what its evaluations
-    spent, plus their static cost, from ``pool``, and refuses to start once ``pool`` is spent.
+    namespaces of one request, as the pre-step does). Each evaluation starts with ``left =
+    expr_budget`` less the rule's static charge, and the rewritten operations charge ``left``.
+    A rule whose static bound (cost.estimate) is within the per-rule limit cannot run out: the
+    meter is the backstop, and the bound for rules that have none (docs/expressions.md). There
+    is no request-wide pool: a rule set's total bound is checked when it is published.
     """
 
     __slots__ = (
         "expr_budget",
-        "request_budget",
         "left",
-        "pool",
         "qcost",
         "rcost",
         "weights",
@@ -86,27 +98,18 @@ class CostMeter:
         "first",
     )
 
-    def __init__(self, expr_budget: int | None = None, request_budget: int | None = None) -> None:
-        if expr_budget is None or request_budget is None:
+    def __init__(self, expr_budget: int | None = None) -> None:
+        if expr_budget is None:
             global _settings
             if _settings is None:  # imported once: an import statement here costs microseconds per request
                 from llamon_agent import settings as _settings
-            defaults = _settings.cost_budgets()
-            expr_budget = defaults.expr_cost_budget if expr_budget is None else expr_budget
-            request_budget = defaults.request_cost_budget if request_budget is None else request_budget
-        if not (
-            type(expr_budget) is int
-            and expr_budget > 0
-            and type(request_budget) is int
-            and request_budget > 0
-        ):
-            for name, value in (("expr_budget", expr_budget), ("request_budget", request_budget)):
-                if type(value) is not int or value < 1:
-                    raise ValueError(f"{name} must be a positive whole number of cost units, not {value!r}")
+            expr_budget = _settings.cost_budgets().expr_cost_budget
+        if type(expr_budget) is not int or expr_budget < 1:
+            raise ValueError(
+                f"expr_budget must be a positive whole number of cost units, not {expr_budget!r}"
+            )
         self.expr_budget = expr_budget
-        self.request_budget = request_budget
         self.left = expr_budget  # what the current evaluation may still spend
-        self.pool = request_budget  # what the request's rules may still spend
         self.qcost = 1  # reading the query once (set by build_namespace)
         self.rcost = 1  # a `"w" in query` test: qcost, or 1 when it reads a table (build_namespace)
         self.weights: dict[int, tuple[Any, int]] = {}  # identity -> (value, _weight), see _weight
@@ -121,16 +124,8 @@ class CostMeter:
         self.parts: Any = None
         self.first: dict[Any, Any] | None = None
 
-    @property
-    def spent(self) -> int:
-        """Units the request's rules have spent so far (ExpressionRule evaluations)."""
-        return self.request_budget - self.pool
-
     def exceeded(self) -> None:
         raise CostBudgetExceeded(M("run.budget", limit=f"{self.expr_budget:,}"))
-
-    def request_exceeded(self) -> None:
-        raise CostBudgetExceeded(M("run.request_budget", limit=f"{self.request_budget:,}"))
 
 
 def _charge(meter: CostMeter, cost: int) -> None:
@@ -201,11 +196,12 @@ def _m_add(meter: CostMeter, left: Any, right: Any) -> Any:
         if type(value) is int and not -MAX_INT <= value <= MAX_INT:
             raise ExprError(M("run.int_too_large"))
         return value
-    if kind is type(right):
-        if kind is str:
-            _charge(meter, 1 + (len(left) + len(right)) // BUILT_CHARS_PER_UNIT)
-        elif kind is list or kind is tuple:
-            _charge(meter, 1 + len(left) + len(right))
+    if kind is type(right) and (kind is str or kind is list or kind is tuple):
+        size = len(left) + len(right)
+        if size <= (
+            MAX_RESULT_CHARS if kind is str else MAX_RESULT_ITEMS
+        ):  # else _add's size error, uncharged
+            _charge(meter, 1 + (size // BUILT_CHARS_PER_UNIT if kind is str else size))
     return _add(left, right)
 
 
@@ -416,7 +412,7 @@ _FREE_METHODS = frozenset({"get", "keys", "values", "items"})
 _AFFIX_METHODS = frozenset({"startswith", "endswith"})
 _CASE_METHODS = frozenset({"lower", "upper", "casefold"})  # a Unicode table lookup per character
 _SPLIT_METHODS = frozenset({"split", "rsplit", "splitlines", "partition", "rpartition"})
-PIECE_UNITS = 8  # a new text object made by split(): allocation dominates
+PIECE_UNITS = 8  # a new text object made by split(): ~60 bytes (the memory bound), ~3 units of time
 
 
 def _m_method(meter: CostMeter, value: Any, name: str, *args: Any, **kwargs: Any) -> Any:

@@ -17,8 +17,10 @@ from llamon_agent.expr.budget import (
     READ_CHARS_PER_UNIT,
     REGEX_CHARS_PER_UNIT,
     REGEX_COMPILE_UNITS,
+    rule_limit,
 )
 from llamon_agent.expr.checker import _parse, _syntax
+from llamon_agent.expr.cost import estimate
 from llamon_agent.expr.errors import ExprError, _Source, _type_name
 from llamon_agent.expr.guard import REQUEST_NAMES, _compile
 from llamon_agent.expr.helpers import check_regex, regex_size
@@ -26,6 +28,7 @@ from llamon_agent.expr.hints import _options, keywords_of
 from llamon_agent.expr.limits import _FILENAME, MAX_DATA_BYTES, MAX_DEPTH, REGEX_CALLS
 from llamon_agent.expr.messages import Message as M
 from llamon_agent.expr.namespace import build_namespace
+from llamon_agent.expr.reads import Reads, reads
 from llamon_agent.tools import DeterministicContext
 
 
@@ -200,7 +203,7 @@ class CompiledExpr:
     ``fn`` is its function, made once: ``fn(*request_args(namespace))`` evaluates it (guard).
     """
 
-    __slots__ = ("source", "fn", "_code", "_defaults", "_meta", "_hints")
+    __slots__ = ("source", "fn", "bound", "_code", "_defaults", "_meta", "_hints")
 
     def __init__(
         self,
@@ -209,8 +212,13 @@ class CompiledExpr:
         defaults: tuple[Any, ...] | None,
         meta: shapes.Template | _Own,
         hints: Any,
+        bound: int | None,
     ) -> None:
         self.source = source
+        # At most what one evaluation costs on a request within the caps (cost.estimate; None:
+        # no static bound, metered at run time). Compiling never refuses on it (a stored rule
+        # must keep compiling after an upgrade); check_cost does, where a rule is authored.
+        self.bound = bound
         # Code shared by shape (see shapes) gets this expression's literals as the defaults
         # of its last arguments. The globals are the helpers only, the same for every request.
         self.fn = types.FunctionType(code, _BASE_NAMESPACE, None, defaults)
@@ -254,6 +262,11 @@ class CompiledExpr:
             options = shapes.hint(self._meta, self._defaults, _options)  # type: ignore[arg-type]
             return tuple(dict.fromkeys(options)) if options else None
         return self._hints[0]  # type: ignore[no-any-return]
+
+    @property
+    def request_reads(self) -> Reads:
+        """What the expression reads of a request (context and DataPart keys, literals, tools)."""
+        return reads(self.source)
 
     @property
     def cost_line(self) -> tuple[int, float] | None:
@@ -318,15 +331,65 @@ class CompiledExpr:
 
 
 def _own(
-    source: str, kind: str, compiled: tuple[types.CodeType, int, int, bool], src: _Source, hints: Any
+    source: str,
+    kind: str,
+    compiled: tuple[types.CodeType, int, int, bool],
+    src: _Source,
+    hints: Any,
+    bound: int | None,
 ) -> CompiledExpr:
     """An expression compiled on its own (not shared by shape)."""
-    return CompiledExpr(source, compiled[0], None, _Own(kind, *compiled[1:], src), hints)
+    return CompiledExpr(source, compiled[0], None, _Own(kind, *compiled[1:], src), hints, bound)
 
 
 def _shared(source: str, template: shapes.Template, values: tuple[Any, ...], hints: Any) -> CompiledExpr:
-    """An expression of ``template``'s shape with its own literal ``values``."""
-    return CompiledExpr(source, template.code, values, template, hints)
+    """An expression of ``template``'s shape with its own literal ``values`` (its bound made on
+    the template's tree with them put in, as the full path makes it on its own tree)."""
+    bound = shapes.on_values(template, values, _BOUNDS[template.kind])
+    return CompiledExpr(source, template.code, values, template, hints, bound)
+
+
+_BOUNDS = {kind: (lambda body, kind=kind: estimate(body, kind).units) for kind in ("when", "params")}
+
+
+def check_cost(expr: CompiledExpr, limit: int | None = None) -> CompiledExpr:
+    """``expr``, or ExprError when its static bound is over ``limit`` (default: the per-rule limit,
+    half of LLAMON_EXPR_COST_BUDGET), naming its costliest part and what it costs. Asked where a rule is
+    authored (saved, checked in the editor, published as a new version), never when a stored one
+    is compiled: over the limit, that one runs under its meter.
+
+    A bound over the limit made with the estimate of a literal pattern's program is made again
+    with the program RE2 builds (what the meter charges), once, and kept."""
+    if limit is None:
+        limit = rule_limit(_limits().expr_cost_budget)
+    units = expr.bound
+    if units is None or units <= limit:
+        return expr
+    tree, src = _parse(expr.source)
+    # RE2's program is ~2-3x smaller than its estimate: a pattern is built to price it only when
+    # that could bring the rule within the limit (a huge one is refused unbuilt)
+    found = estimate(tree.body, expr.kind, exact=units <= 4 * limit)
+    expr.bound = found.units
+    if found.units is None or found.units <= limit:
+        return expr
+    part = ast.get_source_segment(src.wrapped, found.part) if found.part is not None else None
+    part = (part or expr.source).strip()
+    if len(part) > 80:
+        part = part[:77] + "..."
+    message = M(
+        "expr.cost_bound",
+        units=f"{found.units:,}",
+        limit=f"{limit:,}",
+        part=repr(part),
+        part_units=f"{found.part_units:,}",
+    )
+    raise src.node_error(found.part, message) if found.part is not None else ExprError(message)
+
+
+def _limits() -> Any:
+    from llamon_agent import settings
+
+    return settings.cost_budgets()
 
 
 def _regex_cost(tree: ast.AST) -> tuple[int, float] | None:
@@ -405,7 +468,8 @@ def _compile_when(source: str) -> CompiledExpr:
         return _shared(source, template, values, hints)
     tree, src = _parse(source)
     facts = _when_facts(tree.body)  # before _compile, which rewrites the tree
-    return _compile_shared(source, "when", tree, src, found is False, facts)
+    bound = estimate(tree.body, "when").units
+    return _compile_shared(source, "when", tree, src, found is False, bound, facts)
 
 
 _NOT_A_DICT = (
@@ -438,7 +502,7 @@ def _compile_params(source: str) -> CompiledExpr:
         isinstance(tree.body, ast.UnaryOp) and isinstance(tree.body.op, ast.Not)
     ):
         raise src.node_error(tree.body, M("expr.params_not_dict"))
-    return _compile_shared(source, "params", tree, src, found is False)
+    return _compile_shared(source, "params", tree, src, found is False, estimate(tree.body, "params").units)
 
 
 def _compile_shared(
@@ -447,6 +511,7 @@ def _compile_shared(
     tree: ast.Expression,
     src: _Source,
     learn: bool,
+    bound: int | None,
     facts: tuple[Any, tuple[int, float] | None] | None = None,
 ) -> CompiledExpr:
     """Compile a checked tree; when ``learn``, as the template of its shape (see shapes).
@@ -458,13 +523,13 @@ def _compile_shared(
     if plan is None:
         compiled = _compile(tree, f"<{kind}>")
         hints = _NO_HINTS if facts is None else _when_hints(facts, compiled[1], compiled[2])
-        return _own(source, kind, compiled, src, hints)
+        return _own(source, kind, compiled, src, hints, bound)
     lift, literals, patterns, values = plan
     compiled = _compile(tree, f"<{kind}>", lift)
     hint = _options if kind == "when" else None
     template = shapes.remember(source, kind, compiled, pristine, literals, patterns, hint)
     hints = _NO_HINTS if facts is None else _when_hints(facts, compiled[1], compiled[2])
-    return _shared(source, template, values, hints)
+    return CompiledExpr(source, template.code, values, template, hints, bound)
 
 
 class _Cache:

@@ -107,7 +107,7 @@ def _split(node: ast.expr, src: _Source) -> _Node:
         return _Node("not", _segment(src, node), [_split(node.operand, src)], None)
     # A copy keeps the positions in the author's text (errors point there); the guard rewrites it.
     tree = ast.Expression(body=copy.deepcopy(node))
-    expr = _own(_segment(src, node), "when", _compile(tree, "<when>"), src, _NO_HINTS)
+    expr = _own(_segment(src, node), "when", _compile(tree, "<when>"), src, _NO_HINTS, None)
     return _Node("test", expr.source, [], expr)
 
 

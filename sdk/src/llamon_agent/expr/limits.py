@@ -24,6 +24,10 @@ MAX_ITER_ITEMS = 10_000  # items one comprehension may loop over
 MAX_QUERY_CHARS = 32_000
 MAX_DATA_BYTES = 256 * 1024  # UTF-8 JSON of context + a2a_data + a2a_files
 MAX_DATA_DEPTH = 32  # nesting of request data
+MAX_PARTS = 100  # DataParts (a2a_data) and FileParts (a2a_files), each
+# FileParts describe files (name, mimeType, uri, size: a2a.py), never hold them: JSON of a2a_files,
+# counted apart from MAX_DATA_BYTES so that a rule reading every file is priced on this, not 256 KiB
+MAX_FILES_BYTES = 16 * 1024
 
 # --- names ------------------------------------------------------------------------------
 CTX_NAMES = ("ctx", "query", "context", "a2a_data", "a2a_files", "tool_names")

@@ -8,13 +8,12 @@ from typing import Any
 
 from llamon_agent.expr.budget import (
     _BASE_NAMESPACE,
-    BUILT_CHARS_PER_UNIT,
     READ_CHARS_PER_UNIT,
     CostMeter,
 )
 from llamon_agent.expr.errors import ExprError, _type_name
 from llamon_agent.expr.guard import REQUEST_NAMES
-from llamon_agent.expr.limits import MAX_DATA_BYTES, MAX_QUERY_CHARS
+from llamon_agent.expr.limits import MAX_DATA_BYTES, MAX_FILES_BYTES, MAX_PARTS, MAX_QUERY_CHARS
 from llamon_agent.expr.messages import Message as M
 from llamon_agent.expr.view import _Budget, _CtxView, _plain
 from llamon_agent.tools import AgentRequest, DeterministicContext
@@ -37,31 +36,39 @@ def plain_request(ctx: DeterministicContext | AgentRequest) -> PlainRequest:
     context = {} if ctx.context is None else _plain(ctx.context, budget)
     if type(context) is not dict:
         raise ExprError(M("run.context_type", type=_type_name(context)))
-    a2a_data = None if ctx.a2a_data is None else _plain(list(ctx.a2a_data), budget)
-    a2a_files = None if ctx.a2a_files is None else _plain(list(ctx.a2a_files), budget)
+    a2a_data = None if ctx.a2a_data is None else _plain(_parts(ctx.a2a_data), budget)
+    files = _Budget(MAX_FILES_BYTES, files=True)
+    a2a_files = None if ctx.a2a_files is None else _plain(_parts(ctx.a2a_files), files)
     return query, context, a2a_data, a2a_files
+
+
+def _parts(parts: Any) -> list[Any]:
+    """A request's DataParts (FileParts) as a list, or ExprError past MAX_PARTS of them."""
+    listed = list(parts)
+    if len(listed) > MAX_PARTS:
+        raise ExprError(M("run.too_many_parts", limit=f"{MAX_PARTS:,}"))
+    return listed
 
 
 # From this length on, `"w" in query` tests read a table of the literals the query holds, made
 # once per request (the pre-step's index fills it from its automaton's one pass), instead of
 # each scanning the query: 10,000 rules on a 32,000-character query no longer read it 10,000
-# times, and their static cost no longer adds up to the request budget (issue 26).
+# times.
 LONG_QUERY_CHARS = 2_048
 
 
 class LiteralTable(dict[str, bool]):
     """Which literals one text holds, for ``"w" in <text>``: ``found`` and ``known`` (a set the
     text was searched for in one pass: known but not found means absent) answer at once; any
-    other literal is searched for once, charged to the request, and remembered."""
+    other literal is searched for once and remembered (its static bound counts a full read)."""
 
-    __slots__ = ("text", "found", "known", "meter")
+    __slots__ = ("text", "found", "known")
 
-    def __init__(self, text: str, found: Any, known: Any, meter: CostMeter) -> None:
+    def __init__(self, text: str, found: Any, known: Any) -> None:
         super().__init__()
         self.text = text
         self.found = found
         self.known = known
-        self.meter = meter
 
     def __contains__(self, word: object) -> bool:
         hit: bool | None = self.get(word)  # type: ignore[call-overload]
@@ -71,7 +78,6 @@ class LiteralTable(dict[str, bool]):
             elif word in self.known:
                 hit = False
             else:
-                self.meter.pool -= 1 + len(self.text) // READ_CHARS_PER_UNIT
                 hit = word in self.text  # type: ignore[operator]
             self[word] = hit  # type: ignore[index]
         return hit
@@ -130,7 +136,6 @@ def server_args(
     lowered = meter.lowered if meter.query is query else None
     if lowered is None:  # once per request: the namespaces of its servers share the meter
         lowered = query.lower()
-        meter.pool -= len(query) // BUILT_CHARS_PER_UNIT
         meter.query, meter.lowered, meter.tables, meter.searched = query, lowered, None, {}
     if meter.parts is not a2a_data or meter.first is None:
         # Once per request, like plain_request's copies (and, like them, bounded by the
@@ -150,7 +155,7 @@ def server_args(
     else:
         if meter.tables is None:
             raw, low, known = found if found is not None else (_NOTHING, _NOTHING, _NOTHING)
-            meter.tables = (LiteralTable(query, raw, known, meter), LiteralTable(lowered, low, known, meter))
+            meter.tables = (LiteralTable(query, raw, known), LiteralTable(lowered, low, known))
         in_query, in_lowered = meter.tables
         meter.rcost = 1  # a literal test is a lookup; a search is charged when it happens
     # In REQUEST_NAMES' order: ctx, query, context, a2a_data, a2a_files, tool_names, LOWERED,
@@ -177,9 +182,14 @@ def request_size_error(
     if len(query or "") > MAX_QUERY_CHARS:
         return f"the query is longer than {MAX_QUERY_CHARS:,} characters"
     try:
-        payload = json.dumps([context, a2a_data, a2a_files], ensure_ascii=False, default=str)
+        payload = json.dumps([context, a2a_data], ensure_ascii=False, default=str)
+        files = json.dumps(a2a_files, ensure_ascii=False, default=str)
     except (TypeError, ValueError, RecursionError) as exc:
         return f"the request data cannot be read as JSON: {exc}"
     if len(payload.encode("utf-8")) > MAX_DATA_BYTES:
         return f"the request data is larger than {MAX_DATA_BYTES:,} bytes"
+    if len(files.encode("utf-8")) > MAX_FILES_BYTES:
+        return f"the request's FileParts are larger than {MAX_FILES_BYTES:,} bytes"
+    if any(len(parts) > MAX_PARTS for parts in (a2a_data or [], a2a_files or [])):
+        return f"the request has more than {MAX_PARTS:,} DataParts or FileParts"
     return None

@@ -5,12 +5,20 @@ from __future__ import annotations
 import keyword
 from typing import Any
 
-from llamon_agent.expr.budget import _METER, READ_CHARS_PER_UNIT, CostMeter
-from llamon_agent.expr.compiled import CompiledExpr, compile_params, compile_when, request_args
+from llamon_agent.expr.budget import _METER, READ_CHARS_PER_UNIT, CostMeter, rule_limit
+from llamon_agent.expr.compiled import (
+    CompiledExpr,
+    _limits,
+    check_cost,
+    compile_params,
+    compile_when,
+    request_args,
+)
 from llamon_agent.expr.errors import ExprError
 from llamon_agent.expr.limits import MAX_RULE_NAME_CHARS
 from llamon_agent.expr.messages import Message as M
 from llamon_agent.expr.namespace import build_namespace
+from llamon_agent.expr.reads import Reads
 from llamon_agent.tools import DeterministicContext, RuleInfo
 
 
@@ -132,6 +140,18 @@ class ExpressionRule:
         return self.compiled_params.source
 
     @property
+    def bound(self) -> int | None:
+        """At most what one evaluation (when, then params) costs on a request within the caps;
+        None when it has no static bound (metered at run time, at most ``expr_budget``)."""
+        when, params = self.compiled_when.bound, self.compiled_params.bound
+        return None if when is None or params is None else when + params
+
+    @property
+    def request_reads(self) -> tuple[Reads, Reads]:
+        """What ``when`` and ``params`` read of a request (expr.reads.Reads each)."""
+        return self.compiled_when.request_reads, self.compiled_params.request_reads
+
+    @property
     def index_options(self) -> Any:
         """The pre-step's request index: the when's alternative requirements (hints.index_options)."""
         return self.compiled_when.index_options
@@ -161,50 +181,27 @@ class ExpressionRule:
     def evaluate_ns(self, namespace: dict[str, Any]) -> dict[str, Any] | None:
         """The rule's tool call on a prebuilt namespace, or None when ``when`` is falsy.
 
-        The static bound of ``when`` and ``params`` (nodes, plain query reads: see
-        CompiledExpr.metered) is taken from the request's budget (the namespace's CostMeter)
-        in one charge; what their metered operations spend comes out of one evaluation budget,
-        what is left of ``expr_budget`` after it, and is then taken from the request's budget
-        too. Once that is spent, it raises CostBudgetExceeded before evaluating anything.
-
-        The pre-step's loop (prestep._PrestepRun._evaluate_all) does the same inline up to a
-        falsy ``when``, and calls :meth:`params_for` when it is truthy: change both together.
+        ``when`` and ``params`` run on one evaluation budget, ``expr_budget`` less the rule's
+        static charge (nodes, plain query reads), for the operations they meter. The pre-step's
+        loop (prestep._PrestepRun._evaluate_all) does the same inline up to a falsy ``when``, and
+        calls :meth:`params_for` when it is truthy: change both together.
         """
         meter = namespace[_METER]
         args = request_args(namespace)
-        pool = meter.pool
-        if pool < 0:
-            meter.request_exceeded()
-        static = self.static + self.reads * meter.rcost
-        meter.pool = pool - static
-        if self.metered:
-            meter.left = left = meter.expr_budget - static
-            try:
-                value = self.when_fn(*args)
-            except Exception as exc:
-                raise self.compiled_when.failed(exc)  # noqa: B904  # failed() sets the cause
-            finally:
-                meter.pool -= left - meter.left
-            left = meter.left
-        else:
-            try:
-                value = self.when_fn(*args)
-            except Exception as exc:
-                raise self.compiled_when.failed(exc)  # noqa: B904  # failed() sets the cause
-            left = meter.expr_budget - static
+        meter.left = meter.expr_budget - self.static - self.reads * meter.rcost
+        try:
+            value = self.when_fn(*args)
+        except Exception as exc:
+            raise self.compiled_when.failed(exc)  # noqa: B904  # failed() sets the cause
         if not value:
             return None
-        return {"tool_name": self.tool_name, "params": self.params_for(args, meter, left)}
+        return {"tool_name": self.tool_name, "params": self.params_for(args, meter, meter.left)}
 
     def params_for(self, args: tuple[Any, ...], meter: CostMeter, left: int) -> dict[str, Any]:
-        """The tool call's params once ``when`` held on ``args`` (request_args of the namespace):
-        evaluated on what is ``left`` of this evaluation's budget (``expr_budget`` less the static
-        charge and what ``when`` spent), what they spend taken from the request's budget."""
+        """The tool call's params once ``when`` held on ``args`` (request_args of the namespace),
+        evaluated on what is ``left`` of this evaluation's budget."""
         meter.left = left
-        try:
-            return self.compiled_params.run_args(args, meter)  # type: ignore[no-any-return]
-        finally:
-            meter.pool -= left - meter.left
+        return self.compiled_params.run_args(args, meter)  # type: ignore[no-any-return]
 
     def __call__(self, ctx: DeterministicContext) -> dict[str, Any] | None:
         return self.evaluate_ns(build_namespace(ctx))
@@ -218,3 +215,47 @@ def expression_rule(
 ) -> ExpressionRule:
     """Build a routing rule from a ``when`` and a ``params`` expression; ExprError (with ``field``) if invalid."""
     return ExpressionRule(name=name, mcp_id=mcp_id, tool_name=tool_name, when=when, params=params, stop=stop)
+
+
+def rule_set_cost(rules: Any) -> tuple[int, list[tuple[str, int]]]:
+    """What a request within the caps can cost the expression rules of ``rules`` together, at
+    most: the sum of their static bounds (a rule with none counts as the per-rule limit, which
+    its meter enforces), and each rule's share (name, units), costliest first. Rules written as
+    Python functions are not metered and not counted."""
+    limit = _limits().expr_cost_budget
+    shares = []
+    for rule in rules:
+        if isinstance(rule, ExpressionRule):
+            bound = rule.bound
+            shares.append((rule.name, limit if bound is None else bound))
+    shares.sort(key=lambda share: -share[1])
+    return sum(units for _name, units in shares), shares
+
+
+def check_rule_set_cost(rules: Any, limit: int | None = None) -> int:
+    """The total of :func:`rule_set_cost`, or ExprError when it is over ``limit`` (default: the
+    request limit, LLAMON_REQUEST_COST_BUDGET): what publishing a rule set checks."""
+    if limit is None:
+        limit = _limits().request_cost_budget
+    total, shares = rule_set_cost(rules)
+    if total > limit:
+        costliest = ", ".join(f"{name} ({units:,})" for name, units in shares[:3])
+        raise ExprError(M("rules.cost_total", units=f"{total:,}", limit=f"{limit:,}", rules=costliest))
+    return total
+
+
+def check_rule_cost(rule: ExpressionRule, limit: int | None = None) -> None:
+    """ExprError (with ``field``) when ``rule``'s static bound is over the per-rule limit: its
+    ``when``, its ``params``, or the two together. Asked where a rule is authored (saved, or
+    published in a new version), never when a stored one is compiled."""
+    if limit is None:
+        limit = rule_limit(_limits().expr_cost_budget)
+    for field, compiled in (("when", rule.compiled_when), ("params", rule.compiled_params)):
+        try:
+            check_cost(compiled, limit)
+        except ExprError as exc:
+            raise _with_field(exc, field) from None
+    bound, when = rule.bound, rule.compiled_when.bound
+    if bound is not None and when is not None and bound > limit:
+        field = "params" if bound - when > when else "when"
+        raise ExprError(M("rule.cost_bound", units=f"{bound:,}", limit=f"{limit:,}"), field=field)

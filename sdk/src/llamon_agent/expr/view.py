@@ -6,20 +6,23 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from llamon_agent.expr.errors import ExprError
-from llamon_agent.expr.limits import MAX_DATA_BYTES, MAX_DATA_DEPTH
+from llamon_agent.expr.limits import MAX_DATA_BYTES, MAX_DATA_DEPTH, MAX_FILES_BYTES
 from llamon_agent.expr.messages import Message as M
 from llamon_agent.tools import tool_view
 
 
 class _Budget:
-    __slots__ = ("left",)
+    __slots__ = ("left", "files")
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, files: bool = False) -> None:
         self.left = size
+        self.files = files  # the FileParts' own cap (MAX_FILES_BYTES)
 
     def spend(self, amount: int) -> None:
         self.left -= amount
         if self.left < 0:
+            if self.files:
+                raise ExprError(M("run.files_too_large", limit=f"{MAX_FILES_BYTES:,}"))
             raise ExprError(M("run.data_too_large", limit=f"{MAX_DATA_BYTES:,}"))
 
 
