@@ -14,7 +14,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from accounts.roles import is_approver
-from agents.change_reads import change_request_stale, independent, review_problems
+from agents.change_reads import Grants, change_request_stale, review_problems
 from agents.models import Agent, ChangeRequest, ChangeReview, ModelConnection, Run, RunStep, WorkerHeartbeat
 from agents.redaction import RUN_INPUT_FIELDS, redactor, redactor_active
 from core.models import ChainRecord
@@ -652,4 +652,9 @@ def change_inbox(user: Any) -> list[ChangeRequest]:
             reviewer=user, change_request__state=ChangeRequest.State.PENDING
         ).values_list("change_request_id", "round")
     )
-    return [r for r in pending if (r.pk, r.round) not in reviewed and independent(r.requested_by_id, user.pk)]
+    grants = Grants()  # every independence check below without a further query
+    return [
+        r
+        for r in pending
+        if (r.pk, r.round) not in reviewed and grants.independent(r.requested_by_id, user.pk)
+    ]

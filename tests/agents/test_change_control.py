@@ -458,3 +458,30 @@ def test_a_viewer_approver_reads_the_share_and_runs_the_impact_on_the_request_pa
     refused = nobody.post(reverse("governance:change_impact", args=[change.pk]), follow=True)
     assert "approver permission" in refused.content.decode()
     assert ImpactAnalysis.objects.count() == 1
+
+
+def test_the_inbox_count_costs_the_same_queries_at_1_and_at_20_pending_requests(
+    protected, admin, approver
+) -> None:
+    """The count runs on every page an approver loads: its queries do not grow with the requests."""
+    from django.db import connection
+    from django.test import RequestFactory
+    from django.test.utils import CaptureQueriesContext
+
+    from accounts.services import user_create
+    from agents.context import change_inbox_context
+
+    def count() -> tuple[int, int]:
+        request = RequestFactory().get("/")
+        request.user = type(approver).objects.get(pk=approver.pk)  # nothing cached
+        with CaptureQueriesContext(connection) as queries:
+            waiting = change_inbox_context(request)["change_inbox"]
+        return waiting, len(queries)
+
+    for n in range(20):  # each requester an account the admin made: the audit says who is behind whom
+        _prompt_request(user_create(actor=admin, username=f"author-{n}", role="editor"), protected)
+        if n == 0:
+            one = count()
+    twenty = count()
+    assert (one[0], twenty[0]) == (1, 20)
+    assert one[1] == twenty[1], (one, twenty)
