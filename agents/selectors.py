@@ -369,9 +369,11 @@ def stable_ref(agent: Agent) -> str:
 
 GUARD_STATUSES = (Run.Status.SUCCEEDED, Run.Status.FAILED, Run.Status.TIMED_OUT)  # what the guard judges
 ERROR_STATUSES = (Run.Status.FAILED, Run.Status.TIMED_OUT)
-# Refusals every version gives alike (the input or output guardrail: a pattern, an over-long input):
-# never the candidate's own failure, so the guard neither counts nor judges them.
-GUARD_REFUSALS = ("guardrail",)
+# Refusals every version gives alike (the input or output guardrail: a pattern, an over-long input;
+# the model endpoint's rate limit, HTTP 429: llamon_agent.react.run_error_kind): never the
+# candidate's own failure, so the guard neither counts nor judges them. What it counts: pre-step,
+# tool and model errors, time-outs, the run's own failures.
+GUARD_REFUSALS = ("guardrail", "rate_limit")
 
 
 def guard_judgement(agent: Agent) -> dict[str, Any]:
