@@ -11,9 +11,20 @@ from core.models import AuditEvent
 from rules.models import RuleSet
 
 
+def grantee(request: ChangeRequest) -> int | None:
+    """The account a grant empowers (None: not a grant): it may not approve its own grant."""
+    if request.agent_id is not None:
+        return None
+    user = request.payload.get("user")
+    return user if isinstance(user, int) else None
+
+
 def change_request_stale(request: ChangeRequest) -> str:
-    """Why the change cannot be applied as it was asked ('' when it still can)."""
+    """Why the change cannot be applied as it was asked ('' when it still can). A grant is applied
+    by the accounts service itself, which checks the account as it is then."""
     agent = request.agent
+    if agent is None:
+        return ""
     if agent.revision != request.base_revision:
         return _(
             "Agent %(name)r changed since this was asked (revision %(now)s, asked at %(then)s): the change might no longer mean what was reviewed. The requester asks again (that resets the approvals), or withdraws it."
@@ -114,6 +125,8 @@ def review_problems(request: ChangeRequest) -> dict[int, str]:
             problems[review.pk] = _("no longer an approver")
         elif user.pk == request.requested_by_id:
             problems[review.pk] = _("the requester")
+        elif user.pk == grantee(request):
+            problems[review.pk] = _("the account this grant empowers")
         elif theirs & grants.controllers(user.pk):
             problems[review.pk] = _(
                 "not independent of the requester (one made or empowered the other, or one account both)"

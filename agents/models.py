@@ -158,7 +158,11 @@ class ChangeRequest(models.Model):
         REJECTED = "rejected", _("rejected")
         WITHDRAWN = "withdrawn", _("withdrawn")
 
-    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="change_requests")
+    # None: a grant of the admin role or the approver permission (or the reactivation of such an
+    # account), gated while any agent is protected; its payload names the user.
+    agent = models.ForeignKey(
+        Agent, null=True, blank=True, on_delete=models.CASCADE, related_name="change_requests"
+    )
     action = models.CharField(max_length=40)
     payload = OrderedJSONField(default=dict)
     diff = OrderedJSONField(default=dict)
@@ -181,6 +185,18 @@ class ChangeRequest(models.Model):
 
     def __str__(self) -> str:
         return f"change request {self.pk} ({self.action} on {self.agent_id}, {self.state})"
+
+    @property
+    def subject(self) -> str:
+        """What it changes, as people read it: the agent's name, or the user a grant is for."""
+        if self.agent_id is not None:
+            return self.agent.name
+        return str(self.payload.get("username", ""))
+
+    @property
+    def approvals_needed(self) -> int:
+        """The approvals it needs: the agent's number; one for a grant (four eyes)."""
+        return self.agent.approvals_required if self.agent_id is not None else 1
 
 
 class ChangeReview(models.Model):

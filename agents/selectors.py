@@ -14,7 +14,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from accounts.roles import is_approver
-from agents.change_reads import Grants, change_request_stale, review_problems
+from agents.change_reads import Grants, change_request_stale, grantee, review_problems
 from agents.models import Agent, ChangeRequest, ChangeReview, ModelConnection, Run, RunStep, WorkerHeartbeat
 from agents.redaction import RUN_INPUT_FIELDS, redactor, redactor_active
 from core.models import ChainRecord
@@ -607,7 +607,7 @@ def change_request_view(request: ChangeRequest) -> dict[str, Any]:
     return {
         "id": request.pk,
         "agent": request.agent_id,
-        "agent_name": request.agent.name,
+        "agent_name": request.subject,
         "action": request.action,
         "state": request.state,
         "payload": request.payload,
@@ -621,7 +621,7 @@ def change_request_view(request: ChangeRequest) -> dict[str, Any]:
         "approvals": sum(
             1 for r in current if r.decision == ChangeReview.Decision.APPROVE and r.pk not in problems
         ),
-        "approvals_required": request.agent.approvals_required,
+        "approvals_required": request.approvals_needed,
         "stale": change_request_stale(request) if request.state == ChangeRequest.State.PENDING else "",
         "reviews": [
             {
@@ -658,5 +658,7 @@ def change_inbox(user: Any) -> list[ChangeRequest]:
     return [
         r
         for r in pending
-        if (r.pk, r.round) not in reviewed and grants.independent(r.requested_by_id, user.pk)
+        if (r.pk, r.round) not in reviewed
+        and grants.independent(r.requested_by_id, user.pk)
+        and grantee(r) != user.pk
     ]

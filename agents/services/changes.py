@@ -11,13 +11,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from accounts.roles import credential_may_approve, credential_of, has_role, is_approver
-from agents.change_reads import change_request_stale, independent, review_problems
+from accounts.services import user_set_active, user_set_approver, user_set_role
+from agents.change_reads import change_request_stale, grantee, independent, review_problems
 from agents.errors import AgentConflictError, AgentError, ChangeRequested
 from agents.models import Agent, ChangeRequest, ChangeReview
 from agents.services.agents import agent_delete, agent_save_values
@@ -101,12 +103,31 @@ def _apply_delete(actor: Any, agent: Agent, payload: dict[str, Any]) -> None:
     agent_delete(actor=actor, agent=agent)
 
 
+def _grantee(payload: dict[str, Any]) -> Any:
+    user = get_user_model()._default_manager.filter(pk=payload["user"]).first()
+    if user is None:
+        raise AgentConflictError(_("The account this grant is for no longer exists."))
+    return user
+
+
+def _apply_set_role(actor: Any, agent: Any, payload: dict[str, Any]) -> None:
+    user_set_role(actor=actor, user=_grantee(payload), role=payload["role"])
+
+
+def _apply_set_approver(actor: Any, agent: Any, payload: dict[str, Any]) -> None:
+    user_set_approver(actor=actor, user=_grantee(payload), approver=True)
+
+
+def _apply_activate(actor: Any, agent: Any, payload: dict[str, Any]) -> None:
+    user_set_active(actor=actor, user=_grantee(payload), active=True)
+
+
 def _apply_shadow(actor: Any, agent: Agent, payload: dict[str, Any]) -> None:
     number = payload["version"]
     shadow_set(actor=actor, agent=agent, version=None if number is None else _version(agent, number))
 
 
-APPLY: dict[str, Callable[[Any, Agent, dict[str, Any]], None]] = {
+APPLY: dict[str, Callable[[Any, Any, dict[str, Any]], None]] = {
     "agent.protect": _apply_protect,
     "agent.delete": _apply_delete,
     "shadow.set": _apply_shadow,
@@ -116,11 +137,16 @@ APPLY: dict[str, Callable[[Any, Agent, dict[str, Any]], None]] = {
     "rollout.rollback": _apply_rollout_rollback,
     "rule_set.publish": _apply_publish,
     "rollout.publish": _apply_rollout_publish,
+    # Grants (agent None): the accounts service, as the requester asked it (accounts.services).
+    "user.set_role": _apply_set_role,
+    "user.set_approver": _apply_set_approver,
+    "user.activate": _apply_activate,
 }
 
 
 def _apply(request: ChangeRequest) -> None:
-    request.agent = Agent.objects.select_for_update(of=("self",)).get(pk=request.agent_id)
+    if request.agent_id is not None:
+        request.agent = Agent.objects.select_for_update(of=("self",)).get(pk=request.agent_id)
     if stale := change_request_stale(request):
         raise AgentConflictError(stale)
     with ungated():  # the requester's change, as they asked it (audited under their name)
@@ -158,6 +184,8 @@ def change_request_review(
             )
         if request.requested_by_id == actor.pk:
             raise PermissionDenied(_("You asked for this change: someone else must approve or reject it."))
+        if grantee(request) == actor.pk:
+            raise PermissionDenied(_("This change gives you power: someone else must approve or reject it."))
         credential = credential_of(actor)
         if not credential_may_approve(credential):
             raise PermissionDenied(
@@ -187,7 +215,7 @@ def change_request_review(
         approvals = request.reviews.filter(
             round=request.round, decision=ChangeReview.Decision.APPROVE
         ).count() - len(review_problems(request))
-        needed = request.agent.approvals_required
+        needed = request.approvals_needed
         audit_record(
             actor=actor,
             action=f"change_request.{decision}",
@@ -210,7 +238,7 @@ def change_request_review(
                 actor=actor,
                 action="change_request.apply",
                 obj=request,
-                after={"agent": request.agent.name, "action": request.action, "payload": request.payload},
+                after={"agent": request.subject, "action": request.action, "payload": request.payload},
             )
         if ChangeRequest.objects.filter(pk=request.pk).exists():
             request.refresh_from_db()

@@ -28,8 +28,8 @@ from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
 from accounts.roles import is_approver
-from accounts.services import language_of
-from agents.change_reads import independent
+from accounts.services import UserError, language_of
+from agents.change_reads import Grants, grantee
 from agents.errors import AgentError, ChangeRequested
 from agents.models import Agent, ChangeRequest
 from core.audit import audit_record
@@ -106,7 +106,7 @@ def field_diff(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[dict
 def change_gate(
     *,
     actor: Any,
-    agent: Agent,
+    agent: Agent | None,
     action: str,
     payload: dict[str, Any],
     diff: dict[str, Any],
@@ -114,19 +114,22 @@ def change_gate(
     rule_set_revision: int | None = None,
 ) -> ChangeRequested | None:
     """None: go on and apply the change. Otherwise the change request was recorded (in the caller's
-    transaction) and the caller raises the answer once that transaction is committed."""
-    if not agent.protected or _ungated.get():
+    transaction) and the caller raises the answer once that transaction is committed.
+
+    ``agent`` None: a grant of power (:func:`grant_gate`), whose payload names the user."""
+    if _ungated.get() or (agent is not None and not agent.protected):
         return None
     reason = bounded(reason, most=MAX_REASON_CHARS, field="change_reason")
-    base = Agent.objects.values_list("revision", flat=True).get(pk=agent.pk)
+    base = Agent.objects.values_list("revision", flat=True).get(pk=agent.pk) if agent is not None else 0
     user = _user(actor)
     request = None
-    if user is not None:
-        request = (
-            ChangeRequest.objects.select_for_update()
-            .filter(agent=agent, action=action, state=ChangeRequest.State.PENDING, requested_by=user)
-            .first()
+    if user is not None or agent is None:  # the system's grants too: ensure_admin at every start
+        mine = ChangeRequest.objects.select_for_update().filter(
+            agent=agent, action=action, state=ChangeRequest.State.PENDING, requested_by=user
         )
+        if agent is None:
+            mine = mine.filter(payload__user=payload["user"])
+        request = mine.first()
     if request is not None:  # the requester edits their pending change: earlier approvals no longer count
         before = {"round": request.round, "payload": request.payload, "reason": request.reason}
         request.payload, request.diff, request.reason = payload, diff, reason
@@ -156,19 +159,51 @@ def change_gate(
             actor=actor,
             action="change_request.create",
             obj=request,
-            after={"agent": agent.name, "action": action, "payload": payload, "reason": reason},
+            after={"agent": request.subject, "action": action, "payload": payload, "reason": reason},
         )
     if settings.LLAMON_APPROVAL_MAIL:
         transaction.on_commit(lambda: change_request_mail(request.pk))
+    url = reverse("agents:change_detail", args=[request.pk])
+    if agent is None:
+        message = _(
+            "Agents are protected, so granting power takes four eyes: giving %(name)s %(what)s is change request #%(id)s and waits for an approval by someone else (not %(name)s). Nothing changed yet."
+        ) % {"name": request.subject, "what": grant_words(payload), "id": request.pk}
+        return ChangeRequested(message, change_request_id=request.pk, url=url)
     needed = agent.approvals_required
     message = ngettext(
         "Agent %(name)r is protected: your change is change request #%(id)s and waits for %(n)s approval by someone else. Nothing changed yet.",
         "Agent %(name)r is protected: your change is change request #%(id)s and waits for %(n)s approvals by others. Nothing changed yet.",
         needed,
     ) % {"name": agent.name, "id": request.pk, "n": needed}
-    return ChangeRequested(
-        message, change_request_id=request.pk, url=reverse("agents:change_detail", args=[request.pk])
-    )
+    return ChangeRequested(message, change_request_id=request.pk, url=url)
+
+
+def grant_words(payload: Mapping[str, Any]) -> str:
+    """What a grant gives, in words: the admin role, the approver permission, their account back."""
+    if payload.get("role") == "admin":
+        return _("the admin role")
+    if payload.get("approver"):
+        return _("the approver permission")
+    return _("their account back (an admin or an approver)")
+
+
+def grant_gate(
+    *, actor: Any, user: Any, action: str, payload: dict[str, Any], diff: dict[str, Any]
+) -> Exception | None:
+    """accounts' grant gate (registered at app ready): while any agent is protected, making someone
+    an admin or an approver, or reactivating one, is a change request that someone else approves
+    (not the requester, not the account it empowers, independent of the requester); creating an
+    account as an admin is refused (add it with another role, then ask for the admin role)."""
+    if _ungated.get() or not Agent.objects.filter(protected=True).exists():
+        return None
+    if user is None:
+        return UserError(
+            _(
+                "Agents are protected, so the admin role is given by a change request: add the account with another role, then make it an admin on its page (someone else approves)."
+            ),
+            field="role",
+        )
+    return change_gate(actor=actor, agent=None, action=action, payload=payload, diff=diff)
 
 
 def change_request_mail(change_request_id: int) -> int:
@@ -177,23 +212,24 @@ def change_request_mail(change_request_id: int) -> int:
     server that fails is logged: the request stands, the inbox shows it."""
     request = ChangeRequest.objects.select_related("agent").get(pk=change_request_id)
     users = get_user_model()._default_manager.filter(is_active=True).exclude(email="").order_by("pk")
+    grants = Grants()
     sent = 0
     for user in users:
         if user.pk == request.requested_by_id or not is_approver(user):
             continue
-        if not independent(request.requested_by_id, user.pk):
+        if not grants.independent(request.requested_by_id, user.pk) or grantee(request) == user.pk:
             continue
         with translation.override(language_of(user) or settings.LANGUAGE_CODE):
             subject = _("Change request #%(id)s on %(agent)s waits for your review") % {
                 "id": request.pk,
-                "agent": request.agent.name,
+                "agent": request.subject,
             }
             body = _(
                 "%(who)s asks for %(action)s on agent %(agent)s.\n\nWhy: %(reason)s\n\nReview it: %(url)s"
             ) % {
                 "who": request.requested_by_name,
                 "action": request.action,
-                "agent": request.agent.name,
+                "agent": request.subject,
                 "reason": request.reason or "-",
                 "url": reverse("agents:change_detail", args=[request.pk]),
             }

@@ -360,15 +360,25 @@ def test_a_token_capped_at_a_role_cannot_approve(protected, author, make_user) -
     assert response.status_code == 200 and response.json()["state"] == "pending"  # 2 needed
 
 
-def test_an_account_the_requester_made_cannot_approve_their_change(protected, admin, make_user) -> None:
+def test_an_account_the_requester_made_cannot_approve_their_change(
+    protected, admin, approver, make_user
+) -> None:
     from accounts.services import user_create, user_set_approver, user_set_role
 
+    def granted(grant):  # a grant is a change request: an independent approver lets it through
+        with pytest.raises(ChangeRequested) as asked:
+            grant()
+        assert (
+            _approve(approver, ChangeRequest.objects.get(pk=asked.value.change_request_id)).state == "applied"
+        )
+
     stand_in = user_create(actor=admin, username="stand-in", role="viewer")
-    user_set_approver(actor=admin, user=stand_in, approver=True)
-    deputy = user_create(actor=admin, username="deputy", role="admin")
+    granted(lambda: user_set_approver(actor=admin, user=stand_in, approver=True))
+    deputy = user_create(actor=admin, username="deputy", role="viewer")
+    granted(lambda: user_set_role(actor=admin, user=deputy, role="admin"))
     # The deputy (an account the requester made) makes another: still the requester's.
     third = user_create(actor=deputy, username="third", role="viewer")
-    user_set_role(actor=deputy, user=third, role="admin")
+    granted(lambda: user_set_role(actor=deputy, user=third, role="admin"))
     change = _prompt_request(admin, protected)
     for user in (stand_in, deputy, third):
         with pytest.raises(PermissionDenied, match="not independent"):
