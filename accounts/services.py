@@ -14,11 +14,9 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from functools import wraps
-from typing import Any, ParamSpec, TypeVar
+from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model, password_validation
@@ -35,6 +33,7 @@ from accounts.models import ApiToken, UserInvite, UserProfile
 from accounts.roles import APPROVER, ROLES, approver_set, has_role, role_set, user_roles
 from core.audit import audit_record
 from core.errors import DomainError
+from core.gates import gate_check, gated_atomic
 
 MAX_USERNAME_CHARS = 150  # django.contrib.auth's own limit
 MAX_EMAIL_CHARS = 254  # RFC 5321's path limit, and Django's EmailField
@@ -46,59 +45,23 @@ class UserError(DomainError):
     """A change to a user was refused; the message says why."""
 
 
-# Grant gates (dependency inversion: accounts imports nothing of agents). A grant of power (the
-# admin role, the approver permission, reactivating an admin or an approver) calls each gate in its
-# transaction before it is made; a gate answers None (go on) or an exception to raise once that
-# transaction is committed: agents registers the one that, while any agent is protected, turns the
-# grant into a change request another person approves (agents.services.gate.grant_gate).
-GRANT_GATES: list[Callable[..., Exception | None]] = []
-
-
-def grant_gate_register(gate: Callable[..., Exception | None]) -> None:
-    """Add a grant gate (once; called at app ready)."""
-    if gate not in GRANT_GATES:
-        GRANT_GATES.append(gate)
+# Grant gates (core.gates, kind "grant"): a grant of power (the admin role, the approver permission,
+# reactivating an admin or an approver) asks them in its transaction before it is made; agents
+# registers the one that, while any agent is protected, turns it into a change request another
+# person approves (agents.services.gate.grant_gate).
 
 
 def _grant_gate(
     *, actor: Any, user: Any, action: str, payload: dict[str, Any], before: Any
 ) -> Exception | None:
-    for gate in GRANT_GATES:
-        outcome = gate(
-            actor=actor,
-            user=user,
-            action=action,
-            payload=payload,
-            diff={
-                "fields": [
-                    {"field": k, "before": before, "after": v}
-                    for k, v in payload.items()
-                    if k not in ("user", "username")
-                ]
-            },
-        )
-        if outcome is not None:
-            return outcome
-    return None
-
-
-P = ParamSpec("P")
-T = TypeVar("T")
-
-
-def _gated_atomic(func: Callable[P, Any]) -> Callable[P, Any]:
-    """Run ``func`` in a transaction; when it answers an exception (a gate's change request or
-    refusal), commit and raise it: the caller learns nothing was granted."""
-
-    @wraps(func)
-    def run(*args: P.args, **kwargs: P.kwargs) -> Any:
-        with transaction.atomic():
-            outcome = func(*args, **kwargs)
-        if isinstance(outcome, Exception):
-            raise outcome
-        return outcome
-
-    return run
+    fields = [
+        {"field": k, "before": before, "after": v}
+        for k, v in payload.items()
+        if k not in ("user", "username")
+    ]
+    return gate_check(
+        "grant", actor=actor, user=user, action=action, payload=payload, diff={"fields": fields}
+    )
 
 
 @dataclass(frozen=True)
@@ -242,7 +205,7 @@ def user_tokens(user: Any) -> QuerySet[ApiToken]:
     return ApiToken.objects.filter(user=user).order_by("-created_at", "-id")
 
 
-@_gated_atomic
+@gated_atomic
 def user_create(
     *, actor: Any, username: Any, email: Any = "", role: Any = "viewer", password: str | None = None
 ) -> Any:
@@ -279,7 +242,7 @@ def user_create(
     return user
 
 
-@_gated_atomic
+@gated_atomic
 def user_set_role(*, actor: Any, user: Any, role: Any) -> Any:
     """Give the user exactly this role; a superuser demoted below admin stops being one. Audited.
 
@@ -316,7 +279,7 @@ def is_approver_flag(user: Any) -> bool:
     return user.groups.filter(name=APPROVER).exists()
 
 
-@_gated_atomic
+@gated_atomic
 def user_set_approver(*, actor: Any, user: Any, approver: bool) -> Any:
     """Give or take the permission to approve change requests on protected agents. Audited.
 
@@ -348,7 +311,7 @@ def user_set_approver(*, actor: Any, user: Any, approver: bool) -> Any:
     return user
 
 
-@_gated_atomic
+@gated_atomic
 def user_set_active(*, actor: Any, user: Any, active: bool) -> Any:
     """Deactivate (they cannot log in; their tokens stop working) or reactivate a user. Audited.
 
@@ -460,7 +423,7 @@ def language_set(*, user: Any, language: Any) -> str:
     return language
 
 
-@_gated_atomic
+@gated_atomic
 def admin_ensure(*, username: str = "admin", password: str | None = None) -> tuple[object, str | None]:
     """Create the admin user once; returns (user, the password when it was just set, else None).
 

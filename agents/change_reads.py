@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib.auth import get_user_model
 from django.utils.translation import gettext as _
 
 from accounts.roles import credential_may_approve, is_approver
-from agents.models import ChangeRequest, ChangeReview
+from agents.models import ChangeRequest, ChangeReview, ModelConnection
+from core.audit import snapshot
 from core.models import AuditEvent
 from rules.models import RuleSet
+from servers.models import McpServer
 
 
 def grantee(request: ChangeRequest) -> int | None:
@@ -17,6 +21,20 @@ def grantee(request: ChangeRequest) -> int | None:
         return None
     user = request.payload.get("user")
     return user if isinstance(user, int) else None
+
+
+def _used_now(request: ChangeRequest) -> dict[str, Any] | None:
+    """For a change of an MCP server or a model connection: its settings now ({} when it is gone)."""
+    from agents.services.connections import CONNECTION_FIELDS  # noqa: PLC0415 - services import this module
+    from servers.services import MCP_SERVER_FIELDS
+
+    if request.action.startswith("mcp_server."):
+        server = McpServer.objects.filter(pk=request.payload.get("server")).first()
+        return snapshot(server, MCP_SERVER_FIELDS) if server else {}
+    if request.action == "connection.update":
+        connection = ModelConnection.objects.filter(pk=request.payload.get("connection")).first()
+        return snapshot(connection, CONNECTION_FIELDS) if connection else {}
+    return None
 
 
 def change_request_stale(request: ChangeRequest) -> str:
@@ -29,6 +47,10 @@ def change_request_stale(request: ChangeRequest) -> str:
         return _(
             "Agent %(name)r changed since this was asked (revision %(now)s, asked at %(then)s): the change might no longer mean what was reviewed. The requester asks again (that resets the approvals), or withdraws it."
         ) % {"name": agent.name, "now": agent.revision, "then": request.base_revision}
+    if (now := _used_now(request)) is not None and now != request.payload.get("before"):
+        return _(
+            "What this changes (%(what)s) changed since it was asked: the change might no longer mean what was reviewed. The requester asks again, or withdraws it."
+        ) % {"what": request.payload.get("mcp_id") or request.payload.get("name")}
     if request.rule_set_revision is not None:
         rule_set = RuleSet.objects.filter(pk=request.payload.get("rule_set")).first()
         if rule_set is None or rule_set.revision != request.rule_set_revision:

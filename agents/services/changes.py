@@ -21,8 +21,9 @@ from accounts.roles import credential_may_approve, credential_of, has_role, is_a
 from accounts.services import user_set_active, user_set_approver, user_set_role
 from agents.change_reads import change_request_stale, grantee, independent, review_problems
 from agents.errors import AgentConflictError, AgentError, ChangeRequested
-from agents.models import Agent, ChangeRequest, ChangeReview
+from agents.models import Agent, ChangeRequest, ChangeReview, ModelConnection
 from agents.services.agents import agent_delete, agent_save_values
+from agents.services.connections import connection_save
 from agents.services.gate import bounded, change_gate, field_diff, gated_atomic, ungated
 from agents.services.rollout import (
     rollout_promote,
@@ -34,6 +35,8 @@ from agents.services.rollout import (
 from core.audit import audit_record
 from rules.models import RuleSet
 from rules.services import rule_set_publish
+from servers.models import McpServer
+from servers.services import mcp_server_delete, mcp_server_update
 
 MAX_COMMENT_CHARS = 2000
 MAX_APPROVALS = 10
@@ -122,6 +125,19 @@ def _apply_activate(actor: Any, agent: Any, payload: dict[str, Any]) -> None:
     user_set_active(actor=actor, user=_grantee(payload), active=True)
 
 
+def _apply_server_update(actor: Any, agent: Agent, payload: dict[str, Any]) -> None:
+    mcp_server_update(actor=actor, server=McpServer.objects.get(pk=payload["server"]), **payload["changes"])
+
+
+def _apply_server_delete(actor: Any, agent: Agent, payload: dict[str, Any]) -> None:
+    mcp_server_delete(actor=actor, server=McpServer.objects.get(pk=payload["server"]))
+
+
+def _apply_connection_update(actor: Any, agent: Agent, payload: dict[str, Any]) -> None:
+    connection = ModelConnection.objects.get(pk=payload["connection"])
+    connection_save(actor=actor, connection=connection, values=payload["values"])
+
+
 def _apply_shadow(actor: Any, agent: Agent, payload: dict[str, Any]) -> None:
     number = payload["version"]
     shadow_set(actor=actor, agent=agent, version=None if number is None else _version(agent, number))
@@ -137,6 +153,10 @@ APPLY: dict[str, Callable[[Any, Any, dict[str, Any]], None]] = {
     "rollout.rollback": _apply_rollout_rollback,
     "rule_set.publish": _apply_publish,
     "rollout.publish": _apply_rollout_publish,
+    # What a protected agent uses: an MCP server, a model connection (servers, agents.services).
+    "mcp_server.update": _apply_server_update,
+    "mcp_server.delete": _apply_server_delete,
+    "connection.update": _apply_connection_update,
     # Grants (agent None): the accounts service, as the requester asked it (accounts.services).
     "user.set_role": _apply_set_role,
     "user.set_approver": _apply_set_approver,

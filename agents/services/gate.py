@@ -12,11 +12,10 @@ Review and application: agents.services.changes.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
-from functools import wraps
-from typing import Any, ParamSpec, TypeVar
+from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -33,6 +32,7 @@ from agents.change_reads import Grants, grantee
 from agents.errors import AgentError, ChangeRequested
 from agents.models import Agent, ChangeRequest
 from core.audit import audit_record
+from core.gates import gated_atomic  # noqa: F401 - the agents services' name for it
 from rules.selectors import version_diff
 
 logger = logging.getLogger(__name__)
@@ -52,25 +52,6 @@ def ungated() -> Iterator[None]:
         yield
     finally:
         _ungated.reset(token)
-
-
-P = ParamSpec("P")
-T = TypeVar("T")
-
-
-def gated_atomic(func: Callable[P, T | ChangeRequested]) -> Callable[P, T]:
-    """Run ``func`` in a transaction; when it answers a ChangeRequested (the change request it
-    recorded), commit that and raise it: the caller learns nothing was applied."""
-
-    @wraps(func)
-    def run(*args: P.args, **kwargs: P.kwargs) -> T:
-        with transaction.atomic():
-            outcome = func(*args, **kwargs)
-        if isinstance(outcome, ChangeRequested):
-            raise outcome
-        return outcome
-
-    return run
 
 
 def _user(actor: Any) -> Any:
@@ -271,3 +252,43 @@ def publish_gate(
         reason=reason,
         rule_set_revision=rule_set.revision,
     )
+
+
+def _served_versions(agent: Agent) -> list[Any]:
+    """The versions a protected agent may serve now: pinned or latest, its rollout's, its shadow's."""
+    versions = [agent.pinned_version, agent.rollout_version, agent.shadow_version]
+    if agent.rule_set_mode == Agent.RuleSetMode.LATEST and agent.rule_set is not None:
+        versions.append(agent.rule_set.versions.order_by("-number").first())
+    return [v for v in versions if v is not None]
+
+
+def server_users(server: Any, mcp_id: str) -> list[Agent]:
+    """The protected agents that use an MCP server (stored as ``mcp_id``): offered to their LLM (ReAct
+    servers) or called by a rule of a version they serve; the one needing most approvals first."""
+    agents = (
+        Agent.objects.select_for_update(of=("self",))
+        .filter(protected=True)
+        .select_related("rule_set", "pinned_version", "rollout_version", "shadow_version")
+        .order_by("-approvals_required", "name")
+    )
+    offered = set(server.react_agents.values_list("pk", flat=True)) if server.pk else set()
+    return [
+        agent
+        for agent in agents
+        if agent.pk in offered
+        or any(r.get("mcp_id") == mcp_id for v in _served_versions(agent) for r in v.content)
+    ]
+
+
+def server_gate(
+    *, actor: Any, server: Any, action: str, payload: dict[str, Any], diff: dict[str, Any]
+) -> Exception | None:
+    """servers' gate (core.gates, kind "mcp_server"; registered at app ready): changing or deleting
+    an MCP server a protected agent uses changes what that agent does, so it is a change request on
+    the agent (the one needing most approvals), like a change of the agent's own fields."""
+    if _ungated.get():
+        return None
+    users = server_users(server, payload["mcp_id"])  # its id as stored: the change may rename it
+    if not users:
+        return None
+    return change_gate(actor=actor, agent=users[0], action=action, payload=payload, diff=diff)
