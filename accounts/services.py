@@ -424,7 +424,9 @@ def language_set(*, user: Any, language: Any) -> str:
 
 
 @gated_atomic
-def admin_ensure(*, username: str = "admin", password: str | None = None) -> tuple[object, str | None]:
+def admin_ensure(
+    *, username: str = "admin", password: str | None = None
+) -> tuple[object, str | None] | Exception:
     """Create the admin user once; returns (user, the password when it was just set, else None).
 
     With ``password`` given the existing account's password is (re)set to it, so that

@@ -8,11 +8,12 @@ from django.contrib.auth import get_user_model
 from django.utils.translation import gettext as _
 
 from accounts.roles import credential_may_approve, is_approver
-from agents.models import ChangeRequest, ChangeReview, ModelConnection
+from agents.models import CONNECTION_FIELDS, ChangeRequest, ChangeReview, ModelConnection
 from core.audit import snapshot
 from core.models import AuditEvent
 from rules.models import RuleSet
 from servers.models import McpServer
+from servers.services import MCP_SERVER_FIELDS
 
 
 def grantee(request: ChangeRequest) -> int | None:
@@ -25,9 +26,6 @@ def grantee(request: ChangeRequest) -> int | None:
 
 def _used_now(request: ChangeRequest) -> dict[str, Any] | None:
     """For a change of an MCP server or a model connection: its settings now ({} when it is gone)."""
-    from agents.services.connections import CONNECTION_FIELDS  # noqa: PLC0415 - services import this module
-    from servers.services import MCP_SERVER_FIELDS
-
     if request.action.startswith("mcp_server."):
         server = McpServer.objects.filter(pk=request.payload.get("server")).first()
         return snapshot(server, MCP_SERVER_FIELDS) if server else {}

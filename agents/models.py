@@ -28,6 +28,11 @@ class WorkerHeartbeat(models.Model):
         return f"{self.hostname} (pid {self.pid})"
 
 
+# A model connection's settings (what an admin writes; the rest is bookkeeping): the connection
+# services and the change requests that change one read them.
+CONNECTION_FIELDS = ("name", "provider", "base_url", "api_key_env", "model_names", "max_tokens")
+
+
 class ModelConnection(models.Model):
     """An LLM endpoint an admin defined: the base URL and the only key variable sent to it.
 
@@ -189,14 +194,14 @@ class ChangeRequest(models.Model):
     @property
     def subject(self) -> str:
         """What it changes, as people read it: the agent's name, or the user a grant is for."""
-        if self.agent_id is not None:
-            return self.agent.name
-        return str(self.payload.get("username", ""))
+        agent = self.agent
+        return agent.name if agent is not None else str(self.payload.get("username", ""))
 
     @property
     def approvals_needed(self) -> int:
         """The approvals it needs: the agent's number; one for a grant (four eyes)."""
-        return self.agent.approvals_required if self.agent_id is not None else 1
+        agent = self.agent
+        return agent.approvals_required if agent is not None else 1
 
 
 class ChangeReview(models.Model):

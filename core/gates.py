@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import wraps
-from typing import Any, ParamSpec
+from typing import Any, ParamSpec, TypeVar
 
 from django.db import transaction
 
@@ -20,6 +20,7 @@ Gate = Callable[..., Exception | None]
 GATES: dict[str, list[Gate]] = {}
 
 P = ParamSpec("P")
+T = TypeVar("T")
 
 
 def gate_register(kind: str, gate: Gate) -> None:
@@ -38,12 +39,12 @@ def gate_check(kind: str, **write: Any) -> Exception | None:
     return None
 
 
-def gated_atomic(func: Callable[P, Any]) -> Callable[P, Any]:
+def gated_atomic(func: Callable[P, T | Exception]) -> Callable[P, T]:
     """Run ``func`` in a transaction; when it answers an exception (a gate's change request or
     refusal), commit that and raise it: the caller learns nothing was written."""
 
     @wraps(func)
-    def run(*args: P.args, **kwargs: P.kwargs) -> Any:
+    def run(*args: P.args, **kwargs: P.kwargs) -> T:
         with transaction.atomic():
             outcome = func(*args, **kwargs)
         if isinstance(outcome, Exception):

@@ -143,7 +143,7 @@ UNGATED_SERVER_FIELDS = ("description",)
 
 
 @gated_atomic
-def mcp_server_update(*, actor: Any, server: McpServer, **changes: Any) -> McpServer:
+def mcp_server_update(*, actor: Any, server: McpServer, **changes: Any) -> McpServer | Exception:
     """Change a server's settings (any of the create fields); audited when something changed.
 
     On a server a protected agent uses, a change of anything but the description is a change
@@ -194,7 +194,7 @@ def mcp_server_update(*, actor: Any, server: McpServer, **changes: Any) -> McpSe
 
 
 @gated_atomic
-def mcp_server_delete(*, actor: Any, server: McpServer) -> None:
+def mcp_server_delete(*, actor: Any, server: McpServer) -> Exception | None:
     """Remove a server (rules that name it stay, flagged as unknown); audited; its session is closed.
     A server a protected agent uses is deleted only by an approved change request."""
     _require_admin(actor, "delete an MCP server")
@@ -214,6 +214,7 @@ def mcp_server_delete(*, actor: Any, server: McpServer) -> None:
     audit_record(actor=actor, action="mcp_server.delete", obj=server, before=before)
     server.delete()
     transaction.on_commit(lambda: pool_forget(mcp_id))
+    return None
 
 
 # --------------------------------------------------------------------------- tools

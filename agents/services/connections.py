@@ -16,13 +16,12 @@ from django.utils.translation import gettext as _
 
 from agents.checks import connection_check
 from agents.errors import AgentConflictError, AgentError, ChangeRequested
-from agents.models import Agent, ModelConnection
+from agents.models import CONNECTION_FIELDS, Agent, ModelConnection
 from agents.services.editing import locked_for_edit
 from agents.services.gate import change_gate, field_diff, gated_atomic
 from core.audit import audit_record
 from core.userinput import plain_text_refusal
 
-CONNECTION_FIELDS = ("name", "provider", "base_url", "api_key_env", "model_names", "max_tokens")
 MAX_CONNECTION_MODELS = 100
 MAX_TOKENS_LIMIT = 1_000_000
 
@@ -105,7 +104,7 @@ def connection_save(
         )
     _validate(connection)
     after = _snapshot(connection)
-    if not creating and after != before:
+    if before is not None and after != before:
         users = Agent.objects.filter(model_connection=connection, protected=True)
         agent = users.select_for_update().order_by("-approvals_required", "name").first()
         if agent is not None and (

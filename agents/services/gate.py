@@ -32,7 +32,7 @@ from agents.change_reads import Grants, grantee
 from agents.errors import AgentError, ChangeRequested
 from agents.models import Agent, ChangeRequest
 from core.audit import audit_record
-from core.gates import gated_atomic  # noqa: F401 - the agents services' name for it
+from core.gates import gated_atomic as gated_atomic  # the agents services' name for it
 from rules.selectors import version_diff
 
 logger = logging.getLogger(__name__)
