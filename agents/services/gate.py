@@ -108,9 +108,10 @@ def change_gate(
         mine = ChangeRequest.objects.select_for_update().filter(
             agent=agent, action=action, state=ChangeRequest.State.PENDING, requested_by=user
         )
-        if agent is None:
-            mine = mine.filter(payload__user=payload["user"])
-        request = mine.first()
+        # A grant's user is in its payload (stored as json, not jsonb, on PostgreSQL: no lookups in it).
+        request = next(
+            (r for r in mine if agent is not None or r.payload.get("user") == payload["user"]), None
+        )
     if request is not None:  # the requester edits their pending change: earlier approvals no longer count
         before = {"round": request.round, "payload": request.payload, "reason": request.reason}
         request.payload, request.diff, request.reason = payload, diff, reason

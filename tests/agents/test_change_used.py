@@ -85,11 +85,8 @@ def _server(mcp_id: str) -> dict[str, Any]:
     return snapshot(McpServer.objects.get(pk=_pk(mcp_id)), MCP_SERVER_FIELDS)
 
 
-_PKS: dict[str, int] = {}
-
-
 def _pk(mcp_id: str) -> int:
-    return _PKS.setdefault(mcp_id, McpServer.objects.get(mcp_id=mcp_id).pk)
+    return int(McpServer.objects.filter(mcp_id=mcp_id).values_list("pk", flat=True).get())
 
 
 def test_every_setting_of_a_server_a_protected_agent_uses_is_a_change_request(
