@@ -33,6 +33,7 @@ from accounts.models import ApiToken, UserInvite, UserProfile
 from accounts.roles import APPROVER, ROLES, approver_set, has_role, role_set, user_roles
 from core.audit import audit_record
 from core.errors import DomainError
+from core.gates import gate_check, gated_atomic
 
 MAX_USERNAME_CHARS = 150  # django.contrib.auth's own limit
 MAX_EMAIL_CHARS = 254  # RFC 5321's path limit, and Django's EmailField
@@ -42,6 +43,25 @@ INVITE_RE = re.compile(r"^[A-Za-z0-9_-]{43}$")
 
 class UserError(DomainError):
     """A change to a user was refused; the message says why."""
+
+
+# Grant gates (core.gates, kind "grant"): a grant of power (the admin role, the approver permission,
+# reactivating an admin or an approver) asks them in its transaction before it is made; agents
+# registers the one that, while any agent is protected, turns it into a change request another
+# person approves (agents.services.gate.grant_gate).
+
+
+def _grant_gate(
+    *, actor: Any, user: Any, action: str, payload: dict[str, Any], before: Any
+) -> Exception | None:
+    fields = [
+        {"field": k, "before": before, "after": v}
+        for k, v in payload.items()
+        if k not in ("user", "username")
+    ]
+    return gate_check(
+        "grant", actor=actor, user=user, action=action, payload=payload, diff={"fields": fields}
+    )
 
 
 @dataclass(frozen=True)
@@ -185,11 +205,14 @@ def user_tokens(user: Any) -> QuerySet[ApiToken]:
     return ApiToken.objects.filter(user=user).order_by("-created_at", "-id")
 
 
-@transaction.atomic
+@gated_atomic
 def user_create(
     *, actor: Any, username: Any, email: Any = "", role: Any = "viewer", password: str | None = None
 ) -> Any:
-    """Add a user with a role; without a password they cannot log in until invited. Audited."""
+    """Add a user with a role; without a password they cannot log in until invited. Audited.
+
+    While any agent is protected, an account is not created an admin (the grant gate refuses it):
+    it is added with another role and made an admin by a change request."""
     _require_admin(actor)
     username = clean_username(username)
     email = clean_email(email)
@@ -197,6 +220,16 @@ def user_create(
     User = get_user_model()
     if User.objects.filter(username__iexact=username).exists():
         raise UserError(_("A user named %(name)s exists already.") % {"name": username}, field="username")
+    if role == "admin" and (
+        refused := _grant_gate(
+            actor=actor,
+            user=None,
+            action="user.create",
+            payload={"username": username, "role": role},
+            before="",
+        )
+    ):
+        return refused
     user = User(username=username, email=email)
     if password:
         _clean_password(password, user)
@@ -209,9 +242,11 @@ def user_create(
     return user
 
 
-@transaction.atomic
+@gated_atomic
 def user_set_role(*, actor: Any, user: Any, role: Any) -> Any:
-    """Give the user exactly this role; a superuser demoted below admin stops being one. Audited."""
+    """Give the user exactly this role; a superuser demoted below admin stops being one. Audited.
+
+    Making someone an admin passes the grant gates (a change request while any agent is protected)."""
     _require_admin(actor)
     role = clean_role(role)
     User = get_user_model()
@@ -219,6 +254,16 @@ def user_set_role(*, actor: Any, user: Any, role: Any) -> Any:
     before = _snapshot(user)
     if before["role"] == role:
         return user
+    if role == "admin" and (
+        pending := _grant_gate(
+            actor=actor,
+            user=user,
+            action="user.set_role",
+            payload={"user": user.pk, "username": user.get_username(), "role": role},
+            before=before["role"],
+        )
+    ):
+        return pending
     _check_leaves_an_admin(user, becomes_admin=role == "admin", stays_active=True)
     if role != "admin" and user.is_superuser:
         user.is_superuser = False
@@ -234,15 +279,27 @@ def is_approver_flag(user: Any) -> bool:
     return user.groups.filter(name=APPROVER).exists()
 
 
-@transaction.atomic
+@gated_atomic
 def user_set_approver(*, actor: Any, user: Any, approver: bool) -> Any:
-    """Give or take the permission to approve change requests on protected agents. Audited."""
+    """Give or take the permission to approve change requests on protected agents. Audited.
+
+    Giving it passes the grant gates (a change request while any agent is protected)."""
     _require_admin(actor)
     User = get_user_model()
     user = User.objects.select_for_update().get(pk=user.pk)
     before = is_approver_flag(user)
     if before == approver:
         return user
+    if approver and (
+        pending := _grant_gate(
+            actor=actor,
+            user=user,
+            action="user.set_approver",
+            payload={"user": user.pk, "username": user.get_username(), "approver": True},
+            before=False,
+        )
+    ):
+        return pending
     approver_set(user=user, approver=approver)
     audit_record(
         actor=actor,
@@ -254,15 +311,31 @@ def user_set_approver(*, actor: Any, user: Any, approver: bool) -> Any:
     return user
 
 
-@transaction.atomic
+@gated_atomic
 def user_set_active(*, actor: Any, user: Any, active: bool) -> Any:
-    """Deactivate (they cannot log in; their tokens stop working) or reactivate a user. Audited."""
+    """Deactivate (they cannot log in; their tokens stop working) or reactivate a user. Audited.
+
+    Reactivating an admin or an approver gives their power back: it passes the grant gates."""
     _require_admin(actor)
     User = get_user_model()
     user = User.objects.select_for_update().get(pk=user.pk)
     if user.is_active == active:
         return user
     before = _snapshot(user)
+    if (
+        active
+        and (before["role"] == "admin" or is_approver_flag(user))
+        and (
+            pending := _grant_gate(
+                actor=actor,
+                user=user,
+                action="user.activate",
+                payload={"user": user.pk, "username": user.get_username(), "active": True},
+                before=False,
+            )
+        )
+    ):
+        return pending
     if not active:
         _check_leaves_an_admin(user, becomes_admin=role_of(user) == "admin", stays_active=False)
     user.is_active = active
@@ -350,22 +423,47 @@ def language_set(*, user: Any, language: Any) -> str:
     return language
 
 
-@transaction.atomic
-def admin_ensure(*, username: str = "admin", password: str | None = None) -> tuple[object, str | None]:
+@gated_atomic
+def admin_ensure(
+    *, username: str = "admin", password: str | None = None
+) -> tuple[object, str | None] | Exception:
     """Create the admin user once; returns (user, the password when it was just set, else None).
 
     With ``password`` given the existing account's password is (re)set to it, so that
-    ``LLAMON_ADMIN_PASSWORD`` always works; without it an existing account is left alone.
+    ``LLAMON_ADMIN_PASSWORD`` always works; without it an existing account is left alone. An existing
+    account that is no longer an admin gets the role back through the grant gates: while any agent
+    is protected that is a change request by "system" (the password is still set), raised after;
+    a new admin account is refused then (UserError).
     """
     User = get_user_model()
     user = User.objects.filter(username=username).first()
     created = user is None
+    if created and (
+        refused := _grant_gate(
+            actor=None,
+            user=None,
+            action="user.create",
+            payload={"username": username, "role": "admin"},
+            before="",
+        )
+    ):
+        return refused  # while agents are protected, no new admin account, from the shell either
     if created:
         user = User(username=username, is_staff=True, is_superuser=True)
     new_password = password or (secrets.token_urlsafe(12) if created else None)
     if new_password:
         user.set_password(new_password)
     user.save()
+    if not created and role_of(user) != "admin":
+        pending = _grant_gate(
+            actor=None,
+            user=user,
+            action="user.set_role",
+            payload={"user": user.pk, "username": username, "role": "admin"},
+            before=role_of(user),
+        )
+        if pending is not None:
+            return pending
     role_set(user=user, role="admin")
     if created:
         audit_record(

@@ -23,7 +23,7 @@ from accounts import services as user_services
 from accounts import token_services
 from accounts.models import ApiToken
 from accounts.roles import require_role
-from core.errors import DomainError
+from core.errors import DomainError, PendingApproval
 
 ROLE_CHOICES = [
     ("viewer", gettext_lazy("viewer (reads everything)")),
@@ -145,6 +145,12 @@ def user_detail(request: HttpRequest, pk: int) -> HttpResponse:
     return _detail(request, _user_or_404(pk))
 
 
+def _pending(request: HttpRequest, exc: PendingApproval) -> HttpResponse:
+    """A grant of power while agents are protected: recorded as a change request, shown there."""
+    messages.info(request, str(exc))
+    return redirect(exc.url)
+
+
 def _refused(request: HttpRequest, pk: int, exc: DomainError) -> HttpResponse:
     messages.error(request, exc.message)
     return _detail(request, _user_or_404(pk), status=400)
@@ -161,6 +167,8 @@ def user_set_role(request: HttpRequest, pk: int) -> HttpResponse:
         user = user_services.user_set_role(
             actor=request.user, user=_user_or_404(pk), role=form.cleaned_data["role"]
         )
+    except PendingApproval as exc:
+        return _pending(request, exc)
     except DomainError as exc:
         return _refused(request, pk, exc)
     messages.success(
@@ -176,6 +184,8 @@ def user_set_active(request: HttpRequest, pk: int) -> HttpResponse:
     active = request.POST.get("active") == "1"
     try:
         user = user_services.user_set_active(actor=request.user, user=_user_or_404(pk), active=active)
+    except PendingApproval as exc:
+        return _pending(request, exc)
     except DomainError as exc:
         return _refused(request, pk, exc)
     if active:
@@ -194,7 +204,10 @@ def user_set_active(request: HttpRequest, pk: int) -> HttpResponse:
 def user_set_approver(request: HttpRequest, pk: int) -> HttpResponse:
     """Give or take the permission to approve change requests on protected agents."""
     approver = request.POST.get("approver") == "1"
-    user = user_services.user_set_approver(actor=request.user, user=_user_or_404(pk), approver=approver)
+    try:
+        user = user_services.user_set_approver(actor=request.user, user=_user_or_404(pk), approver=approver)
+    except PendingApproval as exc:
+        return _pending(request, exc)
     messages.success(
         request,
         _("%(name)s may approve change requests.") % {"name": user.get_username()}

@@ -233,7 +233,7 @@ def create_model_connection(request: HttpRequest, payload: ModelConnectionIn) ->
 
 @router.patch(
     "/model-connections/{connection_id}",
-    response={200: ModelConnectionOut, **error_responses(404, 409)},
+    response={200: ModelConnectionOut, **CHANGE_REQUESTED, **error_responses(404, 409)},
     auth=ADMIN,
     tags=CONNECTIONS,
 )

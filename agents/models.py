@@ -28,6 +28,11 @@ class WorkerHeartbeat(models.Model):
         return f"{self.hostname} (pid {self.pid})"
 
 
+# A model connection's settings (what an admin writes; the rest is bookkeeping): the connection
+# services and the change requests that change one read them.
+CONNECTION_FIELDS = ("name", "provider", "base_url", "api_key_env", "model_names", "max_tokens")
+
+
 class ModelConnection(models.Model):
     """An LLM endpoint an admin defined: the base URL and the only key variable sent to it.
 
@@ -158,7 +163,11 @@ class ChangeRequest(models.Model):
         REJECTED = "rejected", _("rejected")
         WITHDRAWN = "withdrawn", _("withdrawn")
 
-    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="change_requests")
+    # None: a grant of the admin role or the approver permission (or the reactivation of such an
+    # account), gated while any agent is protected; its payload names the user.
+    agent = models.ForeignKey(
+        Agent, null=True, blank=True, on_delete=models.CASCADE, related_name="change_requests"
+    )
     action = models.CharField(max_length=40)
     payload = OrderedJSONField(default=dict)
     diff = OrderedJSONField(default=dict)
@@ -181,6 +190,18 @@ class ChangeRequest(models.Model):
 
     def __str__(self) -> str:
         return f"change request {self.pk} ({self.action} on {self.agent_id}, {self.state})"
+
+    @property
+    def subject(self) -> str:
+        """What it changes, as people read it: the agent's name, or the user a grant is for."""
+        agent = self.agent
+        return agent.name if agent is not None else str(self.payload.get("username", ""))
+
+    @property
+    def approvals_needed(self) -> int:
+        """The approvals it needs: the agent's number; one for a grant (four eyes)."""
+        agent = self.agent
+        return agent.approvals_required if agent is not None else 1
 
 
 class ChangeReview(models.Model):

@@ -232,7 +232,7 @@ class RunEnd:
 
 def execute_claimed_run(*, run_id: int) -> RunEnd:
     """Execute a run already claimed by this worker and say how it ended (the caller records it)."""
-    from llamon_agent.react import run_agent
+    from llamon_agent.react import run_agent, run_error_kind
 
     # The versions the agent pins, rolls out and shadows come in a query of their own, when it
     # uses any (run_versions): joined here, they cost every run more to compile than that query.
@@ -319,7 +319,7 @@ def execute_claimed_run(*, run_id: int) -> RunEnd:
     status = {"succeeded": Run.Status.SUCCEEDED, "cancelled": Run.Status.CANCELLED}.get(
         result.status, Run.Status.FAILED
     )
-    error, error_kind = redact(result.error or ""), result.status
+    error, error_kind = redact(result.error or ""), run_error_kind(result)
     if result.status == "failed" and soft_limit.fired:
         # Celery's soft limit raised inside the engine (a tool listing or call, a model call),
         # which recorded it as a failure of that stage: the run ran out of time.
@@ -329,9 +329,7 @@ def execute_claimed_run(*, run_id: int) -> RunEnd:
         status,
         answer=redact(result.answer or ""),
         error=error,
-        error_kind=""
-        if status == Run.Status.SUCCEEDED
-        else ("guardrail" if result.status == "blocked" else error_kind),
+        error_kind="" if status == Run.Status.SUCCEEDED else error_kind,
         counts={
             "llm_calls": result.llm_calls,
             "tool_calls": result.tool_calls,

@@ -461,10 +461,10 @@ class ChangeReviewOut(Schema):
 
 class ChangeRequestOut(Schema):
     id: int
-    agent: int
-    agent_name: str
+    agent: int | None = Field(description="null: a grant of power (the payload names the user)")
+    agent_name: str = Field(description="the agent's name, or the user a grant is for")
     action: str = Field(
-        description="agent.update, agent.protect, agent.delete, shadow.set, rollout.set, rollout.promote, rollout.rollback, rollout.publish, rule_set.publish"
+        description="agent.update, agent.protect, agent.delete, shadow.set, rollout.set, rollout.promote, rollout.rollback, rollout.publish, rule_set.publish; grants: user.set_role, user.set_approver, user.activate"
     )
     state: Literal["pending", "applied", "rejected", "withdrawn"]
     payload: dict[str, Any]

@@ -14,7 +14,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from accounts.roles import is_approver
-from agents.change_reads import change_request_stale, independent, review_problems
+from agents.change_reads import Grants, change_request_stale, grantee, review_problems
 from agents.models import Agent, ChangeRequest, ChangeReview, ModelConnection, Run, RunStep, WorkerHeartbeat
 from agents.redaction import RUN_INPUT_FIELDS, redactor, redactor_active
 from core.models import ChainRecord
@@ -369,9 +369,11 @@ def stable_ref(agent: Agent) -> str:
 
 GUARD_STATUSES = (Run.Status.SUCCEEDED, Run.Status.FAILED, Run.Status.TIMED_OUT)  # what the guard judges
 ERROR_STATUSES = (Run.Status.FAILED, Run.Status.TIMED_OUT)
-# Refusals every version gives alike (the input or output guardrail: a pattern, an over-long input):
-# never the candidate's own failure, so the guard neither counts nor judges them.
-GUARD_REFUSALS = ("guardrail",)
+# Refusals every version gives alike (the input or output guardrail: a pattern, an over-long input;
+# the model endpoint's rate limit, HTTP 429: llamon_agent.react.run_error_kind): never the
+# candidate's own failure, so the guard neither counts nor judges them. What it counts: pre-step,
+# tool and model errors, time-outs, the run's own failures.
+GUARD_REFUSALS = ("guardrail", "rate_limit")
 
 
 def guard_judgement(agent: Agent) -> dict[str, Any]:
@@ -605,7 +607,7 @@ def change_request_view(request: ChangeRequest) -> dict[str, Any]:
     return {
         "id": request.pk,
         "agent": request.agent_id,
-        "agent_name": request.agent.name,
+        "agent_name": request.subject,
         "action": request.action,
         "state": request.state,
         "payload": request.payload,
@@ -619,7 +621,7 @@ def change_request_view(request: ChangeRequest) -> dict[str, Any]:
         "approvals": sum(
             1 for r in current if r.decision == ChangeReview.Decision.APPROVE and r.pk not in problems
         ),
-        "approvals_required": request.agent.approvals_required,
+        "approvals_required": request.approvals_needed,
         "stale": change_request_stale(request) if request.state == ChangeRequest.State.PENDING else "",
         "reviews": [
             {
@@ -652,4 +654,11 @@ def change_inbox(user: Any) -> list[ChangeRequest]:
             reviewer=user, change_request__state=ChangeRequest.State.PENDING
         ).values_list("change_request_id", "round")
     )
-    return [r for r in pending if (r.pk, r.round) not in reviewed and independent(r.requested_by_id, user.pk)]
+    grants = Grants()  # every independence check below without a further query
+    return [
+        r
+        for r in pending
+        if (r.pk, r.round) not in reviewed
+        and grants.independent(r.requested_by_id, user.pk)
+        and grantee(r) != user.pk
+    ]

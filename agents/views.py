@@ -232,6 +232,8 @@ def connection_edit(request: HtmxHttpRequest, pk: int | None = None) -> HttpResp
                 values=values,
                 revision=form.cleaned_data.get("revision"),
             )
+        except ChangeRequested as exc:  # a protected agent uses it
+            return _change_requested(request, exc)
         except AgentError as exc:
             form.add_error(exc.field if exc.field in form.fields else None, exc.message)
         else:

@@ -12,7 +12,7 @@ from django.http import Http404, HttpRequest
 from ninja import Path, Router, Status
 
 from accounts.api_auth import roles
-from core.api import DbId, error_responses, get_or_404
+from core.api import CHANGE_REQUESTED, DbId, error_responses, get_or_404
 from servers import selectors, services
 from servers.models import McpServer
 from servers.schemas import (
@@ -61,7 +61,7 @@ def get_mcp_server(request: HttpRequest, server_id: DbId) -> Any:
 
 @router.patch(
     "/mcp-servers/{server_id}",
-    response={200: McpServerOut, **error_responses(404)},
+    response={200: McpServerOut, **CHANGE_REQUESTED, **error_responses(404)},
     auth=ADMIN,
     tags=SERVERS,
 )
@@ -72,7 +72,10 @@ def update_mcp_server(request: HttpRequest, server_id: DbId, payload: McpServerP
 
 
 @router.delete(
-    "/mcp-servers/{server_id}", response={204: None, **error_responses(404)}, auth=ADMIN, tags=SERVERS
+    "/mcp-servers/{server_id}",
+    response={204: None, **CHANGE_REQUESTED, **error_responses(404)},
+    auth=ADMIN,
+    tags=SERVERS,
 )
 def delete_mcp_server(request: HttpRequest, server_id: DbId) -> Any:
     """Remove a server (admin); rules naming it stay, flagged as unknown."""

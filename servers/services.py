@@ -25,6 +25,7 @@ from django.utils.translation import gettext as _
 from accounts.roles import has_role
 from core.audit import audit_record, snapshot
 from core.env_policy import mcp_env_policy
+from core.gates import gate_check, gated_atomic
 from llamon_agent.envnames import header_env_name
 from llamon_agent.mcp import McpError, McpServerSpec
 from llamon_agent.mcp.errors import McpConnectionError, McpTimeoutError
@@ -135,9 +136,18 @@ def mcp_server_create(
     return server
 
 
-@transaction.atomic
-def mcp_server_update(*, actor: Any, server: McpServer, **changes: Any) -> McpServer:
-    """Change a server's settings (any of the create fields); audited when something changed."""
+# What changes on a server a protected agent uses at once: a note for people. Every other setting
+# (what it runs or reaches, its names, time-out, whether it is on) is what the agent does, so a
+# change of it is a change request on the agent (core.gates, kind "mcp_server"; docs/governance.md).
+UNGATED_SERVER_FIELDS = ("description",)
+
+
+@gated_atomic
+def mcp_server_update(*, actor: Any, server: McpServer, **changes: Any) -> McpServer | Exception:
+    """Change a server's settings (any of the create fields); audited when something changed.
+
+    On a server a protected agent uses, a change of anything but the description is a change
+    request (raised once committed; nothing changes until it is approved)."""
     unknown = set(changes) - set(MCP_SERVER_FIELDS)
     if unknown:
         raise TypeError(f"mcp_server_update() got unexpected fields: {sorted(unknown)}")
@@ -152,6 +162,18 @@ def mcp_server_update(*, actor: Any, server: McpServer, **changes: Any) -> McpSe
     after = snapshot(current, MCP_SERVER_FIELDS)
     if after == before:
         return current
+    gated = {k: v for k, v in after.items() if v != before[k] and k not in UNGATED_SERVER_FIELDS}
+    if gated and (
+        pending := gate_check(
+            "mcp_server",
+            actor=actor,
+            server=current,
+            action="mcp_server.update",
+            payload={"server": current.pk, "mcp_id": before["mcp_id"], "before": before, "changes": gated},
+            diff={"fields": [{"field": k, "before": before[k], "after": v} for k, v in gated.items()]},
+        )
+    ):
+        return pending
     if (
         after["transport"] != before["transport"]
         or after["url"] != before["url"]
@@ -171,15 +193,28 @@ def mcp_server_update(*, actor: Any, server: McpServer, **changes: Any) -> McpSe
     return current
 
 
-@transaction.atomic
-def mcp_server_delete(*, actor: Any, server: McpServer) -> None:
-    """Remove a server (rules that name it stay, flagged as unknown); audited; its session is closed."""
+@gated_atomic
+def mcp_server_delete(*, actor: Any, server: McpServer) -> Exception | None:
+    """Remove a server (rules that name it stay, flagged as unknown); audited; its session is closed.
+    A server a protected agent uses is deleted only by an approved change request."""
     _require_admin(actor, "delete an MCP server")
+    server = McpServer.objects.select_for_update().get(pk=server.pk)
     before = snapshot(server, MCP_SERVER_FIELDS)
+    pending = gate_check(
+        "mcp_server",
+        actor=actor,
+        server=server,
+        action="mcp_server.delete",
+        payload={"server": server.pk, "mcp_id": server.mcp_id, "before": before},
+        diff={"fields": [{"field": "mcp_server", "before": server.mcp_id, "after": None}]},
+    )
+    if pending is not None:
+        return pending
     mcp_id = server.mcp_id
     audit_record(actor=actor, action="mcp_server.delete", obj=server, before=before)
     server.delete()
     transaction.on_commit(lambda: pool_forget(mcp_id))
+    return None
 
 
 # --------------------------------------------------------------------------- tools

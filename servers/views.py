@@ -16,6 +16,7 @@ from django.utils.translation import ngettext
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from accounts.roles import has_role, require_role
+from core.errors import PendingApproval
 from core.http import HtmxHttpRequest
 from llamon_agent.mcp.results import truncation
 from servers.forms import McpServerForm, RawArgumentsForm, ToolCallForm
@@ -93,6 +94,9 @@ def server_edit(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         return response
     try:
         server = mcp_server_update(actor=request.user, server=server, **form.service_kwargs())
+    except PendingApproval as exc:  # a protected agent uses it: a change request, nothing changed
+        messages.info(request, str(exc))
+        return redirect(exc.url)
     except McpServerError as exc:
         _add_error(form, exc)
         return render(request, FORM_TEMPLATE, {"form": form, "server": server})
@@ -198,7 +202,11 @@ def server_delete(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         context = {"server": server, "rule_count": mcp_server_rule_count(server=server)}
         return render(request, "servers/server_delete.html", context)
     mcp_id = server.mcp_id
-    mcp_server_delete(actor=request.user, server=server)
+    try:
+        mcp_server_delete(actor=request.user, server=server)
+    except PendingApproval as exc:
+        messages.info(request, str(exc))
+        return redirect(exc.url)
     messages.success(request, _("Deleted %(mcp_id)s.") % {"mcp_id": mcp_id})
     return redirect("servers:list")
 

@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+from agents.models import CONNECTION_FIELDS
 from agents.services.agents import (
     AGENT_FIELDS,
     DEFAULT_SYSTEM_PROMPT,
@@ -29,7 +30,6 @@ from agents.services.changes import (
     change_request_withdraw,
 )
 from agents.services.connections import (
-    CONNECTION_FIELDS,
     connection_delete,
     connection_save,
     connection_values,

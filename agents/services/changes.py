@@ -11,16 +11,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from accounts.roles import credential_may_approve, credential_of, has_role, is_approver
-from agents.change_reads import change_request_stale, independent, review_problems
+from accounts.services import user_set_active, user_set_approver, user_set_role
+from agents.change_reads import change_request_stale, grantee, independent, review_problems
 from agents.errors import AgentConflictError, AgentError, ChangeRequested
-from agents.models import Agent, ChangeRequest, ChangeReview
+from agents.models import Agent, ChangeRequest, ChangeReview, ModelConnection
 from agents.services.agents import agent_delete, agent_save_values
+from agents.services.connections import connection_save
 from agents.services.gate import bounded, change_gate, field_diff, gated_atomic, ungated
 from agents.services.rollout import (
     rollout_promote,
@@ -32,6 +35,8 @@ from agents.services.rollout import (
 from core.audit import audit_record
 from rules.models import RuleSet
 from rules.services import rule_set_publish
+from servers.models import McpServer
+from servers.services import mcp_server_delete, mcp_server_update
 
 MAX_COMMENT_CHARS = 2000
 MAX_APPROVALS = 10
@@ -101,12 +106,44 @@ def _apply_delete(actor: Any, agent: Agent, payload: dict[str, Any]) -> None:
     agent_delete(actor=actor, agent=agent)
 
 
+def _grantee(payload: dict[str, Any]) -> Any:
+    user = get_user_model()._default_manager.filter(pk=payload["user"]).first()
+    if user is None:
+        raise AgentConflictError(_("The account this grant is for no longer exists."))
+    return user
+
+
+def _apply_set_role(actor: Any, agent: Any, payload: dict[str, Any]) -> None:
+    user_set_role(actor=actor, user=_grantee(payload), role=payload["role"])
+
+
+def _apply_set_approver(actor: Any, agent: Any, payload: dict[str, Any]) -> None:
+    user_set_approver(actor=actor, user=_grantee(payload), approver=True)
+
+
+def _apply_activate(actor: Any, agent: Any, payload: dict[str, Any]) -> None:
+    user_set_active(actor=actor, user=_grantee(payload), active=True)
+
+
+def _apply_server_update(actor: Any, agent: Agent, payload: dict[str, Any]) -> None:
+    mcp_server_update(actor=actor, server=McpServer.objects.get(pk=payload["server"]), **payload["changes"])
+
+
+def _apply_server_delete(actor: Any, agent: Agent, payload: dict[str, Any]) -> None:
+    mcp_server_delete(actor=actor, server=McpServer.objects.get(pk=payload["server"]))
+
+
+def _apply_connection_update(actor: Any, agent: Agent, payload: dict[str, Any]) -> None:
+    connection = ModelConnection.objects.get(pk=payload["connection"])
+    connection_save(actor=actor, connection=connection, values=payload["values"])
+
+
 def _apply_shadow(actor: Any, agent: Agent, payload: dict[str, Any]) -> None:
     number = payload["version"]
     shadow_set(actor=actor, agent=agent, version=None if number is None else _version(agent, number))
 
 
-APPLY: dict[str, Callable[[Any, Agent, dict[str, Any]], None]] = {
+APPLY: dict[str, Callable[[Any, Any, dict[str, Any]], None]] = {
     "agent.protect": _apply_protect,
     "agent.delete": _apply_delete,
     "shadow.set": _apply_shadow,
@@ -116,11 +153,20 @@ APPLY: dict[str, Callable[[Any, Agent, dict[str, Any]], None]] = {
     "rollout.rollback": _apply_rollout_rollback,
     "rule_set.publish": _apply_publish,
     "rollout.publish": _apply_rollout_publish,
+    # What a protected agent uses: an MCP server, a model connection (servers, agents.services).
+    "mcp_server.update": _apply_server_update,
+    "mcp_server.delete": _apply_server_delete,
+    "connection.update": _apply_connection_update,
+    # Grants (agent None): the accounts service, as the requester asked it (accounts.services).
+    "user.set_role": _apply_set_role,
+    "user.set_approver": _apply_set_approver,
+    "user.activate": _apply_activate,
 }
 
 
 def _apply(request: ChangeRequest) -> None:
-    request.agent = Agent.objects.select_for_update(of=("self",)).get(pk=request.agent_id)
+    if request.agent_id is not None:
+        request.agent = Agent.objects.select_for_update(of=("self",)).get(pk=request.agent_id)
     if stale := change_request_stale(request):
         raise AgentConflictError(stale)
     with ungated():  # the requester's change, as they asked it (audited under their name)
@@ -158,6 +204,8 @@ def change_request_review(
             )
         if request.requested_by_id == actor.pk:
             raise PermissionDenied(_("You asked for this change: someone else must approve or reject it."))
+        if grantee(request) == actor.pk:
+            raise PermissionDenied(_("This change gives you power: someone else must approve or reject it."))
         credential = credential_of(actor)
         if not credential_may_approve(credential):
             raise PermissionDenied(
@@ -187,7 +235,7 @@ def change_request_review(
         approvals = request.reviews.filter(
             round=request.round, decision=ChangeReview.Decision.APPROVE
         ).count() - len(review_problems(request))
-        needed = request.agent.approvals_required
+        needed = request.approvals_needed
         audit_record(
             actor=actor,
             action=f"change_request.{decision}",
@@ -210,7 +258,7 @@ def change_request_review(
                 actor=actor,
                 action="change_request.apply",
                 obj=request,
-                after={"agent": request.agent.name, "action": request.action, "payload": request.payload},
+                after={"agent": request.subject, "action": request.action, "payload": request.payload},
             )
         if ChangeRequest.objects.filter(pk=request.pk).exists():
             request.refresh_from_db()

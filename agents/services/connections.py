@@ -15,13 +15,13 @@ from django.db import transaction
 from django.utils.translation import gettext as _
 
 from agents.checks import connection_check
-from agents.errors import AgentConflictError, AgentError
-from agents.models import Agent, ModelConnection
+from agents.errors import AgentConflictError, AgentError, ChangeRequested
+from agents.models import CONNECTION_FIELDS, Agent, ModelConnection
 from agents.services.editing import locked_for_edit
+from agents.services.gate import change_gate, field_diff, gated_atomic
 from core.audit import audit_record
 from core.userinput import plain_text_refusal
 
-CONNECTION_FIELDS = ("name", "provider", "base_url", "api_key_env", "model_names", "max_tokens")
 MAX_CONNECTION_MODELS = 100
 MAX_TOKENS_LIMIT = 1_000_000
 
@@ -71,11 +71,15 @@ def _validate(connection: ModelConnection) -> None:
     connection_check(connection)  # the URL guard and the operator's allow-list of key variables
 
 
-@transaction.atomic
+@gated_atomic
 def connection_save(
     *, actor: Any, connection: ModelConnection, values: Mapping[str, Any], revision: int | None = None
-) -> ModelConnection:
-    """Create or update a connection (admin; validated, audited); agents waiting for it get it."""
+) -> ModelConnection | ChangeRequested:
+    """Create or update a connection (admin; validated, audited); agents waiting for it get it.
+
+    Changing a connection a protected agent uses (its URL, key variable, models, max tokens, name)
+    changes what that agent does: a change request on the agent (the one needing most approvals),
+    raised once committed."""
     creating = connection.pk is None
     before = None
     if not creating:
@@ -99,8 +103,26 @@ def connection_save(
             _("A model connection named %(name)r already exists.") % {"name": connection.name}, field="name"
         )
     _validate(connection)
-    connection.save()
     after = _snapshot(connection)
+    if before is not None and after != before:
+        users = Agent.objects.filter(model_connection=connection, protected=True)
+        agent = users.select_for_update().order_by("-approvals_required", "name").first()
+        if agent is not None and (
+            pending := change_gate(
+                actor=actor,
+                agent=agent,
+                action="connection.update",
+                payload={
+                    "connection": connection.pk,
+                    "name": before["name"],
+                    "before": before,
+                    "values": after,
+                },
+                diff={"fields": field_diff(before, after)},
+            )
+        ):
+            return pending
+    connection.save()
     if creating or after != before:
         audit_record(
             actor=actor,

@@ -360,15 +360,25 @@ def test_a_token_capped_at_a_role_cannot_approve(protected, author, make_user) -
     assert response.status_code == 200 and response.json()["state"] == "pending"  # 2 needed
 
 
-def test_an_account_the_requester_made_cannot_approve_their_change(protected, admin, make_user) -> None:
+def test_an_account_the_requester_made_cannot_approve_their_change(
+    protected, admin, approver, make_user
+) -> None:
     from accounts.services import user_create, user_set_approver, user_set_role
 
+    def granted(grant):  # a grant is a change request: an independent approver lets it through
+        with pytest.raises(ChangeRequested) as asked:
+            grant()
+        assert (
+            _approve(approver, ChangeRequest.objects.get(pk=asked.value.change_request_id)).state == "applied"
+        )
+
     stand_in = user_create(actor=admin, username="stand-in", role="viewer")
-    user_set_approver(actor=admin, user=stand_in, approver=True)
-    deputy = user_create(actor=admin, username="deputy", role="admin")
+    granted(lambda: user_set_approver(actor=admin, user=stand_in, approver=True))
+    deputy = user_create(actor=admin, username="deputy", role="viewer")
+    granted(lambda: user_set_role(actor=admin, user=deputy, role="admin"))
     # The deputy (an account the requester made) makes another: still the requester's.
     third = user_create(actor=deputy, username="third", role="viewer")
-    user_set_role(actor=deputy, user=third, role="admin")
+    granted(lambda: user_set_role(actor=deputy, user=third, role="admin"))
     change = _prompt_request(admin, protected)
     for user in (stand_in, deputy, third):
         with pytest.raises(PermissionDenied, match="not independent"):
@@ -458,3 +468,30 @@ def test_a_viewer_approver_reads_the_share_and_runs_the_impact_on_the_request_pa
     refused = nobody.post(reverse("governance:change_impact", args=[change.pk]), follow=True)
     assert "approver permission" in refused.content.decode()
     assert ImpactAnalysis.objects.count() == 1
+
+
+def test_the_inbox_count_costs_the_same_queries_at_1_and_at_20_pending_requests(
+    protected, admin, approver
+) -> None:
+    """The count runs on every page an approver loads: its queries do not grow with the requests."""
+    from django.db import connection
+    from django.test import RequestFactory
+    from django.test.utils import CaptureQueriesContext
+
+    from accounts.services import user_create
+    from agents.context import change_inbox_context
+
+    def count() -> tuple[int, int]:
+        request = RequestFactory().get("/")
+        request.user = type(approver).objects.get(pk=approver.pk)  # nothing cached
+        with CaptureQueriesContext(connection) as queries:
+            waiting = change_inbox_context(request)["change_inbox"]
+        return waiting, len(queries)
+
+    for n in range(20):  # each requester an account the admin made: the audit says who is behind whom
+        _prompt_request(user_create(actor=admin, username=f"author-{n}", role="editor"), protected)
+        if n == 0:
+            one = count()
+    twenty = count()
+    assert (one[0], twenty[0]) == (1, 20)
+    assert one[1] == twenty[1], (one, twenty)

@@ -1,6 +1,11 @@
 """Four eyes even with one admin (issue 41): no sequence of up to five actions by one person, with
 every account and token they can make, changes a protected agent alone.
 
+The actions: creating an admin or a viewer account, making any account an approver or an admin (both
+grants are change requests while the agent is protected), editing the agent, unprotecting it, and
+approving any pending request (the agent's or a grant) as any of the person's accounts, with the
+session, an uncapped token or a token capped at viewer.
+
 The search is exhaustive over the actions below, depth first with a savepoint per step; states
 already explored with as many steps left are not explored again (what happens next depends only on
 the state, read from the database).
@@ -26,7 +31,9 @@ pytestmark = pytest.mark.django_db
 
 DEPTH = 5
 MADE = 2  # accounts the admin may create in a sequence
-CREDENTIALS = ("session", "token:viewer")  # an uncapped token acts as the session does
+# The credentials an approval is given with: the session, an uncapped token (a token the account
+# made for itself: tokens are never made for someone else) and a token capped at viewer.
+CREDENTIALS = ("session", "token", "token:viewer")
 
 
 def _users() -> list[Any]:
@@ -49,11 +56,15 @@ def _actions(agent_id: int, person: int) -> list[tuple[Any, ...]]:
     editors = [u for u in users if "editor" in user_roles(u)]
     found: list[tuple[Any, ...]] = []
     if len(users) <= MADE:
-        found += [("make", a.pk, role) for a in admins for role in ("admin", "viewer")]
+        found += [("make", a.pk, role) for a in admins for role in ("admin", "editor", "viewer")]
+    # Grants of power: each a change request while the agent is protected.
     found += [("approver", a.pk, u.pk) for a in admins for u in everyone if not is_approver(u)]
+    found += [("admin", a.pk, u.pk) for a in admins for u in everyone if "admin" not in user_roles(u)]
+    made = [u for u in users if u.pk != person]
+    found += [("active", a.pk, u.pk, not u.is_active) for a in admins for u in made]
     found += [("edit", e.pk) for e in editors]
     found += [("unprotect", a.pk) for a in admins]
-    pending = ChangeRequest.objects.filter(agent_id=agent_id, state="pending").values_list("pk", flat=True)
+    pending = ChangeRequest.objects.filter(state="pending").values_list("pk", flat=True)
     found += [
         ("approve", u.pk, change, credential)
         for change in pending
@@ -75,6 +86,10 @@ def _act(agent_id: int, action: tuple[Any, ...]) -> None:
             )
         elif kind == "approver":
             accounts.user_set_approver(actor=actor, user=User.objects.get(pk=action[2]), approver=True)
+        elif kind == "admin":
+            accounts.user_set_role(actor=actor, user=User.objects.get(pk=action[2]), role="admin")
+        elif kind == "active":  # deactivating is at once; reactivating an approver or admin is a grant
+            accounts.user_set_active(actor=actor, user=User.objects.get(pk=action[2]), active=action[3])
         elif kind == "edit":
             values = {**services.agent_values(agent), "system_prompt": f"changed by {actor.pk}"}
             services.agent_save_values(actor=actor, agent=agent, values=values)
@@ -97,10 +112,12 @@ def _state(agent_id: int) -> tuple[Any, ...]:
         agent.protected,
         agent.approvals_required,
         agent.system_prompt,
-        tuple((u.username, sorted(user_roles(u)), is_approver(u)) for u in users).__repr__(),
+        tuple(
+            (u.username, u.is_active, accounts.role_of(u), accounts.is_approver_flag(u)) for u in users
+        ).__repr__(),
         tuple(
             (c.requested_by_id, c.round, tuple(c.reviews.values_list("reviewer_id", "credential", "round")))
-            for c in ChangeRequest.objects.filter(agent_id=agent_id).order_by("pk")
+            for c in ChangeRequest.objects.order_by("pk")
         ).__repr__(),
     )
 

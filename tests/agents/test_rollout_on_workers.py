@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from contextlib import ExitStack
+from typing import Any
+
 import pytest
 from django.core.management import call_command
 
@@ -67,15 +70,24 @@ def test_a_rollout_chooses_the_version_and_the_shadow_records_divergences(redis_
 
 @pytest.mark.slow
 def test_the_guard_blames_the_candidate_only_for_its_own_failures(redis_publisher, make_user) -> None:
-    """100 inputs the guardrail refuses (for both versions alike) never roll back; a candidate whose
-    own runs fail, beside a stable version that answers the same traffic, is rolled back."""
+    """100 inputs the guardrail refuses and 12 model calls the endpoint refuses for its rate limit
+    (HTTP 429; both refusals any version gets alike) never roll back nor count; a candidate whose own
+    runs fail, beside a stable version that answers the same traffic, is rolled back."""
+    with ExitStack() as stack:
+        _guard_on_a_worker(stack, redis_publisher, make_user)
+
+
+def _guard_on_a_worker(stack: ExitStack, redis_publisher: str, make_user: Any) -> None:
     import sys
 
+    from agents.models import ModelConnection
     from core.models import AuditEvent
     from servers.models import McpServer
+    from tests.support.openai_fake import FakeOpenAI
     from tests.support.runs import MISBEHAVING
 
     author = make_user("editor")
+    model = stack.enter_context(FakeOpenAI())  # the model endpoint every run of both versions asks
     McpServer.objects.create(
         mcp_id="misbehaving",
         transport="stdio",
@@ -94,7 +106,7 @@ def test_the_guard_blames_the_candidate_only_for_its_own_failures(redis_publishe
         name="look_up",
         mcp_id="misbehaving",
         tool_name="echo",
-        when="True",
+        when='query != "busy"',  # "busy": no rule fires, the model is asked (and refuses: 429)
         params='{"value": "ok"}',
     )
     v1 = rule_services.rule_set_publish(actor=author, rule_set=rule_set)
@@ -111,6 +123,11 @@ def test_the_guard_blames_the_candidate_only_for_its_own_failures(redis_publishe
         pinned_version=v1,
         answer_from_prestep=True,
         input_max_chars=20,
+        model_provider="openai-compatible",
+        model_name="fake-model",
+        model_connection=ModelConnection.objects.create(
+            name="guarded", base_url=model.base_url, model_names=["fake-model"]
+        ),
     )
     services.rollout_set(
         actor=author,
@@ -142,6 +159,15 @@ def test_the_guard_blames_the_candidate_only_for_its_own_failures(redis_publishe
         agent.refresh_from_db()
         assert agent.rollout_version == v2  # nothing the candidate did
         assert selectors.guard_judgement(agent)["judged_runs"] == 0
+        model.status = 429
+        limited = send("busy", 12, "busy-")
+        model.status = 200
+        assert {(r.status, r.error_kind) for r in limited} == {(Run.Status.FAILED, "rate_limit")}
+        assert {r.rollout_candidate for r in limited} == {True, False}
+        judged = selectors.guard_judgement(agent)
+        assert (judged["judged_runs"], judged["stable_judged_runs"]) == (0, 0), judged
+        agent.refresh_from_db()
+        assert agent.rollout_version == v2
         answered = send("hi", 40, "ok-")
     agent.refresh_from_db()
     assert agent.rollout_version is None and agent.pinned_version == v1, [

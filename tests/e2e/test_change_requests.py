@@ -119,3 +119,56 @@ def test_an_approver_sees_the_count_reads_the_share_and_the_impact_and_approves(
     agent.refresh_from_db()
     assert agent.rollout_percent == 25 and agent.rollout_chatbot_ids == ["bot-a"]
     assert page.locator("#nav-inbox-count").count() == 0
+
+
+def _login_as(page, live_server, user) -> None:
+    client = Client()
+    client.force_login(user)
+    cookie = client.cookies[settings.SESSION_COOKIE_NAME]
+    page.context.clear_cookies()
+    page.context.add_cookies([{"name": cookie.key, "value": cookie.value, "url": live_server.url}])
+
+
+@pytest.mark.parametrize("language", ["en", "ko"])
+def test_making_an_approver_waits_for_a_second_person_who_approves_it(
+    page, make_user, live_server, language
+) -> None:
+    """While an agent is protected, an admin's grant of the approver permission is a change request:
+    the users page leads to it, the admin cannot approve it, an independent approver does."""
+    from accounts.roles import is_approver
+    from accounts.services import language_set
+
+    rule_set = build_rule_set(None, "seed-rules", SEED_RULES)
+    v1 = rule_services.rule_set_publish(actor=None, rule_set=rule_set, message="v1")
+    agent = Agent.objects.create(
+        name="seed-demo", system_prompt="p", rule_set=rule_set, rule_set_mode="pinned", pinned_version=v1
+    )
+    admin = make_user("admin")
+    services.agent_protect(actor=admin, agent=agent, protected=True, approvals_required=1)
+    person = make_user("viewer", username="kim.minji")
+    approver = make_user("viewer")
+    approver_set(user=approver, approver=True)
+    for user in (admin, approver):
+        language_set(user=user, language=language)
+
+    _login_as(page, live_server, admin)
+    page.goto(f"/users/{person.pk}/")
+    page.click("#approver-form button[type=submit]")
+    page.wait_for_selector("#change-state")
+    text = page.inner_text("main")
+    assert ("권한 부여에도 두 사람" if language == "ko" else "granting power takes four eyes") in text
+    assert "kim.minji" in page.inner_text("h1") and page.locator("#change-approve").count() == 0
+    screenshot(page, f"change-grant-request-{language}")
+    assert not is_approver(type(person).objects.get(pk=person.pk))
+
+    _login_as(page, live_server, approver)
+    page.goto("/")
+    assert page.inner_text("#nav-inbox-count") == "1"
+    page.click("#nav-inbox")
+    page.click("td a[href^='/agents/changes/']")
+    page.wait_for_selector("#change-approve")
+    assert "user.set_approver" in page.inner_text("#change-summary")
+    page.click("#change-approve")
+    page.wait_for_selector("#change-state")
+    assert page.locator("#nav-inbox-count").count() == 0
+    assert is_approver(type(person).objects.get(pk=person.pk))

@@ -489,6 +489,22 @@ def test_openai_compatible_run_against_a_local_endpoint(fake_openai: FakeOpenAI,
     assert sink.of_kind("llm")[0].name == "fake-model"
 
 
+def test_a_rate_limited_model_call_is_a_refusal_not_the_agents_failure(
+    fake_openai: FakeOpenAI, llm_key: None
+) -> None:
+    """HTTP 429 from the model endpoint: the run fails of kind "rate_limit", which the rollout guard
+    leaves out (any version gets it on the same traffic); another HTTP error is the run's own."""
+    from llamon_agent.react import run_error_kind
+
+    kinds = {}
+    for status in (429, 400):
+        fake_openai.status = status
+        result = run_agent(spec(model=openai_config(fake_openai.base_url)), ask("hi"), backend=backend())
+        assert result.status == "failed" and f"HTTP {status}" in (result.error or ""), result.error
+        kinds[status] = (result.error_kind, run_error_kind(result))
+    assert kinds == {429: ("rate_limit", "rate_limit"), 400: ("", "failed")}
+
+
 def test_llm_endpoint_down_fails_the_run_with_a_readable_error(llm_key: None) -> None:
     url = closed_port_url()
     sink = ListSink()

@@ -47,6 +47,9 @@ class FakeOpenAI:
         self.replies: list[dict[str, Any] | str] = []  # a str is sent as a text/plain 200 (garbage)
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
+        # Set to 429 (or another error status): every call is refused with it, as a rate-limited
+        # endpoint does (retry at once: the client's own retry does not wait).
+        self.status = 200
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -55,6 +58,16 @@ class FakeOpenAI:
                 body = json.loads(self.rfile.read(length) or b"{}")
                 fake.requests.append({"path": self.path, "body": body})
                 fake.headers.append({k.lower(): v for k, v in self.headers.items()})
+                if fake.status != 200:
+                    error = {"error": {"message": "Rate limit reached", "type": "rate_limit_error"}}
+                    data = json.dumps(error).encode()
+                    self.send_response(fake.status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.send_header("retry-after-ms", "1")
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return
                 reply = fake.replies.pop(0) if fake.replies else completion()
                 if isinstance(reply, str):
                     data, kind = reply.encode(), "text/plain"

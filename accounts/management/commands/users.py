@@ -2,7 +2,9 @@
 
 Changes are audited like the page's: as the admin named by ``--actor`` when given, else as
 "system". Refusals (a duplicate name, an unknown role, the last active admin) print one line
-and exit with status 1; nothing is changed.
+and exit with status 1; nothing is changed. While any agent is protected, making someone an admin
+or reactivating an admin is a change request like on the page (the command is no way around it):
+it prints the request and exits with status 2; someone else approves it (docs/governance.md).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from accounts import services as user_services
 from accounts.roles import ROLES
-from core.errors import DomainError
+from core.errors import DomainError, PendingApproval
 
 
 class Command(BaseCommand):
@@ -55,6 +57,8 @@ class Command(BaseCommand):
         try:
             actor = self._actor(options.get("actor"))
             getattr(self, "do_" + options["action"].replace("-", "_"))(actor, options)
+        except PendingApproval as exc:  # recorded as a change request, not applied
+            raise CommandError(f"{exc} ({exc.url})", returncode=2) from None
         except (DomainError, PermissionDenied) as exc:
             raise CommandError(getattr(exc, "message", None) or str(exc)) from None
 

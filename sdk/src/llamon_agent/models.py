@@ -485,6 +485,16 @@ def model_error_message(exc: BaseException, config: ModelConfig | None = None) -
     return f"{type(exc).__name__}: {_short(exc)}"
 
 
+RATE_LIMITED = "rate_limit"
+
+
+def model_error_kind(exc: BaseException) -> str:
+    """``"rate_limit"`` when the model endpoint refused the call for its rate limit (HTTP 429), else
+    ``""``: a refusal any version would get on the same traffic, not a fault of the agent's own."""
+    status = getattr(exc, "status_code", None)
+    return RATE_LIMITED if status == 429 else ""
+
+
 def _root_cause(exc: BaseException) -> BaseException:
     # openai says only "Connection error."; the httpx/OSError underneath says "Connection refused".
     seen: set[int] = set()

@@ -41,7 +41,13 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langgraph.errors import GraphRecursionError
 
 from llamon_agent.guardrails import InputGuardrail, OutputGuardrail, Verdict, safe_cut
-from llamon_agent.models import ModelConfig, ModelConfigError, make_chat_model, model_error_message
+from llamon_agent.models import (
+    ModelConfig,
+    ModelConfigError,
+    make_chat_model,
+    model_error_kind,
+    model_error_message,
+)
 from llamon_agent.prestep import (
     CompiledRules,
     PrestepOutcome,
@@ -88,7 +94,12 @@ class IterationLimitExceeded(RuntimeError):
 
 
 class ModelCallError(RuntimeError):
-    """A model call failed (endpoint down, HTTP error, garbage); the message is readable."""
+    """A model call failed (endpoint down, HTTP error, garbage); the message is readable. ``kind``:
+    ``"rate_limit"`` when the endpoint refused it for its rate limit (HTTP 429), else ``""``."""
+
+    def __init__(self, message: str, *, kind: str = "") -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 @dataclass
@@ -126,6 +137,9 @@ class AgentResult:
     tool_calls: int
     usage: dict[str, int] = field(default_factory=dict)  # summed token usage, when reported
     duration_ms: float = 0.0
+    # Why a failed run failed, when it is a refusal any version would get: "rate_limit" (the model
+    # endpoint's HTTP 429). "" otherwise (a failure of this agent's own: pre-step, tool, model).
+    error_kind: str = ""
 
     def to_json(self) -> dict[str, Any]:
         """The result as a JSON-ready dict (pre-step results included, records left out)."""
@@ -172,6 +186,7 @@ class _Run:
         self.model_name = spec.model.display_name
         self.status: RunStatus | None = None
         self.error: str | None = None
+        self.error_kind = ""
         self.answer: str | None = None
         self.answer_input: dict[str, Any] = {}  # where the answer came from (the answer step's input)
         self.prestep: PrestepOutcome | None = None
@@ -293,7 +308,7 @@ class _Run:
         reason = model_error_message(exc, self.spec.model)
         s.fail(reason)
         s.finish()
-        return ModelCallError(f"{LLM_FAILED}: {reason}")
+        return ModelCallError(f"{LLM_FAILED}: {reason}", kind=model_error_kind(exc))
 
     def model_done(self, s: Span, response: ModelResponse) -> ModelResponse:
         message = _ai_message(response)
@@ -424,6 +439,8 @@ class _Run:
         if isinstance(exc, RunCancelled | asyncio.CancelledError):
             self.end(CANCELLED, CANCELLED_MESSAGE)
         elif isinstance(exc, IterationLimitExceeded | ModelCallError | ModelConfigError):
+            if self.status is None and isinstance(exc, ModelCallError):
+                self.error_kind = exc.kind
             self.end(FAILED, str(exc))
         elif isinstance(exc, GraphRecursionError):
             self.end(
@@ -464,7 +481,20 @@ class _Run:
             tool_calls=self.tool_calls,
             usage=dict(self.usage),
             duration_ms=round((time.perf_counter() - self.started) * 1000.0, 3),
+            error_kind=self.error_kind if status == FAILED else "",
         )
+
+
+def run_error_kind(result: AgentResult) -> str:
+    """The kind a run's end is recorded with (the worker and a served agent alike): "" for a success,
+    "guardrail" for an input or output the guardrails refused, "rate_limit" for a model call the
+    endpoint refused for its rate limit, else the status ("failed", "cancelled"). The first two are
+    refusals any version would give the same traffic: the rollout guard leaves them out."""
+    if result.status == SUCCEEDED:
+        return ""
+    if result.status == BLOCKED:
+        return "guardrail"
+    return result.error_kind or result.status
 
 
 # --------------------------------------------------------------------------- middleware

@@ -123,7 +123,7 @@ class ReactRunner:
 
     async def answer(self, request: AgentRequest, sink: TraceSink | None) -> Outcome:
         """Run the agent (never raises for a failing run)."""
-        from llamon_agent.react import arun_agent
+        from llamon_agent.react import arun_agent, run_error_kind
 
         result = await arun_agent(
             self.spec, request, backend=self.backend, react_tools=self.react_tools, sink=sink
@@ -131,8 +131,7 @@ class ReactRunner:
         status: FinishStatus = {"succeeded": "succeeded", "cancelled": "cancelled"}.get(
             result.status, "failed"
         )  # type: ignore[assignment]
-        # The worker's mapping (agents/runtime.py): a guardrail refusal is a failed run of kind "guardrail".
-        kind = "" if status == "succeeded" else ("guardrail" if result.status == "blocked" else result.status)
+        kind = run_error_kind(result)  # the worker's mapping too (agents/runtime.py)
         return Outcome(status, result.answer or "", result.error or "", kind, result.duration_ms)
 
 
