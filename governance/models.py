@@ -62,3 +62,80 @@ class ImpactAnalysis(models.Model):
         if self.status == self.Status.SUCCEEDED:
             return 100
         return int(100 * self.done / self.total) if self.total else 0
+
+
+class SuggestionJob(models.Model):
+    """Rules mined from one agent's recorded runs (llamon_agent.suggest), in parts spread over workers.
+
+    Three stages, each a map over ``parts`` ranges of run ids (one task per part, its output a
+    :class:`SuggestionPart` row) then a reduce done by whichever task finishes the stage's last
+    part: ``vocabulary`` (candidate literals), ``features`` (the runs as literal ids; then learning),
+    ``replay`` (the candidates through the engine on held-out runs; then the selection). A part's
+    row is written once: a task redelivered after a worker died finds it and goes on.
+    """
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+
+    FINISHED = (Status.SUCCEEDED, Status.FAILED)
+    STAGES = ("vocabulary", "features", "replay")
+
+    agent = models.ForeignKey("agents.Agent", on_delete=models.CASCADE, related_name="suggestion_jobs")
+    days = models.PositiveSmallIntegerField()
+    since = models.DateTimeField()
+    until = models.DateTimeField()
+    min_precision = models.FloatField(default=0.99)
+    stage = models.CharField(max_length=12, default="vocabulary")
+    parts = models.PositiveSmallIntegerField(default=1)
+    runs = models.PositiveIntegerField(default=0)
+    done = models.PositiveIntegerField(default=0)  # parts finished, over the three stages
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
+    # Between stages: the run-id bounds of each part, the merged vocabulary, the candidates.
+    state = OrderedJSONField(default=dict, blank=True)
+    result = OrderedJSONField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"suggestions {self.pk} for agent {self.agent_id}"
+
+    @property
+    def finished(self) -> bool:
+        return self.status in self.FINISHED
+
+    @property
+    def total(self) -> int:
+        return 3 * self.parts
+
+    @property
+    def percent(self) -> int:
+        if self.status == self.Status.SUCCEEDED:
+            return 100
+        return int(100 * self.done / self.total) if self.total else 0
+
+
+class SuggestionPart(models.Model):
+    """One part's output for one stage of a :class:`SuggestionJob` (JSON, written once)."""
+
+    job = models.ForeignKey(SuggestionJob, on_delete=models.CASCADE, related_name="part_rows")
+    stage = models.CharField(max_length=12)
+    number = models.PositiveSmallIntegerField()
+    data = OrderedJSONField(default=dict)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["job", "stage", "number"], name="suggestion_part_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"part {self.number} of {self.stage} for job {self.job_id}"

@@ -211,7 +211,75 @@ def _words(query: str) -> list[str]:
 # Words that say how, not what: verb endings, requests, greetings (Korean) and function words
 # (English). A condition on them would fire on any message.
 STOP_WORDS = frozenset(
-    ["세요", "주세요", "해주", "해줘", "해요", "어요", "아요", "나요", "까요", "니다", "습니다", "합니다", "싶어", "싶어요", "고싶", "하고", "알려", "알려줘", "알려주", "부탁", "부탁해", "드려요", "하세요", "안녕", "안녕하", "녕하세", "하세", "혹시", "저기", "저기요", "있나", "있나요", "되나", "되나요", "인가", "가요", "the", "and", "for", "you", "your", "my", "me", "is", "are", "was", "what", "how", "when", "where", "can", "could", "would", "please", "want", "need", "new", "many", "with", "this", "that", "have", "has", "get", "hi", "hello", "thanks"]
+    [
+        "세요",
+        "주세요",
+        "해주",
+        "해줘",
+        "해요",
+        "어요",
+        "아요",
+        "나요",
+        "까요",
+        "니다",
+        "습니다",
+        "합니다",
+        "싶어",
+        "싶어요",
+        "고싶",
+        "하고",
+        "알려",
+        "알려줘",
+        "알려주",
+        "부탁",
+        "부탁해",
+        "드려요",
+        "하세요",
+        "안녕",
+        "안녕하",
+        "녕하세",
+        "하세",
+        "혹시",
+        "저기",
+        "저기요",
+        "있나",
+        "있나요",
+        "되나",
+        "되나요",
+        "인가",
+        "가요",
+        "the",
+        "and",
+        "for",
+        "you",
+        "your",
+        "my",
+        "me",
+        "is",
+        "are",
+        "was",
+        "what",
+        "how",
+        "when",
+        "where",
+        "can",
+        "could",
+        "would",
+        "please",
+        "want",
+        "need",
+        "new",
+        "many",
+        "with",
+        "this",
+        "that",
+        "have",
+        "has",
+        "get",
+        "hi",
+        "hello",
+        "thanks",
+    ]
 )
 
 
@@ -258,6 +326,29 @@ class Vocabulary:
     keywords: dict[tuple[str, str], Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
     values: dict[tuple[str, str], set[Any]] = field(default_factory=lambda: defaultdict(set))
     tools: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+
+
+def vocabulary_to_json(vocab: Vocabulary, max_keywords: int = 4 * MAX_KEYWORDS) -> dict[str, Any]:
+    """A part's vocabulary as JSON (each group's most common keywords only: the rest cannot be chosen)."""
+    return {
+        "positives": [[m, t, n] for (m, t), n in vocab.positives.items()],
+        "keywords": [[m, t, counts.most_common(max_keywords)] for (m, t), counts in vocab.keywords.items()],
+        "values": [[kind, key, sorted(values, key=repr)] for (kind, key), values in vocab.values.items()],
+        "tools": {m: sorted(tools) for m, tools in vocab.tools.items()},
+    }
+
+
+def vocabulary_from_json(data: Mapping[str, Any]) -> Vocabulary:
+    vocab = Vocabulary()
+    for m, t, n in data["positives"]:
+        vocab.positives[(m, t)] = n
+    for m, t, counts in data["keywords"]:
+        vocab.keywords[(m, t)].update(dict(counts))
+    for kind, key, values in data["values"]:
+        vocab.values[(kind, key)] = set(values)
+    for m, tools in data["tools"].items():
+        vocab.tools[m] = set(tools)
+    return vocab
 
 
 def vocabulary(observations: Iterable[Observation]) -> Vocabulary:
@@ -365,7 +456,45 @@ class Row:
     features: frozenset[int]
     targets: frozenset[tuple[str, str]]
     calls: Mapping[tuple[str, str], Mapping[str, Any]]  # the model's first call of each target: its args
-    request: AgentRequest
+    request: AgentRequest | None  # None: not carried (a row read back without it)
+
+
+def row_to_json(row: Row, with_request: bool) -> list[Any]:
+    """A row as JSON; the request only when asked (arguments are derived on a sample of each group)."""
+    return [
+        row.run_id,
+        sorted(row.features),
+        sorted(row.targets),
+        [[m, t, dict(args)] for (m, t), args in row.calls.items()],
+        row.request.to_json() if with_request and row.request is not None else None,
+    ]
+
+
+def row_from_json(data: Sequence[Any]) -> Row:
+    run_id, features, targets, calls, request = data
+    return Row(
+        run_id,
+        frozenset(features),
+        frozenset((m, t) for m, t in targets),
+        {(m, t): args for m, t, args in calls},
+        AgentRequest(**request) if request is not None else None,
+    )
+
+
+DERIVATION_SAMPLE = 400
+
+
+def rows_to_json(rows: Sequence[Row], sample: int = DERIVATION_SAMPLE) -> list[list[Any]]:
+    """Rows as JSON, with the request of the first ``sample`` rows of each group (what derivation reads)."""
+    seen: Counter[tuple[str, str]] = Counter()
+    out = []
+    for row in rows:
+        wanted = False
+        for group in row.targets:
+            seen[group] += 1
+            wanted = wanted or seen[group] <= sample
+        out.append(row_to_json(row, wanted))
+    return out
 
 
 def featurize(observations: Iterable[Observation], features: Features) -> list[Row]:
@@ -524,9 +653,8 @@ def _shape(value: str) -> str | None:
     return pattern if r"\d" in pattern else None
 
 
-def _arg_candidates(row: Row, value: Any) -> list[tuple[str, str, str]]:
+def _arg_candidates(req: AgentRequest, value: Any) -> list[tuple[str, str, str]]:
     """(kind, expression, pattern or "") for each way of getting ``value`` from this run."""
-    req = row.request
     out: list[tuple[str, str, str]] = []
     if value == req.query:
         out.append(("query", "query", ""))
@@ -557,16 +685,18 @@ def derive_params(pos: Sequence[Row], group: tuple[str, str]) -> tuple[str | Non
     wanted = [k for k, n in keys.items() if n >= len(calls) / 2]  # each must then agree on ARG_AGREEMENT
     exprs: dict[str, str] = {}
     kinds: dict[str, str] = {}
-    sample = pos[:400]  # the derivation is checked on a sample; the replay checks it on every held-out run
+    # The derivation is checked on a sample; the replay checks it on every held-out run.
+    sample = [(r.request, r.calls[group]) for r in pos if r.request is not None and group in r.calls]
+    sample = sample[:DERIVATION_SAMPLE]
     for key in sorted(wanted):
-        values = [r.calls[group].get(key) for r in sample if group in r.calls]
+        values = [args.get(key) for _req, args in sample]
         const, count = Counter(json.dumps(v, sort_keys=True, ensure_ascii=False) for v in values).most_common(
             1
         )[0]
         tally: Counter[tuple[str, str]] = Counter()
         shapes: dict[str, str] = {}
-        for row, value in zip(sample, values, strict=False):
-            for kind, expr, shape in set(_arg_candidates(row, value)):
+        for (req, _args), value in zip(sample, values, strict=True):
+            for kind, expr, shape in set(_arg_candidates(req, value)):
                 tally[(kind, expr)] += 1
                 if shape:
                     shapes[expr] = shape
@@ -575,13 +705,10 @@ def derive_params(pos: Sequence[Row], group: tuple[str, str]) -> tuple[str | Non
         for (kind, expr), hits in best:
             if hits < ARG_AGREEMENT * len(values):
                 break
-            if (
-                kind == "pattern"
-            ):  # a pattern is only as good as what re_find (the engine's helper) gives back
+            if kind == "pattern":  # only as good as what re_find (the engine's helper) gives back
                 pattern = shapes[expr]
                 hits = sum(
-                    re_find(pattern, row.request.query) == value
-                    for row, value in zip(sample, values, strict=False)
+                    re_find(pattern, req.query) == v for (req, _a), v in zip(sample, values, strict=True)
                 )
                 if hits < ARG_AGREEMENT * len(values):
                     continue
@@ -625,6 +752,20 @@ class Candidate:
     def name(self) -> str:
         return "suggest_" + re.sub(r"[^0-9A-Za-z_]", "_", self.tool)[:80]
 
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "mcp_id": self.mcp_id,
+            "tool": self.tool,
+            "when": self.when,
+            "params": self.params,
+            "arg_kinds": self.arg_kinds,
+            "support": self.support,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Candidate:
+        return cls(**data)
+
 
 @dataclass(slots=True)
 class Rejected:
@@ -632,6 +773,9 @@ class Rejected:
     tool: str
     runs: int
     reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"mcp_id": self.mcp_id, "tool": self.tool, "runs": self.runs, "reason": self.reason}
 
 
 def learn(
@@ -684,6 +828,13 @@ class Tally:
     changed: int = 0  # fired where no existing rule called that tool
     must: list[Any] = field(default_factory=list)  # run ids: fired and agreed
     must_not: list[Any] = field(default_factory=list)  # run ids: neither fired nor called
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__slots__}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Tally:
+        return cls(**data)
 
     def merge(self, other: Tally) -> None:
         self.fired += other.fired
@@ -864,6 +1015,14 @@ class Mined:
     rejected: list[Rejected]
     noise: float
     runs: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "runs": self.runs,
+            "noise": round(self.noise, 4),
+            "suggestions": [s.to_json() for s in self.suggestions],
+            "rejected": [r.to_json() for r in self.rejected],
+        }
 
 
 def mine(
