@@ -484,3 +484,26 @@ def _cases(actor: Any, rule_set: Any, name: str, s: dict[str, Any]) -> list[str]
         )
         made.append(case_name)
     return made
+
+
+def rejected_reason(rejected: dict[str, Any]) -> str:
+    """Why no rule is proposed for a tool, in the user's language (the SDK's English otherwise)."""
+    code, d = rejected.get("code"), rejected.get("detail") or {}
+    if code == "too_few":
+        return _("only %(runs)s runs (at least %(min)s are needed)") % d
+    if code == "no_condition":
+        return _("no condition on the requests separates these runs from the others")
+    if code == "no_argument":
+        return _(
+            "no part of the request gives the model's value of the argument %(argument)s on 95%% of the runs"
+        ) % {"argument": d.get("argument")}
+    if code == "not_compiled":
+        return _("the learned rule is refused by the expression checks: %(error)s") % d
+    if code == "precision":
+        return _("precision %(p).1f%% (±%(m).1f%%) on %(n)s replayed runs; asked %(a).1f%%") % {
+            "p": 100 * d["precision"],
+            "m": 100 * d["margin"],
+            "n": d["fired"],
+            "a": 100 * d["asked"],
+        }
+    return str(rejected.get("reason", ""))

@@ -177,3 +177,54 @@ def test_suggestions_quote_only_masked_text(agent, editor, settings):
     assert job.status == "succeeded", job.error
     assert [s["tool"] for s in job.result["suggestions"]] == ["get_balance"], job.result
     assert phone not in str(job.result) and "5678" not in str(job.result)
+
+
+def test_the_savings_page_shows_the_figures_to_a_viewer(viewer_client, agent):
+    get = Call("core-banking", "get_balance", {"customer_id": "u1"})
+    store(
+        [
+            _run(
+                1,
+                "잔액",
+                rules=[get],
+                model=[get],
+                turns=[Turn(1000, 1200, 40, ("get_balance",)), Turn(700, 1300, 90)],
+            )
+        ],
+        agent,
+    )
+    page = viewer_client.get(f"/governance/agents/{agent.pk}/savings/?days=3")
+    assert page.status_code == 200
+    text = page.content.decode()
+    assert 'id="savings-recalled"' in text and "확정 호출 결과를 우선 사용" in text
+    assert 'id="suggestions-form"' not in text  # viewers read, editors start
+
+
+@pytest.mark.parametrize("days", ["0", "abc", "91", "9" * 50])
+def test_a_bad_period_on_the_page_is_a_400_that_says_why(viewer_client, agent, days):
+    page = viewer_client.get(f"/governance/agents/{agent.pk}/savings/", {"days": days})
+    assert page.status_code == 400
+    assert 'id="savings-error"' in page.content.decode()
+
+
+def test_a_viewer_cannot_start_a_job_or_draft_a_rule(viewer_client, agent):
+    assert (
+        viewer_client.post(f"/governance/agents/{agent.pk}/suggestions/start", {"days": 1}).status_code == 403
+    )
+    assert viewer_client.post("/governance/suggestions/1/0/draft").status_code == 403
+
+
+def test_an_editor_starts_a_job_and_the_page_shows_its_progress(editor_client, agent):
+    store([_run(i, "잔액") for i in range(1, 4)], agent)
+    answer = editor_client.post(
+        f"/governance/agents/{agent.pk}/suggestions/start", {"days": 1, "min_precision": "0.99"}
+    )
+    assert answer.status_code == 302
+    job = SuggestionJob.objects.get()
+    assert (job.parts, job.runs, job.status) == (1, 3, "queued")
+    page = editor_client.get(f"/governance/agents/{agent.pk}/savings/").content.decode()
+    assert 'id="suggestions-progress"' in page and f"/governance/suggestions/{job.pk}/progress" in page
+    bad = editor_client.post(
+        f"/governance/agents/{agent.pk}/suggestions/start", {"days": 1, "min_precision": "nan"}
+    )
+    assert bad.status_code == 400 and SuggestionJob.objects.count() == 1

@@ -677,10 +677,11 @@ def _arg_candidates(req: AgentRequest, value: Any) -> list[tuple[str, str, str]]
 
 
 def derive_params(pos: Sequence[Row], group: tuple[str, str]) -> tuple[str | None, dict[str, str], str]:
-    """The params expression for a group, each argument's kind, or None and the reason."""
+    """The params expression for a group and each argument's kind, or None and the argument that
+    no derivation gives."""
     calls = [r.calls[group] for r in pos if group in r.calls]
     if not calls:
-        return None, {}, "no recorded arguments"
+        return None, {}, "?"
     keys = Counter(k for c in calls for k in c)
     wanted = [k for k, n in keys.items() if n >= len(calls) / 2]  # each must then agree on ARG_AGREEMENT
     exprs: dict[str, str] = {}
@@ -717,11 +718,7 @@ def derive_params(pos: Sequence[Row], group: tuple[str, str]) -> tuple[str | Non
         if chosen is None and count >= ARG_AGREEMENT * len(values) and len(values) >= 5:
             chosen = ("constant", _literal(json.loads(const)))
         if chosen is None:
-            return (
-                None,
-                {},
-                f"argument {key!r}: no derivation gives the model's value on {ARG_AGREEMENT:.0%} of runs",
-            )
+            return None, {}, key
         kinds[key], exprs[key] = chosen
     body = ", ".join(f"{_literal(k)}: {e}" for k, e in exprs.items())
     return "{" + body + "}", kinds, ""
@@ -769,13 +766,28 @@ class Candidate:
 
 @dataclass(slots=True)
 class Rejected:
+    """A tool the model called without a rule, and why no rule is proposed for it.
+
+    ``code`` (too_few, no_condition, no_argument, not_compiled, precision) and ``detail`` let an
+    application say ``reason`` in its user's language.
+    """
+
     mcp_id: str
     tool: str
     runs: int
     reason: str
+    code: str = ""
+    detail: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {"mcp_id": self.mcp_id, "tool": self.tool, "runs": self.runs, "reason": self.reason}
+        return {
+            "mcp_id": self.mcp_id,
+            "tool": self.tool,
+            "runs": self.runs,
+            "reason": self.reason,
+            "code": self.code,
+            "detail": self.detail,
+        }
 
 
 def learn(
@@ -788,11 +800,13 @@ def learn(
     rejected: list[Rejected] = []
     for group, n in sorted(groups.items(), key=lambda kv: (-kv[1], kv[0])):
         if n < min_support:
-            rejected.append(Rejected(*group, n, f"only {n} runs (at least {min_support})"))
+            reason = f"only {n} runs (at least {min_support})"
+            rejected.append(Rejected(*group, n, reason, "too_few", {"runs": n, "min": min_support}))
             continue
         conj = learn_condition(rows, group, features, index)
         if conj is None:
-            rejected.append(Rejected(*group, n, "no condition separates these runs from the others"))
+            reason = "no condition separates these runs from the others"
+            rejected.append(Rejected(*group, n, reason, "no_condition"))
             continue
         # Arguments are derived on the runs the condition covers, where the model called the tool:
         # a call made for another kind of request (the model's mistake) says nothing about them.
@@ -802,13 +816,16 @@ def learn(
         pos = [rows[i] for i in sorted(covered) if group in rows[i].targets]
         params, kinds, why = derive_params(pos, group)
         if params is None:
-            rejected.append(Rejected(*group, n, why))
+            reason = f"argument {why!r}: no derivation gives the model's value on {ARG_AGREEMENT:.0%} of runs"
+            rejected.append(Rejected(*group, n, reason, "no_argument", {"argument": why}))
             continue
         when = condition_text(conj, features)
         try:
             expression_rule(name="suggest", mcp_id=group[0], tool_name=group[1], when=when, params=params)
         except ExprError as exc:  # the engine's own checks have the last word
-            rejected.append(Rejected(*group, n, f"the rule does not compile: {exc}"))
+            rejected.append(
+                Rejected(*group, n, f"the rule does not compile: {exc}", "not_compiled", {"error": str(exc)})
+            )
             continue
         candidates.append(Candidate(group[0], group[1], when, params, kinds, n))
     return candidates, rejected
@@ -987,6 +1004,8 @@ def select(
                     cand.tool,
                     cand.support,
                     f"precision {precision:.1%} (±{margin:.1%}) on {t.fired} replayed runs; asked {min_precision:.0%}",
+                    "precision",
+                    {"precision": precision, "margin": margin, "fired": t.fired, "asked": min_precision},
                 )
             )
             continue
