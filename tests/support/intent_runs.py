@@ -1,6 +1,6 @@
 """Store generated runs (tests/support/intents.py) as a worker's step sink stores them.
 
-Each observation becomes a finished Run and its steps: a rule step per rule call (status ``ok``,
+Each observation becomes a finished Run and its steps: the pre-step, a rule step per rule call (status ``ok``,
 input ``{mcp_id, tool_name, params}``), then per model turn an LLM step (duration, token usage)
 followed by the tool steps the model chose in it (input ``{"args": ...}``, parent the LLM step,
 no server: a ReAct tool step records only the tool's name).
@@ -30,6 +30,7 @@ def store(observations: Sequence[Observation], agent: Agent, *, ref: str = "v1")
                 a2a_data=o.request.a2a_data,
                 user_id=str(o.request.context.get("userId", "")),
                 chatbot_id=str(o.request.context.get("chatbotId", "")),
+                rule_set_name=agent.rule_set.name if agent.rule_set else "",
                 rule_set_ref=o.version or ref,
                 llm_calls=len(o.turns),
                 tool_calls=len(o.model_calls),
@@ -42,13 +43,17 @@ def store(observations: Sequence[Observation], agent: Agent, *, ref: str = "v1")
     )
     steps = []
     for run, o in zip(runs, observations, strict=True):
-        seq = 0
+        steps.append(
+            RunStep(run=run, seq=1, kind=RunStep.Kind.PRESTEP, name="prestep", status="ok", started_at=now)
+        )
+        seq = 1
         for call in o.rule_calls:
             seq += 1
             steps.append(
                 RunStep(
                     run=run,
                     seq=seq,
+                    parent_seq=1,
                     kind=RunStep.Kind.RULE,
                     name=f"rule_{call.tool}",
                     status="ok",
