@@ -20,3 +20,16 @@ def impact_enqueue(analysis_id: int) -> None:
         soft_time_limit=settings.LLAMON_RUN_SOFT_LIMIT_S,
         time_limit=settings.LLAMON_RUN_HARD_LIMIT_S,
     )
+
+
+SUGGESTION_PART_TASK = "governance.tasks.suggestion_part_task"
+
+
+def suggestion_enqueue(job_id: int, stage: str, number: int) -> None:
+    """Publish the task of one part of one stage of a mining job."""
+    current_app.send_task(
+        SUGGESTION_PART_TASK,
+        args=(job_id, stage, number),
+        soft_time_limit=settings.LLAMON_RUN_SOFT_LIMIT_S,
+        time_limit=settings.LLAMON_RUN_HARD_LIMIT_S,
+    )

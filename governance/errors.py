@@ -11,3 +11,7 @@ class ImpactError(DomainError):
 
 class HealthError(DomainError):
     """A rule health report was refused (days out of range); ``field`` names the input at fault."""
+
+
+class SuggestionError(DomainError):
+    """Savings or a mining job was refused (period, precision, suggestion); ``field`` names the input."""

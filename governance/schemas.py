@@ -105,3 +105,65 @@ class RuleSetHealthOut(Schema):
     never_fired: list[str] = Field(description="Enabled draft rules that did not fire in the window.")
     coverage: CoverageOut
     rules: list[RuleHealthOut]
+
+
+class SuggestionsIn(StrictIn):
+    """What to mine: the agent's finished runs of the last ``days`` days, and the precision asked for."""
+
+    days: int = Field(
+        14, ge=1, le=MAX_DAYS, description=f"The last N days of recorded runs (1 to {MAX_DAYS})."
+    )
+    min_precision: float = Field(
+        0.99,
+        ge=0.5,
+        le=1.0,
+        description="Propose only rules whose replayed precision is not shown below this.",
+    )
+
+
+class SavingsOut(Schema):
+    """What the pre-step saved for one agent over a period, overall and per version (docs/suggestions.md)."""
+
+    agent: str
+    days: int
+    since: datetime
+    until: datetime
+    runs_read: int = Field(description="Finished runs read (the newest, at most 20,000).")
+    capped: bool
+    total: dict[str, Any] = Field(
+        description="runs, with_prestep, share_with_prestep, turns_saved, ms_saved, input/output_tokens_saved, "
+        "cost_saved (USD, null without a price), recalled, recalled_runs, advice, turn {ms, input_tokens, output_tokens}."
+    )
+    versions: list[dict[str, Any]] = Field(description="The same figures per rule-set version (``version``).")
+
+
+class SuggestionJobOut(Schema):
+    """A mining job: its choice, its progress over parts and stages, and the suggestions once it has succeeded."""
+
+    id: int
+    agent: int = Field(alias="agent_id")
+    days: int
+    since: datetime
+    until: datetime
+    min_precision: float
+    status: str
+    stage: str
+    parts: int
+    runs: int
+    done: int
+    total: int
+    error: str
+    created_at: datetime
+    finished_at: datetime | None
+    url: str = Field(description="The agent's savings page, which shows the job.")
+    result: dict[str, Any] | None = Field(
+        None,
+        description="runs, noise, suggestions [{mcp_id, tool, name, when, params, arguments, precision, margin, "
+        "agreement, recall, args_accuracy, replayed, saving, cases}], rejected [{mcp_id, tool, runs, reason, code}].",
+    )
+
+
+class SuggestionDraftOut(Schema):
+    rule: int
+    rule_name: str
+    cases: list[str]

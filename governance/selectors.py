@@ -12,7 +12,7 @@ from django.db.models import Case, Q, QuerySet, TextField, When
 from django.db.models.functions import Cast
 
 from agents.models import Agent, Run, RunStep
-from governance.models import ImpactAnalysis
+from governance.models import ImpactAnalysis, SuggestionJob
 from rules.models import RuleSet
 
 MICROSECOND = timedelta(microseconds=1)  # the resolution of stored times (SQLite and PostgreSQL)
@@ -216,3 +216,8 @@ def recorded_presteps(*, run_ids: list[int] | QuerySet[Run]) -> dict[int, Record
         elif kind == prestep:
             out[run_id] = RecordedPrestep(status)
     return out
+
+
+def suggestion_job_latest(*, agent: Any) -> SuggestionJob | None:
+    """The agent's newest mining job (its result is what the savings page shows)."""
+    return SuggestionJob.objects.filter(agent=agent).select_related("created_by").first()

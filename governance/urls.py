@@ -12,4 +12,8 @@ urlpatterns = [
     path("impact/<int:pk>/progress", views.impact_progress, name="impact_progress"),
     path("impact/<int:pk>/report", views.impact_report, name="impact_report"),
     path("changes/<int:pk>/impact", views.change_impact, name="change_impact"),
+    path("agents/<int:pk>/savings/", views.agent_savings, name="agent_savings"),
+    path("agents/<int:pk>/suggestions/start", views.suggestions_start, name="suggestions_start"),
+    path("suggestions/<int:pk>/progress", views.suggestions_progress, name="suggestions_progress"),
+    path("suggestions/<int:pk>/<int:index>/draft", views.suggestion_draft, name="suggestion_draft"),
 ]

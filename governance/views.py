@@ -1,4 +1,4 @@
-"""Impact analysis and rule health pages. Views authorize, validate, call one service or selector, render."""
+"""Impact analysis, rule health, savings and suggestions pages. Views authorize, validate, call one service or selector, render."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRefresh
 
@@ -14,10 +15,11 @@ from accounts.roles import has_role, require_role
 from agents.errors import BrokerUnavailableError
 from agents.models import Agent, ChangeRequest
 from core.http import HtmxHttpRequest
-from governance import health, selectors, services
-from governance.errors import HealthError, ImpactError
+from governance import health, selectors, services, suggestions
+from governance.errors import HealthError, ImpactError, SuggestionError
 from governance.forms import ImpactForm
-from governance.models import ImpactAnalysis
+from governance.models import ImpactAnalysis, SuggestionJob
+from rules.errors import RuleError
 from rules.models import RuleSet
 
 
@@ -132,3 +134,85 @@ def rule_health(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         "sample": health.SAMPLE_PER_RULE,
     }
     return render(request, "governance/rule_health.html", context)
+
+
+# --- Savings and suggestions ----------------------------------------------------------------------
+
+
+def _savings_page(
+    request: HtmxHttpRequest, agent: Agent, *, status: int = 200, error: str = ""
+) -> HttpResponse:
+    raw = request.GET.get("days", str(suggestions.DEFAULT_DAYS))
+    try:
+        report = suggestions.agent_savings(agent=agent, days=raw)
+    except SuggestionError as exc:
+        report, error, status = None, exc.message, 400
+    job = selectors.suggestion_job_latest(agent=agent)
+    context = {
+        "agent": agent,
+        "report": report,
+        "days": raw if report is None else report["days"],
+        "max_days": suggestions.MAX_DAYS,
+        "error": error,
+        "job": job,
+        "rejected": [
+            (r, suggestions.rejected_reason(r))
+            for r in ((job.result or {}).get("rejected") or [] if job else [])
+        ],
+        "can_edit": has_role(request.user, "editor"),
+    }
+    return render(request, "governance/savings.html", context, status=status)
+
+
+@require_GET
+@require_role("viewer")
+def agent_savings(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """What the pre-step saved for one agent (``?days=``, 1 to 90), and its latest rule suggestions."""
+    return _savings_page(request, get_object_or_404(Agent, pk=pk))
+
+
+@require_POST
+@require_role("editor")
+def suggestions_start(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """Start mining the agent's runs on the workers; refusals say why on the page."""
+    agent = get_object_or_404(Agent, pk=pk)
+    try:
+        suggestions.suggestion_start(
+            actor=request.user,
+            agent=agent,
+            days=request.POST.get("days", suggestions.DEFAULT_DAYS),
+            min_precision=request.POST.get("min_precision", "0.99"),
+        )
+    except SuggestionError as exc:
+        return _savings_page(request, agent, status=400, error=exc.message)
+    except BrokerUnavailableError as exc:
+        return _savings_page(request, agent, status=503, error=exc.message)
+    return redirect(f"{reverse('governance:agent_savings', args=[pk])}#suggestions")
+
+
+@require_GET
+@require_role("viewer")
+def suggestions_progress(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """The mining job's progress bar (polled); once it has ended the page reloads to show the result."""
+    job = get_object_or_404(SuggestionJob.objects.defer("state", "result"), pk=pk)
+    if job.finished and request.htmx:
+        return HttpResponseClientRefresh()
+    return render(request, "governance/savings.html#suggestions-progress", {"job": job})
+
+
+@require_POST
+@require_role("editor")
+def suggestion_draft(request: HtmxHttpRequest, pk: int, index: int) -> HttpResponse:
+    """Turn one suggestion into a draft rule with its cases; then the rule set's page shows it."""
+    job = get_object_or_404(SuggestionJob.objects.select_related("agent"), pk=pk)
+    try:
+        made = suggestions.suggestion_draft(actor=request.user, job=job, index=index)
+    except (SuggestionError, RuleError) as exc:
+        messages.error(request, exc.message)
+        return redirect(f"{reverse('governance:agent_savings', args=[job.agent_id])}#suggestions")
+    messages.success(
+        request,
+        _("Rule %(name)s was added to the draft with %(cases)d cases: test it, replay it, then publish it.")
+        % {"name": made["rule_name"], "cases": len(made["cases"])},
+    )
+    return redirect("rules:editor", pk=job.agent.rule_set_id)

@@ -37,7 +37,6 @@ from accounts.api_auth import TokenAuth
 from accounts.roles import Role
 from accounts.token_services import token_authenticate
 from agents import api as agents_api
-from agents.errors import AgentError
 from agents.schemas import (
     AgentOut,
     ChangeRequestFilterIn,
@@ -48,12 +47,13 @@ from agents.schemas import (
     RunStepOut,
 )
 from core.api import DbId, FormInvalid, unknown_field_message
-from core.errors import DATABASE_UNAVAILABLE, database_unavailable
+from core.errors import DATABASE_UNAVAILABLE, DomainError, database_unavailable
+from governance import api as governance_api
+from governance.schemas import SavingsOut, SuggestionDraftOut, SuggestionJobOut, SuggestionsIn
 from llamon_agent import strictjson
 from rules import api as rules_api
 from rules import engine
 from rules.checks import rule_set_problems
-from rules.errors import RuleError
 from rules.schemas import (
     EvaluateIn,
     PublishIn,
@@ -102,7 +102,7 @@ mcp = StrictFastMCP(
 
 def _message(exc: Exception) -> str | None:
     """The sentence the REST API would answer ``exc`` with, or None for an unexpected error."""
-    if isinstance(exc, RuleError | AgentError):
+    if isinstance(exc, DomainError):
         return exc.message + (f" (field: {exc.field})" if getattr(exc, "field", None) else "")
     if isinstance(exc, FormInvalid):
         body = exc.body()
@@ -292,6 +292,48 @@ async def review_change_request(
         agents_api.approve_change_request if decision == "approve" else agents_api.reject_change_request
     )
     return await _call(ctx, "viewer", lambda r: _out(ChangeRequestOut, operation(r, change_id, review)))
+
+
+@mcp.tool()
+async def get_agent_savings(agent_id: Id, ctx: Context, days: int = 14) -> dict[str, Any]:
+    """What the pre-step saved for an agent over the last `days` days: runs answered with pre-step
+    results, LLM turns, time, tokens and cost saved, runs where the model called a rule's tool
+    again (with the advice), per version. (viewer)"""
+    return await _call(
+        ctx, "viewer", lambda r: _out(SavingsOut, governance_api.get_agent_savings(r, agent_id, days))
+    )
+
+
+@mcp.tool()
+async def find_rules(
+    agent_id: Id, ctx: Context, days: int = 14, min_precision: float = 0.99
+) -> dict[str, Any]:
+    """Mine an agent's recorded runs for routing rules on the workers: answers the job (poll it with
+    get_suggestions). Nothing changes until draft_suggested_rule. (editor)"""
+    payload = SuggestionsIn(days=days, min_precision=min_precision)
+    return await _call(
+        ctx,
+        "editor",
+        lambda r: _out(SuggestionJobOut, governance_api.start_suggestions(r, agent_id, payload)),
+    )
+
+
+@mcp.tool()
+async def get_suggestions(job_id: Id, ctx: Context) -> dict[str, Any]:
+    """A mining job: its progress, then the suggested rules (when, params, precision on held-out runs,
+    saving, cases) and why other tools got none. (viewer)"""
+    return await _call(
+        ctx, "viewer", lambda r: _out(SuggestionJobOut, governance_api.get_suggestions(r, job_id))
+    )
+
+
+@mcp.tool()
+async def draft_suggested_rule(job_id: Id, index: int, ctx: Context) -> dict[str, Any]:
+    """Add suggestion `index` (0-based) of a finished job to the agent's rule set draft, with its
+    regression cases; test, replay and publish it as any draft. (editor)"""
+    return await _call(
+        ctx, "editor", lambda r: _out(SuggestionDraftOut, governance_api.draft_suggestion(r, job_id, index))
+    )
 
 
 # --- The HTTP endpoint -----------------------------------------------------------------------------

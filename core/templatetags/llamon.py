@@ -58,3 +58,12 @@ def status_label(value: Any) -> str:
 def evidence_signing() -> dict[str, Any]:
     """Whether exports are signed, and with which key (or what unsigned means)."""
     return {"public_key": chain_public_key()}
+
+
+@register.filter
+def percent(value: Any) -> str:
+    """A share (0 to 1) as a percentage with one decimal: 0.9876 -> "98.8%"."""
+    try:
+        return f"{float(value) * 100:.1f}%"
+    except (TypeError, ValueError):
+        return ""

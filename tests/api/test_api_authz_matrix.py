@@ -107,6 +107,11 @@ EXPECTED: dict[str, tuple[str, int, bool]] = {
     # Impact analyses: viewers read them, editors start them.
     "POST /api/rule-sets/{rule_set_id}/impact": ("editor", 202, False),
     "GET /api/impact/{analysis_id}": ("viewer", 200, False),
+    # Savings and suggestions: viewers read, editors mine and draft (the sample job has no suggestion: 422).
+    "GET /api/agents/{agent_id}/savings": ("viewer", 200, False),
+    "POST /api/agents/{agent_id}/suggestions": ("editor", 422, False),  # the sample agent has no finished run
+    "GET /api/suggestions/{job_id}": ("viewer", 200, False),
+    "POST /api/suggestions/{job_id}/{index}/draft": ("editor", 422, False),
     # Coverage and health per rule: viewers read it.
     "GET /api/rule-sets/{rule_set_id}/health": ("viewer", 200, False),
     # Change requests: viewers read them; reviewing needs the approver permission besides the role,
@@ -143,6 +148,8 @@ def _request(key: str, sample: dict[str, Any], token_id: int) -> tuple[str, str,
         "change_id": sample["change"].pk,
         "token_id": token_id,
         "analysis_id": _impact_id(rule_set) if "{analysis_id}" in template else 0,
+        "job_id": _job_id(sample["agent"]) if "{job_id}" in template else 0,
+        "index": 0,
     }
     url = template.format(**values)
     bodies: dict[str, Any] = {
@@ -201,6 +208,7 @@ def _request(key: str, sample: dict[str, Any], token_id: int) -> tuple[str, str,
         "POST /api/runs": {"agent": sample["agent"].pk, "query": "주문 조회"},
         "POST /api/runs/ingest": {"source": "served", "agent_name": "matrix", "request": {"query": "q"}},
         "POST /api/rule-sets/{rule_set_id}/impact": {"version": "draft", "days": 1},
+        "POST /api/agents/{agent_id}/suggestions": {"days": 30},
     }
     return method, url, bodies.get(key)
 
@@ -209,6 +217,15 @@ def _impact_id(rule_set: Any) -> int:
     from governance.services import impact_start
 
     return impact_start(actor=None, enqueue=False, rule_set=rule_set, version="draft", days=1).pk
+
+
+def _job_id(agent: Any) -> int:
+    from governance.models import SuggestionJob
+
+    now = agent.created_at
+    return SuggestionJob.objects.create(
+        agent=agent, days=1, since=now, until=now, status="succeeded", result={"suggestions": []}
+    ).pk
 
 
 def _call_isolated(who: Any, key: str, sample: dict[str, Any], token_id: int) -> Any:

@@ -107,6 +107,17 @@ EXPECTED: dict[str, tuple[str, dict[str, int | str]]] = {
     ),
     "governance:impact_report": ("viewer", {"anonymous": LOGIN, "viewer": 200, "editor": 200, "admin": 200}),
     "governance:change_impact": ("viewer", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
+    # Savings and suggestions: viewers read, editors mine and make drafts.
+    "governance:agent_savings": ("viewer", {"anonymous": LOGIN, "viewer": 200, "editor": 200, "admin": 200}),
+    "governance:suggestions_start": (
+        "editor",
+        {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405},
+    ),
+    "governance:suggestions_progress": (
+        "viewer",
+        {"anonymous": LOGIN, "viewer": 200, "editor": 200, "admin": 200},
+    ),
+    "governance:suggestion_draft": ("editor", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
     # API tokens: every user with a role manages their own (revoking someone else's token is a 404).
     "tokens": ("viewer", {"anonymous": LOGIN, "viewer": 200, "editor": 200, "admin": 200}),
     "token_create": ("viewer", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
@@ -242,6 +253,14 @@ def sample_kwargs(make_user) -> dict[str, dict[str, object]]:
     kwargs["governance:impact_detail"] = kwargs["governance:impact_progress"] = {"pk": analysis.pk}
     kwargs["governance:impact_report"] = {"pk": analysis.pk}
     kwargs["governance:change_impact"] = {"pk": change.pk}
+    from governance.models import SuggestionJob
+
+    job = SuggestionJob.objects.create(
+        agent=agent, days=1, since=agent.created_at, until=agent.created_at, status="succeeded", result={}
+    )
+    kwargs["governance:agent_savings"] = kwargs["governance:suggestions_start"] = {"pk": agent.pk}
+    kwargs["governance:suggestions_progress"] = {"pk": job.pk}
+    kwargs["governance:suggestion_draft"] = {"pk": job.pk, "index": 0}
     from accounts.token_services import token_create
 
     matrix_token = token_create(actor=author, name="matrix").token
