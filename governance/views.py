@@ -14,7 +14,8 @@ from accounts.roles import has_role, require_role
 from agents.errors import BrokerUnavailableError
 from agents.models import Agent, ChangeRequest
 from core.http import HtmxHttpRequest
-from governance import health, selectors, services
+from governance import rule_health as health
+from governance import selectors, services
 from governance.errors import HealthError, ImpactError
 from governance.forms import ImpactForm
 from governance.models import ImpactAnalysis

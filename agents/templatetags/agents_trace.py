@@ -75,7 +75,7 @@ def compare_label(value: str) -> str:
 @register.filter
 def kind_label(value: str) -> str:
     """A step's kind (pre-step, rule, tool, ...) as the timeline's tag shows it, in the user's language."""
-    from agents.trace import KIND_LABELS
+    from agents.trace_view import KIND_LABELS
 
     return gettext("node") if value == "node" else str(KIND_LABELS.get(value) or value)
 
