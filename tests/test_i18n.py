@@ -588,5 +588,17 @@ def test_korean_pages_in_states_the_demo_never_reaches(client, make_user) -> Non
     assert refused.status_code == 403
     if found := _english(_visible_strings(refused.content.decode()), allowed):
         problems["403"] = found
+    # A flash message: an admin saves a server nothing answers at (its tools cannot be listed).
+    from tests.conftest import free_port
+    from tests.support.mcp_servers import server_form
+
+    client.force_login(make_user("admin"))
+    url = f"http://127.0.0.1:{free_port()}/mcp"
+    data = server_form(mcp_id="down", transport="http", url=url, command="", args="")
+    saved = client.post(reverse("servers:create"), data, follow=True, HTTP_ACCEPT_LANGUAGE="ko")
+    assert "down" in saved.content.decode() and 'id="messages"' in saved.content.decode()
+    shown = [_LIBRARY_QUOTE.sub(" ", text) for text in _visible_strings(saved.content.decode())]
+    if found := _english(shown, allowed | {"down", "s"}):  # s: seconds; a library's own words quoted
+        problems["flash message"] = found
     assert not problems, problems
     assert not silent, f"the check finds no English on the English {silent}"
