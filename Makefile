@@ -76,7 +76,7 @@ fmt: install
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 	# djade exits 1 when it rewrote a file (xargs then says 123): that is what fmt is for.
-	git ls-files -z '*/templates/*.html' | xargs -0 $(VENV)/bin/djade --target-version 5.2 || [ $$? = 123 ]
+	git ls-files -z 'templates/*.html' '*/templates/*.html' | xargs -0 $(VENV)/bin/djade --target-version 5.2 || [ $$? = 123 ]
 
 bench: install
 	$(PY) benchmarks/bench_expr.py

@@ -6,7 +6,6 @@ so the API accepts and refuses exactly what the pages do.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django.http import HttpRequest
@@ -20,7 +19,6 @@ from accounts.token_services import token_authenticate
 from agents import selectors, services
 from agents.errors import AgentError
 from agents.evidence_rows import evidence_response
-from agents.forms import RunStartForm
 from agents.models import Agent, ChangeRequest, ModelConnection, Run
 from agents.schemas import (
     AgentIn,
@@ -47,7 +45,7 @@ from agents.schemas import (
     ShadowIn,
     ShadowOut,
 )
-from core.api import CHANGE_REQUESTED, DbId, FormInvalid, error_responses, get_or_404
+from core.api import CHANGE_REQUESTED, DbId, error_responses, get_or_404
 from llamon_agent.tools import AgentRequest
 from llamon_agent.trace import TraceEvent
 from rules.models import RuleSetVersion
@@ -464,21 +462,11 @@ def export_run(request: HttpRequest, run_id: DbId) -> Any:
     return services.run_export_document(actor=request.auth, run=run)
 
 
-@router.post("/runs", response={202: RunAcceptedOut, **error_responses(503)}, auth=EDITOR, tags=RUNS)
+@router.post("/runs", response={202: RunAcceptedOut, **error_responses(404, 503)}, auth=EDITOR, tags=RUNS)
 def create_run(request: HttpRequest, payload: RunCreateIn) -> Any:
     """Queue a run on a worker (editor); 202 with its id, 503 (nothing kept) if the broker is down."""
-    form = RunStartForm(
-        {
-            "agent": payload.agent,
-            "query": payload.query,
-            "context": _as_text(payload.context),
-            "data": _as_text(payload.data),
-            "files": _as_text(payload.files),
-        }
-    )
-    if not form.is_valid():
-        raise FormInvalid(form)
-    run = services.run_create(actor=request.auth, agent=form.cleaned_data["agent"], request=form.to_request())
+    agent = get_or_404(Agent, "agent", pk=payload.agent)
+    run = services.run_create(actor=request.auth, agent=agent, request=payload.to_request())
     return Status(202, _accepted(run))
 
 
@@ -593,7 +581,3 @@ def replay_run(request: HttpRequest, run_id: DbId, agent: DbId | None = None) ->
 
 def _accepted(run: Run) -> dict[str, Any]:
     return {"id": run.pk, "status": run.status, "url": f"/api/runs/{run.pk}"}
-
-
-def _as_text(value: Any) -> str:
-    return "" if value is None else json.dumps(value, ensure_ascii=False)

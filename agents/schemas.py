@@ -12,6 +12,7 @@ from agents.models import Agent, ModelConnection, Run, RunStep
 from core.api import DbId, PatchIn, Revision, StrictIn
 from core.userinput import FilterDateTime
 from llamon_agent.expr import MAX_QUERY_CHARS
+from rules.schemas import SampleIn
 
 Mask = Literal["card_number", "kr_rrn", "email"]
 Pattern = str  # one RE2 pattern per item (checked by agents.services when saved)
@@ -190,19 +191,10 @@ class ModelConnectionOut(ModelSchema):
 # --- Runs ------------------------------------------------------------------------------------------
 
 
-class RunCreateIn(StrictIn):
+class RunCreateIn(SampleIn):
     """Start a run on a worker: the agent and a request, parsed as the run form parses it."""
 
-    # A run's page and GET /api/runs/{id} name them a2a_data and a2a_files.
-    FIELD_HINTS = {"a2a_data": "data", "a2a_files": "files"}
-
     agent: DbId
-    query: str = Field("", max_length=MAX_QUERY_CHARS)
-    context: dict[str, Any] | None = None
-    data: list[dict[str, Any]] | dict[str, Any] | None = Field(
-        None, description="DataParts: a list of objects, one object, or a whole A2A message (0.3 or 1.0)."
-    )
-    files: list[dict[str, Any]] | dict[str, Any] | None = None
 
 
 class RunAcceptedOut(Schema):

@@ -15,7 +15,7 @@ from django_htmx.http import HttpResponseStopPolling
 
 from accounts.roles import has_role, is_approver, require_role
 from agents import selectors, services
-from agents import trace as traces
+from agents import trace_view as traces
 from agents.checks import agent_model_problem
 from agents.compare import COMPARE_STEPS, compare_runs
 from agents.errors import AgentError, BrokerUnavailableError, ChangeRequested

@@ -5,7 +5,7 @@ SQLite database seeded directly (bulk inserts): RUNS runs of one rule set (60 ru
 three and 57 keyword rules) spread over 30 days, each with 1 to 3 rule steps (5 % errors) with
 random durations, as the step sink stores them, and 20 test cases.
 
-- ours: ``governance.health.rule_set_health``: one GROUP BY (rule, day, status), one windowed
+- ours: ``governance.rule_health.rule_set_health``: one GROUP BY (rule, day, status), one windowed
   sample of at most 1,000 durations per rule, one count, the cases;
 - naive: every rule step of the window with its run's created_at read into Python, counted per
   rule and day there, percentiles over all durations (and the same case coverage).
@@ -121,7 +121,7 @@ def seed(n_runs: int, days: int):
 def naive(rule_set, days: int) -> dict:
     """Every rule step of the window read into Python and counted there."""
     from agents.models import RunStep
-    from governance import health
+    from governance import rule_health as health
 
     report = health.rule_set_health(rule_set=rule_set, days=days)  # for the window and the cases only
     fires: dict[str, list[int]] = {}
@@ -155,7 +155,7 @@ def main() -> None:
     rule_set = seed(args.runs, args.days)
     print(f"seeded {args.runs:,} runs over {args.days} days in {time.perf_counter() - t0:.1f} s")
 
-    from governance import health
+    from governance import rule_health as health
 
     for label, fn in (
         ("ours", lambda: health.rule_set_health(rule_set=rule_set, days=args.days)),

@@ -271,7 +271,7 @@ def explain(agents) -> None:
 
 def bench_long_run(user, long_run, n: int) -> None:
     from agents import selectors
-    from agents import trace as traces
+    from agents import trace_view as traces
 
     client = Client(SERVER_NAME="127.0.0.1")
     client.force_login(user)
@@ -300,7 +300,7 @@ def bench_long_run(user, long_run, n: int) -> None:
 
 def _every_step_usage(run):
     """The previous release's reads: every step's compact columns into Python, priced call by call."""
-    from agents import trace as traces
+    from agents import trace_view as traces
     from agents.pricing import model_prices
 
     prices = model_prices()

@@ -16,11 +16,16 @@ start and duration, `finished_at`): enqueue -> claimed, claimed -> first step, t
 step ("between steps"; steps nest), inside steps, last step's end -> `finished_at` (the run's
 final UPDATE), and `finished_at` -> seen (the end's transaction: the evidence seal, the commit).
 
+``--api``: each run is started as a user starts it, ``POST /api/runs`` with a personal API token,
+over HTTP to this process's own web server (Django's threaded WSGI server on 127.0.0.1); the
+in-process contender's request returns once its run has finished. "POST -> succeeded" is then
+measured from just before the request.
+
 ``--breakdown``: instead, where the in-process run's "claimed -> first step" goes: each call on
 the way (the run's queries, the spec, the sessions, the graph's start) timed with
 ``time.perf_counter``, medians over the runs, from the end of the claim's UPDATE.
 
-Run: .venv/bin/python benchmarks/bench_worker_path.py [--runs 30] [--embedded | --breakdown]
+Run: .venv/bin/python benchmarks/bench_worker_path.py [--runs 30] [--api] [--embedded | --breakdown]
 """
 
 from __future__ import annotations
@@ -129,14 +134,104 @@ def in_process_run(agent) -> tuple[int, datetime]:
         dispatch.run_enqueue = enqueue
 
 
+class Api:
+    """This process's web server on 127.0.0.1 and an editor's API token: runs started as a user does."""
+
+    def __init__(self) -> None:
+        import threading
+
+        from django.contrib.auth import get_user_model
+        from django.core.servers.basehttp import (
+            ThreadedWSGIServer,
+            WSGIRequestHandler,
+            get_internal_wsgi_application,
+        )
+
+        from accounts.roles import role_set
+        from accounts.token_services import token_create
+
+        class Quiet(WSGIRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+        user = get_user_model().objects.create_user(username="bench-editor", password="pw")
+        role_set(user=user, role="editor")
+        self.secret = token_create(actor=user, name="bench").secret
+        self.server = ThreadedWSGIServer(("127.0.0.1", 0), Quiet, allow_reuse_address=True)
+        self.server.set_app(get_internal_wsgi_application())
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/api/runs"
+
+    def start(self, agent) -> int:
+        import json
+        import urllib.request
+
+        body = json.dumps({"agent": agent.pk, "query": QUERY}).encode()
+        request = urllib.request.Request(
+            self.url,
+            data=body,
+            headers={"Authorization": f"Bearer {self.secret}", "Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=60) as response:
+            assert response.status == 202, response.status
+            return json.loads(response.read())["id"]
+
+
+API: Api | None = None
+
+
+def api_worker_run(agent) -> tuple[int, datetime, datetime]:
+    from agents.models import Run
+
+    posted = timezone.now()
+    run_id = API.start(agent)
+    finished = tuple(Run.FINISHED)
+    deadline = time.monotonic() + 60
+    with connection.cursor() as cursor:
+        while True:
+            cursor.execute("SELECT status FROM agents_run WHERE id = %s", [run_id])
+            if cursor.fetchone()[0] in finished:
+                return run_id, timezone.now(), posted
+            if time.monotonic() > deadline:
+                raise SystemExit(f"run {run_id} did not finish within 60 s")
+            time.sleep(0.001)
+
+
+def api_in_process_run(agent) -> tuple[int, datetime, datetime]:
+    from agents import dispatch
+    from agents.services import run_execute
+
+    enqueue = dispatch.run_enqueue
+    dispatch.run_enqueue = lambda run_id: run_execute(run_id=run_id)
+    try:
+        posted = timezone.now()
+        run_id = API.start(agent)
+        return run_id, timezone.now(), posted
+    finally:
+        dispatch.run_enqueue = enqueue
+
+
+def run_phases(run, agent) -> dict[str, float]:
+    found = run(agent)
+    measured = phases(found[0], found[1])
+    if len(found) == 3:  # through the API: from just before the POST
+        measured = {"POST -> succeeded": ms(found[1] - found[2]), **measured}
+    return measured
+
+
 def measure(label: str, agent, runs: int, warm_up: int) -> dict[str, dict[str, list[float]]]:
+    contenders = (
+        (("worker", api_worker_run), ("in-process", api_in_process_run))
+        if API is not None
+        else (("worker", worker_run), ("in-process", in_process_run))
+    )
     for _ in range(warm_up):
-        phases(*worker_run(agent))
-        phases(*in_process_run(agent))
+        for _name, run in contenders:
+            run_phases(run, agent)
     found: dict[str, dict[str, list[float]]] = {"worker": {}, "in-process": {}}
     for _ in range(runs):
-        for contender, run in (("worker", worker_run), ("in-process", in_process_run)):
-            for phase, value in phases(*run(agent)).items():
+        for contender, run in contenders:
+            for phase, value in run_phases(run, agent).items():
                 found[contender].setdefault(phase, []).append(value)
     print(f"\n{label}: {runs} runs each, interleaved, after {warm_up} warm-up runs each (ms)")
     print(f"{'phase':30} {'worker p50':>11} {'p90':>8} {'in-process p50':>15} {'p90':>8}")
@@ -146,10 +241,14 @@ def measure(label: str, agent, runs: int, warm_up: int) -> dict[str, dict[str, l
             f"{phase:30} {statistics.median(w):11.1f} {pct(w, 0.9):8.1f}"
             f" {statistics.median(i):15.1f} {pct(i, 0.9):8.1f}"
         )
-    gap = statistics.median(found["worker"]["enqueue -> succeeded"]) - statistics.median(
-        found["in-process"]["enqueue -> succeeded"]
+    first = next(iter(found["worker"]))  # POST -> succeeded (--api), else enqueue -> succeeded
+    worker, in_process = (
+        statistics.median(found["worker"][first]),
+        statistics.median(found["in-process"][first]),
     )
-    print(f"worker p50 - in-process p50: {gap:.1f} ms")
+    print(
+        f"{first}: worker p50 - in-process p50: {worker - in_process:.1f} ms (ratio {worker / in_process:.2f})"
+    )
     return found
 
 
@@ -224,6 +323,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--warm-up", type=int, default=3)
     parser.add_argument("--embedded", action="store_true", help="also the embedded broker (atomicfs)")
+    parser.add_argument("--api", action="store_true", help="start each run with POST /api/runs over HTTP")
     parser.add_argument(
         "--breakdown", action="store_true", help="only: where in-process claimed -> first step goes"
     )
@@ -237,6 +337,9 @@ def main() -> None:
     if args.breakdown:
         breakdown(agent, args.runs)
         return
+    if args.api:
+        global API
+        API = Api()
 
     with redis_server() as (_, port):
         redis_url = f"redis://127.0.0.1:{port}/0"

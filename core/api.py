@@ -10,7 +10,6 @@ import difflib
 from collections.abc import Iterable, Mapping
 from typing import Annotated, Any, ClassVar
 
-from django import forms
 from django.db.models import Model
 from django.http import Http404
 from django.utils.translation import gettext as _
@@ -119,23 +118,11 @@ def error_responses(*codes: int) -> dict[int, type[ErrorOut]]:
     return dict.fromkeys(sorted({400, 401, 403, 422, *codes}), ErrorOut)
 
 
-class FormInvalid(Exception):
-    """A Django form (the pages' own validation, reused by the API) refused the input: a 422."""
-
-    def __init__(self, form: forms.Form, *, field_prefix: str = "") -> None:
-        self.form = form
-        self.field_prefix = field_prefix
-        super().__init__(form.errors.as_text())
-
-    def body(self) -> dict[str, Any]:
-        """The ErrorOut body: the first message as ``detail`` with its field, all of them in ``errors``."""
-        errors = [
-            {"field": None if name == "__all__" else self.field_prefix + name, "message": str(message)}
-            for name, messages in self.form.errors.items()
-            for message in messages
-        ]
-        first = errors[0] if errors else {"field": None, "message": "The input is not valid."}
-        return {"detail": first["message"], "field": first["field"], "errors": errors}
+def error_field(path: list[Any], err: Mapping[str, Any]) -> str | None:
+    """Where a validation error is, dotted: its location, and the field a check named in its context
+    (an unknown field names itself; a value refused by a service's check names the field at fault)."""
+    named = (err.get("ctx") or {}).get("field")
+    return ".".join(str(p) for p in [*path, *([named] if named else [])]) or None
 
 
 def get_or_404(model: type[Model], what: str, **lookup: Any) -> Any:

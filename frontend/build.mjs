@@ -1,11 +1,11 @@
-// Builds ../llamon_web/static/vendor/codemirror/editor.bundle.js from src/editor.js with esbuild, and writes
+// Builds ../rules/static/rules/vendor/codemirror/editor.bundle.js from src/editor.js with esbuild, and writes
 // the licenses of exactly the packages that went into it (from esbuild's metafile) beside it.
 // Run through `make editor-bundle` (npm ci first, so the versions are package-lock.json's).
 import { build } from "esbuild";
 import { readFileSync, readdirSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 
-const out = "../llamon_web/static/vendor/codemirror";
+const out = "../rules/static/rules/vendor/codemirror";
 const result = await build({
   entryPoints: ["src/editor.js"],
   bundle: true,

@@ -15,7 +15,7 @@ from ninja import Router, Status
 from accounts.api_auth import roles
 from agents.models import Agent
 from core.api import DbId, error_responses, get_or_404
-from governance import health, services, suggestions
+from governance import rule_health, services, suggestions
 from governance.models import ImpactAnalysis, SuggestionJob
 from governance.schemas import (
     ImpactIn,
@@ -62,10 +62,10 @@ def get_impact(request: HttpRequest, analysis_id: DbId) -> Any:
     auth=roles("viewer"),
     tags=["rule health"],
 )
-def get_rule_health(request: HttpRequest, rule_set_id: DbId, days: int = health.DEFAULT_DAYS) -> Any:
+def get_rule_health(request: HttpRequest, rule_set_id: DbId, days: int = rule_health.DEFAULT_DAYS) -> Any:
     """Coverage and health per rule over the last ``days`` days (1 to 90; default 14)."""
     rule_set = get_or_404(RuleSet, "rule set", pk=rule_set_id)
-    return health.rule_set_health(rule_set=rule_set, days=days).to_json()
+    return rule_health.rule_set_health(rule_set=rule_set, days=days).to_json()
 
 
 def _job_out(job: SuggestionJob) -> SuggestionJob:

@@ -15,7 +15,8 @@ from accounts.roles import has_role, require_role
 from agents.errors import BrokerUnavailableError
 from agents.models import Agent, ChangeRequest
 from core.http import HtmxHttpRequest
-from governance import health, selectors, services, suggestions
+from governance import rule_health as health
+from governance import selectors, services, suggestions
 from governance.errors import HealthError, ImpactError, SuggestionError
 from governance.forms import ImpactForm
 from governance.models import ImpactAnalysis, SuggestionJob

@@ -26,7 +26,7 @@ from pydantic import BaseModel
 from accounts.api import router as accounts_router
 from agents.api import router as agents_router
 from agents.errors import AgentConflictError, AgentError, BrokerUnavailableError, ChangeRequested
-from core.api import FormInvalid, StrictIn
+from core.api import StrictIn, error_field
 from core.errors import DATABASE_UNAVAILABLE, DomainError, database_unavailable
 from core.userinput import StrictParser, UserInputError
 from governance.api import router as governance_router
@@ -74,19 +74,11 @@ def _error(request: HttpRequest, status: int, detail: str, **extra: Any) -> Http
     return api.create_response(request, body, status=status)
 
 
-def _error_path(err: dict[str, Any]) -> list[Any]:
-    """Where an input error is, after its location (body, query, path); an unknown field names itself."""
-    path = list(err.get("loc", ())[1:])
-    if err.get("type") == "unknown_field":
-        path.append((err.get("ctx") or {}).get("field", ""))
-    return path
-
-
 @api.exception_handler(NinjaValidationError)
 def _invalid_input(request: HttpRequest, exc: NinjaValidationError) -> HttpResponse:
     errors = [
         {
-            "field": ".".join(str(p) for p in _error_path(err)) or None,
+            "field": error_field(list(err.get("loc", ())[1:]), err),  # after body, query or path
             "location": str(err.get("loc", ("",))[0]),
             "message": str(err.get("msg", "")),
             "type": str(err.get("type", "")),
@@ -96,11 +88,6 @@ def _invalid_input(request: HttpRequest, exc: NinjaValidationError) -> HttpRespo
     first = errors[0] if errors else {"field": None, "message": "The input is not valid."}
     where = f"{first['field']}: " if first["field"] else ""
     return _error(request, 422, f"{where}{first['message']}", field=first["field"], errors=errors)
-
-
-@api.exception_handler(FormInvalid)
-def _invalid_form(request: HttpRequest, exc: FormInvalid) -> HttpResponse:
-    return api.create_response(request, exc.body(), status=422)
 
 
 @api.exception_handler(DomainError)

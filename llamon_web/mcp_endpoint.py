@@ -46,7 +46,7 @@ from agents.schemas import (
     RunOut,
     RunStepOut,
 )
-from core.api import DbId, FormInvalid, unknown_field_message
+from core.api import DbId, error_field, unknown_field_message
 from core.errors import DATABASE_UNAVAILABLE, DomainError, database_unavailable
 from governance import api as governance_api
 from governance.schemas import SavingsOut, SuggestionDraftOut, SuggestionJobOut, SuggestionsIn
@@ -104,15 +104,12 @@ def _message(exc: Exception) -> str | None:
     """The sentence the REST API would answer ``exc`` with, or None for an unexpected error."""
     if isinstance(exc, DomainError):
         return exc.message + (f" (field: {exc.field})" if getattr(exc, "field", None) else "")
-    if isinstance(exc, FormInvalid):
-        body = exc.body()
-        return body["detail"] + (f" (field: {body['field']})" if body.get("field") else "")
     if isinstance(exc, AuthenticationError | AuthorizationError):
         return exc.message
     if isinstance(exc, ValidationError):
         errors = exc.errors()
         first = errors[0] if errors else {}
-        where = ".".join(str(p) for p in first.get("loc", ()))
+        where = error_field(list(first.get("loc", ())), first)
         return f"{where}: {first.get('msg', 'invalid')}" if where else str(first.get("msg", "invalid input"))
     if isinstance(exc, ProtectedError):
         return "This is still used elsewhere (an agent or a pinned version); remove that use first."

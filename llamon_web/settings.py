@@ -29,6 +29,12 @@ from llamon_web.config import (
 BASE_DIR = Path(__file__).resolve().parent.parent
 # A local .env is a convenience for development; real environment variables win.
 load_dotenv(BASE_DIR / ".env", override=False)
+# The top-level templates/ and static/ of a checkout. A wheel carries them inside llamon_web/
+# (pyproject.toml maps them there), where the app directories loader and finder read them; there
+# BASE_DIR is site-packages, which has no such folders of ours.
+PROJECT_DIRS = {
+    name: [BASE_DIR / name] if (BASE_DIR / "manage.py").is_file() else [] for name in ("templates", "static")
+}
 
 LLAMON_ENV = env_choice("LLAMON_ENV", "prod", ("dev", "prod"))
 DEV = LLAMON_ENV == "dev"
@@ -105,7 +111,9 @@ WSGI_APPLICATION = "llamon_web.wsgi.application"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [],  # every template is in its app's templates/ (llamon_web's: the shared pages)
+        # The project-wide pages (base layout, home, 403, shared partials) in the top-level templates/;
+        # every app's own pages in its templates/<app>/.
+        "DIRS": PROJECT_DIRS["templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -186,6 +194,8 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
+# The project-wide CSS and JS in the top-level static/; an app's own files in its static/<app>/.
+STATICFILES_DIRS = PROJECT_DIRS["static"]
 STATIC_ROOT = VAR_DIR / "staticfiles"
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # whitenoise warns about a missing folder
 STORAGES = {

@@ -8,7 +8,6 @@ service or selector call and return. Domain errors become ErrorOut responses in 
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django.http import Http404, HttpRequest
@@ -16,11 +15,10 @@ from django.utils.translation import gettext as _
 from ninja import Query, Router, Status
 
 from accounts.api_auth import require_api_role, roles
-from core.api import CHANGE_REQUESTED, DbId, FormInvalid, error_responses, get_or_404
+from core.api import CHANGE_REQUESTED, DbId, error_responses, get_or_404
 from core.userinput import db_id
 from rules import cases, content, engine, exporting, selectors, services
 from rules.errors import RuleError
-from rules.forms import RuleForm, TesterForm
 from rules.models import Rule, RuleSet, RuleSetVersion, TestCase
 from rules.schemas import (
     AuditFilterIn,
@@ -405,44 +403,17 @@ def evaluate_rule_set(request: HttpRequest, rule_set_id: DbId, payload: Evaluate
     rule_set = _rule_set(rule_set_id)
     if payload.execute:
         require_api_role(request, "editor", "executing calls real tools.")
-    form = _tester_form(payload)
-    draft = None
-    if payload.draft_rule is not None:
-        edit = RuleForm(data=payload.draft_rule.dict())
-        if not edit.is_valid():
-            raise FormInvalid(edit, field_prefix="draft_rule.")
-        draft = edit.cleaned_data
     result = tester_evaluate(
         rule_set=rule_set,
-        sample=form.to_request(),
+        sample=payload.to_request(),
         execute=payload.execute,
-        draft=draft,
+        draft=payload.draft_rule.dict() if payload.draft_rule is not None else None,
         original_name=payload.original_name,
-        pins=form.cleaned_data.get("pinned") or [],
+        pins=payload.pinned or [],
         detail=payload.detail,
         offset=payload.offset,
     )
     return result.answer()
-
-
-def _tester_form(payload: EvaluateIn) -> TesterForm:
-    """The sample exactly as the live tester's form reads it (same parsing, same messages)."""
-    form = TesterForm(
-        {
-            "query": payload.query,
-            "context": _as_text(payload.context),
-            "data": _as_text(payload.data),
-            "files": _as_text(payload.files),
-            "pinned": _as_text(payload.pinned),
-        }
-    )
-    if not form.is_valid():
-        raise FormInvalid(form)
-    return form
-
-
-def _as_text(value: Any) -> str:
-    return "" if value is None else json.dumps(value, ensure_ascii=False)
 
 
 # --- Test cases ----------------------------------------------------------------------------------

@@ -17,6 +17,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from django.utils.translation import gettext as _
+
+from core.library_messages import library_text
 from llamon_agent.expr import ExprError, check_rule_cost, expression_rule
 from llamon_agent.expr.reads import DYNAMIC, reads
 from llamon_agent.mcp.schemas import schema_errors
@@ -66,21 +69,28 @@ def _params_problems(source: str, tool: Mapping[str, Any]) -> list[Problem]:
     if complete:
         required = schema.get("required") or []
         missing = [name for name in required if isinstance(name, str) and name not in params]
-        reasons += [f"'{name}' is required but the params do not set it" for name in missing]
+        reasons += [
+            _("%(name)r is required but the params do not set it") % {"name": name} for name in missing
+        ]
     # The literal values (dynamic ones left out) against the schema, required keys aside.
     known = {key: value for key, value in params.items() if value is not DYNAMIC}
     properties = schema.get("properties")
     if schema.get("additionalProperties") is False and isinstance(properties, Mapping):
-        reasons += [f"'{key}' is not a parameter of the tool" for key in params if key not in properties]
+        reasons += [
+            _("%(key)r is not a parameter of the tool") % {"key": key}
+            for key in params
+            if key not in properties
+        ]
     loose = {k: v for k, v in schema.items() if k not in ("required", "additionalProperties")}
-    reasons += schema_errors(loose, known, limit=5)
+    reasons += [library_text(reason, "JSON Schema") for reason in schema_errors(loose, known, limit=5)]
     if not reasons:
         return []
     return [
         Problem(
             "error",
             "params_mismatch",
-            f"The params no longer fit the input schema of '{tool['name']}': " + "; ".join(reasons) + ".",
+            _("The params no longer fit the input schema of %(tool)r: %(reasons)s.")
+            % {"tool": tool["name"], "reasons": "; ".join(reasons)},
         )
     ]
 
@@ -102,7 +112,9 @@ def rule_set_problems(
                 Problem(
                     "error",
                     "server_unknown",
-                    f"{MCP_NOT_LOADED.format(mcp_id=rule['mcp_id'])}: no server with this id is registered",
+                    MCP_NOT_LOADED.format(mcp_id=rule["mcp_id"])
+                    + ": "
+                    + _("no server with this id is registered"),
                 )
             )
         elif not server.enabled:
@@ -110,7 +122,7 @@ def rule_set_problems(
                 Problem(
                     "error",
                     "server_disabled",
-                    f"{MCP_NOT_LOADED.format(mcp_id=rule['mcp_id'])}: the server is disabled",
+                    MCP_NOT_LOADED.format(mcp_id=rule["mcp_id"]) + ": " + _("the server is disabled"),
                 )
             )
         elif server.tools_refreshed_at is None:
@@ -118,16 +130,18 @@ def rule_set_problems(
                 Problem(
                     "warning",
                     "tools_unknown",
-                    f"The tools of '{server.mcp_id}' were never listed: refresh them on the server's page.",
+                    _("The tools of %(mcp_id)r were never listed: refresh them on the server's page.")
+                    % {"mcp_id": server.mcp_id},
                 )
             )
         elif (tool := _tool(server, rule["tool_name"])) is None:
-            names = ", ".join(sorted(t["name"] for t in server.tools)) or "none"
+            names = ", ".join(sorted(t["name"] for t in server.tools)) or _("none")
             found.append(
                 Problem(
                     "error",
                     "tool_missing",
-                    f"Tool '{rule['tool_name']}' is not in the current tool list of '{server.mcp_id}' (it has: {names}).",
+                    _("Tool %(tool)r is not in the current tool list of %(mcp_id)r (it has: %(names)s).")
+                    % {"tool": rule["tool_name"], "mcp_id": server.mcp_id, "names": names},
                 )
             )
         else:
@@ -138,7 +152,10 @@ def rule_set_problems(
                 Problem(
                     "error",
                     "unreachable",
-                    f"Never fires: the earlier stop rule '{stop_conditions[when]}' has the same condition and ends the pre-step first.",
+                    _(
+                        "Never fires: the earlier stop rule %(rule)r has the same condition and ends the pre-step first."
+                    )
+                    % {"rule": stop_conditions[when]},
                 )
             )
         elif "always" in stop_conditions:
@@ -146,7 +163,8 @@ def rule_set_problems(
                 Problem(
                     "error",
                     "unreachable",
-                    f"Never fires: the earlier stop rule '{stop_conditions['always']}' always fires and ends the pre-step.",
+                    _("Never fires: the earlier stop rule %(rule)r always fires and ends the pre-step.")
+                    % {"rule": stop_conditions["always"]},
                 )
             )
         call = (rule["mcp_id"], rule["tool_name"], when, _normal(rule["params"]))
@@ -155,7 +173,10 @@ def rule_set_problems(
                 Problem(
                     "warning",
                     "duplicate",
-                    f"Same server, tool, condition and params as the earlier rule '{seen_calls[call]}': the tool would be called twice.",
+                    _(
+                        "Same server, tool, condition and params as the earlier rule %(rule)r: the tool would be called twice."
+                    )
+                    % {"rule": seen_calls[call]},
                 )
             )
         else:

@@ -16,8 +16,9 @@ import re
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from core.library_messages import engine_regex_text, syntax_detail
+from core.library_messages import engine_regex_text, library_text, syntax_detail
 from llamon_agent.expr import ExprError
+from llamon_agent.expr.messages import MESSAGES as ENGINE_MESSAGES
 
 EXPR_MESSAGES = {
     "expr.not_text": _("the expression must be text"),
@@ -183,6 +184,8 @@ def expr_reason(exc: ExprError) -> str:
                 "cannot compare %(left)s with %(right)s using %(op)s; a DataPart value may arrive as "
                 'text (such as "86"): convert it with float(...)'
             ) % {"left": _type_name(left), "right": _type_name(right), "op": op}
+    if exc.msg_id in PYTHON_DETAIL and isinstance(params.get("detail"), str):
+        params = {**params, "detail": python_detail(params["detail"])}
     try:
         return str(template) % params
     except (KeyError, ValueError, TypeError):  # a translation that lost a parameter: the English
@@ -190,6 +193,41 @@ def expr_reason(exc: ExprError) -> str:
 
 
 _COMPARE = re.compile(r"'([<>]=?)' not supported between instances of '(\w+)' and '(\w+)'")
+
+# The messages whose parameter is Python's own text (a TypeError's, a ValueError's ...).
+PYTHON_DETAIL = frozenset(
+    {"run.index", "run.attribute", "run.wrong_type", "run.wrong_value", "run.overflow", "run.other"}
+)
+# Python's TypeErrors that rules meet on request data, in the user's language.
+_PYTHON_TYPE_ERRORS = [
+    (
+        re.compile(r"argument of type '(?P<type>\w+)' is not iterable"),
+        _("%(type)s cannot be searched with in"),
+    ),
+    (
+        re.compile(r"unsupported operand type\(s\) for (?P<op>\S+): '(?P<left>\w+)' and '(?P<right>\w+)'"),
+        _("%(op)s does not apply to %(left)s and %(right)s"),
+    ),
+    (re.compile(r"'(?P<type>\w+)' object is not subscriptable"), _("%(type)s cannot be indexed")),
+    (re.compile(r"object of type '(?P<type>\w+)' has no len\(\)"), _("%(type)s has no length")),
+    (
+        re.compile(r'can only concatenate str \(not "(?P<type>\w+)"\) to str'),
+        _("only a text can be added to a text, not %(type)s"),
+    ),
+]
+
+
+def python_detail(detail: str) -> str:
+    """Python's text inside an expression's runtime message, in the active language: the TypeErrors
+    rules meet on request data by sentence, anything else quoted as Python's own words."""
+    for pattern, template in _PYTHON_TYPE_ERRORS:
+        match = pattern.fullmatch(detail)
+        if match:
+            names = {
+                key: value if key == "op" else _type_name(value) for key, value in match.groupdict().items()
+            }
+            return str(template) % names
+    return library_text(detail, "Python")
 
 
 def _type_name(python: str) -> str:
@@ -207,11 +245,67 @@ def _type_name(python: str) -> str:
 
 def engine_text(reason: str) -> str:
     """A reason the engine gave without a message id, in the active language where it is known: an
-    invalid regular expression (RE2's message), a tool the server does not have (the pre-step at run
-    time). Anything else stays as the engine wrote it."""
+    invalid regular expression (RE2's message), an expression's error stored as its English text (a
+    run's step, a shadow's or an impact's error: read back to its message id), a tool the server
+    does not have (the pre-step at run time). Anything else stays as the engine wrote it."""
     from servers.mcp_messages import mcp_message
 
-    return engine_regex_text(reason) or mcp_message(reason)
+    regex = engine_regex_text(reason)
+    if regex is not None:
+        return regex
+    stored = stored_expr_error(reason)
+    return expr_text(stored) if stored is not None else mcp_message(reason)
+
+
+_STORED = re.compile(
+    r"(?s)(?:(?P<field>when|params): )?"
+    r"(?:line (?P<line>\d+)(?:, column (?P<column>\d+))?: )?(?P<reason>.+)"
+)
+
+
+def _template_pattern(template: str) -> re.Pattern[str]:
+    parts, seen, pattern = re.split(r"%\((\w+)\)s", template), set(), ""
+    for i, part in enumerate(parts):
+        if i % 2 == 0:
+            pattern += re.escape(part)
+        else:  # a parameter; named again later in the template: the same text
+            pattern += f"(?P={part})" if part in seen else f"(?P<{part}>.+?)"
+            seen.add(part)
+    return re.compile(f"(?s){pattern}")
+
+
+# The engine's English templates (llamon_agent.expr.messages) as patterns, the most literal text
+# first; a template with almost no words of its own would match any text and is left out.
+_READ_BACK = sorted(
+    (
+        (msg_id, _template_pattern(template))
+        for msg_id, template in ENGINE_MESSAGES.items()
+        if len(re.sub(r"%\(\w+\)s", "", template).strip(" :;,.")) >= 4
+    ),
+    key=lambda item: -len(re.sub(r"\(\?P<\w+>\.\+\?\)", "", item[1].pattern)),
+)
+
+
+def stored_expr_error(text: str) -> ExprError | None:
+    """A rule expression's error stored as ``str(ExprError)`` ("when: line 1, column 5: wrong type:
+    ..."; with its field, its place or both), read back to its message id and parameters; None when the text is
+    not one. Templates with almost no words of their own ("%(kind)s: %(detail)s") are not read back."""
+    found = _STORED.fullmatch(str(text or "").strip())
+    if found is None or (found["field"] is None and found["line"] is None):
+        return None  # neither a field nor a place: not an expression's error
+    for msg_id, pattern in _READ_BACK:
+        match = pattern.fullmatch(found["reason"])
+        if match is not None:
+            line, column = found["line"], found["column"]
+            return ExprError(
+                found["reason"],
+                int(line) if line else None,
+                int(column) if column else None,
+                field=found["field"],
+                msg_id=msg_id,
+                params=match.groupdict(),
+            )
+    return None
 
 
 def expr_text(exc: ExprError) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django import forms
@@ -12,9 +11,7 @@ from core.json_messages import json_error_reason
 from core.models import AuditEvent
 from core.userinput import FilterDateTimeField
 from llamon_agent import strictjson
-from llamon_agent.a2a import A2AFormatError, to_request
 from llamon_agent.expr import (
-    MAX_DATA_BYTES,
     MAX_QUERY_CHARS,
     ExprError,
     check_cost,
@@ -23,7 +20,8 @@ from llamon_agent.expr import (
     compile_when,
 )
 from llamon_agent.tools import AgentRequest
-from rules.errors import json_type_name
+from rules import samples
+from rules.errors import RuleError
 from rules.expr_messages import expr_reason, expr_text
 
 CODE = {"class": "code", "spellcheck": "false", "autocomplete": "off", "autocapitalize": "off"}
@@ -89,7 +87,7 @@ def _compiled(source: str, compiler: Any) -> str:
 class TesterForm(forms.Form):
     """A sample request: query, context, DataParts (or a whole pasted A2A message) and FileParts."""
 
-    _message: AgentRequest | None = None  # a pasted A2A message, parsed by clean()
+    _sample: samples.Sample | None = None  # the request, read by clean()
 
     query = forms.CharField(
         label=_("Query"), required=False, max_length=MAX_QUERY_CHARS, widget=forms.Textarea(attrs={"rows": 2})
@@ -125,92 +123,44 @@ class TesterForm(forms.Form):
     )
 
     def clean_pinned(self) -> list[dict[str, Any]]:
-        from rules.engine import servers_by_id
-        from rules.errors import RuleError
-        from rules.pins import pins_clean
-
-        value = _json_field(self.cleaned_data["pinned"], "Pinned tool outputs", default=None)
-        ids = [p.get("mcp_id") for p in value if isinstance(p, dict)] if isinstance(value, list) else []
-        if isinstance(value, dict):
-            ids = [value.get("mcp_id")]
-        try:
-            return pins_clean(value, servers_by_id([i for i in ids if isinstance(i, str)]))
-        except RuleError as exc:
-            raise forms.ValidationError(exc.message) from None
+        return _checked(
+            samples.pins_check, _json_field(self.cleaned_data["pinned"], "Pinned tool outputs", default=None)
+        )
 
     def clean_context(self) -> dict[str, Any]:
-        value = _json_field(self.cleaned_data["context"], "Context", default={})
-        if not isinstance(value, dict):
-            raise forms.ValidationError(
-                _('Context must be a JSON object like {"userId": "C-1001"}, not %(value)s.')
-                % {"value": json_type_name(value)}
-            )
-        return value
+        return _checked(
+            samples.context_check, _json_field(self.cleaned_data["context"], "Context", default={})
+        )
 
     def clean_data(self) -> Any:
-        value = _json_field(self.cleaned_data["data"], "DataParts", default=None)
-        if value is None or _looks_like_a2a_message(value):
-            return value
-        if isinstance(value, dict):
-            return [value]
-        if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
-            raise forms.ValidationError(
-                _("DataParts must be a JSON object, a list of objects, or an A2A message.")
-            )
-        return value or None
+        return _checked(samples.data_check, _json_field(self.cleaned_data["data"], "DataParts", default=None))
 
     def clean_files(self) -> list[dict[str, Any]] | None:
-        value = _json_field(self.cleaned_data["files"], "FileParts", default=None)
-        if value is None:
-            return None
-        if isinstance(value, dict):
-            value = [value]
-        if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
-            raise forms.ValidationError(
-                _(
-                    'FileParts must be a JSON list of objects like {"name": "a.pdf", "mimeType": "application/pdf", "uri": "https://..."}.'
-                )
-            )
-        allowed = {"name", "mimeType", "uri", "size"}
-        for i, item in enumerate(value, start=1):
-            unknown = set(item) - allowed
-            if unknown:
-                raise forms.ValidationError(
-                    _("FilePart %(i)s: unknown field(s) %(join)s; use name, mimeType, uri, size.")
-                    % {"i": i, "join": ", ".join(sorted(unknown))}
-                )
-        return [{k: item.get(k) for k in ("name", "mimeType", "uri", "size")} for item in value] or None
+        return _checked(
+            samples.files_check, _json_field(self.cleaned_data["files"], "FileParts", default=None)
+        )
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean()
         if self.errors:
             return cleaned
-        size = len(
-            json.dumps(
-                [cleaned.get("context"), cleaned.get("data"), cleaned.get("files")], ensure_ascii=False
-            ).encode()
-        )
-        if size > MAX_DATA_BYTES:
-            raise forms.ValidationError(
-                _(
-                    "Context, DataParts and FileParts together are %(size)s bytes; the limit is %(MAX_DATA_BYTES)s."
-                )
-                % {"size": format(size, ","), "MAX_DATA_BYTES": format(MAX_DATA_BYTES, ",")}
+        try:
+            self._sample = samples.sample_read(
+                query=cleaned.get("query") or "",
+                context=cleaned.get("context"),
+                data=cleaned.get("data"),
+                files=cleaned.get("files"),
             )
-        if isinstance(cleaned.get("data"), dict):
-            # A pasted A2A message is parsed now so that its errors land on the DataParts field.
-            try:
-                self._message = to_request(cleaned["data"])
-            except A2AFormatError as exc:
-                self.add_error("data", _("Not a valid A2A message: %(reason)s") % {"reason": exc})
+        except RuleError as exc:
+            self.add_error(exc.field, exc.message)
         return cleaned
 
     def a2a_extracted(self) -> dict[str, Any] | None:
         """What the pre-step takes from a pasted A2A message (None when none was pasted), for the
         page to show: its query, context and parts, and whether the Query and Context boxes win."""
-        if self._message is None:
+        if self._sample is None or self._sample.message is None:
             return None
-        message, data = self._message, self.cleaned_data
+        message, data = self._sample.message, self.cleaned_data
         return {
             "query": message.query,
             "context": message.context,
@@ -221,23 +171,17 @@ class TesterForm(forms.Form):
         }
 
     def to_request(self) -> AgentRequest:
-        """The request the pre-step sees; a pasted A2A message goes through llamon_agent.a2a.to_request."""
-        data = self.cleaned_data
-        query, context = data.get("query") or "", dict(data.get("context") or {})
-        a2a_data, files = data.get("data"), data.get("files")
-        if isinstance(a2a_data, dict):  # a whole A2A message, parsed once by clean()
-            message = self._message if self._message is not None else to_request(a2a_data)
-            query = query or message.query
-            context = {**message.context, **context}
-            files = files if files is not None else message.a2a_files
-            a2a_data = message.a2a_data
-        return AgentRequest(query=query, context=context, a2a_data=a2a_data, a2a_files=files)
+        """The request the pre-step sees (rules.samples.sample_read, after is_valid())."""
+        assert self._sample is not None, "to_request() after is_valid()"
+        return self._sample.request
 
 
-def _looks_like_a2a_message(value: Any) -> bool:
-    return isinstance(value, dict) and (
-        "parts" in value or "message" in value or "jsonrpc" in value or "params" in value
-    )
+def _checked(check: Any, value: Any) -> Any:
+    """One of rules.samples' checks, its refusal as this field's error."""
+    try:
+        return check(value)
+    except RuleError as exc:
+        raise forms.ValidationError(exc.message) from None
 
 
 def _json_field(text: str, label: str, *, default: Any) -> Any:

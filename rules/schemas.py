@@ -5,14 +5,20 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from ninja import Field, ModelSchema, Schema
+from pydantic import PrivateAttr, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from core.api import DbId, PatchIn, Revision, StrictIn
 from core.models import AuditEvent
 from core.userinput import FilterDateTime
 from llamon_agent.expr import MAX_QUERY_CHARS
+from llamon_agent.tools import AgentRequest
 from rules.cases import case_modes, case_notice_text
 from rules.engine import QUIET_PAGE, QUIET_SHOWN
+from rules.errors import RuleError
 from rules.models import Rule, RuleSet, RuleSetVersion, TestCase
+from rules.samples import Sample, pins_check, sample_read
+from rules.services import rule_fields_check
 
 # --- MCP servers ----------------------------------------------------------------------------------
 
@@ -312,8 +318,16 @@ class ImportToolsOut(Schema):
 # --- Evaluate --------------------------------------------------------------------------------------
 
 
-class EvaluateIn(StrictIn):
-    """A sample request, parsed exactly as the live tester parses it."""
+def refused(exc: RuleError, *, named: bool = True) -> PydanticCustomError:
+    """A check of the rules services refusing a body's value, as a validation error naming the field
+    at fault (the API appends it to the location; a field validator's location is the field already)."""
+    field = (exc.field or "") if named else ""
+    return PydanticCustomError("refused", "{message}", {"message": str(exc.message), "field": field})
+
+
+class SampleIn(StrictIn):
+    """A sample request (query, context, DataParts, FileParts), read by rules.samples as the live
+    tester's and the run form's boxes are: one check, one message for every entry point."""
 
     # The answer's ``request`` (and a run's input) names them a2a_data and a2a_files.
     FIELD_HINTS = {"a2a_data": "data", "a2a_files": "files"}
@@ -326,8 +340,49 @@ class EvaluateIn(StrictIn):
     files: list[dict[str, Any]] | dict[str, Any] | None = Field(
         None, description='FileParts: [{"name", "mimeType", "uri", "size"}]'
     )
+    _sample: Sample | None = PrivateAttr(None)
+
+    @model_validator(mode="after")
+    def _read_sample(self) -> SampleIn:
+        try:
+            self._sample = sample_read(
+                query=self.query, context=self.context, data=self.data, files=self.files
+            )
+        except RuleError as exc:
+            raise refused(exc) from None
+        return self
+
+    def to_request(self) -> AgentRequest:
+        """The request the pre-step sees."""
+        assert self._sample is not None
+        return self._sample.request
+
+
+class DraftRuleIn(RuleIn):
+    """An unsaved edit of one rule, checked as a saved one is (rules.services.rule_fields_check)."""
+
+    @model_validator(mode="after")
+    def _check(self) -> DraftRuleIn:
+        try:
+            rule_fields_check(
+                name=self.name,
+                mcp_id=self.mcp_id,
+                tool_name=self.tool_name,
+                when=self.when,
+                params=self.params,
+            )
+        except RuleError as exc:
+            raise refused(exc) from None
+        return self
+
+
+class EvaluateIn(SampleIn):
+    """A sample request, parsed exactly as the live tester parses it."""
+
     execute: bool = Field(False, description="Really call the tools (editor role); default: dry run.")
-    draft_rule: RuleIn | None = Field(None, description="An unsaved edit of one rule to try on the draft.")
+    draft_rule: DraftRuleIn | None = Field(
+        None, description="An unsaved edit of one rule to try on the draft."
+    )
     original_name: str | None = Field(
         None, max_length=100, description="The rule draft_rule replaces (absent: appended)."
     )
@@ -336,6 +391,15 @@ class EvaluateIn(StrictIn):
         description="With execute: calls answered from a recorded output instead of the tool, as in the "
         'live tester: [{"mcp_id", "tool_name", "params" (optional: any call of the tool), "output"}]',
     )
+
+    @field_validator("pinned", mode="after")
+    @classmethod
+    def _pins(cls, value: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+        try:
+            return pins_check(value)
+        except RuleError as exc:
+            raise refused(exc, named=False) from None
+
     detail: Literal["summary", "all"] = Field(
         "summary",
         description=f"Which records the answer lists. summary: every rule that fired or failed, and the first "

@@ -636,7 +636,7 @@ def case_list(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     suite = None
     if request.method == "POST":
         if not has_role(request.user, "editor"):
-            raise PermissionDenied("Running the suite needs the editor role.")
+            raise PermissionDenied(_("Running the suite needs the editor role."))
         suite = suite_run(rule_set=rule_set)
     return render(
         request,

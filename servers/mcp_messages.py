@@ -24,6 +24,11 @@ REASONS: list[tuple[re.Pattern[str], Any]] = [
     (re.compile(p, re.S), t)
     for p, t in [
         (r"no session within (?P<seconds>[\d.]+)s", _("no session within %(seconds)s s")),
+        (r"could not open a session: (?P<cause>.*)", _("could not open a session: %(cause)s")),
+        (
+            r"the server did not finish the MCP handshake within (?P<seconds>[\d.]+)s(?P<rest>.*)",
+            _("the server did not finish the MCP handshake within %(seconds)s s%(rest)s"),
+        ),
         (
             r"the session ended right after opening: (?P<cause>.*)",
             _("the session ended right after opening: %(cause)s"),
@@ -111,6 +116,14 @@ def mcp_message(text: str) -> str:
             }
         return gettext("MCP server '%(mcp_id)s': %(reason)s") % {"mcp_id": match["mcp_id"], "reason": reason}
     return _reason(text) or text
+
+
+def mcp_reason_text(text: str) -> str:
+    """What follows "MCP server 'x': " in the active language: a known reason as the catalogue's
+    sentence, anything else quoted as the MCP client's own words (English pages: unchanged)."""
+    if english_shown():
+        return text
+    return _reason(text) or library_text(text, str(_("the MCP client")))
 
 
 def mcp_health_text(text: str) -> str:

@@ -34,6 +34,7 @@ from llamon_agent.mcp.schemas import schema_errors
 from llamon_agent.mcp.spec import ENV_NAME_RE, MCP_ID_RE
 from llamon_agent.mcp.transports import placeholder_names
 from servers.errors import McpServerError
+from servers.mcp_messages import mcp_reason_text
 from servers.messages import unknown_tool_message
 from servers.models import McpServer, ToolCallRecord
 from servers.pool import pool_for_server, pool_forget, stdio_refusal
@@ -268,7 +269,7 @@ def _refresh_tools(
             )
         raise McpServerError(
             _("Could not list the tools of %(mcp_id)s: %(exc)s")
-            % {"mcp_id": server.mcp_id, "exc": _strip_where(exc)}
+            % {"mcp_id": server.mcp_id, "exc": mcp_reason_text(_strip_where(exc))}
         ) from None
     tools = [tool_record(t) for t in listed]
     too_many = _tools_over_cap(tools)
@@ -327,10 +328,10 @@ def mcp_server_list_tools_after_save(*, actor: Any, server: McpServer) -> str:
         mcp_server_refresh_tools(actor=actor, server=server)
     except McpServerError as exc:
         why = exc.message if exc.message.endswith((".", ")")) else exc.message + "."
-        return (
-            f"Saved {server.mcp_id}, but its tools could not be listed. {why} "
-            'Once the server is running and reachable, press "Refresh tools" on this page to try again.'
-        )
+        return _(
+            "Saved %(mcp_id)s, but its tools could not be listed. %(why)s Once the server is running and "
+            'reachable, press "Refresh tools" on this page to try again.'
+        ) % {"mcp_id": server.mcp_id, "why": why}
     return ""
 
 

@@ -167,9 +167,12 @@ def test_the_wheels_hold_every_app_and_check_and_migrate_outside_the_checkout(tm
         assert any(n.startswith(f"{app}/templates/") and n.endswith(".html") for n in names), app
     for app in ("llamon_web", "core", "accounts", "servers", "rules", "agents", "governance"):
         assert any(n.startswith(f"{app}/migrations/0001") for n in names), app
+    # The checkout's top-level templates/, static/ and locale/, mapped into llamon_web/ by pyproject.toml.
     assert "llamon_web/templates/base.html" in names
-    assert "llamon_web/static/js/trace.js" in names
-    assert "llamon_web/static/vendor/codemirror/editor.bundle.js" in names
+    assert "llamon_web/locale/ko/LC_MESSAGES/django.mo" in names
+    assert "llamon_web/static/js/confirm.js" in names  # project-wide, from static/
+    assert "agents/static/agents/js/trace.js" in names  # an app's own
+    assert "rules/static/rules/vendor/codemirror/editor.bundle.js" in names
     sdk = zipfile.ZipFile(wheels["sdk"])
     assert {name.split("/")[0] for name in sdk.namelist()} == {"llamon_agent", "llamon_agent-0.1.0.dist-info"}
     assert "llamon_agent/flow/templates/react/app/tools.py.tmpl" in sdk.namelist()
@@ -204,6 +207,22 @@ def test_the_wheels_hold_every_app_and_check_and_migrate_outside_the_checkout(tm
     )
     assert str(ROOT) not in where.stdout and str(site) in where.stdout, where.stdout
     _run([str(python), "-m", "django", "check"], cwd=work, env=env)
+    found = _run(
+        [
+            str(python),
+            "-c",
+            "import django; django.setup()\n"
+            "from django.contrib.staticfiles import finders\n"
+            "from django.template.loader import get_template\n"
+            "from django.utils import translation\n"
+            "print(get_template('base.html').origin.name, finders.find('js/confirm.js'), finders.find('agents/js/trace.js'))\n"
+            "translation.activate('ko'); print(translation.gettext('Agent'))",
+        ],
+        cwd=work,
+        env=env,
+    )
+    assert str(ROOT) not in found.stdout and found.stdout.count(str(site)) == 3, found.stdout
+    assert "에이전트" in found.stdout, found.stdout
     migrated = _run([str(python), "-m", "django", "migrate", "--no-input"], cwd=work, env=env)
     assert "Applying agents.0001" in migrated.stdout
     assert (tmp_path / "var" / "llamon.sqlite3").exists()

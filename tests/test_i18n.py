@@ -509,3 +509,96 @@ def test_a_runs_stored_mcp_error_reads_in_korean_and_keeps_the_seeds_prefix(clie
     )
     assert reason in english and reason not in steps
     assert korean in page or korean in steps, (page[page.find('id="run-error"') :][:300], steps[:600])
+
+
+@pytest.mark.django_db
+def test_korean_pages_in_states_the_demo_never_reaches(client, make_user) -> None:
+    """What the demo never shows, in Korean: every static check of a rule set (unknown and disabled
+    server, missing tool, params that no longer fit, an unreachable and a repeated rule), a run
+    step that failed on Python's TypeError (the engine's English, stored), and a 403 page. Each run
+    of English words must be data; in English the same pages show the English (the check can fail)."""
+    from django.utils import timezone
+
+    from rules.models import Rule, RuleSet
+    from servers.models import McpServer
+    from tests.support.recorded_runs import record_run
+
+    schema = {
+        "type": "object",
+        "properties": {"order_id": {"type": "string"}},
+        "required": ["order_id"],
+        "additionalProperties": False,
+    }
+    now = timezone.now()
+    McpServer.objects.create(
+        mcp_id="order-service",
+        transport="http",
+        url="http://127.0.0.1:9/mcp",
+        tools=[{"name": "get_order", "input_schema": schema}],
+        tools_refreshed_at=now,
+    )
+    McpServer.objects.create(
+        mcp_id="off-service", transport="http", url="http://127.0.0.1:9/mcp", enabled=False
+    )
+    McpServer.objects.create(mcp_id="new-service", transport="http", url="http://127.0.0.1:9/mcp")
+    rule_set = RuleSet.objects.create(name="checked")
+    rules = [
+        ("typed", "order-service", "get_order", '"주문" in ctx.context.get("n")', '{"order_id": "1"}', False),
+        ("first_stop", "order-service", "get_order", "True", '{"order_id": "1"}', True),
+        ("again", "order-service", "get_order", "True", '{"order_id": "1"}', False),
+        ("unknown_server", "nowhere", "get_order", "True", "{}", False),
+        ("disabled_server", "off-service", "get_order", "True", "{}", False),
+        ("never_listed", "new-service", "get_order", "True", "{}", False),
+        ("missing_tool", "order-service", "cancel_order", "True", "{}", False),
+        ("misfit", "order-service", "get_order", "True", '{"limit": 5}', False),
+    ]
+    for position, (name, mcp_id, tool, when, params, stop) in enumerate(rules, start=1):
+        Rule.objects.create(
+            rule_set=rule_set,
+            name=name,
+            mcp_id=mcp_id,
+            tool_name=tool,
+            when=when,
+            params=params,
+            stop=stop,
+            position=position,
+        )
+    from rules import engine
+
+    run = record_run(rule_set, "주문 조회", context={"n": 5}, snapshot=engine.rule_set_snapshot(rule_set)[:1])
+    assert run.steps.filter(status="error").exists()  # the engine's TypeError, stored as its English
+    client.force_login(make_user("viewer"))
+    pages = {
+        "rule set": reverse("rules:editor", args=[rule_set.pk]),
+        "run steps": reverse("agents:run_steps", args=[run.pk]),
+    }
+    allowed = {word.lower() for word in PRODUCT_NAMES | _data_words()}
+    problems, silent = {}, []
+    for what, url in pages.items():
+        korean = client.get(url, HTTP_ACCEPT_LANGUAGE="ko")
+        assert korean.status_code in (200, 286), (what, korean.status_code)  # 286: htmx, stop polling
+        found = _english(_visible_strings(korean.content.decode()), allowed)
+        if found:
+            problems[what] = found
+        if not _english(
+            _visible_strings(client.get(url, HTTP_ACCEPT_LANGUAGE="en").content.decode()), allowed
+        ):
+            silent.append(what)
+    refused = client.post(reverse("rules:cases", args=[rule_set.pk]), HTTP_ACCEPT_LANGUAGE="ko")
+    assert refused.status_code == 403
+    if found := _english(_visible_strings(refused.content.decode()), allowed):
+        problems["403"] = found
+    # A flash message: an admin saves a server nothing answers at (its tools cannot be listed).
+    from tests.conftest import free_port
+    from tests.support.mcp_servers import server_form
+
+    client.force_login(make_user("admin"))
+    url = f"http://127.0.0.1:{free_port()}/mcp"
+    data = server_form(mcp_id="down", transport="http", url=url, command="", args="")
+    saved = client.post(reverse("servers:create"), data, follow=True, HTTP_ACCEPT_LANGUAGE="ko")
+    assert "down" in saved.content.decode() and 'id="messages"' in saved.content.decode()
+    shown = [_LIBRARY_QUOTE.sub(" ", text) for text in _visible_strings(saved.content.decode())]
+    if found := _english(shown, allowed | {"down", "s"}):  # s: seconds; a library's own words quoted
+        problems["flash message"] = found
+    assert not problems, problems
+    assert not silent, f"the check finds no English on the English {silent}"

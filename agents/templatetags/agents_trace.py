@@ -4,7 +4,7 @@ Built in Python rather than by a template loop: a 5,000-step run draws 1,000 bar
 template engine spent ~180 ms resolving their ~30,000 variables and filters, on the run page and
 again on the live run's final poll; this builds the same markup in ~10 ms. Every text is escaped
 here; the durations are formatted like ``floatformat:1`` and the data attributes like
-``stringformat:"f"`` (llamon_web/static/js/trace.js reads them).
+``stringformat:"f"`` (agents/static/agents/js/trace.js reads them).
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def compare_label(value: str) -> str:
 @register.filter
 def kind_label(value: str) -> str:
     """A step's kind (pre-step, rule, tool, ...) as the timeline's tag shows it, in the user's language."""
-    from agents.trace import KIND_LABELS
+    from agents.trace_view import KIND_LABELS
 
     return gettext("node") if value == "node" else str(KIND_LABELS.get(value) or value)
 

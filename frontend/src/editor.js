@@ -1,5 +1,5 @@
-// Entry of llamon_web/static/vendor/codemirror/editor.bundle.js: the parts of CodeMirror 6 that the
-// expression editor's glue (llamon_web/static/js/expr-editor.js) uses, as one global, window.LlamonCM.
+// Entry of rules/static/rules/vendor/codemirror/editor.bundle.js: the parts of CodeMirror 6 that the
+// expression editor's glue (rules/static/rules/js/expr-editor.js) uses, as one global, window.LlamonCM.
 // Rebuild with `make editor-bundle` (see README.md in the bundle's directory).
 import { EditorState, Compartment } from "@codemirror/state";
 import {

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from agents import trace as traces
+from agents import trace_view as traces
 from agents.redaction import privacy_get
 from rules import services as rule_services
 from tests.support.recorded_runs import record_run

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from agents import trace as traces
+from agents import trace_view as traces
 from agents.models import Run, RunStep
 from agents.pricing import PriceTableError, parse_prices, prices_check
 

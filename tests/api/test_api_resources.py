@@ -11,12 +11,15 @@ import pytest
 
 from agents.models import PrivacySettings, Run, RunStep
 from core.models import AuditEvent
+from llamon_agent.expr import MAX_DATA_BYTES
 from llamon_agent.mcp.registry import HttpRegistry
 from llamon_agent.trace import TraceEvent
 from llamon_web.demo import SEED_RULES
 from rules import engine
 from rules import forms as rule_forms
+from rules.errors import RuleError
 from rules.models import RuleSet
+from rules.services import rule_fields_check
 
 pytestmark = pytest.mark.django_db
 
@@ -283,7 +286,43 @@ def test_evaluate_reports_tester_parse_errors_on_the_field(viewer_api, sample) -
     response = viewer_api.post(
         f"/api/rule-sets/{sample['rule_set'].pk}/evaluate", {"data": {"parts": "not a list"}}
     )
-    assert response.status_code == 422 and response.json()["field"] == "data"
+    assert response.status_code == 422 and response.json()["field"] == "payload.data"
+
+
+# Values of the right JSON type that the sample check (rules.samples) or the rule check
+# (rules.services.rule_fields_check) refuses: the schema calls them, as the pages' forms do.
+HOSTILE_SAMPLES = [
+    ("data", {"parts": "not a list"}),
+    ("data", {"jsonrpc": "2.0", "params": "not an object"}),
+    ("files", [{"name": "a.pdf", "path": "/etc/passwd"}]),
+    ("context", {"blob": "x" * (MAX_DATA_BYTES + 1)}),
+    ("pinned", [{"mcp_id": "order-service", "tool_name": "no_such_tool", "output": 1}]),
+    ("draft_rule", {**_rule(), "when": "query =="}),
+    ("draft_rule", {**_rule(), "mcp_id": "Not An Id!"}),
+]
+
+
+@pytest.mark.parametrize(("field", "value"), HOSTILE_SAMPLES)
+def test_evaluate_and_the_tester_form_refuse_a_sample_with_one_message(
+    editor_api, sample, field: str, value: Any
+) -> None:
+    """One check behind the API's schema and the page's form: the same sentence, on the field."""
+    body = {"execute": True, field: value} if field == "pinned" else {field: value}
+    response = editor_api.post(f"/api/rule-sets/{sample['rule_set'].pk}/evaluate", body)
+    assert response.status_code == 422, response.json()
+    answer = response.json()
+    message = answer["errors"][0]["message"]
+    if field == "draft_rule":
+        with pytest.raises(RuleError) as refused:
+            rule_fields_check(**{k: value[k] for k in ("name", "mcp_id", "tool_name", "when", "params")})
+        assert answer["field"] == f"payload.draft_rule.{refused.value.field}", answer
+        assert message == refused.value.message
+        return
+    form = rule_forms.TesterForm(data={field: json.dumps(value)})
+    assert not form.is_valid()
+    shown = form.errors.get(field) or form.errors.get("__all__")
+    assert message in shown, (answer, form.errors)
+    assert answer["field"] == (f"payload.{field}" if field in form.errors else "payload"), answer
 
 
 def test_evaluate_tries_an_unsaved_rule_edit(viewer_api, sample) -> None:

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from agents.models import Run
 from agents.sink import DbStepSink
-from governance import health
+from governance import rule_health as health
 from governance.errors import HealthError
 from llamon_agent.trace import TraceEvent
 from rules import services as rule_services

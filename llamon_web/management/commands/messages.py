@@ -27,7 +27,8 @@ IGNORE = [
     "tests/*",
     "benchmarks/*",
     "docs/*",
-    "llamon_web/static/*",
+    "static/*",  # the project-wide CSS and JS (no gettext)
+    "*/static/*",
     "*.egg-info/*",
     "build/*",
     ".git/*",

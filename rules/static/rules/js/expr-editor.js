@@ -1,4 +1,4 @@
-// The expression editor: CodeMirror 6 (static/vendor/codemirror/editor.bundle.js, window.LlamonCM)
+// The expression editor: CodeMirror 6 (rules/static/rules/vendor/codemirror/editor.bundle.js, window.LlamonCM)
 // over the rule form's `when` and `params` textareas (textarea[data-expr-editor]).
 //
 // Progressive enhancement: the textarea stays the form's field. Every edit is copied into it and
@@ -8,7 +8,7 @@
 //
 // Strict CSP: CodeMirror injects its base styles with style-mod, which uses a <style> element in a
 // document but a constructed stylesheet (adoptedStyleSheets) in a shadow root. The editor therefore
-// lives in a shadow root of its own, with static/css/expr-editor.css linked into it; no inline style.
+// lives in a shadow root of its own, with rules/static/rules/css/expr-editor.css linked into it; no inline style.
 //
 // Keyboard: Tab is not bound (no indentWithTab), so Tab and Shift+Tab leave the editor as they leave
 // a textarea. Ctrl+Space opens completion, Escape closes it, Ctrl+Shift+M lists the problems.
