@@ -30,7 +30,14 @@ from django.http import StreamingHttpResponse
 from django.utils import timezone
 
 from agents import selectors
-from agents.evidence import RUN_FIELDS, STEP_FIELDS, decision_record, decision_records, run_tools
+from agents.evidence import (
+    RUN_FIELDS,
+    STEP_FIELDS,
+    decision_record,
+    decision_records,
+    run_subject_rows,
+    run_tools,
+)
 from agents.models import Run, RunStep
 from agents.redaction import redactor
 from core.chain import chain_head, chain_sign
@@ -130,10 +137,10 @@ def evidence_rows(
             every[step["run_id"]].append(step)
         decided: dict[int, dict[str, Any]] = {}
         if records:  # from the rows as stored, before the input is masked for display
-            tools = run_tools(ids)
+            tools, subjects = run_tools(ids), run_subject_rows(ids)
             for pk, run in runs.items():
                 if run["status"] in Run.FINISHED:
-                    decided[pk] = decision_record(run, every[pk], tools[pk])
+                    decided[pk] = decision_record(run, every[pk], tools[pk], subjects[pk])
         for run in runs.values():  # the input masked as the pages show it: the query and the ids
             for field in ("query", "user_id", "session_id", "chatbot_id"):
                 run[field] = redact(run[field])

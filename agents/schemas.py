@@ -5,10 +5,12 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from ninja import Field, ModelSchema, Schema
-from pydantic import ConfigDict
+from pydantic import ConfigDict, field_validator
+from pydantic_core import PydanticCustomError
 
 from agents.checks import agent_model_problem
 from agents.models import Agent, ModelConnection, Run, RunStep
+from agents.subjects import EXAMPLE, SUBJECT_MAX, SubjectError, subject_parse
 from core.api import DbId, PatchIn, Revision, StrictIn
 from core.userinput import FilterDateTime
 from llamon_agent.expr import MAX_QUERY_CHARS
@@ -287,6 +289,13 @@ class RunFilterIn(StrictIn):
     user_id: str = Field("", max_length=200)
     chatbot_id: str = Field("", max_length=200)
     session_id: str = Field("", max_length=200)
+    subject: str = Field(
+        "",
+        max_length=SUBJECT_MAX,
+        description=f"key=value of the run's context or of a DataPart ({EXAMPLE}; nested objects as "
+        "dotted keys): finished runs only. Key: letters, digits, _ . - (at most 64); value: at most "
+        "200 characters, no control characters.",
+    )
     q: str = Field("", max_length=200, description="Text in the query")
     period: Literal["24h", "7d", "30d"] | None = Field(
         None, description="Only runs of the last 24 hours, 7 or 30 days"
@@ -304,6 +313,17 @@ class RunFilterIn(StrictIn):
         description=f"Deprecated: skips runs, at most {MAX_OFFSET:,} (OFFSET reads every run it skips); "
         "use cursor, which costs the same on any page.",
     )
+
+    @field_validator("subject", mode="before")
+    @classmethod
+    def _subject(cls, value: Any) -> Any:
+        # Before the length check: its sentence (and language) is subject_parse's, as on the page.
+        if isinstance(value, str) and value:
+            try:
+                subject_parse(value)
+            except SubjectError as exc:
+                raise PydanticCustomError("subject", "{message}", {"message": str(exc)}) from None
+        return value
 
 
 class RunExportIn(RunFilterIn):

@@ -17,6 +17,7 @@ from accounts.roles import is_approver
 from agents.change_reads import change_request_stale, independent, review_problems
 from agents.models import Agent, ChangeRequest, ChangeReview, ModelConnection, Run, RunStep, WorkerHeartbeat
 from agents.redaction import RUN_INPUT_FIELDS, redactor, redactor_active
+from agents.subjects import subject_parse
 from core.models import ChainRecord
 from llamon_agent.prestep import PRESTEP_FAILED
 from rules.expr_messages import engine_text
@@ -87,7 +88,22 @@ def run_list(*, filters: dict[str, Any]) -> QuerySet[Run]:
             .filter(tool_use__isnull=False)
             .order_by("-tool_use__created_at", "-tool_use__run_id")
         )
+    if filters.get("subject"):
+        # The same join as the tool's, with the run's RunSubject row for key=value (one at most):
+        # the (key, value, created_at, run) index newest first, a page read and no more.
+        key, value = subject_parse(filters["subject"])
+        runs = (
+            runs.annotate(
+                subject_row=FilteredRelation(
+                    "subjects", condition=Q(subjects__key=key, subjects__value=value)
+                )
+            )
+            .filter(subject_row__isnull=False)
+            .order_by("-subject_row__created_at", "-subject_row__run_id")
+        )
     ids = {field: filters[field] for field in ("user_id", "chatbot_id", "session_id") if filters.get(field)}
+    if filters.get("subject"):
+        ids["subject"] = subject_parse(filters["subject"])[1]
     if ids and redactor_active():
         redact = redactor()
         if any(redact(value) != value for value in ids.values()):
@@ -95,7 +111,8 @@ def run_list(*, filters: dict[str, Any]) -> QuerySet[Run]:
             # runs by its real text would tell who is there. Like the text search, match nothing.
             return runs.none()
     for field, value in ids.items():
-        runs = runs.filter(**{field: value})
+        if field != "subject":
+            runs = runs.filter(**{field: value})
     if filters.get("q"):
         runs = _search_unmasked(runs.filter(query__icontains=filters["q"]), filters["q"])
     if filters.get("period") in PERIODS:
@@ -151,6 +168,16 @@ def cursor_decode(cursor: str) -> tuple[datetime, int]:
     return created_at, run_id
 
 
+def keyset_columns(filters: dict[str, Any]) -> tuple[str, str]:
+    """The (time, id) columns a filtered run list is ordered by: the joined row's copies when a
+    subject or a tool filter joins one (run_list orders by the subject's when both), else the run's."""
+    if filters.get("subject"):
+        return "subject_row__created_at", "subject_row__run_id"
+    if filters.get("tool"):
+        return "tool_use__created_at", "tool_use__run_id"
+    return "created_at", "id"
+
+
 def run_page(*, filters: dict[str, Any], cursor: str | None = None, limit: int = 50) -> RunPage:
     """One page of :func:`run_list` after ``cursor``: ``limit`` runs and the cursor of the next page."""
     runs = run_list(filters=filters)
@@ -159,7 +186,7 @@ def run_page(*, filters: dict[str, Any], cursor: str | None = None, limit: int =
         # created_at <= c AND NOT (created_at = c AND id >= c_id): one backward range scan of the
         # (created_at, id) index, on SQLite and PostgreSQL alike. Filtered by a tool, the same
         # condition on the RunTool row's copies (equal values), so that its index is scanned.
-        at, pk = ("tool_use__created_at", "tool_use__run_id") if filters.get("tool") else ("created_at", "id")
+        at, pk = keyset_columns(filters)
         runs = runs.filter(**{f"{at}__lte": created_at}).exclude(**{at: created_at, f"{pk}__gte": run_id})
     rows = list(runs[: limit + 1])
     shown = rows[:limit]

@@ -254,7 +254,13 @@ def run_list(request: HtmxHttpRequest) -> HttpResponse:
     rows of the runs it still shows running (``live``), swapped in place.
     """
     form = RunFilterForm(request.GET or None)
-    filters = form.cleaned_data if form.is_valid() else {}
+    if form.is_bound and not form.is_valid():
+        # An invalid filter is refused, the field named: never the list of every run in its place.
+        # 422, which htmx swaps in (base.html's responseHandling), so the filter bar shows why.
+        context = {"form": form, "page": [], "run_page": selectors.RunPage([], None, None), "refused": True}
+        template = "agents/run_list.html#run-table" if request.htmx else "agents/run_list.html"
+        return render(request, template, context, status=422)
+    filters = form.cleaned_data if form.is_bound else {}
     if "newer" in request.GET:
         return _run_list_poll(request, filters)
     try:
