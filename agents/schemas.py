@@ -367,9 +367,31 @@ class RunStepsOut(Schema):
     run_id: int
     status: str
     finished: bool = Field(description="The run has ended and every step has been read.")
-    more: bool = Field(description="More steps follow this page (200 at most a page).")
+    more: bool = Field(
+        description="More steps follow this page (200 at most a page, and about 1 MB of their values)."
+    )
     last_seq: int = Field(description="Ask for ?after=last_seq next: every step up to it has ended.")
-    steps: list[RunStepOut]
+    steps: list[RunStepOut] = Field(
+        description="A step's input or output over 256 KB as indented JSON is given as its first part: "
+        '{"llamon_part": 1, "parts", "field", "bytes", "sha256", "text", "next"}; read the others at `next`.'
+    )
+
+
+class StepValueIn(StrictIn):
+    """Which part of which value of a step."""
+
+    field: Literal["input", "output"] = Field("output", description="The step's input or output")
+    part: int = Field(1, ge=1, le=1_000_000, description="Which part, from 1")
+
+
+class StepValueOut(Schema):
+    llamon_part: int = Field(description="This part's number, from 1.")
+    parts: int = Field(description="How many parts the value has (256 KB of UTF-8 each at most).")
+    field: str
+    bytes: int = Field(description="The size of the whole value as indented JSON, UTF-8.")
+    sha256: str = Field(description="SHA-256 of the whole text: the parts put together must match it.")
+    text: str = Field(description="This part of the indented JSON text (cut between characters).")
+    next: str | None = Field(description="Where the next part is; null on the last.")
 
 
 # --- Trace ingest ----------------------------------------------------------------------------------

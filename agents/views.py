@@ -462,6 +462,28 @@ def run_rules(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     return render(request, "agents/_prestep_rules.html", {"run": run, "table": table})
 
 
+@require_GET
+@require_role("viewer")
+def run_step_value(request: HtmxHttpRequest, pk: int, seq: int) -> HttpResponse:
+    """One part of a step's input or output (``?field=output&part=2``): a value over
+    selectors.VALUE_PART_BYTES is shown in parts, each page with the links to the one before and after."""
+    run = get_object_or_404(Run, pk=pk)
+    field, part = request.GET.get("field", "output"), db_id(request.GET.get("part") or "1")
+    if field not in selectors.STEP_VALUE_FIELDS:
+        field, part = "", None
+    label = {"input": _("input"), "output": _("output")}.get(field, "")
+    shown = selectors.run_step_value(run=run, seq=seq, field=field, part=part) if part else None
+    if shown is None:
+        return render(
+            request,
+            "agents/run_step_value.html",
+            {"run": run, "seq": seq, "field": field, "label": label, "missing": True},
+            status=404,
+        )
+    context = {"run": run, "seq": seq, "field": field, "label": label, "value": shown}
+    return render(request, "agents/run_step_value.html", context)
+
+
 def _after(request: HtmxHttpRequest) -> int:
     try:
         return min(max(int(request.GET.get("after", "0")), 0), 2**31)
