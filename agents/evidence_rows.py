@@ -17,6 +17,7 @@ Streamed: runs are read BATCH at a time, so memory stays flat whatever the expor
 from __future__ import annotations
 
 import csv
+import functools
 import hashlib
 import io
 import json
@@ -124,7 +125,10 @@ def evidence_rows(
     """(run, its decision record if ``records``, its rule steps, its chain link) per run, in the run
     list's order; rows as dicts (no model instances: they were most of the export's time). With
     ``records``, each batch's runs and steps are read once for both the rows and the records."""
-    redact = redactor()  # once: the privacy settings as they are when the export starts
+    # Once: the privacy settings as they are when the export starts. Masking a value is a pure
+    # function of it, and the ids repeat (one customer's many runs, one chatbot): each distinct
+    # value is masked once (with every preset on, masking was a third of a JSON Lines export).
+    redact = functools.lru_cache(maxsize=8192)(redactor())
     run_fields = sorted({"id", *RUN_COLUMNS, *(RUN_FIELDS if records else ())})
     step_fields = sorted({*STEP_COLUMNS, *(STEP_FIELDS if records else ())})
     for ids in _ids(filters):

@@ -49,7 +49,8 @@ def seed(n: int) -> None:
     """N finished runs with their steps and evidence links, written in bulk (the links are computed
     exactly as run_end computes them, without its one-transaction-per-run cost)."""
     from agents.evidence import decision_records
-    from agents.models import Agent, Run, RunStep
+    from agents.models import Agent, Run, RunStep, RunSubject
+    from agents.subjects import run_subjects
     from core.chain import GENESIS, link_hash
     from core.content_hash import sha256
     from core.models import ChainHead, ChainRecord
@@ -101,6 +102,11 @@ def seed(n: int) -> None:
                     )
                 )
         RunStep.objects.bulk_create(steps)
+        RunSubject.objects.bulk_create(  # what run_end writes: the pairs the subject filter reads
+            RunSubject(run=run, key=key, value=value, created_at=run.created_at)
+            for run in runs
+            for key, value in run_subjects(run.context, run.a2a_data)
+        )
         links = []
         records = decision_records([r.pk for r in runs])
         for run in sorted(runs, key=lambda r: r.pk):
