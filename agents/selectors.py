@@ -192,7 +192,8 @@ def run_page(*, filters: dict[str, Any], cursor: str | None = None, limit: int =
         # created_at <= c AND NOT (created_at = c AND id >= c_id): one backward range scan of the
         # (created_at, id) index, on SQLite and PostgreSQL alike. Filtered by a tool, the same
         # condition on the RunTool row's copies (equal values), so that its index is scanned.
-        runs = runs.filter(keyset_at__lte=created_at).exclude(keyset_at=created_at, keyset_id__gte=run_id)
+        after = {"keyset_at__lte": created_at}  # annotations (run_list): the stubs know model fields only
+        runs = runs.filter(**after).exclude(**{"keyset_at": created_at, "keyset_id__gte": run_id})
     rows = list(runs[: limit + 1])
     shown = rows[:limit]
     return RunPage(

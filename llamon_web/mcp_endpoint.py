@@ -280,7 +280,7 @@ async def list_runs(ctx: Context, filters: RunFilterIn | None = None) -> dict[st
     session_id, chatbot_id, `subject` (key=value of the context or a DataPart, e.g.
     patientId=P-2002: every finished run of that subject), q, period, since, until. Page with the
     answer's `next_cursor` as `cursor`. (viewer)"""
-    chosen = filters or RunFilterIn()
+    chosen = filters or RunFilterIn.model_validate({})
     return await _call(ctx, "viewer", lambda r: _out(RunPageOut, _answer(agents_api.list_runs(r, chosen))))
 
 
@@ -293,7 +293,7 @@ async def export_runs(ctx: Context, filters: RunExportIn | None = None) -> dict[
     included), as the file's text: `format` csv or jsonl (with proofs; the last line is the signed
     manifest, which records the filter). At most 1,000 runs: narrow the filters, or download a
     larger export from GET /api/runs/export. Audited like every export. (viewer)"""
-    chosen = filters or RunExportIn()
+    chosen = filters or RunExportIn.model_validate({})
 
     def export(request: HttpRequest) -> dict[str, Any]:
         wanted = chosen.dict(exclude={"limit", "offset", "cursor", "format"})
@@ -304,7 +304,8 @@ async def export_runs(ctx: Context, filters: RunExportIn | None = None) -> dict[
                 _("More than %(n)s runs match: narrow the filters, or download the export from %(url)s.")
                 % {"n": format(EXPORT_TOOL_RUNS, ","), "url": "GET /api/runs/export"}
             )
-        stream = agents_services.runs_export(actor=request.auth, filters=wanted, fmt=chosen.format)
+        actor = request.auth  # type: ignore[attr-defined]  # set by _call, as the REST API sets it
+        stream = agents_services.runs_export(actor=actor, filters=wanted, fmt=chosen.format)
         return {"format": chosen.format, "text": "".join(stream)}
 
     return await _call(ctx, "viewer", export)
