@@ -115,8 +115,9 @@ def test_the_run_page_and_its_step_pages_stay_small_and_link_the_next_part(viewe
 
 
 @pytest.mark.parametrize("query", ["field=input&part=0", "field=input&part=999", "field=bogus", "part=x1"])
-def test_a_part_that_does_not_exist_is_refused(viewer_client, make_user, big_run, query) -> None:
-    run, _values = big_run
+def test_a_part_that_does_not_exist_is_refused(viewer_client, make_user, agent, query) -> None:
+    run = Run.objects.create(agent=agent, agent_name=agent.name, query="q", status=Run.Status.SUCCEEDED)
+    RunStep.objects.create(run=run, seq=1, kind="tool", name="t", started_at=timezone.now(), input={"a": 1})
     page = viewer_client.get(reverse("agents:run_step_value", args=[run.pk, 1]) + "?" + query)
     assert page.status_code == 404
     client = Client()
