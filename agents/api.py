@@ -6,11 +6,11 @@ so the API accepts and refuses exactly what the pages do.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from django.http import HttpRequest
+from django.http import Http404, HttpRequest
 from django.utils.translation import gettext as _
-from ninja import Query, Router, Status
+from ninja import Path, Query, Router, Status
 from ninja.errors import AuthenticationError, AuthorizationError
 from ninja.security import HttpBearer
 
@@ -44,6 +44,8 @@ from agents.schemas import (
     RunStepsOut,
     ShadowIn,
     ShadowOut,
+    StepValueIn,
+    StepValueOut,
 )
 from core.api import CHANGE_REQUESTED, DbId, error_responses, get_or_404
 from llamon_agent.tools import AgentRequest
@@ -535,6 +537,26 @@ def list_run_steps(request: HttpRequest, run_id: DbId, after: int = Query(0, ge=
         "last_seq": page.last_seq,
         "steps": page.steps,
     }
+
+
+@router.get(
+    "/runs/{run_id}/steps/{seq}/value",
+    response={200: StepValueOut, **error_responses(404)},
+    auth=VIEWER,
+    tags=RUNS,
+)
+def get_run_step_value(
+    request: HttpRequest, run_id: DbId, seq: Annotated[int, Path(ge=0, le=2**31)], which: Query[StepValueIn]
+) -> Any:
+    """One part of a step's input or output (a value over 256 KB is given in parts on the steps' pages)."""
+    run = get_or_404(Run, "run", pk=run_id)
+    part = selectors.run_step_value(run=run, seq=seq, field=which.field, part=which.part)
+    if part is None:
+        raise Http404(
+            _("Run %(run)s has no step %(seq)s with a part %(part)s of its %(field)s.")
+            % {"run": run_id, "seq": seq, "part": which.part, "field": which.field}
+        )
+    return part
 
 
 @router.post("/runs/{run_id}/cancel", response={200: RunOut, **error_responses(404)}, auth=EDITOR, tags=RUNS)

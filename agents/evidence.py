@@ -19,7 +19,8 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext_lazy
 
-from agents.models import Run, RunStep, RunTool
+from agents.models import Run, RunStep, RunSubject, RunTool
+from agents.subjects import run_subjects
 from core.chain import DELETION, Kind, chain_append, chain_deletion, chain_kind
 from core.content_hash import sha256
 from core.models import ChainRecord
@@ -96,11 +97,27 @@ def step_digest(step: Mapping[str, Any]) -> list[Any]:
 RECORD_VERSION = 2
 
 
+# What a record says in place of nothing when a run's subject rows are not the ones its request gives.
+SUBJECTS_CHANGED = "the subject rows are not the ones the request gives"
+
+
+def subjects_expected(run: Mapping[str, Any]) -> set[tuple[str, str, Any]]:
+    """The subject rows a run must have: derived from its request, with its time."""
+    return {(key, value, run["created_at"]) for key, value in run_subjects(run["context"], run["a2a_data"])}
+
+
 def decision_record(
-    run: Mapping[str, Any], steps: Iterable[Mapping[str, Any]], tools: Iterable[tuple[str, Any]] = ()
+    run: Mapping[str, Any],
+    steps: Iterable[Mapping[str, Any]],
+    tools: Iterable[tuple[str, Any]] = (),
+    subjects: Iterable[tuple[str, str, Any]] = (),
 ) -> dict[str, Any]:
-    """A finished run's record (without the ids of rows that may be deleted and set to null)."""
-    return {
+    """A finished run's record (without the ids of rows that may be deleted and set to null).
+
+    The subject rows are not listed: the record commits to the request they are derived from. When
+    they are not exactly that derivation (a row edited, deleted or added by hand), the record says
+    so (SUBJECTS_CHANGED), so it no longer matches the hash it was sealed with, whatever its shape."""
+    record = {
         "v": RECORD_VERSION,
         "ingested_by": run["ingested_by_id"],
         "tools": sorted([name, _iso(at)] for name, at in tools),
@@ -119,6 +136,9 @@ def decision_record(
         "finished_at": run["finished_at"].isoformat() if run["finished_at"] else None,
         "steps": [step_digest(s) for s in steps],
     }
+    if set(subjects) != subjects_expected(run):
+        record["subjects"] = SUBJECTS_CHANGED
+    return record
 
 
 def decision_records(run_ids: list[int]) -> dict[str, dict[str, Any]]:
@@ -131,8 +151,8 @@ def decision_records(run_ids: list[int]) -> dict[str, dict[str, Any]]:
     steps: dict[int, list[Any]] = defaultdict(list)
     for step in RunStep.objects.filter(run_id__in=list(runs)).order_by("run_id", "seq").values(*STEP_FIELDS):
         steps[step["run_id"]].append(step)
-    tools = run_tools(list(runs))
-    return {str(pk): decision_record(run, steps[pk], tools[pk]) for pk, run in runs.items()}
+    tools, subjects = run_tools(list(runs)), run_subject_rows(list(runs))
+    return {str(pk): decision_record(run, steps[pk], tools[pk], subjects[pk]) for pk, run in runs.items()}
 
 
 def run_tools(run_ids: list[int]) -> dict[int, list[tuple[str, Any]]]:
@@ -143,6 +163,29 @@ def run_tools(run_ids: list[int]) -> dict[int, list[tuple[str, Any]]]:
     ):
         tools[run_id].append((name, at))
     return tools
+
+
+def run_subject_rows(run_ids: list[int]) -> dict[int, list[tuple[str, str, Any]]]:
+    """The runs' subject rows: {run id: [(key, value, time)]}."""
+    rows: dict[int, list[tuple[str, str, Any]]] = defaultdict(list)
+    for run_id, key, value, at in RunSubject.objects.filter(run_id__in=run_ids).values_list(
+        "run_id", "key", "value", "created_at"
+    ):
+        rows[run_id].append((key, value, at))
+    return rows
+
+
+def subjects_write(run_id: int) -> None:
+    """Write a run's subject rows (run_end, in its transaction; the backfill migration does the same)."""
+    run = Run.objects.filter(pk=run_id).values("context", "a2a_data", "created_at").first()
+    if run is not None:
+        RunSubject.objects.bulk_create(
+            [
+                RunSubject(run_id=run_id, key=key, value=value, created_at=run["created_at"])
+                for key, value in run_subjects(run["context"], run["a2a_data"])
+            ],
+            ignore_conflicts=True,
+        )
 
 
 def older_records(record: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -165,6 +208,7 @@ def run_end(run_id: int, *, where: Mapping[str, Any], **fields: Any) -> bool:
         ended = Run.objects.filter(pk=run_id, **where).update(**fields)
         if ended:
             RunStep.objects.filter(run_id=run_id, status="running").update(status="interrupted")
+            subjects_write(run_id)
             record = decision_records([run_id]).get(str(run_id))
             if record is not None:
                 chain_append(kind="run", ref=str(run_id), content=record)

@@ -12,6 +12,7 @@ from django.utils.translation import gettext_lazy as _
 from agents.models import Agent, ModelConnection, PrivacySettings
 from agents.services import DEFAULT_SYSTEM_PROMPT
 from agents.services.agents import VALUE_FIELDS
+from agents.subjects import SubjectError, subject_parse
 from core import userinput
 from core.json_messages import json_error_reason
 from core.library_messages import regex_error_text
@@ -177,6 +178,12 @@ class RunFilterForm(forms.Form):
     user_id = forms.CharField(required=False, label="userId")
     chatbot_id = forms.CharField(required=False, label="chatbotId")
     session_id = forms.CharField(required=False, label="sessionId")
+    subject = forms.CharField(
+        required=False,
+        strip=False,  # the value as typed, checked as the API checks it (subject_parse)
+        label=_("Subject"),
+        help_text=_("key=value of the context or a DataPart, e.g. patientId=P-2002 (finished runs)"),
+    )
     q = forms.CharField(required=False, label=_("Query text"))
     period = forms.ChoiceField(
         choices=[
@@ -202,6 +209,15 @@ class RunFilterForm(forms.Form):
         self.fields["status"].choices = [("", _("any status"))] + [
             (v, status_label(v)) for v in Run.Status.values
         ]
+
+    def clean_subject(self) -> str:
+        text: str = self.cleaned_data["subject"]
+        if text:
+            try:
+                subject_parse(text)
+            except SubjectError as exc:
+                raise forms.ValidationError(str(exc)) from None
+        return text
 
 
 class PrivacyForm(forms.ModelForm):

@@ -434,6 +434,30 @@ class RunTool(models.Model):
         return f"{self.run_id} {self.tool_name}"
 
 
+class RunSubject(models.Model):
+    """One ``key=value`` a finished run is found by (``patientId=P-2002``): a scalar of its context
+    or of a DataPart (agents.subjects.run_subjects). The run list's subject filter.
+
+    Like RunTool, the row carries the run's ``created_at``, so the filter walks the (key, value,
+    created_at, run) index newest first and stops after a page. Written when the run ends, in the
+    transaction that seals its decision record; the verifier derives the rows again from the
+    recorded request, so a row edited, deleted or added by hand names the run.
+    """
+
+    # No index of its own: the unique (run, key, value) index serves lookups by run.
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="subjects", db_index=False)
+    key = models.CharField(max_length=64)
+    value = models.CharField(max_length=200)
+    created_at = models.DateTimeField()  # the run's, copied
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "key", "value"], name="runsubject_unique")]
+        indexes = [models.Index(fields=["key", "value", "created_at", "run"], name="runsubject_created")]
+
+    def __str__(self) -> str:
+        return f"{self.run_id} {self.key}={self.value}"
+
+
 class ShadowTally(models.Model):
     """Shadow mode's counts for one agent and one shadow version (agents.rollout_runtime.shadow_record)."""
 

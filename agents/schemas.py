@@ -5,10 +5,12 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from ninja import Field, ModelSchema, Schema
-from pydantic import ConfigDict
+from pydantic import ConfigDict, field_validator
+from pydantic_core import PydanticCustomError
 
 from agents.checks import agent_model_problem
 from agents.models import Agent, ModelConnection, Run, RunStep
+from agents.subjects import EXAMPLE, SUBJECT_MAX, SubjectError, subject_parse
 from core.api import DbId, PatchIn, Revision, StrictIn
 from core.userinput import FilterDateTime
 from llamon_agent.expr import MAX_QUERY_CHARS
@@ -279,6 +281,13 @@ class RunFilterIn(StrictIn):
     user_id: str = Field("", max_length=200)
     chatbot_id: str = Field("", max_length=200)
     session_id: str = Field("", max_length=200)
+    subject: str = Field(
+        "",
+        max_length=SUBJECT_MAX,
+        description=f"key=value of the run's context or of a DataPart ({EXAMPLE}; nested objects as "
+        "dotted keys): finished runs only. Key: letters, digits, _ . - (at most 64); value: at most "
+        "200 characters, no control characters.",
+    )
     q: str = Field("", max_length=200, description="Text in the query")
     period: Literal["24h", "7d", "30d"] | None = Field(
         None, description="Only runs of the last 24 hours, 7 or 30 days"
@@ -296,6 +305,17 @@ class RunFilterIn(StrictIn):
         description=f"Deprecated: skips runs, at most {MAX_OFFSET:,} (OFFSET reads every run it skips); "
         "use cursor, which costs the same on any page.",
     )
+
+    @field_validator("subject", mode="before")
+    @classmethod
+    def _subject(cls, value: Any) -> Any:
+        # Before the length check: its sentence (and language) is subject_parse's, as on the page.
+        if isinstance(value, str) and value:
+            try:
+                subject_parse(value)
+            except SubjectError as exc:
+                raise PydanticCustomError("subject", "{message}", {"message": str(exc)}) from None
+        return value
 
 
 class RunExportIn(RunFilterIn):
@@ -339,9 +359,31 @@ class RunStepsOut(Schema):
     run_id: int
     status: str
     finished: bool = Field(description="The run has ended and every step has been read.")
-    more: bool = Field(description="More steps follow this page (200 at most a page).")
+    more: bool = Field(
+        description="More steps follow this page (200 at most a page, and about 1 MB of their values)."
+    )
     last_seq: int = Field(description="Ask for ?after=last_seq next: every step up to it has ended.")
-    steps: list[RunStepOut]
+    steps: list[RunStepOut] = Field(
+        description="A step's input or output over 256 KB as indented JSON is given as its first part: "
+        '{"llamon_part": 1, "parts", "field", "bytes", "sha256", "text", "next"}; read the others at `next`.'
+    )
+
+
+class StepValueIn(StrictIn):
+    """Which part of which value of a step."""
+
+    field: Literal["input", "output"] = Field("output", description="The step's input or output")
+    part: int = Field(1, ge=1, le=1_000_000, description="Which part, from 1")
+
+
+class StepValueOut(Schema):
+    llamon_part: int = Field(description="This part's number, from 1.")
+    parts: int = Field(description="How many parts the value has (256 KB of UTF-8 each at most).")
+    field: str
+    bytes: int = Field(description="The size of the whole value as indented JSON, UTF-8.")
+    sha256: str = Field(description="SHA-256 of the whole text: the parts put together must match it.")
+    text: str = Field(description="This part of the indented JSON text (cut between characters).")
+    next: str | None = Field(description="Where the next part is; null on the last.")
 
 
 # --- Trace ingest ----------------------------------------------------------------------------------

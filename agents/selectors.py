@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Case, Count, FilteredRelation, Q, QuerySet, Value, When
+from django.db.models import Case, Count, F, FilteredRelation, Q, QuerySet, Value, When
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
@@ -17,6 +18,7 @@ from accounts.roles import is_approver
 from agents.change_reads import Grants, change_request_stale, grantee, review_problems
 from agents.models import Agent, ChangeRequest, ChangeReview, ModelConnection, Run, RunStep, WorkerHeartbeat
 from agents.redaction import RUN_INPUT_FIELDS, redactor, redactor_active
+from agents.subjects import subject_parse
 from core.models import ChainRecord
 from llamon_agent.prestep import PRESTEP_FAILED
 from rules.expr_messages import engine_text
@@ -87,7 +89,22 @@ def run_list(*, filters: dict[str, Any]) -> QuerySet[Run]:
             .filter(tool_use__isnull=False)
             .order_by("-tool_use__created_at", "-tool_use__run_id")
         )
+    if filters.get("subject"):
+        # The same join as the tool's, with the run's RunSubject row for key=value (one at most):
+        # the (key, value, created_at, run) index newest first, a page read and no more.
+        key, value = subject_parse(filters["subject"])
+        runs = (
+            runs.annotate(
+                subject_row=FilteredRelation(
+                    "subjects", condition=Q(subjects__key=key, subjects__value=value)
+                )
+            )
+            .filter(subject_row__isnull=False)
+            .order_by("-subject_row__created_at", "-subject_row__run_id")
+        )
     ids = {field: filters[field] for field in ("user_id", "chatbot_id", "session_id") if filters.get(field)}
+    if filters.get("subject"):
+        ids["subject"] = subject_parse(filters["subject"])[1]
     if ids and redactor_active():
         redact = redactor()
         if any(redact(value) != value for value in ids.values()):
@@ -95,7 +112,8 @@ def run_list(*, filters: dict[str, Any]) -> QuerySet[Run]:
             # runs by its real text would tell who is there. Like the text search, match nothing.
             return runs.none()
     for field, value in ids.items():
-        runs = runs.filter(**{field: value})
+        if field != "subject":
+            runs = runs.filter(**{field: value})
     if filters.get("q"):
         runs = _search_unmasked(runs.filter(query__icontains=filters["q"]), filters["q"])
     if filters.get("period") in PERIODS:
@@ -104,7 +122,12 @@ def run_list(*, filters: dict[str, Any]) -> QuerySet[Run]:
         runs = runs.filter(created_at__gte=filters["since"])
     if filters.get("until"):
         runs = runs.filter(created_at__lte=filters["until"])
-    return runs
+    # The keyset's columns under one name (run_page's cursor): an annotation reuses the subject's
+    # or the tool's join, where a filter on the joined row would add a second join of it, and an
+    # exclude an EXISTS per run, which the database cannot walk in index order (~400 ms a page
+    # half way down a common subject at 1,000,000 runs, docs/performance.md).
+    at, pk = keyset_columns(filters)
+    return runs.annotate(keyset_at=F(at), keyset_id=F(pk))
 
 
 # --- Keyset pages -------------------------------------------------------------------------------
@@ -151,6 +174,16 @@ def cursor_decode(cursor: str) -> tuple[datetime, int]:
     return created_at, run_id
 
 
+def keyset_columns(filters: dict[str, Any]) -> tuple[str, str]:
+    """The (time, id) columns a filtered run list is ordered by: the joined row's copies when a
+    subject or a tool filter joins one (run_list orders by the subject's when both), else the run's."""
+    if filters.get("subject"):
+        return "subject_row__created_at", "subject_row__run_id"
+    if filters.get("tool"):
+        return "tool_use__created_at", "tool_use__run_id"
+    return "created_at", "id"
+
+
 def run_page(*, filters: dict[str, Any], cursor: str | None = None, limit: int = 50) -> RunPage:
     """One page of :func:`run_list` after ``cursor``: ``limit`` runs and the cursor of the next page."""
     runs = run_list(filters=filters)
@@ -159,8 +192,8 @@ def run_page(*, filters: dict[str, Any], cursor: str | None = None, limit: int =
         # created_at <= c AND NOT (created_at = c AND id >= c_id): one backward range scan of the
         # (created_at, id) index, on SQLite and PostgreSQL alike. Filtered by a tool, the same
         # condition on the RunTool row's copies (equal values), so that its index is scanned.
-        at, pk = ("tool_use__created_at", "tool_use__run_id") if filters.get("tool") else ("created_at", "id")
-        runs = runs.filter(**{f"{at}__lte": created_at}).exclude(**{at: created_at, f"{pk}__gte": run_id})
+        after = {"keyset_at__lte": created_at}  # annotations (run_list): the stubs know model fields only
+        runs = runs.filter(**after).exclude(**{"keyset_at": created_at, "keyset_id__gte": run_id})
     rows = list(runs[: limit + 1])
     shown = rows[:limit]
     return RunPage(
@@ -248,6 +281,14 @@ def run_steps(*, run: Run, after: int = 0) -> QuerySet[RunStep]:
 
 
 STEP_PAGE = 200  # steps per page, on the run page and in the API: a 5,000-step run is 25 pages
+# A page also ends after the step whose stored input, output and error bring it past this many
+# bytes of JSON (a page holds one step at least): 200 steps of a run near LLAMON_RUN_MAX_BYTES
+# would otherwise be the whole run on one page.
+STEP_PAGE_BYTES = 1 << 20
+# A value (a step's input or output) longer than this as indented JSON is shown in parts of this
+# size: the page and the API carry its first part and say how to read the next ones.
+VALUE_PART_BYTES = 256 << 10
+STEP_VALUE_FIELDS = ("input", "output")
 
 
 @dataclass
@@ -260,13 +301,87 @@ class StepPage:
     settled: bool  # no step of this page is still running
 
 
+def _json_bytes(value: Any) -> int:
+    return len(json.dumps(value, ensure_ascii=False, default=str).encode()) if value is not None else 0
+
+
 def run_step_page(*, run: Run, after: int = 0) -> StepPage:
-    """The page of a run's steps after ``after`` that the run page and the API both serve."""
+    """The page of a run's steps after ``after`` that the run page and the API both serve: at most
+    STEP_PAGE steps and about STEP_PAGE_BYTES of their values, each value over VALUE_PART_BYTES
+    replaced by its first part (value_part)."""
     rows = list(run_steps(run=run, after=after)[: STEP_PAGE + 1])
-    steps = rows[:STEP_PAGE]
+    steps, total = rows[:STEP_PAGE], 0
+    more = len(rows) > STEP_PAGE
+    for index, step in enumerate(steps):
+        total += sum(_json_bytes(getattr(step, f)) for f in STEP_VALUE_FIELDS) + len(step.error.encode())
+        if total > STEP_PAGE_BYTES and index + 1 < len(steps):
+            steps, more = steps[: index + 1], True
+            break
+    for step in steps:
+        step.parted = []
+        for field in STEP_VALUE_FIELDS:
+            value = getattr(step, field)
+            if value is not None and _json_bytes(value) > VALUE_PART_BYTES // 2:  # indented, it may double
+                part = value_part(value, 1, run_id=run.pk, seq=step.seq, field=field)
+                if part["parts"] > 1:
+                    setattr(step, field, part)
+                    step.parted.append(part)
     running = [s.seq for s in steps if s.status == "running"]
     last_seq = min(running) - 1 if running else (steps[-1].seq if steps else after)
-    return StepPage(steps, len(rows) > STEP_PAGE, last_seq, not running)
+    return StepPage(steps, more, last_seq, not running)
+
+
+def value_text(value: Any) -> bytes:
+    """A step's value as the parts cut it: indented JSON (as the page shows it), UTF-8."""
+    return json.dumps(value, ensure_ascii=False, indent=2, default=str).encode()
+
+
+def _part_bounds(data: bytes) -> list[int]:
+    """Where the parts of ``data`` start: every VALUE_PART_BYTES, moved back to a character's start."""
+    starts, at = [0], VALUE_PART_BYTES
+    while at < len(data):
+        while data[at] & 0xC0 == 0x80:  # a UTF-8 continuation byte: the character began before
+            at -= 1
+        starts.append(at)
+        at += VALUE_PART_BYTES
+    return starts
+
+
+def value_part(value: Any, part: int, *, run_id: int, seq: int, field: str) -> dict[str, Any]:
+    """Part ``part`` (1-based) of a value as indented JSON text, with how many there are, the size
+    and SHA-256 of the whole text (to check the parts put together) and where the next part is.
+    ValueError when there is no such part."""
+    import hashlib
+
+    data = value_text(value)
+    starts = _part_bounds(data)
+    if not 1 <= part <= len(starts):
+        raise ValueError(part)
+    end = starts[part] if part < len(starts) else len(data)
+    path = f"/api/runs/{run_id}/steps/{seq}/value?field={field}&part="
+    return {
+        "llamon_part": part,
+        "parts": len(starts),
+        "field": field,
+        "bytes": len(data),
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "text": data[starts[part - 1] : end].decode(),
+        "next": path + str(part + 1) if part < len(starts) else None,
+    }
+
+
+def run_step_value(*, run: Run, seq: int, field: str, part: int) -> dict[str, Any] | None:
+    """Part ``part`` of one step's input or output (value_part); None when there is no such step,
+    field or part (the page's and the API's 404)."""
+    if field not in STEP_VALUE_FIELDS:
+        return None
+    step = run.steps.filter(seq=seq).only(field).first()
+    if step is None:
+        return None
+    try:
+        return value_part(getattr(step, field), part, run_id=run.pk, seq=seq, field=field)
+    except ValueError:
+        return None
 
 
 def run_error_text(text: str) -> str:
@@ -350,8 +465,6 @@ def run_diagnostics(*, run: Run) -> list[dict[str, str]]:
 
 
 def _canonical(value: Any) -> str:
-    import json
-
     return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
 
 

@@ -31,6 +31,7 @@ urlpatterns = [
     path("runs/compare", views.run_compare, name="run_compare"),
     path("runs/<int:pk>/", views.run_detail, name="run_detail"),
     path("runs/<int:pk>/steps", views.run_steps, name="run_steps"),
+    path("runs/<int:pk>/steps/<int:seq>/value", views.run_step_value, name="run_step_value"),
     path("runs/<int:pk>/rules", views.run_rules, name="run_rules"),
     path("runs/<int:pk>/cancel", views.run_cancel, name="run_cancel"),
     path("runs/<int:pk>/rerun", views.run_rerun, name="run_rerun"),

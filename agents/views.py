@@ -256,7 +256,13 @@ def run_list(request: HtmxHttpRequest) -> HttpResponse:
     rows of the runs it still shows running (``live``), swapped in place.
     """
     form = RunFilterForm(request.GET or None)
-    filters = form.cleaned_data if form.is_valid() else {}
+    if form.is_bound and not form.is_valid():
+        # An invalid filter is refused, the field named: never the list of every run in its place.
+        # 422, which htmx swaps in (base.html's responseHandling), so the filter bar shows why.
+        context = {"form": form, "page": [], "run_page": selectors.RunPage([], None, None), "refused": True}
+        template = "agents/run_list.html#run-table" if request.htmx else "agents/run_list.html"
+        return render(request, template, context, status=422)
+    filters = form.cleaned_data if form.is_bound else {}
     if "newer" in request.GET:
         return _run_list_poll(request, filters)
     try:
@@ -456,6 +462,28 @@ def run_rules(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     except RuleError as exc:
         return HttpResponse(exc.message, status=422, content_type="text/plain; charset=utf-8")
     return render(request, "agents/_prestep_rules.html", {"run": run, "table": table})
+
+
+@require_GET
+@require_role("viewer")
+def run_step_value(request: HtmxHttpRequest, pk: int, seq: int) -> HttpResponse:
+    """One part of a step's input or output (``?field=output&part=2``): a value over
+    selectors.VALUE_PART_BYTES is shown in parts, each page with the links to the one before and after."""
+    run = get_object_or_404(Run, pk=pk)
+    field, part = request.GET.get("field", "output"), db_id(request.GET.get("part") or "1")
+    if field not in selectors.STEP_VALUE_FIELDS:
+        field, part = "", None
+    label = {"input": _("input"), "output": _("output")}.get(field, "")
+    shown = selectors.run_step_value(run=run, seq=seq, field=field, part=part) if part else None
+    if shown is None:
+        return render(
+            request,
+            "agents/run_step_value.html",
+            {"run": run, "seq": seq, "field": field, "label": label, "missing": True},
+            status=404,
+        )
+    context = {"run": run, "seq": seq, "field": field, "label": label, "value": shown}
+    return render(request, "agents/run_step_value.html", context)
 
 
 def _after(request: HtmxHttpRequest) -> int:

@@ -35,6 +35,7 @@ import django  # noqa: E402
 django.setup()
 
 from django.core.management import call_command  # noqa: E402
+from django.db import connection  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
 RULES = [
@@ -49,7 +50,8 @@ def seed(n: int) -> None:
     """N finished runs with their steps and evidence links, written in bulk (the links are computed
     exactly as run_end computes them, without its one-transaction-per-run cost)."""
     from agents.evidence import decision_records
-    from agents.models import Agent, Run, RunStep
+    from agents.models import Agent, Run, RunStep, RunSubject
+    from agents.subjects import run_subjects
     from core.chain import GENESIS, link_hash
     from core.content_hash import sha256
     from core.models import ChainHead, ChainRecord
@@ -101,6 +103,11 @@ def seed(n: int) -> None:
                     )
                 )
         RunStep.objects.bulk_create(steps)
+        RunSubject.objects.bulk_create(  # what run_end writes: the pairs the subject filter reads
+            RunSubject(run=run, key=key, value=value, created_at=run.created_at)
+            for run in runs
+            for key, value in run_subjects(run.context, run.a2a_data)
+        )
         links = []
         records = decision_records([r.pk for r in runs])
         for run in sorted(runs, key=lambda r: r.pk):
@@ -120,6 +127,69 @@ def seed(n: int) -> None:
             prev = record_hash
         ChainRecord.objects.bulk_create(links)
     ChainHead.objects.update_or_create(pk=1, defaults={"seq": seq, "record_hash": prev})
+
+
+SEEDED = 5_000  # runs seeded through the ORM; the rest are copies made in SQL (replicate)
+
+
+def replicate(n: int) -> None:
+    """Copies of the SEEDED runs until there are ``n``, in SQL (minutes instead of the ORM's half
+    hour at 100,000): each copy with its steps, subject rows and a link, its query and session
+    made its own (masking works on each) and its times moved back a minute per round. The copies'
+    links carry their original's hashes: the export reads and writes them, it does not check them
+    (``tools/verify_evidence.py`` would refuse a copy; the ORM-seeded runs verify)."""
+    from agents.models import Run, RunStep, RunSubject
+    from core.models import ChainHead, ChainRecord
+
+    def columns(model, skip=("id",)):
+        return [f.column for f in model._meta.concrete_fields if f.column not in skip]
+
+    run_cols = columns(Run)
+    shifted = {
+        "query": "query || ' #' || %(k)s",
+        "session_id": "session_id || '-' || %(k)s",
+        "created_at": "strftime('%%Y-%%m-%%d %%H:%%M:%%f', created_at, '-%(k)s minutes')",
+        "finished_at": "strftime('%%Y-%%m-%%d %%H:%%M:%%f', finished_at, '-%(k)s minutes')",
+    }
+    step_cols = columns(RunStep)
+    subject_cols = columns(RunSubject)
+    link_cols = columns(ChainRecord)
+    top = ChainRecord.objects.order_by("-seq").values_list("seq", flat=True).first() or 0
+    with connection.cursor() as cur:
+        for k in range(1, (n - 1) // SEEDED + 1):
+            count = min(SEEDED, n - k * SEEDED)
+            off = k * SEEDED
+            run_select = ", ".join(shifted.get(c, c) % {"k": k} for c in run_cols)
+            cur.execute(
+                f"INSERT INTO agents_run (id, {', '.join(run_cols)}) SELECT id + {off}, {run_select} "
+                f"FROM agents_run WHERE id <= {count}"
+            )
+            for table, cols, key in (
+                ("agents_runstep", step_cols, "run_id"),
+                ("agents_runsubject", subject_cols, "run_id"),
+            ):
+                picked = ", ".join(
+                    f"{c} + {off}" if c == key else shifted[c] % {"k": k} if c == "created_at" else c
+                    for c in cols
+                )
+                cur.execute(
+                    f"INSERT INTO {table} ({', '.join(cols)}) SELECT {picked} FROM {table} WHERE run_id <= {count}"
+                )
+            picked = ", ".join(
+                f"seq + {top * k}"
+                if c == "seq"
+                else f"CAST(CAST(ref AS INTEGER) + {off} AS TEXT)"
+                if c == "ref"
+                else c
+                for c in link_cols
+            )
+            cur.execute(
+                f"INSERT INTO core_chainrecord ({', '.join(link_cols)}) SELECT {picked} FROM core_chainrecord "
+                f"WHERE kind = 'run' AND CAST(ref AS INTEGER) <= {count}"
+            )
+    ChainHead.objects.filter(pk=1).update(
+        seq=ChainRecord.objects.order_by("-seq").values_list("seq", flat=True)[0]
+    )
 
 
 def export_once(fmt: str) -> None:
@@ -162,7 +232,9 @@ def main() -> None:
         export_once(args.export)
         return
     started = time.perf_counter()
-    seed(args.runs)
+    seed(min(args.runs, SEEDED))
+    if args.runs > SEEDED:
+        replicate(args.runs)
     print(
         f"seeded {args.runs:,} runs in {time.perf_counter() - started:.0f} s ({os.environ['LLAMON_VAR_DIR']})"
     )

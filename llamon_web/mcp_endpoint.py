@@ -26,6 +26,7 @@ from django.core.exceptions import PermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import ProtectedError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.utils.translation import gettext as _
 from django.views.decorators.csrf import csrf_exempt
 from mcp.server.fastmcp import Context, FastMCP
 from mcp.server.fastmcp.exceptions import ToolError
@@ -37,13 +38,18 @@ from accounts.api_auth import TokenAuth
 from accounts.roles import Role
 from accounts.token_services import token_authenticate
 from agents import api as agents_api
+from agents import selectors as agents_selectors
+from agents import services as agents_services
 from agents.schemas import (
     AgentOut,
     ChangeRequestFilterIn,
     ChangeRequestOut,
     ReviewIn,
     RunCreateIn,
+    RunExportIn,
+    RunFilterIn,
     RunOut,
+    RunPageOut,
     RunStepOut,
 )
 from core.api import DbId, error_field, unknown_field_message
@@ -253,6 +259,53 @@ async def get_run(run_id: Id, ctx: Context) -> dict[str, Any]:
         }
 
     return await _call(ctx, "viewer", read)
+
+
+def _answer(value: Any) -> Any:
+    """A REST operation's answer, or its 4xx as a ToolError with the sentence and the field."""
+    status, body = getattr(value, "status_code", 200), getattr(value, "value", value)
+    if status >= 400:
+        field = body.get("field") if isinstance(body, dict) else None
+        detail = body.get("detail") if isinstance(body, dict) else str(body)
+        raise ToolError(f"{detail} (field: {field})" if field else str(detail))
+    return body
+
+
+@mcp.tool()
+async def list_runs(ctx: Context, filters: RunFilterIn | None = None) -> dict[str, Any]:
+    """Runs newest first with the run list's filters: agent, status, version, rule, tool, user_id,
+    session_id, chatbot_id, `subject` (key=value of the context or a DataPart, e.g.
+    patientId=P-2002: every finished run of that subject), q, period, since, until. Page with the
+    answer's `next_cursor` as `cursor`. (viewer)"""
+    chosen = filters or RunFilterIn.model_validate({})
+    return await _call(ctx, "viewer", lambda r: _out(RunPageOut, _answer(agents_api.list_runs(r, chosen))))
+
+
+EXPORT_TOOL_RUNS = 1_000
+
+
+@mcp.tool()
+async def export_runs(ctx: Context, filters: RunExportIn | None = None) -> dict[str, Any]:
+    """The evidence export of the runs the filters pick (the same filters as list_runs, `subject`
+    included), as the file's text: `format` csv or jsonl (with proofs; the last line is the signed
+    manifest, which records the filter). At most 1,000 runs: narrow the filters, or download a
+    larger export from GET /api/runs/export. Audited like every export. (viewer)"""
+    chosen = filters or RunExportIn.model_validate({})
+
+    def export(request: HttpRequest) -> dict[str, Any]:
+        wanted = chosen.dict(exclude={"limit", "offset", "cursor", "format"})
+        wanted = {k: v for k, v in wanted.items() if v not in (None, "")}
+        _count, capped = agents_selectors.run_count(filters=wanted, cap=EXPORT_TOOL_RUNS)
+        if capped:
+            raise ToolError(
+                _("More than %(n)s runs match: narrow the filters, or download the export from %(url)s.")
+                % {"n": format(EXPORT_TOOL_RUNS, ","), "url": "GET /api/runs/export"}
+            )
+        actor = request.auth  # type: ignore[attr-defined]  # set by _call, as the REST API sets it
+        stream = agents_services.runs_export(actor=actor, filters=wanted, fmt=chosen.format)
+        return {"format": chosen.format, "text": "".join(stream)}
+
+    return await _call(ctx, "viewer", export)
 
 
 @mcp.tool()

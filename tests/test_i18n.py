@@ -294,7 +294,7 @@ def test_every_page_in_korean_shows_no_english_interface_string(client, make_use
             kw["pk"] = seed.pk
         elif name in ("agents:edit", "agents:rollout"):
             kw["pk"] = agent.pk
-        elif name in ("agents:run_detail", "agents:run_steps", "agents:run_rules"):
+        elif name in ("agents:run_detail", "agents:run_steps", "agents:run_rules", "agents:run_step_value"):
             kw["pk"] = runs[0].pk
     client.force_login(make_user("admin"))
     allowed = {word.lower() for word in PRODUCT_NAMES | _data_words()}

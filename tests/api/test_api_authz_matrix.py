@@ -123,6 +123,8 @@ EXPECTED: dict[str, tuple[str, int, bool]] = {
     "PUT /api/agents/{agent_id}/protection": ("admin", 200, False),
     # The sample run is still queued: replaying it is refused (409) once the role is checked.
     "POST /api/runs/{run_id}/replay": ("editor", 409, False),
+    # ... and has no steps yet: a part of a step's value is a 404 once the role is checked.
+    "GET /api/runs/{run_id}/steps/{seq}/value": ("viewer", 404, False),
 }
 
 
@@ -145,6 +147,7 @@ def _request(key: str, sample: dict[str, Any], token_id: int) -> tuple[str, str,
         "agent_id": sample["agent"].pk,
         "connection_id": sample["connection"].pk,
         "run_id": sample["run"].pk,
+        "seq": 1,
         "change_id": sample["change"].pk,
         "token_id": token_id,
         "analysis_id": _impact_id(rule_set) if "{analysis_id}" in template else 0,

@@ -40,6 +40,8 @@ TOOLS = [
     "list_agents",
     "start_run",
     "get_run",
+    "list_runs",
+    "export_runs",
     "list_change_requests",
     "get_change_request",
     "review_change_request",

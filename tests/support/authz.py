@@ -73,6 +73,7 @@ EXPECTED: dict[str, tuple[str, dict[str, int | str]]] = {
     "agents:run_evidence": ("viewer", {"anonymous": LOGIN, "viewer": 200, "editor": 200, "admin": 200}),
     "agents:run_json": ("viewer", {"anonymous": LOGIN, "viewer": 200, "editor": 200, "admin": 200}),
     "agents:run_steps": ("viewer", {"anonymous": LOGIN, "viewer": 200, "editor": 200, "admin": 200}),
+    "agents:run_step_value": ("viewer", {"anonymous": LOGIN, "viewer": 200, "editor": 200, "admin": 200}),
     "agents:run_rules": ("viewer", {"anonymous": LOGIN, "viewer": 200, "editor": 200, "admin": 200}),
     "agents:run_cancel": ("editor", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
     "agents:run_rerun": ("editor", {"anonymous": 405, "viewer": 405, "editor": 405, "admin": 405}),
@@ -203,6 +204,12 @@ def sample_kwargs(make_user) -> dict[str, dict[str, object]]:
     kwargs["rules:case_update"] = {"pk": rule_set.pk, "case_pk": case.pk}
     agent = Agent.objects.create(name="matrix", system_prompt="p", rule_set=rule_set)
     run = Run.objects.create(agent=agent, agent_name="matrix", query="q")  # stays queued: nothing is enqueued
+    from django.utils import timezone
+
+    from agents.models import RunStep
+
+    RunStep.objects.create(run=run, seq=1, kind="tool", name="t", started_at=timezone.now(), output={"n": 1})
+    kwargs["agents:run_step_value"] = {"pk": run.pk, "seq": 1}
     kwargs["agents:edit"] = {"pk": agent.pk}
     connection = ModelConnection.objects.create(
         name="matrix", base_url="http://127.0.0.1:9/v1", model_names=["m"]
