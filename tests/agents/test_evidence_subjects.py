@@ -213,7 +213,7 @@ def test_a_raw_edit_of_the_filters_rows_is_found_and_names_the_run(patients, edi
 def test_the_backfill_writes_the_rows_of_runs_that_ended_before(patients):
     from importlib import import_module
 
-    backfill = import_module("agents.migrations.0022_run_subjects_backfill").backfill
+    backfill = import_module("agents.migrations.0023_run_subjects_backfill").backfill
     before = sorted(RunSubject.objects.values_list("run_id", "key", "value"))
     RunSubject.objects.all().delete()
     assert not chain_verify().ok  # the rows are covered: without them the runs do not verify

@@ -8,7 +8,7 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-    dependencies = [("agents", "0020_previous_release_columns")]
+    dependencies = [("agents", "0021_change_request_grants")]
 
     operations = [
         migrations.CreateModel(

@@ -39,6 +39,6 @@ def backfill(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-    dependencies = [("agents", "0021_run_subjects")]
+    dependencies = [("agents", "0022_run_subjects")]
 
     operations = [migrations.RunPython(backfill, migrations.RunPython.noop, elidable=True)]
