@@ -102,3 +102,30 @@ def test_the_report_names_approvals_rules_inputs_results_skips_and_how_to_verify
 def test_the_report_speaks_korean(versions, viewer_client) -> None:
     page = viewer_client.get(reverse("agents:run_evidence"), HTTP_ACCEPT_LANGUAGE="ko").content.decode()
     assert "건너뛴 규칙" in page and "내보낸 파일을 확인하는 방법" in page
+
+
+@pytest.mark.parametrize(
+    ("query", "label"),
+    [
+        ("agent=999999", "Agent"),
+        ("agent=x", "Agent"),
+        ("status=bogus", "Status"),
+        ("version=v1;drop", "Served by version"),
+        ("candidate=maybe", "Rollout side"),
+        ("period=99y", "Period"),
+        ("since=yesterday", "Since"),
+        ("until=2026-13-40", "Until"),
+    ],
+)
+def test_every_invalid_filter_is_refused_naming_its_field_and_lists_no_run(
+    viewer_client, agent, query, label
+) -> None:
+    from tests.support.evidence import finished_run
+
+    finished_run(agent, "C-1001", "A-1001")
+    response = viewer_client.get(reverse("agents:run_evidence") + "?" + query)
+    page = response.content.decode()
+    assert response.status_code == 400 and "filter-errors" in page
+    errors = page[page.index("filter-errors") :]
+    assert label in errors[:2000], errors[:2000]
+    assert "evidence-table" not in page and "order-service.get_order" not in page
