@@ -333,8 +333,8 @@ def evidence_report(filters: dict[str, Any]) -> dict[str, Any]:
     ids = list(dict.fromkeys(row["run"] for row in rows))
     shown = {run.pk: run for run in selectors.runs_for_display(Run.objects.filter(pk__in=ids))}
     for row in rows:  # the run's input as every page shows it: query, context and DataParts, masked
-        run = shown[row["run"]]
-        row["input"] = {"query": run.query, "context": run.context, "a2a_data": run.a2a_data}
+        masked = shown[row["run"]]
+        row["input"] = {"query": masked.query, "context": masked.context, "a2a_data": masked.a2a_data}
     return {
         "rows": rows,
         "cut": len(rows) >= REPORT_ROWS,
@@ -358,10 +358,17 @@ def report_versions(runs: Any) -> list[dict[str, Any]]:
     for version in versions.order_by("rule_set__name", "number"):
         content = version.content
         rules = content.get("rules", []) if isinstance(content, dict) else content
+        change = _publish_request(version)
+        approvals = (
+            list(change.reviews.filter(decision=ChangeReview.Decision.APPROVE).order_by("created_at", "id"))
+            if change is not None
+            else []
+        )
         out.append(
             {
                 "version": version,
-                "change": _publish_request(version),
+                "change": change,
+                "approvals": approvals,
                 "rules": [r for r in rules if isinstance(r, dict)],
             }
         )
@@ -394,10 +401,6 @@ def _publish_request(version: RuleSetVersion) -> ChangeRequest | None:
     request = next(
         (r for r in found.order_by("-decided_at") if r.payload.get("rule_set") == version.rule_set_id), None
     )
-    if request is not None:
-        request.approvals = [
-            review for review in request.reviews.all() if review.decision == ChangeReview.Decision.APPROVE
-        ]
     return request
 
 
