@@ -510,6 +510,7 @@ def ingest_run(request: HttpRequest, payload: IngestIn) -> Any:
         agent_name=payload.agent_name,
         request=sample,
         finish=payload.finish.dict() if payload.finish is not None else None,
+        version=payload.version.dict() if payload.version is not None else None,
     )
     body = {"run_id": run.pk, "created": created, "status": run.status, "steps": run.steps.count()}
     return Status(201 if created else 200, body)

@@ -39,10 +39,11 @@ from agents.evidence import (
     run_subject_rows,
     run_tools,
 )
-from agents.models import Run, RunStep
+from agents.models import ChangeRequest, ChangeReview, Run, RunStep
 from agents.redaction import redactor
-from core.chain import chain_head, chain_sign
+from core.chain import chain_head, chain_public_key, chain_sign
 from core.models import ChainRecord
+from rules.models import RuleSetVersion
 
 FORMAT = "llamon-evidence/1"
 FORMATS = ("csv", "jsonl")
@@ -342,14 +343,95 @@ def evidence_report(filters: dict[str, Any]) -> dict[str, Any]:
         rows.extend(_row(run, step, link) for step in steps or [{}])
         if len(rows) >= REPORT_ROWS:
             break
+    rows = rows[:REPORT_ROWS]
+    ids = list(dict.fromkeys(row["run"] for row in rows))
+    shown = {run.pk: run for run in selectors.runs_for_display(Run.objects.filter(pk__in=ids))}
+    for row in rows:  # the run's input as every page shows it: query, context and DataParts, masked
+        masked = shown[row["run"]]
+        row["input"] = {"query": masked.query, "context": masked.context, "a2a_data": masked.a2a_data}
     return {
-        "rows": rows[:REPORT_ROWS],
+        "rows": rows,
         "cut": len(rows) >= REPORT_ROWS,
         "runs": runs,
         "head": chain_head(),
+        "public_key": chain_public_key(),
         "since": filters.get("since"),
         "until": filters["until"],
+        "versions": report_versions(shown.values()),
+        "skipped": report_skipped(ids),
     }
+
+
+def report_versions(runs: Any) -> list[dict[str, Any]]:
+    """Each rule-set version the report's runs were served by: who published it (the requester of
+    its change request when the agent is protected), who approved it and when, and its rules as
+    they were in that version (the version is immutable)."""
+    pks = sorted({run.rule_set_version_id for run in runs if run.rule_set_version_id})
+    versions = RuleSetVersion.objects.filter(pk__in=pks).select_related("rule_set", "author")
+    out = []
+    for version in versions.order_by("rule_set__name", "number"):
+        content = version.content
+        rules = content.get("rules", []) if isinstance(content, dict) else content
+        change = _publish_request(version)
+        approvals = (
+            list(change.reviews.filter(decision=ChangeReview.Decision.APPROVE).order_by("created_at", "id"))
+            if change is not None
+            else []
+        )
+        out.append(
+            {
+                "version": version,
+                "change": change,
+                "approvals": approvals,
+                "rules": [r for r in rules if isinstance(r, dict)],
+            }
+        )
+    return out
+
+
+PUBLISH_ACTIONS = ("rule_set.publish", "rollout.publish")
+
+
+def _publish_request(version: RuleSetVersion) -> ChangeRequest | None:
+    """The approved change request that published ``version`` (a protected agent's), or None when
+    it was published directly. Applying a request publishes in the same transaction as its last
+    approval, as the requester: the latest such request for the rule set decided at or before the
+    version was made, and after the version before it."""
+    previous = (
+        RuleSetVersion.objects.filter(rule_set_id=version.rule_set_id, number__lt=version.number)
+        .order_by("-number")
+        .values_list("created_at", flat=True)
+        .first()
+    )
+    found = ChangeRequest.objects.filter(
+        action__in=PUBLISH_ACTIONS,
+        state=ChangeRequest.State.APPLIED,
+        requested_by_id=version.author_id,
+        decided_at__lte=version.created_at,
+    )
+    if previous is not None:
+        found = found.filter(decided_at__gt=previous)
+    # The payload is compared here: PostgreSQL stores it as json (ordered), which has no equality.
+    request = next(
+        (r for r in found.order_by("-decided_at") if r.payload.get("rule_set") == version.rule_set_id), None
+    )
+    return request
+
+
+def report_skipped(ids: list[int]) -> list[dict[str, Any]]:
+    """Per run, the rules its pre-step skipped (their condition did not hold, or the request index
+    showed they could not fire) and how many a stop rule left unreached, from its pre-step step."""
+    out = []
+    steps = RunStep.objects.filter(run_id__in=ids, kind=RunStep.Kind.PRESTEP).order_by("run_id", "seq")
+    for run_id, output in steps.values_list("run_id", "output"):
+        if not isinstance(output, dict):
+            continue
+        skipped = [name for name in output.get("skipped") or [] if isinstance(name, str)]
+        count = output.get("skipped_count") if isinstance(output.get("skipped_count"), int) else len(skipped)
+        unreached = output.get("not_reached_count") if isinstance(output.get("not_reached_count"), int) else 0
+        if skipped or count or unreached:
+            out.append({"run": run_id, "skipped": skipped, "count": count, "not_reached": unreached})
+    return out
 
 
 def run_document(run: Run) -> dict[str, Any]:

@@ -420,6 +420,14 @@ class RunFinishIn(StrictIn):
     error_kind: str = Field("", max_length=20)
 
 
+class ServedVersionIn(StrictIn):
+    """The rule-set version a served agent serves, as its exported ``app/tools.py`` names it."""
+
+    rule_set: str = Field(min_length=1, max_length=100)
+    ref: str = Field(pattern=r"^(v[1-9][0-9]{0,8}|draft@[0-9]{1,9})$", description="v3, or draft@12")
+    content_hash: str = Field(pattern=r"^[0-9a-f]{64}$", description="SHA-256 of the version's content")
+
+
 class IngestIn(StrictIn):
     """A batch of trace events: without ``run_id`` it creates the run (``source``, ``request``)."""
 
@@ -430,6 +438,9 @@ class IngestIn(StrictIn):
     request: IngestRequestIn | None = None
     events: list[TraceEventIn] = Field(default_factory=list, max_length=1000)
     finish: RunFinishIn | None = None
+    version: ServedVersionIn | None = Field(
+        None, description="With the first batch: the rule-set version the served agent serves."
+    )
 
 
 class IngestOut(Schema):

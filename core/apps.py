@@ -6,3 +6,6 @@ class CoreConfig(AppConfig):
 
     name = "core"
     verbose_name = "llamon-web core"
+
+    def ready(self) -> None:
+        from core import checks  # noqa: F401  (registers the system checks)

@@ -53,7 +53,7 @@ class ImpactAnalysis(JobProgress, models.Model):
     since = models.DateTimeField()
     until = models.DateTimeField()
 
-    status = models.CharField(max_length=10, choices=JobStatus.choices, default=JobStatus.QUEUED)
+    status = models.CharField(max_length=10, choices=JobStatus, default=JobStatus.QUEUED)
     total = models.PositiveIntegerField(default=0)
     done = models.PositiveIntegerField(default=0)
     result = OrderedJSONField(null=True, blank=True)
@@ -95,7 +95,7 @@ class SuggestionJob(JobProgress, models.Model):
     parts = models.PositiveSmallIntegerField(default=1)
     runs = models.PositiveIntegerField(default=0)
     done = models.PositiveIntegerField(default=0)  # parts finished, over the three stages
-    status = models.CharField(max_length=10, choices=JobStatus.choices, default=JobStatus.QUEUED)
+    status = models.CharField(max_length=10, choices=JobStatus, default=JobStatus.QUEUED)
     # Between stages: the run-id bounds of each part, the merged vocabulary, the candidates.
     state = OrderedJSONField(default=dict, blank=True)
     result = OrderedJSONField(null=True, blank=True)

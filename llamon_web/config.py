@@ -11,7 +11,7 @@ import base64
 import binascii
 import os
 import secrets
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -166,15 +166,47 @@ def redis_url(name: str = "REDIS_URL") -> str | None:
     return value
 
 
+def dev_key_file(path: Path, make: Callable[[], str]) -> str:
+    """A key for development, made once by ``make`` into a git-ignored file of mode 0600.
+
+    The file is written under a temporary name with mode 0600 from its creation and linked into
+    place only when whole, so the web server, the worker and beat, starting together, all read
+    the one key that won (never a half-written file, never two keys)."""
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(make())
+        try:
+            os.link(temporary, path)  # fails if another process linked its key first: read that one
+        except FileExistsError:
+            pass
+    finally:
+        temporary.unlink()
+    return path.read_text().strip()
+
+
 def dev_secret_key(path: Path) -> str:
     """A secret generated once for development and kept in a git-ignored file."""
-    if path.exists():
-        return path.read_text().strip()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    key = secrets.token_urlsafe(50)
-    path.write_text(key)
-    path.chmod(0o600)
-    return key
+    return dev_key_file(path, lambda: secrets.token_urlsafe(50))
+
+
+def dev_signing_key(path: Path) -> bytes:
+    """The evidence chain's Ed25519 key for development (the 32 bytes of its seed), generated once
+    into a git-ignored file, so that a fresh ``make run`` signs its exports as production does."""
+    text = dev_key_file(path, lambda: base64.urlsafe_b64encode(secrets.token_bytes(32)).decode())
+    try:
+        seed = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    except (ValueError, binascii.Error):
+        seed = b""
+    if len(seed) != 32:
+        raise ConfigError(f"{path} is not the base64 of a 32-byte Ed25519 key: delete it to make a new one")
+    return seed
 
 
 def _redact(url: str) -> str:

@@ -16,6 +16,7 @@ from llamon_web.config import (
     ConfigError,
     database_config,
     dev_secret_key,
+    dev_signing_key,
     env_bool,
     env_choice,
     env_ed25519_seed,
@@ -314,9 +315,13 @@ LLAMON_TOOL_RESULT_MAX_BYTES = env_int("LLAMON_TOOL_RESULT_MAX_BYTES", 256 * 102
 # each further value over 1 KB is stored as a marker with its size and its SHA-256, so a run of 200
 # rules returning 256 KB each stays a few MB and its evidence still commits to what was returned.
 LLAMON_RUN_MAX_BYTES = env_int("LLAMON_RUN_MAX_BYTES", 4 * 1024 * 1024, minimum=64 * 1024)
-# Signs the evidence chain's head (docs/evidence.md): keep the key where the database's owners cannot
-# read it, and give the public key (manage.py chain_head) to whoever checks anchored heads.
+# Signs the evidence chain's head and every export (docs/evidence.md): keep the key where the
+# database's owners cannot read it, and give the public key (manage.py chain_head --public-key) to
+# whoever checks exports. Required in production (the deploy check core.W001 says when it is
+# missing); in development it is generated once into var/chain_signing_key (mode 0600).
 LLAMON_CHAIN_SIGNING_KEY = env_ed25519_seed("LLAMON_CHAIN_SIGNING_KEY")
+if DEV and LLAMON_CHAIN_SIGNING_KEY is None:
+    LLAMON_CHAIN_SIGNING_KEY = dev_signing_key(VAR_DIR / "chain_signing_key")
 # --- Traces: what a model's tokens cost, USD per million tokens, as JSON (docs/observability.md):
 # {"gpt-4o-mini": {"input": 0.15, "output": 0.6}}. A model not listed has an unknown cost.
 # Checked at start-up by the system check agents.E001 (agents.pricing).

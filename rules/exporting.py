@@ -494,7 +494,9 @@ def rule_set_export_tools_py(
     enabled = [r for r in rules if r["enabled"]]
     _check_names(rules)
 
-    header = f"Routing rules exported from llamon-web {label} (content sha256 {content_hash[:16]})."
+    # The whole hash: a served agent reads this line back (llamon_agent.project.served_version) and
+    # its runs carry the version and hash it serves.
+    header = f"Routing rules exported from llamon-web {label} (content sha256 {content_hash})."
     out = [
         _lit(header),
         "",

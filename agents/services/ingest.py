@@ -26,6 +26,7 @@ from agents.redaction import run_redactor
 from agents.services.runs import request_check_size, request_lookup_ids
 from core.audit import audit_record
 from llamon_agent.tools import AgentRequest
+from rules.models import RuleSetVersion
 
 logger = logging.getLogger(__name__)
 
@@ -91,6 +92,41 @@ def _not_a_worker_agent(name: str, *, field: str | None = None) -> None:
         )
 
 
+def _served_version(version: dict[str, str] | None) -> dict[str, Any]:
+    """The run's columns for the version a served agent says it serves. A version this workbench
+    holds must be the same content (its hash); a rule set it holds must have that version."""
+    if not version:
+        return {}
+    fields: dict[str, Any] = {
+        "rule_set_name": version["rule_set"],
+        "rule_set_ref": version["ref"],
+        "rule_set_hash": version["content_hash"],
+    }
+    if not version["ref"].startswith("v"):
+        return fields  # a draft's content changes: nothing here to compare it with
+    number = int(version["ref"][1:])
+    known = RuleSetVersion.objects.filter(rule_set__name=version["rule_set"])
+    if not known.exists():
+        return fields  # rules from elsewhere: carried as the agent says
+    held = known.filter(number=number).first()
+    if held is None:
+        raise AgentError(
+            _("Rule set %(rule_set)s has no version %(ref)s in this workbench.")
+            % {"rule_set": version["rule_set"], "ref": version["ref"]},
+            field="version.ref",
+        )
+    if held.content_hash != version["content_hash"]:
+        raise AgentError(
+            _(
+                "Version %(ref)s of rule set %(rule_set)s has the content hash %(hash)s here, not the one sent: the served rules are not that version."
+            )
+            % {"ref": version["ref"], "rule_set": version["rule_set"], "hash": held.content_hash[:16]},
+            field="version.content_hash",
+        )
+    fields["rule_set_version"] = held
+    return fields
+
+
 def ingest_credential_authenticate(secret: str) -> IngestCredential | None:
     """The live credential a secret stands for, or None (compared in constant time)."""
     match = INGEST_RE.match(secret or "")
@@ -114,12 +150,15 @@ def run_ingest(
     agent_name: str = "",
     request: AgentRequest | None = None,
     finish: dict[str, Any] | None = None,
+    version: dict[str, str] | None = None,
 ) -> tuple[Run, bool]:
     """Create a served/flow run (``run`` None) or add to one: store TraceEvents as steps, redacted; maybe finish it.
 
     Returns (run, created). Steps go through the same DbStepSink as worker runs, so an end event
     completes the step its start event created in an earlier batch. ``finish`` is
-    ``{status, answer, error, error_kind}``; a finished run takes no more events.
+    ``{status, answer, error, error_kind}``; a finished run takes no more events. ``version``
+    (``{rule_set, ref, content_hash}``, with the first batch only) is the rule-set version the
+    served agent serves: stored on the run, so its page, exports and decision record carry it.
     """
     from agents.sink import DbStepSink
 
@@ -147,7 +186,9 @@ def run_ingest(
             )
         request = request or AgentRequest(query="")
         request_check_size(request)
+        served = _served_version(version)
         run = Run.objects.create(
+            **served,
             agent_name=credential.agent_name,
             ingested_by=credential,
             source=source,
@@ -161,6 +202,11 @@ def run_ingest(
             **request_lookup_ids(request),
         )
     else:
+        if version is not None:
+            raise AgentError(
+                _("The version a served agent serves is sent with its run's first batch only."),
+                field="version",
+            )
         run = Run.objects.select_for_update().get(pk=run.pk)  # one batch at a time: seq numbers stay unique
         if run.source == Run.Source.WORKER:
             raise AgentConflictError(

@@ -217,7 +217,10 @@ def test_a_signed_head_printed_elsewhere_catches_a_rewritten_chain(history, sett
     assert "another key" in chain_anchor_check(head)
 
 
-def test_an_unsigned_head_still_anchors_and_a_bad_anchor_file_is_a_clear_error(history, tmp_path) -> None:
+def test_an_unsigned_head_still_anchors_and_a_bad_anchor_file_is_a_clear_error(
+    history, tmp_path, settings
+) -> None:
+    settings.LLAMON_CHAIN_SIGNING_KEY = None  # a production without a key (development makes one)
     head = chain_head()
     assert "signature" not in head
     removed = ChainRecord.objects.order_by("-seq").first()

@@ -1,7 +1,8 @@
-"""With production settings (LLAMON_ENV=prod, a real secret, ALLOWED_HOSTS) `manage.py check --deploy` reports nothing."""
+"""With production settings (LLAMON_ENV=prod, a real secret, a signing key, ALLOWED_HOSTS) `manage.py check --deploy` reports nothing."""
 
 from __future__ import annotations
 
+import base64
 import secrets
 import string
 import subprocess
@@ -20,6 +21,7 @@ def test_check_deploy_reports_nothing_with_production_settings(tmp_path) -> None
         "SECRET_KEY": "".join(secrets.choice(alphabet) for _ in range(60)),
         "ALLOWED_HOSTS": "llamon.example.com",
         "LLAMON_VAR_DIR": str(tmp_path / "var"),
+        "LLAMON_CHAIN_SIGNING_KEY": base64.urlsafe_b64encode(secrets.token_bytes(32)).decode(),
         "DJANGO_SETTINGS_MODULE": "llamon_web.settings",
     }
     result = subprocess.run(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from datetime import timedelta
 from pathlib import Path
 
@@ -100,3 +101,36 @@ def test_a_viewer_exports_one_customers_last_seven_days_in_two_clicks(
     assert page.locator("#evidence-table tbody tr").count() == 1
     if language == "en":
         screenshot(page, "evidence-report")
+
+
+PDF_PAGE = re.compile(rb"/Type\s*/Page(?![a-z])")
+
+
+@pytest.mark.parametrize("language", ["en", "ko"])
+def test_the_evidence_report_prints_to_a_pdf_an_auditor_can_file(
+    page, logged_in, history, language, live_server
+) -> None:
+    page.context.add_cookies([{"name": "django_language", "value": language, "url": live_server.url}])
+    logged_in("viewer")
+    page.goto("/agents/runs/evidence?user_id=C-1001&period=7d")
+    page.locator("#evidence-table").wait_for()
+    assert page.locator("html").get_attribute("lang") == language
+    page.emulate_media(media="print")
+    # Printed: no navigation or buttons; the calls, the skipped rules, the versions and how to
+    # check the file are there, and the calls' table fits the page's width.
+    assert not page.locator("#report-print").is_visible() and not page.locator("nav.subnav").is_visible()
+    for section in ("#evidence-table", "#report-skipped", "#report-versions", "#report-verify"):
+        assert page.locator(section).is_visible(), section
+    assert page.evaluate(
+        "() => document.querySelector('#evidence-table').getBoundingClientRect().right"
+        " <= document.querySelector('main').getBoundingClientRect().right + 1"
+    )
+    screenshot(page, f"evidence-report-print-{language}")
+    pdf = page.pdf(format="A4", landscape=True)
+    pages = len(PDF_PAGE.findall(pdf))
+    # One customer's week is one or two pages (a broken print runs to many, or to an empty one);
+    # the text is set in an embedded font, Korean in a Korean one (not boxes).
+    assert pdf.startswith(b"%PDF-") and 1 <= pages <= 2, pages
+    assert b"/FontFile" in pdf
+    if language == "ko":
+        assert b"Nanum" in pdf or b"Noto" in pdf

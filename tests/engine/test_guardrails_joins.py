@@ -301,3 +301,17 @@ def test_a_cut_never_halves_a_number() -> None:
         assert len(kept) <= limit
         assert "4111" not in kept or "4111 1111 1111 1111" in kept, kept
     assert _truncate(text, 12) == "결제 카드… [truncated: 27 more characters]"
+
+
+def test_values_glued_in_one_match_are_each_hidden_as_themselves() -> None:
+    # Two e-mails and the numbers between them glue into one match ("…com" + "0" + … + "kim.aa"):
+    # each e-mail is hidden, and the pieces between them are not taken for an e-mail.
+    data = ["kim.aa0", "@example.com", "0", "00101-1000000", "kim.aa0", "@example.com"]
+    assert redact(data, ["email"]) == ["[이메일]", "[이메일]", "0", "00101-1000000", "[이메일]", "[이메일]"]
+
+
+def test_a_match_over_very_many_pieces_is_hidden_whole() -> None:
+    # Hostile: hundreds of one-letter items make one e-mail; past MAX_VALUE_JOINS the match is not
+    # searched piece by piece for the values it holds but hidden whole (bounded work, nothing shown).
+    letters = [chr(ord("a") + i % 26) for i in range(300)]
+    assert set(redact([*letters, "@", "example", ".com"], ["email"])) == {"[이메일]"}

@@ -9,11 +9,11 @@ reader can put back together, in the data and in the OTel content a span would c
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from llamon_agent.guardrails import MASK_PRESETS, Redactor, as_masks, preview
-from tests.support.disguise import disguised, leaks, placed, seeded, values_text
+from tests.support.disguise import Seeded, disguised, leaks, placed, seeded, values_text
 
 PRESETS = list(MASK_PRESETS)
 
@@ -35,20 +35,7 @@ def test_no_disguise_or_split_of_a_seeded_value_leaks(shape) -> None:
     assert not leaks(value, values_text(masked)), (value, data, masked)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known gap (docs/agents.md): an e-mail given in pieces among several input values, "
-    "echoed with a space before its @, is not always hidden",
-)
-# No shrinking: a known gap only has to show once. Shrinking its failure (lists of up to six
-# disguised values) took 330 s of a 600 s suite; the first failing example comes in seconds.
-@settings(
-    max_examples=150,
-    deadline=None,
-    derandomize=True,
-    phases=[Phase.explicit, Phase.generate],
-    suppress_health_check=[HealthCheck.too_slow],
-)
+@settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(shapes(), min_size=2, max_size=6))
 def test_values_masked_in_the_input_stay_hidden_where_a_tool_echoes_them_in_pieces(shapes_) -> None:
     # A run's input holds several values next to each other (as the web app seeds its redactor);
@@ -58,6 +45,25 @@ def test_values_masked_in_the_input_stay_hidden_where_a_tool_echoes_them_in_piec
     for value, _, data in shapes_:
         echoed = {"query": values_text(data), "terms": values_text(data).split()}
         assert not leaks(value, values_text(redactor(echoed))), (value, data, redactor(echoed))
+
+
+@pytest.mark.parametrize(
+    ("given", "value"),
+    [
+        # Glued to the next input value's digits, then to letters of a third ("…com" "0" "kim.aa"):
+        # the match ran over all of them and its end, inside "aa0", was no token edge.
+        ([["0", "00101-1000000"], ["kim.aa0", "@example.com"]], "kim.aa0@example.com"),
+        # A piece after the value still matches without it ("…co" + "m").
+        ([["kim.abc@example.co", "m"], "고객 900101-1234567 확인"], "kim.abc@example.com"),
+    ],
+)
+def test_an_email_given_in_pieces_among_other_values_is_followed_as_itself(given, value: str) -> None:
+    redactor = Redactor(as_masks(PRESETS))
+    redactor.learn([{f"c{i}": data for i, data in enumerate(given)}, given])
+    seeded_ = Seeded("email", value, value)
+    for echoed in (value.replace("@", " @"), value.replace("@", "@ "), " ".join(value.split("."))):
+        shown = values_text(redactor({"query": echoed, "terms": echoed.split()}))
+        assert not leaks(seeded_, shown), (echoed, shown)
 
 
 @pytest.mark.parametrize(

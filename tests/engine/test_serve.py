@@ -172,7 +172,9 @@ def test_a2a_03_message_send_runs_the_prestep_and_traces_a_served_run(
     ingest: FakeIngest, caplog: pytest.LogCaptureFixture
 ) -> None:
     exporter = HttpTraceExporter(ingest.url, TOKEN, flush_interval=0.02)
-    app = build_app(react_runner([route_order]), "http://127.0.0.1:8001/", exporter)
+    runner = react_runner([route_order])
+    runner.version = {"rule_set": "bank", "ref": "v3", "content_hash": "ab" * 32}  # its tools.py's header
+    app = build_app(runner, "http://127.0.0.1:8001/", exporter)
     with caplog.at_level("INFO", logger="llamon_agent"):
         body = post_a2a(app, a2a_v03_send("주문 조회 A-1001", userId="C-1001"))
     result = body["result"]
@@ -182,6 +184,8 @@ def test_a2a_03_message_send_runs_the_prestep_and_traces_a_served_run(
     exporter.close(timeout=10)
     first = ingest.bodies[0]
     assert first["source"] == "served" and first["agent_name"] == "demo"
+    # The run carries the version it serves, in its first batch only.
+    assert first["version"] == runner.version and all("version" not in b for b in ingest.bodies[1:])
     # The request went through to_request: text, metadata context, the DataPart, the context id.
     assert first["request"]["query"] == "주문 조회 A-1001"
     assert first["request"]["context"]["userId"] == "C-1001" and "sessionId" in first["request"]["context"]

@@ -628,7 +628,7 @@ def test_a_published_version_exports_with_its_number_and_hash(editor, seed_rule_
     source = rule_set_export_tools_py(version)
 
     assert source.splitlines()[0] == (
-        f"\"Routing rules exported from llamon-web rule set 'seed' version 1 (content sha256 {version.content_hash[:16]}).\""
+        f"\"Routing rules exported from llamon-web rule set 'seed' version 1 (content sha256 {version.content_hash}).\""
     )
     # The version's rules, not the draft edited since.
     assert 'compile_when(\'"주문" in ctx.query and "조회" in ctx.query\')' in source

@@ -90,6 +90,7 @@ _JOIN_OR_INVISIBLE = re.compile(f"{_JOIN.pattern}|[{INVISIBLE_CHARS}]+")
 _TOKEN = re.compile(r"[^\W_]+")  # letters and digits of any script
 _PIECE = re.compile(r"[ 0-9]*")  # a piece of a number, as pii.number_view shows it
 MIN_DERIVED_CHARS = 4  # a masked input value shorter than this (letters and digits) is not followed
+MAX_VALUE_JOINS = 24  # joins inside one match searched for the values it holds (_Joined._values)
 
 
 @dataclass(frozen=True)
@@ -396,7 +397,7 @@ class Redactor:
       one number when Luhn says so;
     * pattern masks run on each leaf, then once more on the text with the joins taken out (the
       boundary between array items and, inside a text holding JSON, the ``", "`` between string
-      items); a match that crosses a join is narrowed to the fewest whole pieces that still match;
+      items); a match that crosses a join is read as the values it holds (``_Joined._values``);
     * what the masks hid in the run's input (:meth:`learn`) is hidden wherever its letters and
       digits reappear as consecutive tokens, in any case and with any separators between them
       ("kim", "example", "com" echoed by a tool after "kim@example.com" was masked in the query).
@@ -776,40 +777,69 @@ class _Joined:
         return self.joins[bisect.bisect_right(self.joins, start) : bisect.bisect_left(self.joins, end)]
 
     def crossing(self, mask: Mask) -> list[Span]:
-        """Spans (in the original text) of ``mask``'s matches that cross a join, narrowed."""
+        """Spans (in the original text) of ``mask``'s matches that cross a join, each the value
+        itself (:meth:`_values`), not the neighbours a match glued to it."""
         spans: list[Span] = []
         # Pieces are glued where a join was: "…9370" + "M859…" has no word boundary between them,
         # so a pattern's outer \b is dropped for the search and checked on whole pieces instead.
-        bounded, search = _unbounded(mask.pattern)
+        _, search = _unbounded(mask.pattern)
         at = 0
         while (match := search.search(self.text, at)) is not None:
             at = max(match.end(), match.start() + 1)
             for inner_start, inner_end in mask._inner(match.group(0)):
                 start, end = match.start() + inner_start, match.start() + inner_end
-                joins = self._joins_within(start, end)
-                if not joins:
+                if not self._joins_within(start, end):
                     continue  # inside one piece: found on the leaf already
-                if bounded and not self._whole(mask, start, end):
-                    continue
-                for join in joins:  # drop whole pieces on the left while the rest still matches
-                    if not self._whole(mask, join, end):
-                        break
-                    start = join
-                for join in reversed(self._joins_within(start, end)):  # and on the right
-                    if not self._whole(mask, start, join):
-                        break
-                    end = join
-                # What was dropped on the right may start the next match ("…comkim" + ".000@…").
-                if match.start() < end < at and end in self._join_set:
-                    at = end
-                inside = self._joins_within(start, end)
-                if not inside:
-                    continue
-                # Across a key only whole values are one: "SKU-46782-G" then a date is no passport.
-                if self.key_joins.intersection(inside) and not self._on_edges(start, end):
-                    continue
-                spans.append((self._origin(start), self._origin(end - 1) + 1))
+                values = self._values(mask, start, end)
+                for a, b, reach in values:  # (a value within one piece was found on the leaf already)
+                    spans.extend(
+                        (self._origin(a), self._origin(z - 1) + 1)
+                        for z in {b, reach}
+                        if self._joins_within(a, z)
+                    )
+                # A value that starts after the last one found here may run past this match
+                # ("…com" + "0" + "kim.aa" glued, then "0" + "@example.com"): search on from there.
+                if values and match.start() < values[-1][1] < at:
+                    at = values[-1][1]
         return spans
+
+    def _values(self, mask: Mask, start: int, end: int) -> list[tuple[int, int, int]]:
+        """The values in the match ``[start, end)``: its windows that still match on their own,
+        each starting and ending at a join or at the match's own ends, with no smaller one inside
+        (a value within one piece among them, which the leaf's own search finds), as ``(start,
+        end, reach)``: ``reach`` is the end of the longest run of whole pieces after it that still
+        matches from its start, ending where a piece ends (``end`` when none does).
+
+        A match glued over several neighbouring values (an e-mail's pieces, then the next input
+        value's, up to letters of a third: "kim.aa0" + "@example.com" + "0" + "…" + "kim.aa") is
+        the values it holds, so each is hidden, and learnt (Redactor.learn), as itself. Across a
+        key only whole values are one ("SKU-46782-G" then a date is no passport). A match over
+        more than MAX_VALUE_JOINS joins (hostile, thousands of one-letter items) is hidden whole."""
+        joins = self._joins_within(start, end)
+        if len(joins) > MAX_VALUE_JOINS:
+            return [(start, end, end)] if self._allowed(start, end) else []
+        starts, ends = [start, *joins], [*joins, end]
+        found: list[tuple[int, int, int]] = []
+        for i, e in enumerate(ends):
+            for s in reversed(starts):  # the fewest pieces first
+                if s < e and self._whole(mask, s, e) and self._allowed(s, e):
+                    if not found or s > found[-1][0]:  # else it holds the last value found
+                        # The pieces after it may still be its own ("kim@example.co" + "m"): its
+                        # reach is the longest run of them that still matches (both are hidden).
+                        reach = [
+                            x
+                            for x in ends[i + 1 :]
+                            if (x in self._join_set or x == len(self.text))  # not into a next value
+                            and self._whole(mask, s, x)
+                            and self._allowed(s, x)
+                        ]
+                        found.append((s, e, reach[-1] if reach else e))
+                    break
+        return found
+
+    def _allowed(self, start: int, end: int) -> bool:
+        """A window across a key (or null, a boolean) is one value only from edge to edge."""
+        return not self.key_joins.intersection(self._joins_within(start, end)) or self._on_edges(start, end)
 
     @functools.cached_property
     def _join_set(self) -> set[int]:

@@ -17,6 +17,7 @@ import ast
 import importlib
 import inspect
 import os
+import re
 import sys
 import textwrap
 import traceback
@@ -109,6 +110,31 @@ class Project:
 
 
 # --------------------------------------------------------------------------- settings
+
+
+# The first line of an app/tools.py exported by llamon-web (rules/exporting.py writes it).
+EXPORTED_HEADER = re.compile(
+    r"Routing rules exported from llamon-web rule set (?P<q>['\"])(?P<name>.{1,100}?)(?P=q) "
+    r"(?:version (?P<number>[1-9][0-9]{0,8})|\(draft revision (?P<revision>[0-9]{1,9})\)) "
+    r"\(content sha256 (?P<hash>[0-9a-f]{64})\)\."
+)
+
+
+def served_version(project: Project) -> dict[str, str] | None:
+    """The rule-set version ``app/tools.py`` was exported from (its first line, as llamon-web
+    writes it): ``{"rule_set", "ref", "content_hash"}``, or None for rules written by hand (or
+    exported before the header held the whole hash). Sent with every served run's trace."""
+    module = project.modules.get("app.tools")
+    first = ((getattr(module, "__doc__", None) or "").strip().splitlines() or [""])[0]
+    match = EXPORTED_HEADER.fullmatch(first)
+    if match is None:
+        return None
+    number, revision = match.group("number"), match.group("revision")
+    return {
+        "rule_set": match.group("name"),
+        "ref": f"v{number}" if number else f"draft@{revision}",
+        "content_hash": match.group("hash"),
+    }
 
 
 def project_settings(path: str | os.PathLike[str], **overrides: Any) -> Settings:

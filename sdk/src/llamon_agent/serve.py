@@ -27,7 +27,7 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -100,6 +100,7 @@ class Runner(Protocol):
     kind: Literal["react", "flow"]
     source: Literal["served", "flow"]
     description: str
+    version: Mapping[str, str] | None
 
     async def answer(self, request: AgentRequest, sink: TraceSink | None) -> Outcome: ...
 
@@ -113,6 +114,7 @@ class ReactRunner:
     kind: Literal["react", "flow"] = "react"
     source: Literal["served", "flow"] = "served"
     privacy_masks: Sequence[Any] = ()  # the privacy settings' masks for exported spans (privacy_masks)
+    version: Mapping[str, str] | None = None  # the rule-set version served (project.served_version)
 
     def __init__(self, spec: Any, backend: Any, react_tools: list[Any], description: str = "") -> None:
         self.spec = spec
@@ -197,6 +199,7 @@ class FlowRunner:
     kind: Literal["react", "flow"] = "flow"
     source: Literal["served", "flow"] = "flow"
     privacy_masks: Sequence[Any] = ()  # the privacy settings' masks for exported spans (privacy_masks)
+    version: Mapping[str, str] | None = None  # the rule-set version served (project.served_version)
 
     def __init__(self, graph: Any, name: str, description: str = "") -> None:
         from llamon_agent.flow import graph_view
@@ -224,6 +227,7 @@ class FlowRunner:
 async def prepare_runner(project: Project, settings: Settings) -> ReactRunner | FlowRunner:
     """Bind the project's MCP servers and build its runner; ServeError when it cannot serve."""
     from llamon_agent.mcp.pool import set_pool
+    from llamon_agent.project import served_version
 
     set_pool(served_pool(settings))  # flows' MCPHandle and the pre-step use the process's pool
     description = _description(project)
@@ -239,6 +243,7 @@ async def prepare_runner(project: Project, settings: Settings) -> ReactRunner | 
             raise ServeError("build_graph must return a compiled graph (e.g. Flow(...).compile()), got None")
         flow = FlowRunner(graph, project.name, description)
         flow.privacy_masks = await privacy_masks(settings)
+        flow.version = served_version(project)
         return flow
 
     from llamon_agent.mcp.adapters import PoolToolBackend
@@ -253,6 +258,7 @@ async def prepare_runner(project: Project, settings: Settings) -> ReactRunner | 
             react_tools.extend(await pool.langchain_tools(mcp_id))
     react = ReactRunner(spec, PoolToolBackend(pool, bound), react_tools, description)
     react.privacy_masks = await privacy_masks(settings)
+    react.version = served_version(project)
     return react
 
 
@@ -466,7 +472,9 @@ def _executor(runner: Runner, exporter: HttpTraceExporter | None) -> Any:
         """Run the request with its trace sinks; never raises but for cancellation."""
         started = time.perf_counter()
         sink = (
-            exporter.sink(source=runner.source, agent_name=runner.name, request=request)
+            exporter.sink(
+                source=runner.source, agent_name=runner.name, request=request, version=runner.version
+            )
             if exporter is not None
             else None
         )

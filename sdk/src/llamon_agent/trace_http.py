@@ -17,6 +17,7 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Mapping
 from typing import Any, Literal
 
 import httpx
@@ -67,9 +68,13 @@ class HttpTraceExporter:
         agent_name: str,
         request: AgentRequest | None = None,
         agent: int | None = None,
+        version: Mapping[str, str] | None = None,
     ) -> HttpTraceSink:
-        """A new sink for one run."""
-        s = HttpTraceSink(self, source=source, agent_name=agent_name, request=request, agent=agent)
+        """A new sink for one run; ``version`` is the rule-set version the agent serves
+        (:func:`llamon_agent.project.served_version`), sent with the run's first batch."""
+        s = HttpTraceSink(
+            self, source=source, agent_name=agent_name, request=request, agent=agent, version=version
+        )
         with self._lock:
             self._sinks.add(s)
         return s
@@ -100,8 +105,10 @@ class HttpTraceSink:
         agent_name: str,
         request: AgentRequest | None,
         agent: int | None = None,
+        version: Mapping[str, str] | None = None,
     ) -> None:
         self._exporter = exporter
+        self._version = dict(version) if version else None
         self._source = source
         self._agent_name = agent_name
         self._request = request
@@ -198,6 +205,8 @@ class HttpTraceSink:
                 body["agent"] = self._agent
             if self._request is not None:
                 body["request"] = self._request.to_json()
+            if self._version is not None:
+                body["version"] = self._version
         else:
             body["run_id"] = self.run_id
         if finish is not None:
