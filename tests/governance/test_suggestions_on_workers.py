@@ -29,10 +29,15 @@ def test_a_job_is_split_over_two_workers_and_finds_the_rules(redis_publisher, ed
                 mcp_id=mcp_id, transport="http", url="http://127.0.0.1:9/mcp", tools=tools
             )
         )
-    observations, _truth = generate(4000, seed=2)
+    observations, _truth = generate(
+        1500,
+        seed=2,
+        only=("balance", "appointment", "claim_status", "claim_new", "fx_rate", "refund"),
+        noise=0.01,
+    )
     store(observations, agent)
     with celery_worker(redis_publisher) as (_, first), celery_worker(redis_publisher) as (_, second):
-        job = service.suggestion_start(actor=editor, agent=agent, days=1, part_runs=700)
+        job = service.suggestion_start(actor=editor, agent=agent, days=1, part_runs=250)
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline and not job.finished:
             time.sleep(0.2)

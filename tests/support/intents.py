@@ -458,7 +458,9 @@ def _turn(rnd: random.Random, tools: tuple[str, ...]) -> Turn:
     )
 
 
-def _run(rnd: random.Random, run_id: int) -> tuple[Observation, str | None]:
+def _run(
+    rnd: random.Random, run_id: int, intents: list[Intent], noise: float
+) -> tuple[Observation, str | None]:
     user = f"u{rnd.randint(1, 5000)}"
     if rnd.random() < SMALL_TALK:
         bot = rnd.choice(BANK + CARD + INS + HOSP + SHOP)
@@ -466,7 +468,7 @@ def _run(rnd: random.Random, run_id: int) -> tuple[Observation, str | None]:
             query=rnd.choice(CHATTER), context={"userId": user, "chatbotId": bot, "sessionId": f"s{run_id}"}
         )
         return Observation(run_id, req, turns=(_turn(rnd, ()),)), None
-    intent = rnd.choice(INTENTS_LIST)
+    intent = rnd.choice(intents)
     slots = intent.slots(rnd)
     text = rnd.choice(intent.phrasings)
     if rnd.random() < TYPO:
@@ -487,9 +489,9 @@ def _run(rnd: random.Random, run_id: int) -> tuple[Observation, str | None]:
     if intent.ruled:
         rule_calls = (right,)
         model: tuple[Call, ...] = (right,) if rnd.random() < 0.1 else ()  # called again now and then
-    elif rnd.random() < NOISE:
+    elif rnd.random() < noise:
         if rnd.random() < 0.5:
-            other = rnd.choice([i for i in INTENTS_LIST if i is not intent and not i.ruled])
+            other = rnd.choice([i for i in intents if i is not intent and not i.ruled])
             model = (Call(other.mcp_id, other.tool, {"query": text}),)
         else:
             model = ()
@@ -499,12 +501,18 @@ def _run(rnd: random.Random, run_id: int) -> tuple[Observation, str | None]:
     return Observation(run_id, req, model_calls=model, rule_calls=rule_calls, turns=turns), intent.name
 
 
-def generate(n: int, seed: int = 7) -> tuple[list[Observation], dict[int, str | None]]:
+def generate(
+    n: int, seed: int = 7, only: tuple[str, ...] = (), noise: float = NOISE
+) -> tuple[list[Observation], dict[int, str | None]]:
+    """``n`` runs (``only``: of these intents alone; ``noise``: the share of runs where the model
+    calls a wrong tool or none). Tests learn from a few hundred runs an intent, where a 5 % noise
+    makes a held-out precision of 99 % a matter of chance: they ask for less noise."""
     rnd = random.Random(seed)
+    intents = [INTENTS[name] for name in only] if only else INTENTS_LIST
     observations: list[Observation] = []
     truth: dict[int, str | None] = {}
     for run_id in range(1, n + 1):
-        obs, name = _run(rnd, run_id)
+        obs, name = _run(rnd, run_id, intents, noise)
         observations.append(obs)
         truth[run_id] = name
     return observations, truth
@@ -560,7 +568,7 @@ def score(
                 "args": args_right[k] / right[k] if right[k] else 0.0,
             }
         )
-    wanted = [i.name for i in INTENTS_LIST if not i.ruled]
+    wanted = sorted({name for name in truth.values() if name and not INTENTS[name].ruled})
     recovered = {p["intent"] for p in per if p["precision"] >= 0.99}
     calls = sum(right)
     return {
