@@ -17,6 +17,7 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from core.content_hash import sha256
+from llamon_agent import rule_checks
 from llamon_agent.expr import (
     BUILTIN_NAMES,
     CTX_NAMES,
@@ -137,6 +138,14 @@ def version_rules(version: RuleSetVersion) -> VersionRules:
 
 def servers_by_id(mcp_ids: Iterable[str]) -> dict[str, McpServer]:
     return {s.mcp_id: s for s in McpServer.objects.filter(mcp_id__in=list(mcp_ids))}
+
+
+def server_view(server: McpServer) -> dict[str, Any]:
+    """A server as the static checks and a pull (ruleset.json) know it: enabled, whether its tools
+    were ever listed, and its tools (llamon_agent.rule_checks.server_view)."""
+    return rule_checks.server_view(
+        enabled=server.enabled, listed=server.tools_refreshed_at is not None, tools=server.tools
+    )
 
 
 def dry_backend(servers: Mapping[str, McpServer]) -> StaticToolBackend:

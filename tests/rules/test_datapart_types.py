@@ -6,12 +6,13 @@ from __future__ import annotations
 import pytest
 from django.utils import translation
 
+from llamon_agent.expr.reads import reads
+from llamon_agent.rule_checks import Problem
 from llamon_agent.tools import AgentRequest
 from rules import engine
 from rules.checks import rule_set_problems
 from rules.expr_messages import expr_reason
 from rules.templatetags.rules_i18n import expr_error
-from rules.type_checks import datapart_number_warnings
 from tests.support.rule_sets import build_rule_set
 
 pytestmark = pytest.mark.django_db
@@ -34,10 +35,11 @@ pytestmark = pytest.mark.django_db
     ],
 )
 def test_a_datapart_value_compared_with_a_number_is_warned(when, warned) -> None:
-    found = datapart_number_warnings({"when": when})
+    found = reads(when).data_numbers
     assert bool(found) is warned, (when, found)
     if warned:
-        assert "float(" in found[0] and "may arrive as text" in found[0]
+        message = Problem("warning", "datapart_number", "check.datapart_number", {"value": found[0]}).message
+        assert "float(" in message and "may arrive as text" in message
 
 
 def test_the_warning_is_a_check_of_the_rule_set(editor, demo_servers) -> None:

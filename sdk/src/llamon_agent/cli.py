@@ -287,12 +287,17 @@ def _rules_test(directory: Path, junit_path: str | None) -> int:
 
     tree = rules_code.read_tree(directory)
     run = rules_code.run_tests(tree)
+    for name, problems in run.problems.items():
+        for problem in problems:
+            print(f"{'ERROR' if problem.level == 'error' else 'warn '} {name}: {problem.message}")
     for case in run.cases:
         print(f"{'ok  ' if case.result.passed else 'FAIL'} {case.name}")
         for problem in case.result.problems:
             print(f"       {problem}")
+    checks = sum(len(ps) for ps in run.errors.values())
     print(
-        f"{len(run.cases) - len(run.failed)} passed, {len(run.failed)} failed "
+        f"{len(run.cases) - len(run.failed)} passed, {len(run.failed)} failed, "
+        f"{checks} check error{'s' if checks != 1 else ''} "
         f"({tree.name}, {len(tree.document['rules'])} rules, {run.seconds:.2f} s)"
     )
     if junit_path:
@@ -300,7 +305,7 @@ def _rules_test(directory: Path, junit_path: str | None) -> int:
             Path(junit_path).write_bytes(rules_code.junit_xml(run))
         except OSError as exc:
             raise rules_code.RulesCodeError(f"{junit_path}: {exc.strerror or exc}") from None
-    return EXIT_PROBLEMS if run.failed else EXIT_OK
+    return EXIT_PROBLEMS if run.failed or run.errors else EXIT_OK
 
 
 def _run(args: argparse.Namespace) -> int:
