@@ -45,7 +45,8 @@ CHECK_MESSAGES: dict[str, Any] = {
     ),
     "check.datapart_number": _(
         "%(value)s is compared with a number, but a DataPart value may arrive as text "
-        '(such as "86"): the whole pre-step then fails. Convert it: float(%(value)s).'
+        '(such as "86"): the whole pre-step then fails. Convert it: to_number(%(value)s, default) gives '
+        "the number, or the default when the value is missing or not a number."
     ),
 }
 

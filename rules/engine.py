@@ -444,6 +444,10 @@ _HELPER_SIGNATURES = {
     "re_search": ("re_search(pattern, text)", _("True when the RE2 pattern matches somewhere in the text")),
     "re_find": ("re_find(pattern, text, group=0)", _("The first RE2 match (or its group), None when none")),
     "data_get": ("data_get(key, default=None)", _("The first value of key across the DataParts")),
+    "to_number": (
+        "to_number(value, default=None)",
+        _('The value as a number (also from text such as "86"); the default when it is not one'),
+    ),
 }
 
 

@@ -49,7 +49,8 @@ CHECK_MESSAGES: dict[str, str] = {
     ),
     "check.datapart_number": (
         "%(value)s is compared with a number, but a DataPart value may arrive as text "
-        '(such as "86"): the whole pre-step then fails. Convert it: float(%(value)s).'
+        '(such as "86"): the whole pre-step then fails. Convert it: to_number(%(value)s, default) gives '
+        "the number, or the default when the value is missing or not a number."
     ),
 }
 
