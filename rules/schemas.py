@@ -308,6 +308,10 @@ class ToolsPreviewOut(Schema):
     rules: list[ImportedRuleOut]
     untranslatable: list[UntranslatableOut]
     notes: list[str]
+    problems: list[dict[str, Any]] = Field(
+        description="Every problem of the rules before anything is written: level (error | warning), "
+        "code, rule, function, line, message, and blocks (true: a confirmation is refused, with all of them)."
+    )
 
 
 class ImportToolsOut(Schema):
