@@ -49,7 +49,8 @@ _REASONS = {
     ),
     "too-long": gettext_lazy("the function is too long to translate (limit: %(detail)s)"),
     "loop-value": gettext_lazy(
-        "the returned call uses the loop variable %(detail)s, which a rule cannot keep"
+        "uses the loop variable %(detail)s after the match: a rule keeps it only in a loop over "
+        'ctx.a2a_data or ctx.a2a_files whose test cannot fail (.get(), "k" in part, ==)'
     ),
     "return": gettext_lazy('returns something other than None or {"tool_name": "...", "params": {...}}'),
     "tool-name": gettext_lazy("tool_name must be a literal text: a rule calls one named tool"),
