@@ -287,9 +287,9 @@ def _rules_test(directory: Path, junit_path: str | None) -> int:
 
     tree = rules_code.read_tree(directory)
     run = rules_code.run_tests(tree)
-    for name, problems in run.problems.items():
-        for problem in problems:
-            print(f"{'ERROR' if problem.level == 'error' else 'warn '} {name}: {problem.message}")
+    for name, found in run.problems.items():
+        for check in found:
+            print(f"{'ERROR' if check.level == 'error' else 'warn '} {name}: {check.message}")
     for case in run.cases:
         print(f"{'ok  ' if case.result.passed else 'FAIL'} {case.name}")
         for problem in case.result.problems:
