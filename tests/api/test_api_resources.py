@@ -15,10 +15,10 @@ from llamon_agent.expr import MAX_DATA_BYTES
 from llamon_agent.mcp.registry import HttpRegistry
 from llamon_agent.trace import TraceEvent
 from llamon_web.demo import SEED_RULES
-from rules import engine, services
+from rules import engine
 from rules import forms as rule_forms
 from rules.errors import RuleError
-from rules.models import RuleSet
+from rules.models import Rule, RuleSet
 from rules.services import rule_fields_check
 
 pytestmark = pytest.mark.django_db
@@ -287,17 +287,18 @@ def test_evaluate_stays_small_however_many_rules_fire(viewer_api, sample) -> Non
     """A summary lists the first 30 fired rules and counts the others; what would list every call
     again (the LLM block, the proposed case) comes with detail "all", which lists them all."""
     rule_set = sample["rule_set"]
-    author = rule_set.rules.first().updated_by
-    for i in range(engine.FIRED_SHOWN + 5):
-        services.rule_create(
-            actor=author,
+    Rule.objects.bulk_create(
+        Rule(
             rule_set=rule_set,
             name=f"fires_{i}",
             mcp_id="order-service",
             tool_name="get_order",
             when='"주문" in query',
             params=f'{{"query": query, "n": {i}}}',
+            position=100 + i,
         )
+        for i in range(engine.FIRED_SHOWN + 5)
+    )
     url = f"/api/rule-sets/{rule_set.pk}/evaluate"
     summary = viewer_api.post(url, {"query": "주문 조회 A-1001"}).json()
     fired = summary["counts"]["fired"]
@@ -309,9 +310,6 @@ def test_evaluate_stays_small_however_many_rules_fire(viewer_api, sample) -> Non
     assert [r["rule"] for r in full["records"] if r["status"] == "fired"][: engine.FIRED_SHOWN] == listed
     assert full["counts"] == summary["counts"] and full["omitted"].get("fired", 0) == 0
     assert len(full["block"]) == summary["block_chars"] and len(full["expected"]["must_fire"]) == fired
-    # Few fired rules: nothing is left out, as before.
-    small = viewer_api.post(url, {"query": "hello"}).json()
-    assert small["omitted"]["fired"] == 0 and small["expected"] is not None
 
 
 def test_evaluate_reports_tester_parse_errors_on_the_field(viewer_api, sample) -> None:
