@@ -189,6 +189,19 @@ def preview_problems(translation: ToolsImport) -> list[dict[str, Any]]:
                 _("the import would refuse it: %(reason)s") % {"reason": exc.message},
                 blocks=True,
             )
+    seen: dict[str, Any] = {}
+    for rule in rules:  # a function named like another's split rule (f__tool): the import refuses both
+        if rule.name in seen:
+            blocked.add(rule.name)
+            add(
+                rule,
+                "error",
+                "name_clash",
+                _("two rules would be named %(name)s (also from %(function)s): rename one of the functions")
+                % {"name": rule.name, "function": seen[rule.name].function},
+                blocks=True,
+            )
+        seen.setdefault(rule.name, rule)
     by_name = {r.name: r for r in rules}
     enabled = [r.to_json() for r in rules if r.enabled]
     found = rule_set_problems(enabled, everyone)

@@ -192,7 +192,20 @@ def legacy_invoice(ctx):
         return {"tool_name": "get_invoice", "params": {"id": ctx.query}}
 
 
-DETERMINISTIC_TOOLS = [order_lookup, order_lookup_again, claim_status]
+@deterministic_tool(mcp_id="order-service")
+def orders(ctx):
+    if "환불" in ctx.query:
+        return {"tool_name": "list_orders", "params": {"customer_id": "x"}}
+    return {"tool_name": "get_order", "params": {"query": ctx.query}}
+
+
+@deterministic_tool(mcp_id="order-service")
+def orders__get_order(ctx):
+    if "배송" in ctx.query:
+        return {"tool_name": "get_order", "params": {"query": "x"}}
+
+
+DETERMINISTIC_TOOLS = [order_lookup, order_lookup_again, claim_status, orders, orders__get_order]
 """
 
 
@@ -214,13 +227,17 @@ def test_the_preview_names_every_problem_and_a_confirmation_is_refused_with_all_
         ("duplicate", "order_lookup_again", False),
         ("server_unknown", "claim_status", False),
         ("name_taken", "", False),
+        ("name_clash", "orders__get_order", True),  # the second function's rule, named like the first's
     }, found
-    (refused,) = preview.blocking
+    blocking = {p["code"]: p for p in preview.blocking}
+    assert set(blocking) == {"refused", "name_clash"}, preview.blocking
+    refused, clash = blocking["refused"], blocking["name_clash"]
     assert refused["message"].startswith("app/tools.py:") and "get_invoice" in refused["message"]
     sets = RuleSet.objects.count()
     with pytest.raises(RuleError) as exc:
         rule_set_import_tools_py(actor=editor, source=LEGACY, sha256=preview.sha256, name="legacy")
-    assert "1 rules would be refused" in exc.value.message and refused["message"] in exc.value.message
+    assert "2 rules would be refused" in exc.value.message
+    assert refused["message"] in exc.value.message and clash["message"] in exc.value.message
     assert RuleSet.objects.count() == sets
     # The page shows them and offers no confirmation while one blocks; in Korean too.
     page = editor_client.post(
@@ -231,9 +248,9 @@ def test_the_preview_names_every_problem_and_a_confirmation_is_refused_with_all_
     with translation.override("ko"):
         korean = tools_py_preview(LEGACY).problems
     assert any("가져오기" in p["message"] for p in korean if p["blocks"]), korean
-    # Without the legacy function nothing blocks, and the confirmation writes the rules.
-    fixed = LEGACY.replace('"get_invoice"', '"get_order"')
+    # Without the legacy tool and the clash nothing blocks, and the confirmation writes the rules.
+    fixed = LEGACY.replace('"get_invoice"', '"get_order"').replace("orders__get_order", "orders_again")
     preview = tools_py_preview(fixed)
     assert preview.blocking == [] and any(p["code"] == "disabled" for p in preview.problems)
     rule_set, _ = rule_set_import_tools_py(actor=editor, source=fixed, sha256=preview.sha256, name="fixed")
-    assert rule_set.rules.count() == 4
+    assert rule_set.rules.count() == 7
