@@ -99,7 +99,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     rdiff.add_argument("directory")
     rdiff.add_argument("--url", help=url_help)
     rtest = rules_commands.add_parser(
-        "test", help="run the directory's test cases with the engine alone, no server (exit 1 on a failure)"
+        "test",
+        help="the workbench's static checks and the directory's test cases, with the engine alone, no "
+        "server (exit 1 on a check error or a failing case)",
     )
     rtest.add_argument("directory")
     rtest.add_argument("--junit-xml", metavar="PATH", help="also write the results as JUnit XML")
