@@ -3,7 +3,9 @@
 Prints p50/p95 of: the whole htmx request (form parsing, snapshot from the database, compile,
 pre-step, schema checks, template), the evaluation alone, and the evaluation with the keyword
 index switched off; and the size of the tester's API answer (``POST /api/rule-sets/{id}/evaluate``)
-beside the page's. Run: .venv/bin/python benchmarks/bench_tester.py [--rules 200] [--n 200]
+beside the page's, with the API request's own time. ``--fire-every K`` makes every K-th rule fire
+on the queries that mention 주문 (half of them): at 2,000 rules and K=20, 100 rules fire.
+Run: .venv/bin/python benchmarks/bench_tester.py [--rules 200] [--n 200] [--fire-every 0]
 """
 
 from __future__ import annotations
@@ -72,7 +74,7 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
-def setup(n_rules: int):
+def setup(n_rules: int, fire_every: int = 0):
     from accounts.services import admin_ensure
     from rules import services
     from servers.models import McpServer
@@ -101,13 +103,16 @@ def setup(n_rules: int):
     rule_set = services.rule_set_create(actor=user, name=f"bench-{time.time_ns()}")
     for i in range(n_rules):
         a, b = KEYWORDS[i % len(KEYWORDS)], KEYWORDS[(i * 7 + 3) % len(KEYWORDS)]
+        when = f'"{a}" in query and "{b}" in query'
+        if fire_every and i % fire_every == 0:
+            when = '"주문" in query'
         services.rule_create(
             actor=user,
             rule_set=rule_set,
             name=f"rule_{i}",
             mcp_id="order-service",
             tool_name="get_order",
-            when=f'"{a}" in query and "{b}" in query',
+            when=when,
             params='{"query": query}',
         )
     return user, rule_set
@@ -117,8 +122,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rules", type=int, default=200)
     parser.add_argument("--n", type=int, default=200)
+    parser.add_argument("--fire-every", type=int, default=0)
     args = parser.parse_args()
-    user, rule_set = setup(args.rules)
+    user, rule_set = setup(args.rules, args.fire_every)
     client = Client(SERVER_NAME="127.0.0.1")
     client.force_login(user)
     from accounts.token_services import token_create
@@ -136,6 +142,7 @@ def main() -> None:
         "evaluation alone": [],
         "evaluation, index off": [],
         "evaluation, compiled every request": [],
+        "tester API request": [],
     }
     sizes: list[int] = []
     api_sizes: list[int] = []
@@ -179,11 +186,13 @@ def main() -> None:
             content_type="application/json",
             HTTP_AUTHORIZATION=bearer,
         )
+        t5 = time.perf_counter()
         assert answer.status_code == 200, answer.content[:300]
         if i >= 10:  # warm-up
             sizes.append(len(response.content))
             api_sizes.append(len(answer.content))
-            api_fired.append(sum(1 for r in answer.json()["records"] if r["status"] == "fired"))
+            api_fired.append(answer.json()["counts"]["fired"])
+            timings["tester API request"].append((t5 - t4) * 1000)
             timings["whole tester request (htmx)"].append((t1 - t0) * 1000)
             timings["evaluation alone"].append((t2 - t1) * 1000)
             timings["evaluation, index off"].append((t3 - t2) * 1000)
@@ -199,6 +208,12 @@ def main() -> None:
         f"{max(api_sizes) / 1024:.1f} KB (fired rules a request: median {statistics.median(api_fired)}, "
         f"most {max(api_fired)})"
     )
+    firing = [size for size, n in zip(api_sizes, api_fired, strict=True) if n]
+    if firing:
+        print(
+            f"API answer size when rules fire: median {statistics.median(firing) / 1024:.1f} KB, "
+            f"largest {max(firing) / 1024:.1f} KB ({len(firing)} requests)"
+        )
     print(f"{'what':34} {'p50':>8} {'p95':>8} {'mean':>8}")
     for name, values in timings.items():
         print(

@@ -185,8 +185,10 @@ async def get_rule_set(rule_set_id: Id, ctx: Context) -> dict[str, Any]:
 async def test_rule_set(rule_set_id: Id, sample: EvaluateIn, ctx: Context) -> dict[str, Any]:
     """The live tester: the draft's pre-step on a sample request (query, context, A2A data and files),
     as a dry run unless `execute` (editor). `draft_rule` tries an unsaved edit of one rule. The answer
-    lists every rule that fired or failed and counts the rest (`counts`, `omitted`); `detail: "all"`
-    lists the skipped and not-reached ones too, 500 at a time from `offset`. (viewer)"""
+    lists every rule that failed and the first 30 that fired, and counts the rest (`counts`,
+    `omitted`); `detail: "all"` lists every fired rule (with `block` and `expected`, left out of a
+    summary that left fired rules out) and the skipped and not-reached ones, 500 at a time from
+    `offset`. (viewer)"""
     return await _call(
         ctx,
         "viewer",

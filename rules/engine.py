@@ -17,6 +17,7 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from core.content_hash import sha256
+from llamon_agent import rule_checks
 from llamon_agent.expr import (
     BUILTIN_NAMES,
     CTX_NAMES,
@@ -50,9 +51,9 @@ DRY_RUN_RESULT = "(dry run: not called)"
 
 def rule_set_snapshot(rule_set: RuleSet) -> list[dict[str, Any]]:
     """The draft's rules in order, as plain data (what a version freezes)."""
-    return [
-        {f: getattr(rule, f) for f in SNAPSHOT_FIELDS} for rule in rule_set.rules.order_by("position", "id")
-    ]
+    # Plain rows, no model instances: building 2,000 Rule objects took most of a tester request.
+    rows = rule_set.rules.order_by("position", "id").values_list(*SNAPSHOT_FIELDS)
+    return [dict(zip(SNAPSHOT_FIELDS, row, strict=True)) for row in rows]
 
 
 def snapshot_mcp_ids(snapshot: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -139,6 +140,14 @@ def servers_by_id(mcp_ids: Iterable[str]) -> dict[str, McpServer]:
     return {s.mcp_id: s for s in McpServer.objects.filter(mcp_id__in=list(mcp_ids))}
 
 
+def server_view(server: McpServer) -> dict[str, Any]:
+    """A server as the static checks and a pull (ruleset.json) know it: enabled, whether its tools
+    were ever listed, and its tools (llamon_agent.rule_checks.server_view)."""
+    return rule_checks.server_view(
+        enabled=server.enabled, listed=server.tools_refreshed_at is not None, tools=server.tools
+    )
+
+
 def dry_backend(servers: Mapping[str, McpServer]) -> StaticToolBackend:
     """Tools from the database; disabled or unknown servers are not bound (the contract's first row)."""
     return StaticToolBackend(
@@ -167,10 +176,12 @@ class Evaluation:
         data["block"] = self.block
         return data
 
-    def answer(self, *, detail: str = "summary", offset: int = 0) -> dict[str, Any]:
+    def answer(
+        self, *, detail: str = "summary", offset: int = 0, fired_shown: int | None = None
+    ) -> dict[str, Any]:
         """What a client is told (the tester's API, the MCP endpoint, a stored case outcome): the
         outcome with the records :func:`records_shown` chooses and the counts of every status."""
-        shown = records_shown(self.outcome.records, detail=detail, offset=offset)
+        shown = records_shown(self.outcome.records, detail=detail, offset=offset, fired_shown=fired_shown)
         out = self.outcome
         return {
             "ok": out.ok,
@@ -196,6 +207,9 @@ class Evaluation:
 # of QUIET_PAGE at a time from ``offset`` (``next_offset`` is where the next page starts).
 DETAILS = ("summary", "all")
 QUIET_SHOWN = 20
+# The tester's API (and the MCP endpoint) lists at most this many fired rules in a summary: at
+# 2,000 rules a request firing 100 of them made a 54 KB answer (docs/performance.md).
+FIRED_SHOWN = 30
 QUIET_PAGE = 500
 _QUIET = (RuleStatus.SKIPPED, RuleStatus.NOT_REACHED)
 R = TypeVar("R", bound="HasStatus")
@@ -272,21 +286,34 @@ class RecordsShown(Generic[R]):
         return self.more_offset == 0 and quiet <= QUIET_PAGE
 
 
-def records_shown(records: Sequence[R], *, detail: str = "summary", offset: int | str = 0) -> RecordsShown[R]:
+def records_shown(
+    records: Sequence[R], *, detail: str = "summary", offset: int | str = 0, fired_shown: int | None = None
+) -> RecordsShown[R]:
     """Choose the records an answer lists: fired and failed always, the others from ``offset`` on,
     QUIET_SHOWN of them (``summary``) or QUIET_PAGE (``all``). RuleError for a detail or offset
     that is not one of these (``offset`` pages ``all`` only). The tester's answers and the run
-    page's rules table both list through it."""
+    page's rules table both list through it.
+
+    ``fired_shown``: a ``summary`` lists at most that many fired rules, the first ones, and counts
+    the others in ``omitted["fired"]`` (the tester's API: FIRED_SHOWN); failed rules are always all
+    listed, and ``all`` lists every fired rule."""
     offset = detail_check(detail, offset)
     limit = QUIET_PAGE if detail == "all" else QUIET_SHOWN
     shown: RecordsShown[R] = RecordsShown(
         detail=detail, counts={str(s): 0 for s in RuleStatus}, omitted={str(s): 0 for s in _QUIET}
     )
-    quiet = 0
+    if fired_shown is not None:
+        shown.omitted[str(RuleStatus.FIRED)] = 0
+    quiet = fired = 0
     for rec in records:
         status = str(rec.status)
         shown.counts[status] += 1
         if status not in _QUIET:
+            if status == RuleStatus.FIRED and fired_shown is not None and detail != "all":
+                fired += 1
+                if fired > fired_shown:
+                    shown.omitted[status] += 1
+                    continue
             shown.records.append(rec)
             continue
         if offset <= quiet < offset + limit:
@@ -435,6 +462,10 @@ _HELPER_SIGNATURES = {
     "re_search": ("re_search(pattern, text)", _("True when the RE2 pattern matches somewhere in the text")),
     "re_find": ("re_find(pattern, text, group=0)", _("The first RE2 match (or its group), None when none")),
     "data_get": ("data_get(key, default=None)", _("The first value of key across the DataParts")),
+    "to_number": (
+        "to_number(value, default=None)",
+        _('The value as a number (also from text such as "86"); the default when it is not one'),
+    ),
 }
 
 

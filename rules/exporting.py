@@ -34,7 +34,7 @@ from llamon_agent import strictjson
 from llamon_agent.expr import ExprError, check_rule_name, expression_rule
 from llamon_agent.mcp.spec import MCP_ID_RE
 from rules.cases import case_create, case_delete, case_expected_clean, case_input_clean, case_update
-from rules.engine import SNAPSHOT_FIELDS, rule_set_snapshot
+from rules.engine import SNAPSHOT_FIELDS, rule_set_snapshot, server_view
 from rules.errors import STALE_MESSAGE, RuleError, StaleEditError, json_type_name
 from rules.expr_messages import expr_reason, expr_text
 from rules.models import Rule, RuleSet, RuleSetVersion
@@ -91,29 +91,16 @@ def rule_set_export_json(rule_set: RuleSet) -> dict[str, Any]:
 def rule_set_content(rule_set: RuleSet) -> dict[str, Any]:
     """What ``llamon rules pull`` writes: the export, the revision it is at, and its servers' tool lists.
 
-    The servers are every registered one (not only those the rules name now): ``enabled`` and the
-    tools (name, description, input schema) that a dry run binds, so the set's cases run with the
-    engine alone and give the workbench's answer also after a rule on a server the set did not use
-    before is added in git.
+    The servers are every registered one (not only those the rules name now): ``enabled``, ``listed``
+    and the tools (name, description, input schema) that a dry run binds and the static checks read
+    (rules.engine.server_view), so ``llamon rules test`` gives the workbench's answer with the engine
+    alone, also after a rule on a server the set did not use before is added in git.
     """
     with transaction.atomic():  # the revision and the document read together
         current = RuleSet.objects.get(pk=rule_set.pk)
         document = rule_set_export_json(current)
         published_as = draft_state(rule_set=current).published_as
-        servers = {
-            server.mcp_id: {
-                "enabled": server.enabled,
-                "tools": [
-                    {
-                        "name": tool["name"],
-                        "description": tool.get("description") or "",
-                        "input_schema": tool.get("input_schema") or {},
-                    }
-                    for tool in server.tools
-                ],
-            }
-            for server in McpServer.objects.order_by("mcp_id")
-        }
+        servers = {server.mcp_id: server_view(server) for server in McpServer.objects.order_by("mcp_id")}
     return {
         "rule_set": current.pk,
         "name": current.name,

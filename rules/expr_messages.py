@@ -182,7 +182,7 @@ def expr_reason(exc: ExprError) -> str:
             op, left, right = compared.groups()
             return gettext(
                 "cannot compare %(left)s with %(right)s using %(op)s; a DataPart value may arrive as "
-                'text (such as "86"): convert it with float(...)'
+                'text (such as "86"): convert it with to_number(value, default)'
             ) % {"left": _type_name(left), "right": _type_name(right), "op": op}
     if exc.msg_id in PYTHON_DETAIL and isinstance(params.get("detail"), str):
         params = {**params, "detail": python_detail(params["detail"])}

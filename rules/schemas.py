@@ -308,6 +308,10 @@ class ToolsPreviewOut(Schema):
     rules: list[ImportedRuleOut]
     untranslatable: list[UntranslatableOut]
     notes: list[str]
+    problems: list[dict[str, Any]] = Field(
+        description="Every problem of the rules before anything is written: level (error | warning), "
+        "code, rule, function, line, message, and blocks (true: a confirmation is refused, with all of them)."
+    )
 
 
 class ImportToolsOut(Schema):
@@ -442,7 +446,8 @@ class EvaluateOut(Schema):
         description="Every rule of the set by status: fired, skipped, error, not_reached."
     )
     omitted: dict[str, int] = Field(
-        description="The skipped and not-reached rules `records` does not list, by status."
+        description="The rules `records` does not list, by status: skipped and not reached, and "
+        'fired beyond the first 30 in a "summary".'
     )
     detail: Literal["summary", "all"]
     next_offset: int | None = Field(
@@ -450,9 +455,15 @@ class EvaluateOut(Schema):
         "(null: this page is the last)."
     )
     schema_errors: dict[str, list[str]]
-    block: str
+    block: str = Field(
+        description='The results block the LLM would read; "" in a summary that left fired rules out.'
+    )
+    block_chars: int = Field(description="The length of that block, also in a summary.")
     request: dict[str, Any]
-    expected: dict[str, Any]
+    expected: dict[str, Any] | None = Field(
+        description="The case this outcome proposes (every call, nothing else); null in a summary "
+        'that left fired rules out: send detail "all" for it.'
+    )
 
 
 # --- Test cases ------------------------------------------------------------------------------------

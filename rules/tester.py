@@ -66,11 +66,22 @@ class TesterResult:
 
     def answer(self) -> dict[str, Any]:
         """The answer the API and the MCP endpoint give: the evaluation as the page lists it
-        (:func:`rules.engine.records_shown`), the request as parsed and the case it proposes."""
+        (:func:`rules.engine.records_shown`), the request as parsed and the case it proposes.
+
+        A ``summary`` stays small however many rules fire: it lists the first FIRED_SHOWN fired
+        rules (``omitted["fired"]`` counts the others), and when it leaves some out it also leaves
+        out what lists every call again: the LLM block (``block`` is "", ``block_chars`` its
+        length) and the proposed case (``expected`` is null). ``detail: "all"`` gives all of them."""
+        answer = self.evaluation.answer(
+            detail=self.detail, offset=self.offset, fired_shown=engine.FIRED_SHOWN
+        )
+        cut = answer["omitted"].get("fired", 0) > 0
         return {
-            **self.evaluation.answer(detail=self.detail, offset=self.offset),
+            **answer,
+            "block": "" if cut else answer["block"],
+            "block_chars": len(answer["block"]),
             "request": self.sample.to_json(),
-            "expected": self.expected,
+            "expected": None if cut else self.expected,
         }
 
     def was_pinned(self, record: RuleRecord) -> bool:
@@ -121,7 +132,9 @@ def tester_evaluate(
     if execute:
         backend = PinnedToolBackend(engine.live_backend(servers), pins, tools=engine.dry_backend(servers))
         evaluation = engine.evaluate(snapshot, sample, servers=servers, backend=backend, dry_run=False)
-    expected = case_expected_from_outcome(dry.to_json())
+    # Only the error and the fired records make the expectation: not a JSON of every rule's record.
+    fired = [rec.to_json() for rec in dry.outcome.fired]
+    expected = case_expected_from_outcome({"error": dry.outcome.error, "records": fired})
     return TesterResult(
         snapshot,
         servers,

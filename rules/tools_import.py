@@ -18,10 +18,13 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from llamon_agent.tools_import import ToolsImport, ToolsImportError, Untranslatable, translate_tools_module
+from rules.checks import rule_set_problems
 from rules.errors import RuleError
 from rules.exporting import rule_set_import_json
 from rules.expr_messages import expr_text
 from rules.models import RuleSet
+from rules.services import rule_fields_check, rule_tool_check
+from servers.models import McpServer
 
 # The translator's reasons by code, in the interface's language; ``detail`` is the name or the
 # checker's message the reason is about.
@@ -46,7 +49,8 @@ _REASONS = {
     ),
     "too-long": gettext_lazy("the function is too long to translate (limit: %(detail)s)"),
     "loop-value": gettext_lazy(
-        "the returned call uses the loop variable %(detail)s, which a rule cannot keep"
+        "uses the loop variable %(detail)s after the match: a rule keeps it only in a loop over "
+        'ctx.a2a_data or ctx.a2a_files whose test cannot fail (.get(), "k" in part, ==)'
     ),
     "return": gettext_lazy('returns something other than None or {"tool_name": "...", "params": {...}}'),
     "tool-name": gettext_lazy("tool_name must be a literal text: a rule calls one named tool"),
@@ -79,6 +83,12 @@ class ToolsPreview:
 
     translation: ToolsImport
     sha256: str
+    problems: list[dict[str, Any]]
+
+    @property
+    def blocking(self) -> list[dict[str, Any]]:
+        """The problems that make a confirmation fail (the confirmation runs the same checks)."""
+        return [p for p in self.problems if p["blocks"]]
 
     @property
     def rules(self) -> list[dict[str, Any]]:
@@ -99,6 +109,7 @@ class ToolsPreview:
             "rules": self.rules,
             "untranslatable": self.untranslatable,
             "notes": self.notes,
+            "problems": self.problems,
         }
 
 
@@ -121,7 +132,115 @@ def tools_py_preview(source: str | bytes, *, filename: str = "app/tools.py") -> 
         if exc.line:
             message = _("Line %(line)s: %(message)s") % {"line": exc.line, "message": message}
         raise RuleError(message, field="source") from None
-    return ToolsPreview(translation=translation, sha256=hashlib.sha256(raw).hexdigest())
+    return ToolsPreview(
+        translation=translation,
+        sha256=hashlib.sha256(raw).hexdigest(),
+        problems=preview_problems(translation),
+    )
+
+
+def preview_problems(translation: ToolsImport) -> list[dict[str, Any]]:
+    """Every problem of the rules an import would write, before anything is written: what would
+    refuse the confirmation (the checks a rule save runs: its expressions, a tool its server does
+    not offer), then the rule editor's static checks against the registered servers (an unknown or
+    disabled server, params that do not fit, a rule an earlier stop rule hides, a repeated rule, a
+    DataPart value compared with a number), a function imported disabled, a default set name taken.
+    Each: level, code, rule, function, line, message and whether it blocks the import."""
+    rules = translation.rules
+    servers = {s.mcp_id: s for s in McpServer.objects.filter(mcp_id__in={r.mcp_id for r in rules})}
+    everyone = {s.mcp_id: s for s in McpServer.objects.all()} if rules else {}
+    problems: list[dict[str, Any]] = []
+
+    def add(rule: Any, level: str, code: str, message: str, *, blocks: bool = False) -> None:
+        problems.append(
+            {
+                "level": level,
+                "code": code,
+                "rule": rule.name,
+                "function": rule.function,
+                "line": rule.line,
+                "message": f"{translation.filename}:{rule.line}: {rule.name}: {message}",
+                "blocks": blocks,
+            }
+        )
+
+    blocked: set[str] = set()
+    for rule in rules:
+        try:
+            rule_fields_check(
+                name=rule.name,
+                mcp_id=rule.mcp_id,
+                tool_name=rule.tool_name,
+                when=rule.when,
+                params=rule.params,
+            )
+            rule_tool_check(
+                mcp_id=rule.mcp_id,
+                tool_name=rule.tool_name,
+                server=servers.get(rule.mcp_id),
+                registered=False,
+            )
+        except RuleError as exc:
+            blocked.add(rule.name)
+            add(
+                rule,
+                "error",
+                "refused",
+                _("the import would refuse it: %(reason)s") % {"reason": exc.message},
+                blocks=True,
+            )
+    seen: dict[str, Any] = {}
+    for rule in rules:  # a function named like another's split rule (f__tool): the import refuses both
+        if rule.name in seen:
+            blocked.add(rule.name)
+            add(
+                rule,
+                "error",
+                "name_clash",
+                _("two rules would be named %(name)s (also from %(function)s): rename one of the functions")
+                % {"name": rule.name, "function": seen[rule.name].function},
+                blocks=True,
+            )
+        seen.setdefault(rule.name, rule)
+    by_name = {r.name: r for r in rules}
+    enabled = [r.to_json() for r in rules if r.enabled]
+    found = rule_set_problems(enabled, everyone)
+    for rule in rules:
+        if not rule.enabled:
+            add(
+                rule,
+                "warning",
+                "disabled",
+                _("decorated but not listed in DETERMINISTIC_TOOLS: imported disabled, it never runs"),
+            )
+            # A disabled rule's server and tool are still checked: the confirmation checks them.
+            found[rule.name] = rule_set_problems([rule.to_json() | {"enabled": True}], everyone).get(
+                rule.name, []
+            )
+    for name, items in found.items():
+        for item in items:
+            if item.code == "tool_missing" and name in blocked:
+                continue  # said above, as what refuses the import
+            add(by_name[name], item.level, item.code, item.message)
+    default = _default_name(translation.filename)
+    if rules and RuleSet.objects.filter(name=default).exists():
+        problems.append(
+            {
+                "level": "warning",
+                "code": "name_taken",
+                "rule": "",
+                "function": "",
+                "line": 0,
+                "message": _(
+                    "A rule set named %(name)s exists already: give the new set another name or replace its draft."
+                )
+                % {"name": default},
+                "blocks": False,
+            }
+        )
+    order = {r.name: i for i, r in enumerate(rules)}
+    problems.sort(key=lambda p: (not p["blocks"], order.get(p["rule"], -1)))
+    return problems
 
 
 def rule_set_import_tools_py(
@@ -147,6 +266,14 @@ def rule_set_import_tools_py(
     if not preview.translation.rules:
         raise RuleError(
             _("No function of the file could be translated into a rule; nothing was imported."),
+            field="source",
+        )
+    if preview.blocking:
+        # Every problem the preview showed as blocking, at once: never the first one alone.
+        raise RuleError(
+            _("Nothing was imported: %(count)s rules would be refused.") % {"count": len(preview.blocking)}
+            + "\n"
+            + "\n".join(p["message"] for p in preview.blocking),
             field="source",
         )
     set_name = (name or "").strip() or _default_name(filename)

@@ -18,7 +18,7 @@ from llamon_web.demo import SEED_RULES
 from rules import engine
 from rules import forms as rule_forms
 from rules.errors import RuleError
-from rules.models import RuleSet
+from rules.models import Rule, RuleSet
 from rules.services import rule_fields_check
 
 pytestmark = pytest.mark.django_db
@@ -238,7 +238,7 @@ def _tester_answer(rule_set: RuleSet, fields: dict[str, str]) -> dict[str, Any]:
     form = rule_forms.TesterForm(fields)
     assert form.is_valid(), form.errors
     snapshot = engine.rule_set_snapshot(rule_set)
-    return engine.evaluate(snapshot, form.to_request()).answer()
+    return engine.evaluate(snapshot, form.to_request()).answer(fired_shown=engine.FIRED_SHOWN)
 
 
 A2A_MESSAGE = {
@@ -278,8 +278,38 @@ def test_evaluate_gives_the_live_testers_answer(payload: dict[str, Any], viewer_
         "records": None,
         "request": got["request"],
         "expected": got["expected"],
+        "block_chars": len(expected["block"]),
     }
     assert [strip(r) for r in got["records"]] == [strip(r) for r in expected["records"]]
+
+
+def test_evaluate_stays_small_however_many_rules_fire(viewer_api, sample) -> None:
+    """A summary lists the first 30 fired rules and counts the others; what would list every call
+    again (the LLM block, the proposed case) comes with detail "all", which lists them all."""
+    rule_set = sample["rule_set"]
+    Rule.objects.bulk_create(
+        Rule(
+            rule_set=rule_set,
+            name=f"fires_{i}",
+            mcp_id="order-service",
+            tool_name="get_order",
+            when='"주문" in query',
+            params=f'{{"query": query, "n": {i}}}',
+            position=100 + i,
+        )
+        for i in range(engine.FIRED_SHOWN + 5)
+    )
+    url = f"/api/rule-sets/{rule_set.pk}/evaluate"
+    summary = viewer_api.post(url, {"query": "주문 조회 A-1001"}).json()
+    fired = summary["counts"]["fired"]
+    assert fired > engine.FIRED_SHOWN
+    listed = [r["rule"] for r in summary["records"] if r["status"] == "fired"]
+    assert len(listed) == engine.FIRED_SHOWN and summary["omitted"]["fired"] == fired - engine.FIRED_SHOWN
+    assert summary["block"] == "" and summary["block_chars"] > 0 and summary["expected"] is None
+    full = viewer_api.post(url, {"query": "주문 조회 A-1001", "detail": "all"}).json()
+    assert [r["rule"] for r in full["records"] if r["status"] == "fired"][: engine.FIRED_SHOWN] == listed
+    assert full["counts"] == summary["counts"] and full["omitted"].get("fired", 0) == 0
+    assert len(full["block"]) == summary["block_chars"] and len(full["expected"]["must_fire"]) == fired
 
 
 def test_evaluate_reports_tester_parse_errors_on_the_field(viewer_api, sample) -> None:

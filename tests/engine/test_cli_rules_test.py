@@ -137,3 +137,26 @@ def test_an_unreadable_directory_is_one_line_and_exit_2(
     (tmp_path / "tree" / "rules" / "010-route_order_lookup.json").write_text('{"name": ', encoding="utf-8")
     assert main(["rules", "test", str(tmp_path / "tree")]) == 2
     assert "010-route_order_lookup.json:1:10: not valid JSON" in capsys.readouterr().err
+
+
+def test_a_static_check_error_fails_the_run_and_names_the_rule(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The workbench's checks run too: a rule whose tool its server no longer lists is an error even
+    when every case passes; a warning is shown and does not fail."""
+    content = _content("get_order")
+    extra = dict(RULES[0], name="route_billing", tool_name="get_invoice", when="False")
+    warned = dict(RULES[0], name="route_low_spo2", when='data_get("spo2", 100) < 90', params='{"query": ""}')
+    content["document"] = {**content["document"], "rules": [*RULES, extra, warned]}
+    _write(tmp_path / "tree", content)
+    report = tmp_path / "junit.xml"
+    assert main(["rules", "test", str(tmp_path / "tree"), "--junit-xml", str(report)]) == 1
+    out = capsys.readouterr().out
+    assert "ERROR route_billing: Tool 'get_invoice' is not in the current tool list of 'order-service'" in out
+    assert "warn  route_low_spo2: data_get('spo2', 100) is compared with a number" in out
+    assert "2 passed, 0 failed, 1 check error " in out
+    (suite,) = ET.parse(report).getroot().findall("testsuite")
+    assert suite.get("tests") == "3" and suite.get("failures") == "1"
+    check = next(c for c in suite.findall("testcase") if c.get("name") == "check route_billing")
+    failure = check.find("failure")
+    assert failure is not None and failure.get("type") == "CheckError"

@@ -64,7 +64,7 @@ def test_a_compiled_rule_set_exposes_what_each_rule_reads() -> None:
 
 
 def test_unconverted_datapart_values_ordered_against_numbers_are_named() -> None:
-    # rules/type_checks.py warns of each; converted values, equality and text reads are not named
+    # llamon_agent.rule_checks warns of each; converted values, equality and text reads are not named
     when = 'data_get("spo2") < 90 or any(d["hr"] >= 120 for d in a2a_data) or float(data_get("t", 0)) > 38'
     assert reads(when).data_numbers == ("data_get('spo2')", "d['hr']")
     assert reads('data_get("tier") == "gold" and len(query) > 3').data_numbers == ()

@@ -24,7 +24,7 @@ from llamon_agent.tools_import import (
     ToolsImportError,
     translate_tools_module,
 )
-from tests.support import bank_tools
+from tests.support import bank_tools, care_tools
 
 ROOT = Path(__file__).resolve().parents[2]
 BANK = Path(bank_tools.__file__)
@@ -37,7 +37,6 @@ EXPECTED_UNTRANSLATABLE = {
     "parse_pdf": "expression",
     "filename_keyword": "expression",
     "vip_by_global_list": "global",
-    "normalised_search": "call",
     "audit_log_lookup": "statement",
     "accumulate_amounts": "statement",
     "parse_json_part": "statement",
@@ -130,7 +129,9 @@ def _value(rng: random.Random, numbers: list[Any]) -> Any:
     return rng.choice([True, False])
 
 
-def _request(rng: random.Random, words: list[list[str]], n: int) -> AgentRequest:
+def _request(
+    rng: random.Random, words: list[list[str]], n: int, data_keys: dict[str, list[Any]] | None = None
+) -> AgentRequest:
     # A target function's texts (in turn, and sometimes another's): its keywords and the values
     # it compares, each kept or dropped at random.
     target = words[n % len(words)] + (rng.choice(words) if rng.random() < 0.3 else [])
@@ -153,6 +154,10 @@ def _request(rng: random.Random, words: list[list[str]], n: int) -> AgentRequest
         "loan_amount": [50, 400],
         "months": [6, 36, "12개월"],
         "creditScore": [950, 800, 600],
+        "premium": [0, 150_000, 2_000_000],
+        "pulse": [40, 80, 130],
+        "ward": ["ICU", "ER", "7B"],
+        "policyNo": ["P-1", ""],
     }
     for key, values in fields.items():
         if rng.random() < (0.8 if key == "chatbotId" else 0.6):
@@ -169,6 +174,7 @@ def _request(rng: random.Random, words: list[list[str]], n: int) -> AgentRequest
             "count": [1, 2, 3, 6],
             "usd": [500, 10_000, 20_000],
             "requested_limit": [0, 1_000_000],
+            **(data_keys or {}),
         }
         a2a_data = []
         for _ in range(rng.randint(0, 3)):
@@ -219,12 +225,37 @@ def _outcome(records: list[Any]) -> Any:
     return None
 
 
-def test_every_translated_function_agrees_with_its_rules_on_random_requests() -> None:
-    source = BANK.read_text(encoding="utf-8")
+CORPUS = [(BANK, bank_tools), (Path(care_tools.__file__), care_tools)]
+
+
+def test_the_corpus_has_at_least_60_functions_and_names_every_one_left_out() -> None:
+    translated = 0
+    for path, module in CORPUS:
+        source = path.read_text(encoding="utf-8")
+        result = translate_tools_module(source, filename="app/tools.py")
+        translated += len({r.function for r in result.rules if r.enabled})
+        marked = {f.__name__ for f in module.DETERMINISTIC_TOOLS if "UNTRANSLATABLE" in (f.__doc__ or "")}
+        assert marked and marked <= {u.function for u in result.untranslatable}, path.name
+        assert all(str(u).startswith("app/tools.py:") and u.reason for u in result.untranslatable)
+    assert translated >= 60, translated
+    # The shapes of issue 43, translated: loops returning the matching part's values (first match),
+    # the last part holding a key, values chosen in if/elif/else, helpers put in place.
+    care = translate_tools_module(CORPUS[1][0].read_text(encoding="utf-8"))
+    rules = {r.function: r for r in care.rules}
+    assert '[0].get("claimId")' in rules["claim_status_first"].params
+    assert "[-1]" in rules["latest_patient_chart"].when
+    assert "[0]" in rules["claim_first_pending"].when
+    assert '.replace(" ", "").lower()' in rules["policy_by_clean_query"].when
+    assert '"overseas"' in rules["travel_insurance"].params
+
+
+@pytest.mark.parametrize(("path", "module"), CORPUS, ids=["bank", "insurer-hospital"])
+def test_every_translated_function_agrees_with_its_rules_on_random_requests(path: Path, module: Any) -> None:
+    source = path.read_text(encoding="utf-8")
     result = translate_tools_module(source, filename="app/tools.py")
     enabled = [r for r in result.rules if r.enabled]
     names = list(dict.fromkeys(r.function for r in enabled))
-    functions = {f.__name__: f for f in bank_tools.DETERMINISTIC_TOOLS}
+    functions = {f.__name__: f for f in module.DETERMINISTIC_TOOLS}
     python_rules = compile_rules([functions[n] for n in names])
     expr_rules = compile_rules(
         [
@@ -247,7 +278,7 @@ def test_every_translated_function_agrees_with_its_rules_on_random_requests() ->
     fired = dict.fromkeys(names, 0)
     errors = dict.fromkeys(names, 0)
     for n in range(REQUESTS):
-        request = _request(rng, words, n)
+        request = _request(rng, words, n, getattr(module, "DATA_KEYS", None))
         tools = {
             mcp_id: [ToolInfo(name=t) for t in tool_names if rng.random() < 0.9]
             for mcp_id, tool_names in server_tools.items()
@@ -266,7 +297,7 @@ def test_every_translated_function_agrees_with_its_rules_on_random_requests() ->
     # The requests reach every function: each fired at least 5 times, and errors
     # (a text where a number is expected, a missing key) were compared too.
     assert {n: c for n, c in fired.items() if c < 5} == {}, fired
-    assert sum(errors.values()) >= 50
+    assert sum(errors.values()) >= 20, errors
 
 
 # --- the seed, exported modules, and refusals ----------------------------------------------------

@@ -30,6 +30,7 @@ def _snapshot(rules: list[dict]) -> list[dict]:
     return [{key: {**DEFAULTS, **r}[key] for key in SNAPSHOT_FIELDS} for r in rules]
 
 
+@pytest.mark.django_db
 def test_the_seeds_three_examples_import_to_the_demos_seed_rules() -> None:
     preview = tools_py_preview(SEED, filename="examples/seed_project/app/tools.py")
     assert preview.untranslatable == []
@@ -55,6 +56,7 @@ TRICKY = [
 ]
 
 
+@pytest.mark.django_db
 def test_export_then_import_then_export_is_an_identity() -> None:
     bank = tools_py_preview(BANK).translation.rules
     snapshot = _snapshot([*SEED_RULES, *TRICKY, *(r.to_json() for r in bank if r.enabled)])
@@ -78,7 +80,7 @@ def test_preview_writes_nothing_and_confirm_writes_the_previewed_rules(editor) -
     assert rules == [{k: r[k] for k in SNAPSHOT_FIELDS} for r in preview.rules]
     assert AuditEvent.objects.filter(action="rule_set.import", object_id=str(rule_set.pk)).count() == 1
     assert rule_set.description == "Imported from app/tools.py."
-    assert len(done.untranslatable) == 9
+    assert len(done.untranslatable) == 8
 
 
 @pytest.mark.django_db
@@ -144,6 +146,7 @@ def _branchy(count: int, ifs: int = 7) -> str:
     return "from llamon_agent.tools import deterministic_tool\n\n\n" + "\n\n\n".join(functions) + "\n"
 
 
+@pytest.mark.django_db
 def test_a_hostile_file_is_translated_within_a_bound_on_its_paths() -> None:
     """A file of many functions just under the per-function limit (here 40 x 128 paths) made the
     preview unfold every path (a 700 KB one: 16 s of the web's CPU). The module-wide budget stops
@@ -159,3 +162,95 @@ def test_a_hostile_file_is_translated_within_a_bound_on_its_paths() -> None:
     with translation.override("ko"):
         korean = tools_py_preview(_branchy(40)).untranslatable[0]["message"]
     assert "4096" in korean and "paths in all" not in korean, korean
+
+
+LEGACY = """
+from llamon_agent.tools import deterministic_tool
+
+
+@deterministic_tool(mcp_id="order-service")
+def order_lookup(ctx):
+    if "주문" in ctx.query:
+        return {"tool_name": "get_order", "params": {"query": ctx.query}}
+
+
+@deterministic_tool(mcp_id="order-service")
+def order_lookup_again(ctx):
+    if "주문" in ctx.query:
+        return {"tool_name": "get_order", "params": {"query": ctx.query}}
+
+
+@deterministic_tool(mcp_id="claims-service")
+def claim_status(ctx):
+    if "청구" in ctx.query:
+        return {"tool_name": "claim_status", "params": {"q": ctx.query}}
+
+
+@deterministic_tool(mcp_id="order-service")
+def legacy_invoice(ctx):
+    if "invoice" in ctx.query:
+        return {"tool_name": "get_invoice", "params": {"id": ctx.query}}
+
+
+@deterministic_tool(mcp_id="order-service")
+def orders(ctx):
+    if "환불" in ctx.query:
+        return {"tool_name": "list_orders", "params": {"customer_id": "x"}}
+    return {"tool_name": "get_order", "params": {"query": ctx.query}}
+
+
+@deterministic_tool(mcp_id="order-service")
+def orders__get_order(ctx):
+    if "배송" in ctx.query:
+        return {"tool_name": "get_order", "params": {"query": "x"}}
+
+
+DETERMINISTIC_TOOLS = [order_lookup, order_lookup_again, claim_status, orders, orders__get_order]
+"""
+
+
+@pytest.mark.django_db
+def test_the_preview_names_every_problem_and_a_confirmation_is_refused_with_all_of_them(
+    editor, demo_servers, editor_client
+) -> None:
+    """Issue 43: the preview was silent on a disabled legacy function (which then blocked the whole
+    import), a duplicate and an unknown server. It now lists each, before anything is written, and a
+    confirmation is refused with every blocking problem, never the first alone."""
+    from rules.services import rule_set_create
+
+    rule_set_create(actor=editor, name="tools")  # the default name of app/tools.py
+    preview = tools_py_preview(LEGACY)
+    found = {(p["code"], p["rule"], p["blocks"]) for p in preview.problems}
+    assert found >= {
+        ("refused", "legacy_invoice", True),  # its tool is not on the server: the import refuses it
+        ("disabled", "legacy_invoice", False),
+        ("duplicate", "order_lookup_again", False),
+        ("server_unknown", "claim_status", False),
+        ("name_taken", "", False),
+        ("name_clash", "orders__get_order", True),  # the second function's rule, named like the first's
+    }, found
+    blocking = {p["code"]: p for p in preview.blocking}
+    assert set(blocking) == {"refused", "name_clash"}, preview.blocking
+    refused, clash = blocking["refused"], blocking["name_clash"]
+    assert refused["message"].startswith("app/tools.py:") and "get_invoice" in refused["message"]
+    sets = RuleSet.objects.count()
+    with pytest.raises(RuleError) as exc:
+        rule_set_import_tools_py(actor=editor, source=LEGACY, sha256=preview.sha256, name="legacy")
+    assert "2 rules would be refused" in exc.value.message
+    assert refused["message"] in exc.value.message and clash["message"] in exc.value.message
+    assert RuleSet.objects.count() == sets
+    # The page shows them and offers no confirmation while one blocks; in Korean too.
+    page = editor_client.post(
+        "/rules/import/tools-py", {"action": "preview", "source": LEGACY}
+    ).content.decode()
+    assert 'id="preview-problems"' in page and 'data-code="duplicate"' in page
+    assert 'id="import-blocked"' in page and 'id="confirm-form"' not in page
+    with translation.override("ko"):
+        korean = tools_py_preview(LEGACY).problems
+    assert any("가져오기" in p["message"] for p in korean if p["blocks"]), korean
+    # Without the legacy tool and the clash nothing blocks, and the confirmation writes the rules.
+    fixed = LEGACY.replace('"get_invoice"', '"get_order"').replace("orders__get_order", "orders_again")
+    preview = tools_py_preview(fixed)
+    assert preview.blocking == [] and any(p["code"] == "disabled" for p in preview.problems)
+    rule_set, _ = rule_set_import_tools_py(actor=editor, source=fixed, sha256=preview.sha256, name="fixed")
+    assert rule_set.rules.count() == 7

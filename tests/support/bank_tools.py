@@ -461,7 +461,7 @@ def vip_by_global_list(ctx: DeterministicContext) -> dict | None:
 
 @deterministic_tool(mcp_id="kb")
 def normalised_search(ctx: DeterministicContext) -> dict | None:
-    """UNTRANSLATABLE: calls another function."""
+    """A pure module-level helper: put in place."""
     if "통장분실" in _normalise(ctx.query):
         return {"tool_name": "search_faq", "params": {"q": "통장 재발급"}}
     return None

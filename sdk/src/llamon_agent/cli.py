@@ -99,7 +99,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     rdiff.add_argument("directory")
     rdiff.add_argument("--url", help=url_help)
     rtest = rules_commands.add_parser(
-        "test", help="run the directory's test cases with the engine alone, no server (exit 1 on a failure)"
+        "test",
+        help="the workbench's static checks and the directory's test cases, with the engine alone, no "
+        "server (exit 1 on a check error or a failing case)",
     )
     rtest.add_argument("directory")
     rtest.add_argument("--junit-xml", metavar="PATH", help="also write the results as JUnit XML")
@@ -287,12 +289,17 @@ def _rules_test(directory: Path, junit_path: str | None) -> int:
 
     tree = rules_code.read_tree(directory)
     run = rules_code.run_tests(tree)
+    for name, found in run.problems.items():
+        for check in found:
+            print(f"{'ERROR' if check.level == 'error' else 'warn '} {name}: {check.message}")
     for case in run.cases:
         print(f"{'ok  ' if case.result.passed else 'FAIL'} {case.name}")
         for problem in case.result.problems:
             print(f"       {problem}")
+    checks = sum(len(ps) for ps in run.errors.values())
     print(
-        f"{len(run.cases) - len(run.failed)} passed, {len(run.failed)} failed "
+        f"{len(run.cases) - len(run.failed)} passed, {len(run.failed)} failed, "
+        f"{checks} check error{'s' if checks != 1 else ''} "
         f"({tree.name}, {len(tree.document['rules'])} rules, {run.seconds:.2f} s)"
     )
     if junit_path:
@@ -300,7 +307,7 @@ def _rules_test(directory: Path, junit_path: str | None) -> int:
             Path(junit_path).write_bytes(rules_code.junit_xml(run))
         except OSError as exc:
             raise rules_code.RulesCodeError(f"{junit_path}: {exc.strerror or exc}") from None
-    return EXIT_PROBLEMS if run.failed else EXIT_OK
+    return EXIT_PROBLEMS if run.failed or run.errors else EXIT_OK
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -37,6 +37,7 @@ import httpx
 from llamon_agent.cases import INPUT_KEYS, CaseResult, case_compare, case_dry_run, expected_defaults
 from llamon_agent.expr import ExprError, expression_rule
 from llamon_agent.prestep import compile_rules
+from llamon_agent.rule_checks import Problem, rule_set_problems
 from llamon_agent.tools import ToolInfo
 
 DIR_FORMAT = "llamon-rules-dir/1"
@@ -487,9 +488,11 @@ class CaseRun:
 
 @dataclass
 class TestRun:
-    """Every case of a directory checked with the engine alone."""
+    """A directory checked with the engine alone: the static checks' problems per rule (the
+    workbench's checks, llamon_agent.rule_checks) and every case."""
 
     rule_set: str
+    problems: dict[str, list[Problem]] = field(default_factory=dict)
     cases: list[CaseRun] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -497,12 +500,28 @@ class TestRun:
     def failed(self) -> list[CaseRun]:
         return [c for c in self.cases if not c.result.passed]
 
+    @property
+    def errors(self) -> dict[str, list[Problem]]:
+        """The rules with a static-check error (the workbench calls them errors too)."""
+        found = {name: [p for p in ps if p.level == "error"] for name, ps in self.problems.items()}
+        return {name: ps for name, ps in found.items() if ps}
+
 
 def run_tests(tree: RuleTree) -> TestRun:
-    """Dry-run each case on the directory's rules (enabled ones, in file order) over ruleset.json's tools."""
+    """The static checks of the directory's rules against ruleset.json's servers, then each case
+    dry run on the rules (enabled ones, in file order) over those servers' tools."""
     started = time.perf_counter()
     run = TestRun(rule_set=tree.name)
-    tools = _bound_tools(tree.meta.get("servers") or {})
+    servers = {
+        str(mcp_id): server
+        for mcp_id, server in (tree.meta.get("servers") or {}).items()
+        if isinstance(server, dict)
+    }
+    try:
+        run.problems = rule_set_problems(tree.document["rules"], servers)
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise RulesCodeError(f"a rule file lacks a field or has one of the wrong type: {exc!r}") from None
+    tools = _bound_tools(servers)
     compile_error = None
     compiled = None
     try:
@@ -573,12 +592,18 @@ def junit_xml(run: TestRun) -> bytes:
         suites,
         "testsuite",
         name=run.rule_set,
-        tests=str(len(run.cases)),
-        failures=str(len(run.failed)),
+        tests=str(len(run.cases) + len(run.errors)),
+        failures=str(len(run.failed) + len(run.errors)),
         errors="0",
         skipped="0",
         time=f"{run.seconds:.3f}",
     )
+    for name, problems in run.errors.items():
+        element = ET.SubElement(
+            suite, "testcase", classname=f"rules.{run.rule_set}", name=f"check {name}", time="0"
+        )
+        failure = ET.SubElement(element, "failure", message=problems[0].message[:1000], type="CheckError")
+        failure.text = "\n".join(p.message for p in problems)
     for case in run.cases:
         element = ET.SubElement(
             suite, "testcase", classname=f"rules.{run.rule_set}", name=case.name, time=f"{case.seconds:.3f}"
@@ -588,8 +613,8 @@ def junit_xml(run: TestRun) -> bytes:
                 element, "failure", message=case.result.problems[0][:1000], type="CaseFailed"
             )
             failure.text = "\n".join(case.result.problems)
-    suites.set("tests", str(len(run.cases)))
-    suites.set("failures", str(len(run.failed)))
+    suites.set("tests", suite.get("tests", "0"))
+    suites.set("failures", suite.get("failures", "0"))
     ET.indent(suites)
     text: bytes = ET.tostring(suites, encoding="utf-8", xml_declaration=True)
     return text + b"\n"

@@ -9,6 +9,7 @@ from typing import Any
 from llamon_agent.expr.errors import ExprError
 from llamon_agent.expr.helpers import (
     _WORD_CONTAINERS,
+    MAX_NUMBER_TEXT_CHARS,
     MAX_REGEX_SIZE,
     _add,
     _ascii,
@@ -31,6 +32,7 @@ from llamon_agent.expr.helpers import (
     re_search,
     regex_cached,
     regex_size,
+    to_number,
 )
 from llamon_agent.expr.limits import MAX_INT, MAX_PATTERN_CHARS, MAX_RESULT_CHARS, MAX_RESULT_ITEMS, SORT_KEYS
 from llamon_agent.expr.messages import Message as M
@@ -564,6 +566,12 @@ def _m_regex(helper: Any, memo: bool = False) -> Any:
     return metered
 
 
+def _m_to_number(meter: CostMeter, value: Any, default: Any = None) -> Any:
+    """to_number reads at most 4 x MAX_NUMBER_TEXT_CHARS characters of a text: a constant cost."""
+    _charge(meter, 1 + (4 * MAX_NUMBER_TEXT_CHARS) // READ_CHARS_PER_UNIT if type(value) is str else 1)
+    return to_number(value, default)
+
+
 def _m_data_get(meter: CostMeter, parts: Any, *args: Any, **kwargs: Any) -> Any:
     remaining = meter.left - 1 - (len(parts) if type(parts) is list else 0)  # _charge, inline
     if remaining < 0:
@@ -588,6 +596,7 @@ _METERED_CALLS: dict[str, Any] = {
     "contains_all": _m_contains_all,
     "re_search": _m_regex(re_search, memo=True),
     "re_find": _m_regex(re_find),
+    "to_number": _m_to_number,
 }
 _METERED_NAMESPACE: dict[str, Any] = {
     **{f"__llamon_m_{name}": fn for name, fn in _METERED_CALLS.items()},
@@ -616,6 +625,7 @@ _BASE_NAMESPACE: dict[str, Any] = {
     "contains_all": contains_all,
     "re_search": re_search,
     "re_find": re_find,
+    "to_number": to_number,
     # Builtin types and functions: with no "_" attribute and only allow-listed methods they are
     # inert (int.from_bytes and friends cannot even be named). str is a size-checked function.
     "len": len,

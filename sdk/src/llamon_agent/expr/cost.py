@@ -34,7 +34,7 @@ from llamon_agent.expr.budget import (
     REGEX_COMPILE_UNITS,
 )
 from llamon_agent.expr.guard import _affix, _literal_tests, _static_pair
-from llamon_agent.expr.helpers import MAX_REGEX_SIZE, _regex, regex_size
+from llamon_agent.expr.helpers import MAX_NUMBER_TEXT_CHARS, MAX_REGEX_SIZE, _regex, regex_size
 from llamon_agent.expr.hints import _query_ref, is_ctx_name
 from llamon_agent.expr.limits import (
     _STR_METHODS,
@@ -322,6 +322,8 @@ class _Estimator:
                 + text * program // REGEX_CHARS_PER_UNIT
             )
             return cost + self.charge(units + 1, node), text
+        if name == "to_number":  # reads at most 4 x MAX_NUMBER_TEXT_CHARS of a text (budget._m_to_number)
+            return cost + self.charge(1 + 4 * MAX_NUMBER_TEXT_CHARS // READ_CHARS_PER_UNIT, node), 1
         if name in ("contains_any", "contains_all"):
             text, words = (_need(s) for s in (*sizes, 1, 1)[:2])
             return cost + self.charge(1 + words * (1 + text // READ_CHARS_PER_UNIT), node), 1

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import math
+import re
 import types
+import unicodedata
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -359,6 +362,39 @@ def _data_get(parts: Any, key: Any, default: Any = None) -> Any:
             if type(part) is dict and key in part:
                 return part[key]
     return default
+
+
+# to_number: the number a DataPart value stands for, when other systems send it as text.
+MAX_NUMBER_TEXT_CHARS = 64  # a longer text is no number a rule compares (and its cost stays bounded)
+_NUMBER_TEXT = re.compile(r"[+-]?(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]+)?|[+-]?\.[0-9]+")
+
+
+def to_number(value: Any, default: Any = None) -> Any:
+    """to_number(value, default=None): ``value`` as a number, or ``default`` when it is not one.
+
+    A number (int or float, not a bool) is itself; a text is read after removing the spaces around
+    it and folding full-width characters (NFKC: "８６" is "86"): ASCII digits, an optional sign,
+    an optional decimal part and optional thousands commas ("1,200,000"). A text with a decimal
+    point gives a float, without one an int. Anything else (None, a bool, "86%", "eighty", "NaN",
+    a list, a number out of the 64-bit range, a text longer than 64 characters) gives ``default``:
+    never an error, so ``to_number(data_get("spo2"), 100) < 90`` cannot fail the pre-step on text.
+    """
+    kind = type(value)
+    if kind is int:
+        return value if -MAX_INT <= value <= MAX_INT else default
+    if kind is float:
+        return value if math.isfinite(value) else default
+    if kind is not str or len(value) > 4 * MAX_NUMBER_TEXT_CHARS:
+        return default
+    text = unicodedata.normalize("NFKC", value).strip()
+    if len(text) > MAX_NUMBER_TEXT_CHARS or not _NUMBER_TEXT.fullmatch(text):
+        return default
+    text = text.replace(",", "")
+    if "." in text:
+        number = float(text)
+        return number if math.isfinite(number) else default
+    whole = int(text)
+    return whole if -MAX_INT <= whole <= MAX_INT else default
 
 
 _NUMBERS = frozenset({int, float, bool})

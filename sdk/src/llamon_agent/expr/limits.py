@@ -32,7 +32,7 @@ MAX_FILES_BYTES = 16 * 1024
 # --- names ------------------------------------------------------------------------------
 CTX_NAMES = ("ctx", "query", "context", "a2a_data", "a2a_files", "tool_names")
 CTX_ATTRS = frozenset({"query", "context", "a2a_data", "a2a_files", "mcp_tools", "tool_names"})
-HELPER_NAMES = ("contains_any", "contains_all", "re_search", "re_find", "data_get")
+HELPER_NAMES = ("contains_any", "contains_all", "re_search", "re_find", "data_get", "to_number")
 REGEX_CALLS = ("re_search", "re_find")  # the helpers whose first argument is a regex pattern
 BUILTIN_NAMES = (
     "len",

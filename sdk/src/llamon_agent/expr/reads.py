@@ -33,7 +33,7 @@ class Reads:
     params: tuple[dict[str, Any], bool] | None  # a dict literal: {key: literal or DYNAMIC}, every key known
     normal: str
     # DataPart values (as written) ordered against a number literal without a conversion: a value
-    # that arrives as text ("86") then fails the pre-step (rules.type_checks warns of each)
+    # that arrives as text ("86") then fails the pre-step (the static checks, llamon_agent.rule_checks, warn of each)
     data_numbers: tuple[str, ...] = ()
 
 

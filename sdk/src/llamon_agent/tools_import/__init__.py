@@ -9,9 +9,12 @@ run in the project either). Without a ``DETERMINISTIC_TOOLS`` list, every decora
 source order.
 
 What translates: a body made of an optional docstring, ``pass``, locals assigned once, ``if`` /
-``elif`` / ``else`` (nested), ``return None`` (or falling off the end), ``return {"tool_name":
-"<literal>", "params": <expression>}``, and ``for v in <iterable>: if <test>: return <call>``
-where the call does not use ``v`` (it becomes ``any(<test> for v in <iterable>)``). Conditions
+``elif`` / ``else`` (nested, also choosing a local's value), ``return None`` (or falling off the
+end), ``return {"tool_name": "<literal>", "params": <expression>}``, loops over the DataParts
+(``_loops``: ``for v in <iterable>: if <test>: return <call>``, which becomes ``any(<test> for v in
+<iterable>)`` and reads the first match's values as ``[v for v in ... if <test>][0]``; ``x = <before>``
+then ``for v in ...: if <test>: x = <value>`` for the last match, with ``break`` the first), and calls
+of pure module-level helpers (``def h(a): return <expression of a>``), put in place. Conditions
 and params use ``ctx.query``, ``ctx.context``, ``ctx.a2a_data``, ``ctx.a2a_files``,
 ``ctx.mcp_tools`` (in a comprehension, where ``t.name`` becomes ``t["name"]``, or in ``len()``),
 the builtins the expression language has and the methods it allows. ``{t.name for t in
@@ -31,7 +34,9 @@ order of their first ``return``; at most one of them fires for a request, as the
 at most one call. ``params`` is the tree restricted to the rule's leaves.
 
 What does not translate is listed with the file, the line and the reason (:class:`Untranslatable`):
-calls of other functions, module-level names (globals, imports), loops other than the one above,
+calls of other functions (and of helpers that read globals or get an argument that could fail),
+module-level names (globals, imports), loops other than the ones above (or whose test could fail
+on a later part when the function stops at the first),
 ``try``/``with``/``raise``/``import``, locals assigned twice, returned values of another shape,
 and whatever the expression checker refuses (its message is the reason).
 

@@ -11,6 +11,7 @@ from llamon_agent.expr.errors import ExprError
 from llamon_agent.expr.limits import MAX_RULE_NAME_CHARS, MAX_SOURCE_CHARS
 from llamon_agent.expr.rules import check_rule_name, expression_rule
 from llamon_agent.mcp.spec import MCP_ID_RE
+from llamon_agent.tools_import._loops import inline_call, loop
 from llamon_agent.tools_import._model import (
     _BUILTINS,
     _CTX_FIELDS,
@@ -333,48 +334,10 @@ class _Function:
         return leaf
 
     def loop(self, stmt: ast.For, rest: list[ast.stmt], env: dict[str, _Binding], depth: int) -> _Tree:
-        """``for v in it: if test: return CALL`` (CALL not using v) -> any(test for v in it)."""
-        body = stmt.body
-        shape = (
-            isinstance(stmt.target, ast.Name)
-            and not stmt.orelse
-            and len(body) == 1
-            and isinstance(body[0], ast.If)
-            and not body[0].orelse
-            and len(body[0].body) == 1
-            and isinstance(body[0].body[0], ast.Return)
-        )
-        if not shape:
-            raise self.refuse(
-                stmt,
-                "statement",
-                "a for loop",
-                "a for loop is translated only as `for v in ...: if <test>: return <call>`",
-            )
-        assert isinstance(stmt.target, ast.Name) and isinstance(body[0], ast.If)
-        var = stmt.target.id
-        ret = body[0].body[0]
-        assert isinstance(ret, ast.Return)
-        if any(isinstance(n, ast.Name) and n.id == var for n in ast.walk(ret)):
-            raise self.refuse(
-                ret,
-                "loop-value",
-                var,
-                f"the returned call uses the loop variable {var}, which a rule cannot keep",
-            )
-        if var in env or var == self.param:
-            raise self.refuse(stmt, "reassigned", var, f"the loop reuses the name {var}")
-        iterable = self.render(stmt.iter, env, {}, allow_tools=True)
-        is_tools = (
-            isinstance(stmt.iter, ast.Attribute)
-            and stmt.iter.attr == "mcp_tools"
-            and isinstance(stmt.iter.value, ast.Name)
-            and stmt.iter.value.id == self.param
-        )
-        self.local_names.discard(var)
-        test = self.render(body[0].test, env, {var: "tool" if is_tools else "value"})
-        piece = _Piece(f"any({test.at(_P_OR)} for {var} in {iterable.at(_P_OR)})", _P_ATOM, False)
-        return _Branch(piece, self.leaf(ret, env), self.block(rest, env, depth))
+        return loop(self, stmt, rest, env, depth)  # the shapes: _loops
+
+    def binding(self, piece: _Piece, node: ast.expr, line: int) -> _Binding:
+        return _Binding(piece, node, line)
 
     def leaf(self, stmt: ast.Return, env: dict[str, _Binding]) -> _Leaf:
         value = stmt.value
@@ -591,6 +554,10 @@ class _Function:
         if isinstance(func, ast.Name):
             if func.id in scope or func.id in env or func.id == self.param:
                 raise self.refuse(node, "call", func.id, f"calls {func.id}, which is a value, not a function")
+            inlined = inline_call(self, node, env, scope) if func.id in self.m.names else None
+            if inlined is not None:  # a pure module-level helper, put in place
+                edits.append((node, inlined.text))
+                return inlined
             if func.id in self.m.names:
                 line = self.m.names[func.id]
                 raise self.refuse(
