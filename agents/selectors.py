@@ -20,6 +20,7 @@ from agents.models import Agent, ChangeRequest, ChangeReview, ModelConnection, R
 from agents.redaction import RUN_INPUT_FIELDS, redactor, redactor_active
 from agents.subjects import subject_parse
 from core.models import ChainRecord
+from llamon_agent.mcp.results import truncation
 from llamon_agent.prestep import PRESTEP_FAILED
 from rules.expr_messages import engine_text
 from rules.models import RuleSetVersion
@@ -319,6 +320,7 @@ def run_step_page(*, run: Run, after: int = 0) -> StepPage:
             break
     for step in steps:
         step.parted = []
+        step.result_cut = truncation(step.output)  # read on the whole value: a part may not hold its marker
         for field in STEP_VALUE_FIELDS:
             value = getattr(step, field)
             if value is not None and _json_bytes(value) > VALUE_PART_BYTES // 2:  # indented, it may double

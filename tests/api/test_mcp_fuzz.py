@@ -45,6 +45,10 @@ TOOLS = [
     "list_change_requests",
     "get_change_request",
     "review_change_request",
+    "get_agent_savings",
+    "find_rules",
+    "get_suggestions",
+    "draft_suggested_rule",
 ]
 LEAKS = ("Traceback", "IntegrityError", "NOT NULL", "psycopg", "sqlite3", "OperationalError", "DataError")
 FUZZ = settings(

@@ -25,6 +25,7 @@ from llamon_agent.guardrails import (
     as_masks,
     card_number_spans,
     luhn_valid,
+    mask_preset,
     redact,
 )
 
@@ -315,3 +316,15 @@ def test_a_match_over_very_many_pieces_is_hidden_whole() -> None:
     # searched piece by piece for the values it holds but hidden whole (bounded work, nothing shown).
     letters = [chr(ord("a") + i % 26) for i in range(300)]
     assert set(redact([*letters, "@", "example", ".com"], ["email"])) == {"[이메일]"}
+
+
+def test_a_value_after_an_email_that_still_matches_with_it_is_a_value_of_its_own() -> None:
+    # "kim@example.com" + "premium" glued still reads as an e-mail ("...compremium"), but the next
+    # value is whole and long enough to be one: a chatbotId stays shown, the e-mail is hidden; a
+    # one-letter piece after it ("kim@example.co" + "m") is still read as the e-mail's.
+    redactor = Redactor(as_masks([]) + [mask_preset("email")])
+    masked = redactor({"userId": "kim@example.com", "chatbotId": "premium"})
+    assert masked == {"userId": "[이메일]", "chatbotId": "premium"}
+    redactor = Redactor(as_masks([]) + [mask_preset("email")])
+    redactor.learn(["kim@example.co", "m"])
+    assert "kim" not in redactor("the address was kim @example.com")

@@ -826,13 +826,18 @@ class _Joined:
                     if not found or s > found[-1][0]:  # else it holds the last value found
                         # The pieces after it may still be its own ("kim@example.co" + "m"): its
                         # reach is the longest run of them that still matches (both are hidden).
-                        reach = [
-                            x
-                            for x in ends[i + 1 :]
-                            if (x in self._join_set or x == len(self.text))  # not into a next value
-                            and self._whole(mask, s, x)
-                            and self._allowed(s, x)
-                        ]
+                        # Only over pieces too short to be values of their own (MIN_DERIVED_CHARS):
+                        # "kim@example.com" + "premium" (a chatbotId) still matches, and is two values.
+                        reach = []
+                        for x in ends[i + 1 :]:
+                            if len("".join(_TOKEN.findall(self.text[e:x]))) >= MIN_DERIVED_CHARS:
+                                break
+                            if (
+                                (x in self._join_set or x == len(self.text))
+                                and self._whole(mask, s, x)
+                                and self._allowed(s, x)
+                            ):
+                                reach.append(x)
                         found.append((s, e, reach[-1] if reach else e))
                     break
         return found
