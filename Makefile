@@ -47,10 +47,11 @@ test: install
 # Every test that can reach the database, on a throwaway PostgreSQL cluster (needs Debian's
 # `postgresql` package; psycopg comes with `make install`). The tests that cannot (the engine, the
 # settings checks, `make run` on its embedded SQLite) give the same result on any database: they run
-# once, in `make test` (tests/conftest.py, LLAMON_TEST_DATABASE_ONLY). The two fuzzers draw fewer
-# cases here (each case costs 1.7x its SQLite time; PostgreSQL's own refusals, NUL and out-of-range
-# values, are among the first values drawn): 30 per API operation and 6 per page and role, vs 40
-# and 8 in `make test` (plus 3 explicit cases a page: NUL, a huge integer, an out-of-range date). Set LLAMON_FUZZ_EXAMPLES / LLAMON_FUZZ_FORM_EXAMPLES to change them.
+# once, in `make test` (tests/conftest.py, LLAMON_TEST_DATABASE_ONLY). The two fuzzers draw 30 cases
+# per API operation and 6 per page and role on both databases (plus 3 explicit cases a page: NUL, a
+# huge integer, an out-of-range date; PostgreSQL's own refusals are among the first values drawn).
+# They were 40 and 8 on SQLite until the fuzzers were the suite's two costliest files (269 s of
+# 1,908). Set LLAMON_FUZZ_EXAMPLES / LLAMON_FUZZ_FORM_EXAMPLES to draw more.
 LLAMON_PG_FUZZ_EXAMPLES ?= 30
 LLAMON_PG_FUZZ_FORM_EXAMPLES ?= 6
 test-postgres: install

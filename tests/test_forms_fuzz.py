@@ -11,8 +11,8 @@ that are not UTF-8, and ordinary text.
 
 A role below the one the page declares (a viewer on an admin page) can only be refused: such a
 pair gets one hostile POST and GET, which must be refused (a 4xx: the NUL's 400, the role's 403, the
-method's 405) and change nothing. Every other pair: ``LLAMON_FUZZ_FORM_EXAMPLES`` drawn (default 8; `make test-postgres` draws
-6) and three explicit ones (NUL, a 30-digit integer and an out-of-range date in every field); the
+method's 405) and change nothing. Every other pair: ``LLAMON_FUZZ_FORM_EXAMPLES`` drawn (default 6, as in
+`make test-postgres`) and three explicit ones (NUL, a 30-digit integer and an out-of-range date in every field); the
 counts, per URL, are printed at the end of the run ("form fuzz cases").
 """
 
@@ -36,7 +36,7 @@ from tests.support.authz import EXPECTED, refused_only
 
 pytestmark = [pytest.mark.django_db, pytest.mark.timeout(900)]
 
-EXAMPLES = int(os.environ.get("LLAMON_FUZZ_FORM_EXAMPLES", "8"))
+EXAMPLES = int(os.environ.get("LLAMON_FUZZ_FORM_EXAMPLES", "6"))
 ROLES = ("viewer", "editor", "admin")
 # Logging out ends the session the fuzzer needs; the login page is fuzzed as a form all the same.
 SKIP = {"logout"}

@@ -6,7 +6,7 @@ loopback (an MCP URL the fuzzer makes up could name a public address). stdio ser
 run commands from the test allow-list (examples/, tests/servers/), so no operation is skipped.
 
 One test per operation (``test_<operationId>``). Cases per operation: ``LLAMON_FUZZ_EXAMPLES``,
-default 40, besides schemathesis' own examples and coverage phases.
+default 30, besides schemathesis' own examples and coverage phases.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from schemathesis.specs.openapi.checks import negative_data_rejection, positive_
 
 from servers import pool as rules_pool
 
-FUZZ_EXAMPLES = int(os.environ.get("LLAMON_FUZZ_EXAMPLES", "40"))
+FUZZ_EXAMPLES = int(os.environ.get("LLAMON_FUZZ_EXAMPLES", "30"))
 # The issue's bar is "no 5xx, every response matches the schema". Two of schemathesis' checks ask
 # more and are left out: "schema-valid data gets a 2xx" (a rule whose expression does not compile
 # fits the schema and is still refused, with a 422 saying why) and "schema-violating data gets a
