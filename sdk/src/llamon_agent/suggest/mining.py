@@ -1,26 +1,5 @@
-"""What the pre-step saves, and the routing rules the traces prove would save more.
-
-Plain data in, plain data out: the caller (the workbench, a script) reads its recorded runs into
-:class:`Observation` values. Two questions are answered:
-
-* :func:`savings`: how many LLM turns, tokens and milliseconds the pre-step's calls replaced, and
-  in how many runs the model called again a tool the pre-step had already called (the SDK page's
-  troubleshooting case, answered with its advice :data:`RECALL_ADVICE`).
-* :func:`mine`: for each tool the model called where no rule did, a readable rule in the
-  expression language (docs/expressions.md) that would have made the call: a condition learned by
-  sequential covering (RIPPER/CN2 style: conjunctions of literals on the query's words, context
-  values, DataPart keys and values, added while they separate the model's calls from the rest),
-  and each argument derived from the request (the whole query, a context value, a DataPart value,
-  a pattern found in the query, a constant) only when it reproduces the model's value on nearly
-  every run. Each candidate is then replayed through the engine itself (``run_prestep``, dry run)
-  on runs held out from learning, and kept only above the precision asked for.
-
-The work splits in three passes over partitions of the runs, so that a caller can spread them
-over processes or Celery workers: :func:`vocabulary` (map) + :func:`merge_vocabularies` (reduce),
-:func:`featurize` (map; the learner then runs on small integer sets, :func:`learn`), and
-:func:`replay` (map) + :meth:`Tally.merge` (reduce), then :func:`select`. :func:`mine` chains them
-in one process. Nothing here changes anything: a suggestion is a proposal.
-"""
+"""Learning a rule per group (sequential covering, derived arguments), replaying it through the
+engine on held-out runs, and choosing what to propose."""
 
 from __future__ import annotations
 
@@ -28,487 +7,29 @@ import json
 import math
 import re
 import statistics
-import zlib
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import ahocorasick
-
 from llamon_agent.compiled_rules import compile_rules
 from llamon_agent.expr import ExprError, expression_rule, re_find
 from llamon_agent.prestep import StaticToolBackend, run_prestep
+from llamon_agent.suggest.features import (
+    DERIVATION_SAMPLE,
+    MIN_SUPPORT,
+    Features,
+    Row,
+    expression_literal,
+    featurize,
+    vocabulary,
+)
+from llamon_agent.suggest.savings import Observation, turn_value
 from llamon_agent.tools import AgentRequest
 
-# The seed page's answer to "LLM이 deterministic 결과를 무시하고 다시 같은 tool 호출" (byte for byte).
-RECALL_ADVICE = "system prompt에 “확정 호출 결과를 우선 사용” 명시"
-
-MIN_SUPPORT = 20  # runs of a group (in the learning share) before it is learned at all
-HOLDOUT_PERCENT = 25  # runs kept out of learning, for the replay (by a hash of the run id)
 ARG_AGREEMENT = 0.95  # an argument's derivation must give the model's value on this share of runs
 MAX_TERMS = 3  # literals in one conjunction
 MAX_CONJUNCTIONS = 4  # conjunctions in one condition
-MAX_KEYWORDS = 300  # candidate keywords per group
-MAX_VALUES = 50  # a context or DataPart key with more distinct values is an id, not a condition
-MAX_QUERY_CHARS = 2_000  # of a query read for words (what a rule's condition would look at)
-_WORD = re.compile(r"[0-9A-Za-z가-힣]+")
-_HANGUL = re.compile(r"[가-힣]")
-
-
-# --------------------------------------------------------------------------- observations
-
-
-@dataclass(frozen=True, slots=True)
-class Call:
-    """One tool call: by the model (ReAct loop) or by a rule (pre-step)."""
-
-    mcp_id: str
-    tool: str
-    args: Mapping[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class Turn:
-    """One LLM turn: how long it took, its tokens, and the tools the model chose in it."""
-
-    ms: float | None = None
-    input_tokens: int | None = None
-    output_tokens: int | None = None
-    tools: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class Observation:
-    """One recorded run as the miner reads it."""
-
-    run_id: Any
-    request: AgentRequest
-    model_calls: tuple[Call, ...] = ()
-    rule_calls: tuple[Call, ...] = ()
-    turns: tuple[Turn, ...] = ()
-    version: str = ""
-
-    def targets(self) -> set[tuple[str, str]]:
-        """The (server, tool) pairs the model called and no rule did."""
-        ruled = {(c.mcp_id, c.tool) for c in self.rule_calls}
-        return {(c.mcp_id, c.tool) for c in self.model_calls} - ruled
-
-    def held_out(self, percent: int = HOLDOUT_PERCENT) -> bool:
-        return zlib.crc32(str(self.run_id).encode()) % 100 < percent
-
-
-# --------------------------------------------------------------------------- savings
-
-
-@dataclass(slots=True)
-class Savings:
-    """What the pre-step saved over a set of runs (one version, or all of them)."""
-
-    runs: int = 0
-    with_prestep: int = 0  # runs where at least one rule called a tool
-    turns_saved: int = 0  # runs where a rule's call stood for the model's turn (not called again)
-    ms_saved: float = 0.0
-    input_tokens_saved: int = 0
-    output_tokens_saved: int = 0
-    recalled: int = 0  # runs where the model called again a tool a rule had called
-    recalled_runs: list[Any] = field(default_factory=list)  # the first few, to look at
-    turn_ms: float | None = None  # the value of one turn (median of comparable turns)
-    turn_input_tokens: int | None = None
-    turn_output_tokens: int | None = None
-
-    @property
-    def share_with_prestep(self) -> float:
-        return self.with_prestep / self.runs if self.runs else 0.0
-
-    @property
-    def advice(self) -> str:
-        return RECALL_ADVICE if self.recalled else ""
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "runs": self.runs,
-            "with_prestep": self.with_prestep,
-            "share_with_prestep": round(self.share_with_prestep, 4),
-            "turns_saved": self.turns_saved,
-            "ms_saved": round(self.ms_saved, 1),
-            "input_tokens_saved": self.input_tokens_saved,
-            "output_tokens_saved": self.output_tokens_saved,
-            "recalled": self.recalled,
-            "recalled_runs": self.recalled_runs,
-            "advice": self.advice,
-            "turn": {
-                "ms": self.turn_ms,
-                "input_tokens": self.turn_input_tokens,
-                "output_tokens": self.turn_output_tokens,
-            },
-        }
-
-
-def turn_value(observations: Iterable[Observation]) -> tuple[float | None, int | None, int | None]:
-    """One saved turn's value: the medians of the turns in which the model chose a tool."""
-    ms: list[float] = []
-    tin: list[int] = []
-    tout: list[int] = []
-    for obs in observations:
-        for turn in obs.turns:
-            if not turn.tools:
-                continue
-            if turn.ms is not None:
-                ms.append(turn.ms)
-            if turn.input_tokens is not None:
-                tin.append(turn.input_tokens)
-            if turn.output_tokens is not None:
-                tout.append(turn.output_tokens)
-    return (
-        statistics.median(ms) if ms else None,
-        round(statistics.median(tin)) if tin else None,
-        round(statistics.median(tout)) if tout else None,
-    )
-
-
-RECALLED_RUNS_SHOWN = 20
-
-
-def savings(observations: Sequence[Observation]) -> dict[str, Savings]:
-    """Savings per version ("" for runs with none) and over all runs (key ``"*"``).
-
-    A run whose rules called at least one tool that the model did not call again saved one turn:
-    the turn in which the model would have chosen it (one, even when rules made several calls:
-    a model may choose several tools in one turn, so the count is a floor). The turn is valued at
-    the median of the turns, of the same runs, in which the model chose a tool.
-    """
-    ms, tin, tout = turn_value(observations)
-    out: dict[str, Savings] = defaultdict(Savings)
-    for obs in observations:
-        for key in ("*", obs.version):
-            s = out[key]
-            s.runs += 1
-            s.turn_ms, s.turn_input_tokens, s.turn_output_tokens = ms, tin, tout
-            if not obs.rule_calls:
-                continue
-            s.with_prestep += 1
-            called_again = {c.tool for c in obs.model_calls} & {c.tool for c in obs.rule_calls}
-            if called_again:
-                s.recalled += 1
-                if len(s.recalled_runs) < RECALLED_RUNS_SHOWN:
-                    s.recalled_runs.append(obs.run_id)
-            if {c.tool for c in obs.rule_calls} - called_again:
-                s.turns_saved += 1
-                s.ms_saved += ms or 0.0
-                s.input_tokens_saved += tin or 0
-                s.output_tokens_saved += tout or 0
-    return dict(out)
-
-
-# --------------------------------------------------------------------------- literals
-
-
-def _words(query: str) -> list[str]:
-    return _WORD.findall(query[:MAX_QUERY_CHARS].lower())
-
-
-# Words that say how, not what: verb endings, requests, greetings (Korean) and function words
-# (English). A condition on them would fire on any message.
-STOP_WORDS = frozenset(
-    [
-        "세요",
-        "주세요",
-        "해주",
-        "해줘",
-        "해요",
-        "어요",
-        "아요",
-        "나요",
-        "까요",
-        "니다",
-        "습니다",
-        "합니다",
-        "싶어",
-        "싶어요",
-        "고싶",
-        "하고",
-        "알려",
-        "알려줘",
-        "알려주",
-        "부탁",
-        "부탁해",
-        "드려요",
-        "하세요",
-        "안녕",
-        "안녕하",
-        "녕하세",
-        "하세",
-        "혹시",
-        "저기",
-        "저기요",
-        "있나",
-        "있나요",
-        "되나",
-        "되나요",
-        "인가",
-        "가요",
-        "the",
-        "and",
-        "for",
-        "you",
-        "your",
-        "my",
-        "me",
-        "is",
-        "are",
-        "was",
-        "what",
-        "how",
-        "when",
-        "where",
-        "can",
-        "could",
-        "would",
-        "please",
-        "want",
-        "need",
-        "new",
-        "many",
-        "with",
-        "this",
-        "that",
-        "have",
-        "has",
-        "get",
-        "hi",
-        "hello",
-        "thanks",
-    ]
-)
-
-
-def _keywords_of(word: str) -> set[str]:
-    """The keywords a rule could test for a word: a Korean word's pieces of 2 to 4 syllables (a
-    stem with its particle, or a noun inside a compound), an English word and its first 4+ letters."""
-    if _HANGUL.search(word):
-        n = len(word)
-        found = {word[i : i + k] for k in (2, 3, 4) for i in range(n - k + 1)} | ({word} if n <= 6 else set())
-    elif len(word) < 3 or word.isdigit() or word in STOP_WORDS:
-        return set()
-    else:
-        found = {word} | ({word[:4]} if len(word) > 5 else set())
-    return found - STOP_WORDS
-
-
-def _plain(value: Any) -> bool:
-    return isinstance(value, str | int | bool) and not (isinstance(value, str) and len(value) > 100)
-
-
-def _literals_of(obs: Observation) -> Iterable[tuple[str, str, Any]]:
-    """The context and DataPart literals of one run: ("ctx", key, value), ("has", key, None), ("data", key, value)."""
-    for key, value in obs.request.context.items():
-        if isinstance(key, str) and _plain(value):
-            yield ("ctx", key, value)
-    seen: set[str] = set()
-    for part in obs.request.a2a_data or ():
-        if not isinstance(part, Mapping):
-            continue
-        for key, value in part.items():
-            if not isinstance(key, str) or key in seen:
-                continue  # data_get gives the first part's value
-            seen.add(key)
-            yield ("has", key, None)
-            if _plain(value):
-                yield ("data", key, value)
-
-
-@dataclass(slots=True)
-class Vocabulary:
-    """Candidate literals: per group, its positives' keyword counts; over all runs, the values seen."""
-
-    positives: Counter[tuple[str, str]] = field(default_factory=Counter)
-    keywords: dict[tuple[str, str], Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
-    values: dict[tuple[str, str], set[Any]] = field(default_factory=lambda: defaultdict(set))
-    tools: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
-
-
-def vocabulary_to_json(vocab: Vocabulary, max_keywords: int = 4 * MAX_KEYWORDS) -> dict[str, Any]:
-    """A part's vocabulary as JSON (each group's most common keywords only: the rest cannot be chosen)."""
-    return {
-        "positives": [[m, t, n] for (m, t), n in vocab.positives.items()],
-        "keywords": [[m, t, counts.most_common(max_keywords)] for (m, t), counts in vocab.keywords.items()],
-        "values": [[kind, key, sorted(values, key=repr)] for (kind, key), values in vocab.values.items()],
-        "tools": {m: sorted(tools) for m, tools in vocab.tools.items()},
-    }
-
-
-def vocabulary_from_json(data: Mapping[str, Any]) -> Vocabulary:
-    vocab = Vocabulary()
-    for m, t, n in data["positives"]:
-        vocab.positives[(m, t)] = n
-    for m, t, counts in data["keywords"]:
-        vocab.keywords[(m, t)].update(dict(counts))
-    for kind, key, values in data["values"]:
-        vocab.values[(kind, key)] = set(values)
-    for m, tools in data["tools"].items():
-        vocab.tools[m] = set(tools)
-    return vocab
-
-
-def vocabulary(observations: Iterable[Observation]) -> Vocabulary:
-    """Map: count the candidate literals of one partition (learning share only)."""
-    vocab = Vocabulary()
-    for obs in observations:
-        for call in (*obs.model_calls, *obs.rule_calls):
-            vocab.tools[call.mcp_id].add(call.tool)
-        if obs.held_out():
-            continue
-        targets = obs.targets()
-        for kind, key, value in _literals_of(obs):
-            if kind != "has":
-                kept = vocab.values[(kind, key)]
-                if len(kept) <= MAX_VALUES:
-                    kept.add(value)
-        if not targets:
-            continue
-        words: set[str] = set()
-        for word in _words(obs.request.query):
-            words |= _keywords_of(word)
-        for group in targets:
-            vocab.positives[group] += 1
-            vocab.keywords[group].update(words)
-    return vocab
-
-
-def merge_vocabularies(parts: Iterable[Vocabulary]) -> Vocabulary:
-    """Reduce: one vocabulary from the partitions'."""
-    total = Vocabulary()
-    for part in parts:
-        total.positives.update(part.positives)
-        for group, counts in part.keywords.items():
-            total.keywords[group].update(counts)
-        for key, values in part.values.items():
-            total.values[key] |= values
-        for mcp_id, tools in part.tools.items():
-            total.tools[mcp_id] |= tools
-    return total
-
-
-@dataclass(slots=True)
-class Features:
-    """The literals the learner may use, each with its expression text, and an automaton for keywords."""
-
-    texts: list[str]
-    ids: dict[tuple[str, str, Any], int]
-    automaton: Any  # ahocorasick.Automaton over the keywords, value: feature id
-    tools: dict[str, set[str]]
-
-    @classmethod
-    def build(cls, vocab: Vocabulary, min_support: int = MIN_SUPPORT) -> Features:
-        texts: list[str] = []
-        ids: dict[tuple[str, str, Any], int] = {}
-
-        def add(key: tuple[str, str, Any], text: str) -> None:
-            if key not in ids:
-                ids[key] = len(texts)
-                texts.append(text)
-
-        automaton = ahocorasick.Automaton()
-        for group, n in vocab.positives.items():
-            if n < min_support:
-                continue
-            common = [(w, c) for w, c in vocab.keywords[group].most_common(MAX_KEYWORDS) if c >= 0.05 * n]
-            for word, _count in common:
-                # Words are found in the lower-cased query; a rule says so when case matters.
-                where = "query.lower()" if word.lower() != word.upper() else "query"
-                add(("kw", word, None), f"{_literal(word)} in {where}")
-        for (kind, key), values in vocab.values.items():
-            if len(values) > MAX_VALUES:
-                continue
-            for value in values:
-                lit = _literal(value)
-                read = f"context.get({_literal(key)})" if kind == "ctx" else f"data_get({_literal(key)})"
-                add((kind, key, value), f"{read} == {lit}")
-        for (kind, key), _values in vocab.values.items():
-            if kind == "data":
-                add(("has", key, None), f"data_get({_literal(key)}) is not None")
-        for (kind, word, _v), fid in ids.items():
-            if kind == "kw":
-                automaton.add_word(word, fid)
-        if len(automaton):
-            automaton.make_automaton()
-        return cls(texts, ids, automaton, {k: set(v) for k, v in vocab.tools.items()})
-
-    def of(self, obs: Observation) -> frozenset[int]:
-        found: set[int] = set()
-        if len(self.automaton):
-            found.update(
-                fid for _end, fid in self.automaton.iter(obs.request.query[:MAX_QUERY_CHARS].lower())
-            )
-        for kind, key, value in _literals_of(obs):
-            fid = self.ids.get((kind, key, value if kind != "has" else None))
-            if fid is not None:
-                found.add(fid)
-        return frozenset(found)
-
-
-@dataclass(frozen=True, slots=True)
-class Row:
-    """One run of the learning share, reduced to what the learner reads."""
-
-    run_id: Any
-    features: frozenset[int]
-    targets: frozenset[tuple[str, str]]
-    calls: Mapping[tuple[str, str], Mapping[str, Any]]  # the model's first call of each target: its args
-    request: AgentRequest | None  # None: not carried (a row read back without it)
-
-
-def row_to_json(row: Row, with_request: bool) -> list[Any]:
-    """A row as JSON; the request only when asked (arguments are derived on a sample of each group)."""
-    return [
-        row.run_id,
-        sorted(row.features),
-        sorted(row.targets),
-        [[m, t, dict(args)] for (m, t), args in row.calls.items()],
-        row.request.to_json() if with_request and row.request is not None else None,
-    ]
-
-
-def row_from_json(data: Sequence[Any]) -> Row:
-    run_id, features, targets, calls, request = data
-    return Row(
-        run_id,
-        frozenset(features),
-        frozenset((m, t) for m, t in targets),
-        {(m, t): args for m, t, args in calls},
-        AgentRequest(**request) if request is not None else None,
-    )
-
-
-DERIVATION_SAMPLE = 400
-
-
-def rows_to_json(rows: Sequence[Row], sample: int = DERIVATION_SAMPLE) -> list[list[Any]]:
-    """Rows as JSON, with the request of the first ``sample`` rows of each group (what derivation reads)."""
-    seen: Counter[tuple[str, str]] = Counter()
-    out = []
-    for row in rows:
-        wanted = False
-        for group in row.targets:
-            seen[group] += 1
-            wanted = wanted or seen[group] <= sample
-        out.append(row_to_json(row, wanted))
-    return out
-
-
-def featurize(observations: Iterable[Observation], features: Features) -> list[Row]:
-    """Map: the learning share of one partition as rows of literal ids."""
-    rows = []
-    for obs in observations:
-        if obs.held_out():
-            continue
-        targets = obs.targets()
-        calls: dict[tuple[str, str], Mapping[str, Any]] = {}
-        for call in obs.model_calls:
-            calls.setdefault((call.mcp_id, call.tool), call.args)
-        rows.append(Row(obs.run_id, features.of(obs), frozenset(targets), calls, obs.request))
-    return rows
 
 
 # --------------------------------------------------------------------------- learning
@@ -632,7 +153,7 @@ def _pattern_literal(pattern: str) -> str:
     """A pattern as an expression literal: raw when it can be (what a person writes), else escaped."""
     if '"' not in pattern and not pattern.endswith("\\") and pattern.isprintable():
         return f'r"{pattern}"'
-    return _literal(pattern)
+    return expression_literal(pattern)
 
 
 _META = set(".^$*+?{}[]\\|()")
@@ -660,7 +181,7 @@ def _arg_candidates(req: AgentRequest, value: Any) -> list[tuple[str, str, str]]
         out.append(("query", "query", ""))
     for key, v in req.context.items():
         if v == value and isinstance(key, str):
-            out.append(("context", f"context.get({_literal(key)})", ""))
+            out.append(("context", f"context.get({expression_literal(key)})", ""))
     seen: set[str] = set()
     for part in req.a2a_data or ():
         if isinstance(part, Mapping):
@@ -668,7 +189,7 @@ def _arg_candidates(req: AgentRequest, value: Any) -> list[tuple[str, str, str]]
                 if isinstance(key, str) and key not in seen:
                     seen.add(key)
                     if v == value:
-                        out.append(("data", f"data_get({_literal(key)})", ""))
+                        out.append(("data", f"data_get({expression_literal(key)})", ""))
     if isinstance(value, str) and value and value in req.query:
         shape = _shape(value)
         if shape is not None:
@@ -716,19 +237,12 @@ def derive_params(pos: Sequence[Row], group: tuple[str, str]) -> tuple[str | Non
             chosen = (kind, expr)
             break
         if chosen is None and count >= ARG_AGREEMENT * len(values) and len(values) >= 5:
-            chosen = ("constant", _literal(json.loads(const)))
+            chosen = ("constant", expression_literal(json.loads(const)))
         if chosen is None:
             return None, {}, key
         kinds[key], exprs[key] = chosen
-    body = ", ".join(f"{_literal(k)}: {e}" for k, e in exprs.items())
+    body = ", ".join(f"{expression_literal(k)}: {e}" for k, e in exprs.items())
     return "{" + body + "}", kinds, ""
-
-
-def _literal(value: Any) -> str:
-    """A value as an expression literal; text with invisible characters is written with escapes."""
-    if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=not value.isprintable())
-    return repr(value)  # numbers, True/False/None, lists and dicts of them (repr escapes the invisible)
 
 
 # --------------------------------------------------------------------------- candidates
